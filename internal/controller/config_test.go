@@ -1,0 +1,70 @@
+package controller
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/cli"
+)
+
+func validConfig() Config {
+	c := DefaultConfig()
+	c.Namespace = "execplane"
+	c.Identity = "controller-0"
+	return c
+}
+
+func TestDefaultsNeedOnlyNamespace(t *testing.T) {
+	if err := validConfig().Validate(); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	c := DefaultConfig()
+	c.Identity = "x"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--namespace") {
+		t.Fatalf("missing namespace accepted: %v", err)
+	}
+}
+
+func TestValidateRefusesEachBadField(t *testing.T) {
+	cases := []struct {
+		name  string
+		field string
+		mut   func(*Config)
+	}{
+		{"listen not host:port", "--listen-address", func(c *Config) { c.ListenAddress = "localhost" }},
+		{"diagnostics same as listen", "--diagnostics-address", func(c *Config) { c.DiagnosticsAddress = c.ListenAddress }},
+		{"relative kubeconfig", "--kubeconfig", func(c *Config) { c.Kubeconfig = "./kc" }},
+		{"no lease", "--lease-name", func(c *Config) { c.LeaseName = "" }},
+		{"no identity", "--identity", func(c *Config) { c.Identity = "" }},
+		{"lease too long", "--lease-duration", func(c *Config) { c.LeaseDuration = time.Hour }},
+		{"renew not below lease", "--renew-deadline", func(c *Config) { c.RenewDeadline = c.LeaseDuration }},
+		{"retry too close to renew", "--retry-period", func(c *Config) { c.RetryPeriod = c.RenewDeadline }},
+		{"zero retry", "--retry-period", func(c *Config) { c.RetryPeriod = 0 }},
+		{"no executor SA", "--executor-service-account", func(c *Config) { c.ExecutorServiceAccount = "" }},
+		{"zero workers", "--workers", func(c *Config) { c.Workers = 0 }},
+		{"too many workers", "--workers", func(c *Config) { c.Workers = 1000 }},
+		{"hot resync", "--resync-period", func(c *Config) { c.ResyncPeriod = time.Second }},
+		{"relative profiles", "--profiles", func(c *Config) { c.ProfilesFile = "profiles.yaml" }},
+		{"bad log format", "--log-format", func(c *Config) { c.Log.Format = "logfmt" }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.mut(&c)
+			err := c.Validate()
+			if !errors.Is(err, cli.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("want a problem on %s, got %v", tc.field, err)
+			}
+		})
+	}
+}
+
+func TestResyncZeroDisables(t *testing.T) {
+	c := validConfig()
+	c.ResyncPeriod = 0
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

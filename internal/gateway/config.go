@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"flag"
+	"time"
+
+	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/logging"
+)
+
+// Bounds on the gateway's tunables. Values outside them are configuration errors.
+const (
+	// MaxMessageBytesCeiling bounds a single gRPC message: file contents travel in unary
+	// messages, and 64 MiB is the most a gateway replica should buffer for one call.
+	MaxMessageBytesCeiling = 64 << 20
+	// minMessageBytes leaves room for the largest control message (64 references, grants).
+	minMessageBytes = 64 << 10
+	// MaxRPCDeadline caps any call's deadline; commands run at most for a profile's
+	// maxCommandDuration, which the profile package bounds to one hour.
+	MaxRPCDeadline = 2 * time.Hour
+	// maxConcurrentRPCs bounds the global limiter so one replica cannot be configured into
+	// unbounded memory use.
+	maxConcurrentRPCs = 100_000
+	// maxShutdownGrace bounds how long a draining replica can delay a rollout.
+	maxShutdownGrace = 10 * time.Minute
+)
+
+// Config is the gateway's configuration, from flags.
+type Config struct {
+	// ListenAddress serves the public gRPC API (mTLS).
+	ListenAddress string
+	// DiagnosticsAddress serves /livez, /readyz and /metrics (plain HTTP, cluster-internal).
+	DiagnosticsAddress string
+	// Namespace holds the ExecutionEnvironments and executor Pods.
+	Namespace string
+	// Kubeconfig is empty in a cluster (in-cluster config is used).
+	Kubeconfig string
+	// SecurityManifest is the security-material manifest (docs/security.md).
+	SecurityManifest string
+	// HighWaterConfigMap records the security material's high-water mark.
+	HighWaterConfigMap string
+	// ProfilesFile is the operator's profiles YAML.
+	ProfilesFile string
+	// ControllerAddress is the controller leader's Service (host:port).
+	ControllerAddress string
+	// ControllerServerName is the name expected in the controller's certificate; empty
+	// means the host of ControllerAddress.
+	ControllerServerName string
+	// HelperPath is the helper's absolute path inside executor containers.
+	HelperPath string
+	// MaxConcurrentRPCs bounds in-flight RPCs on this replica; MaxClientRPCs per client.
+	MaxConcurrentRPCs int
+	MaxClientRPCs     int
+	// MaxMessageBytes bounds a received or sent gRPC message.
+	MaxMessageBytes int
+	// MaxRPCDeadline caps the deadline of any call.
+	MaxRPCDeadline time.Duration
+	// ShutdownGrace is how long in-flight calls may drain on shutdown.
+	ShutdownGrace time.Duration
+	// Log configures the process's logger.
+	Log logging.Options
+}
+
+// DefaultConfig returns the configuration the Helm chart's defaults render.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddress:      ":8443",
+		DiagnosticsAddress: ":9090",
+		SecurityManifest:   "/etc/execplane/security/manifest.yaml",
+		HighWaterConfigMap: "execplane-security-high-water",
+		ProfilesFile:       "/etc/execplane/profiles/profiles.yaml",
+		HelperPath:         "/execplane/helper",
+		MaxConcurrentRPCs:  2000,
+		MaxClientRPCs:      200,
+		MaxMessageBytes:    32 << 20,
+		MaxRPCDeadline:     time.Hour,
+		ShutdownGrace:      30 * time.Second,
+		Log:                logging.Options{Format: logging.FormatJSON, Level: "info"},
+	}
+}
+
+// RegisterFlags binds every field to a flag on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "address of the public gRPC API (mTLS)")
+	fs.StringVar(&c.DiagnosticsAddress, "diagnostics-address", c.DiagnosticsAddress, "address of /livez, /readyz and /metrics")
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "namespace of the environments and executor Pods (required)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; empty in a cluster")
+	fs.StringVar(&c.SecurityManifest, "security-manifest", c.SecurityManifest, "security material manifest")
+	fs.StringVar(&c.HighWaterConfigMap, "high-water-configmap", c.HighWaterConfigMap, "ConfigMap holding the security material's high-water mark")
+	fs.StringVar(&c.ProfilesFile, "profiles", c.ProfilesFile, "profiles YAML file")
+	fs.StringVar(&c.ControllerAddress, "controller-address", c.ControllerAddress, "controller leader Service, host:port (required)")
+	fs.StringVar(&c.ControllerServerName, "controller-server-name", c.ControllerServerName, "name in the controller's certificate; default: host of --controller-address")
+	fs.StringVar(&c.HelperPath, "helper-path", c.HelperPath, "helper path inside executor containers")
+	fs.IntVar(&c.MaxConcurrentRPCs, "max-concurrent-rpcs", c.MaxConcurrentRPCs, "in-flight RPCs on this replica")
+	fs.IntVar(&c.MaxClientRPCs, "max-client-rpcs", c.MaxClientRPCs, "in-flight RPCs per client on this replica")
+	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest gRPC message received or sent")
+	fs.DurationVar(&c.MaxRPCDeadline, "max-rpc-deadline", c.MaxRPCDeadline, "cap on any call's deadline")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "drain time for in-flight calls on shutdown")
+	c.Log.RegisterFlags(fs)
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var p cli.Problems
+	p.Address("listen-address", c.ListenAddress)
+	p.Address("diagnostics-address", c.DiagnosticsAddress)
+	if c.ListenAddress != "" && c.ListenAddress == c.DiagnosticsAddress {
+		p.Addf("diagnostics-address", "must differ from --listen-address")
+	}
+	p.Required("namespace", c.Namespace)
+	p.AbsolutePath("kubeconfig", c.Kubeconfig, true)
+	p.AbsolutePath("security-manifest", c.SecurityManifest, false)
+	p.Required("high-water-configmap", c.HighWaterConfigMap)
+	p.AbsolutePath("profiles", c.ProfilesFile, false)
+	p.Address("controller-address", c.ControllerAddress)
+	p.AbsolutePath("helper-path", c.HelperPath, false)
+	p.IntBetween("max-concurrent-rpcs", c.MaxConcurrentRPCs, 1, maxConcurrentRPCs)
+	p.IntBetween("max-client-rpcs", c.MaxClientRPCs, 1, maxConcurrentRPCs)
+	if c.MaxClientRPCs > c.MaxConcurrentRPCs {
+		p.Addf("max-client-rpcs", "%d exceeds --max-concurrent-rpcs %d", c.MaxClientRPCs, c.MaxConcurrentRPCs)
+	}
+	p.IntBetween("max-message-bytes", c.MaxMessageBytes, minMessageBytes, MaxMessageBytesCeiling)
+	p.DurationBetween("max-rpc-deadline", c.MaxRPCDeadline, time.Second, MaxRPCDeadline)
+	p.DurationBetween("shutdown-grace", c.ShutdownGrace, 0, maxShutdownGrace)
+	if err := c.Log.Validate(); err != nil {
+		p.Addf("log-format", "%v", err)
+	}
+	return p.Err()
+}

@@ -1,0 +1,46 @@
+package helper
+
+import (
+	"flag"
+	"path/filepath"
+
+	"github.com/execplane/execplane/internal/cli"
+)
+
+// RootEnv names the environment variable that carries the workspace root. The executor Pod
+// spec sets it, and so does the local cluster's node exec endpoint, which maps /workspace
+// to a directory on the test machine.
+const RootEnv = "EXECPLANE_WORKSPACE_ROOT"
+
+// DefaultRoot is where the executor Pod mounts the workspace PVC.
+const DefaultRoot = "/workspace"
+
+// Config is the helper's configuration.
+type Config struct {
+	// Root is the workspace root every path is resolved beneath. Never empty, never "/".
+	Root string
+}
+
+// DefaultConfig returns the defaults, with the root taken from RootEnv when set.
+func DefaultConfig(getenv func(string) string) Config {
+	c := Config{Root: DefaultRoot}
+	if v := getenv(RootEnv); v != "" {
+		c.Root = v
+	}
+	return c
+}
+
+// RegisterFlags binds every field to a flag on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Root, "root", c.Root, "workspace root (default from $"+RootEnv+", else "+DefaultRoot+")")
+}
+
+// Validate refuses a root that would confine nothing: empty, relative, unclean or "/".
+func (c Config) Validate() error {
+	var p cli.Problems
+	p.AbsolutePath("root", c.Root, false)
+	if c.Root != "" && filepath.Clean(c.Root) == "/" {
+		p.Addf("root", "the file system root cannot be the workspace root")
+	}
+	return p.Err()
+}

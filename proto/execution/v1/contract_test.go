@@ -1,0 +1,102 @@
+package executionv1_test
+
+import (
+	"slices"
+	"testing"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// The public contract: exactly these RPCs, in this order (DESIGN.md, issue "Foundation").
+var contract = []string{
+	"ValidateProfile", "EnsureEnvironment", "AttachEnvironment", "ReleaseReference", "Files",
+	"StartCommand", "CommandStatus", "CancelCommand", "AcquireRun", "RenewRun", "ReleaseRun",
+	"ReserveSuccessor", "CommitReference", "AbortReference", "PrepareReferenceDelete",
+	"ConfirmReferenceDelete", "CancelReferenceDelete", "ListReferenceIntents",
+	"RetireEnvironment", "ReplaceExecutor", "RevokeEnvironment", "RecoverEnvironment",
+	"MigrateEnvironment", "DeleteRetiredEnvironment",
+}
+
+func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
+	fd := executionv1.File_execution_v1_execution_proto
+	svc := fd.Services().ByName("ExecutionProviderService")
+	if svc == nil {
+		t.Fatal("no ExecutionProviderService in the generated descriptor")
+	}
+	if got := svc.FullName(); got != "execution.v1.ExecutionProviderService" {
+		t.Fatalf("service full name %q", got)
+	}
+	var got []string
+	methods := svc.Methods()
+	for i := range methods.Len() {
+		m := methods.Get(i)
+		got = append(got, string(m.Name()))
+		if m.IsStreamingClient() || m.IsStreamingServer() {
+			t.Errorf("%s streams; the contract is unary", m.Name())
+		}
+		if want := string(m.Name()) + "Request"; string(m.Input().Name()) != want {
+			t.Errorf("%s takes %s, want %s", m.Name(), m.Input().Name(), want)
+		}
+		if want := string(m.Name()) + "Response"; string(m.Output().Name()) != want {
+			t.Errorf("%s returns %s, want %s", m.Name(), m.Output().Name(), want)
+		}
+	}
+	if len(contract) != 24 {
+		t.Fatalf("the contract list has %d entries", len(contract))
+	}
+	if !slices.Equal(got, contract) {
+		t.Fatalf("RPCs = %v\nwant   %v", got, contract)
+	}
+}
+
+// Every mutating RPC carries an operation id (idempotency key), and every data-plane RPC a
+// run grant: checked on the descriptor so that a field cannot silently disappear.
+func TestRequestShapes(t *testing.T) {
+	fd := executionv1.File_execution_v1_execution_proto
+	mutating := []string{
+		"EnsureEnvironment", "ReleaseReference", "AcquireRun", "RenewRun", "ReleaseRun",
+		"ReserveSuccessor", "CommitReference", "AbortReference", "PrepareReferenceDelete",
+		"ConfirmReferenceDelete", "CancelReferenceDelete", "RetireEnvironment", "ReplaceExecutor",
+		"RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment",
+	}
+	for _, name := range mutating {
+		assertField(t, fd, name+"Request", "operation_id", protoreflect.StringKind)
+	}
+	for _, name := range []string{"Files", "StartCommand", "CommandStatus", "CancelCommand", "RenewRun", "ReleaseRun"} {
+		assertField(t, fd, name+"Request", "run_grant", protoreflect.MessageKind)
+	}
+	assertField(t, fd, "AcquireRunRequest", "environment_grant", protoreflect.MessageKind)
+	for _, name := range []string{"RetireEnvironment", "ReplaceExecutor", "RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment"} {
+		assertField(t, fd, name+"Request", "preconditions", protoreflect.MessageKind)
+	}
+	// Paths are bytes so that non-UTF-8 names round-trip.
+	for _, msg := range []string{"ReadFile", "WriteFile", "StatFile", "ListDirectory", "MakeDirectory", "RemovePath"} {
+		assertField(t, fd, msg, "path", protoreflect.BytesKind)
+	}
+	fo := fd.Messages().ByName("FileOperation").Oneofs().ByName("operation")
+	if fo == nil || fo.Fields().Len() != 10 {
+		t.Fatalf("FileOperation must offer the 10 file operations")
+	}
+	fr := fd.Messages().ByName("FileResult").Oneofs().ByName("result")
+	if fr == nil || fr.Fields().Len() != 10 {
+		t.Fatalf("FileResult must offer the 10 results")
+	}
+}
+
+func assertField(t *testing.T, fd protoreflect.FileDescriptor, msg, field string, kind protoreflect.Kind) {
+	t.Helper()
+	m := fd.Messages().ByName(protoreflect.Name(msg))
+	if m == nil {
+		t.Errorf("message %s missing", msg)
+		return
+	}
+	f := m.Fields().ByName(protoreflect.Name(field))
+	if f == nil {
+		t.Errorf("%s has no field %s", msg, field)
+		return
+	}
+	if f.Kind() != kind {
+		t.Errorf("%s.%s is %v, want %v", msg, field, f.Kind(), kind)
+	}
+}
