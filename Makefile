@@ -16,6 +16,10 @@ LDFLAGS   := -s -w -X github.com/execplane/execplane/internal/version.Version=$(
              -X github.com/execplane/execplane/internal/version.Commit=$(COMMIT)
 BINARIES  := gateway controller execctl helper
 GO_TEST_FLAGS ?=
+# The local cluster's state (kubeconfig, logs) for cluster-up and demo.
+CLUSTER_STATE ?= .state/cluster
+# Builds the cluster binaries on first use (cached by version) and prints their directory.
+CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
 
 .PHONY: help
 help: ## Show this help.
@@ -52,17 +56,40 @@ lint: ## gofmt, go vet, staticcheck (pinned) and buf lint.
 
 .PHONY: test
 test: build lint verify ## Lint, verify generated code, and run every test with -race (uses the local cluster).
-	EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper $(GO) test -race -count=1 $(GO_TEST_FLAGS) ./...
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only (no local cluster), with -race.
 	$(GO) test -race -short -count=1 $(GO_TEST_FLAGS) ./...
 
+.PHONY: cluster-bins
+cluster-bins: ## Build the local cluster's pinned binaries (once; cached by version).
+	@hack/build-cluster-bins.sh
+
+.PHONY: cluster-up
+cluster-up: build bin/devcluster ## Start the local cluster in the background (KUBECONFIG in .state/cluster).
+	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) bin/devcluster --state-dir $(CLUSTER_STATE) --helper bin/helper up
+
+.PHONY: cluster-down
+cluster-down: bin/devcluster ## Stop the local cluster started by cluster-up.
+	@bin/devcluster --state-dir $(CLUSTER_STATE) down
+
+.PHONY: bin/devcluster
+bin/devcluster:
+	@mkdir -p bin
+	@$(GO) build -o bin/devcluster ./hack/devcluster
+
 .PHONY: demo
-demo: build ## Build what is needed and run the demo (see README).
-	@echo "execplane $(VERSION): built $(addprefix bin/,$(BINARIES))."
-	@for b in $(BINARIES); do bin/$$b --version >/dev/null 2>&1 || bin/$$b version >/dev/null; done
-	@echo "The gateway and controller are not implemented yet; the demo grows with them."
+demo: cluster-up ## Build what is needed, start the local cluster and run the demo (see README).
+	@echo "execplane $(VERSION): the local cluster is up; the gateway and controller are not"
+	@echo "implemented yet, so the walkthrough grows with them. Try:"
+	@echo "  export KUBECONFIG=$(CURDIR)/$(CLUSTER_STATE)/kubeconfig"
+	@echo "  $$(hack/build-cluster-bins.sh)/kubectl get nodes"
+	@echo "Stop it with: make demo-down"
+
+.PHONY: demo-down
+demo-down: cluster-down ## Stop everything make demo started.
 
 .PHONY: clean
 clean: ## Remove build output (the cached cluster binaries are kept; see docs/development.md).

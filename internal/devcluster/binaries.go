@@ -1,0 +1,91 @@
+package devcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// BinEnv names the environment variable that points at a directory holding the cluster's
+// binaries (as built by hack/build-cluster-bins.sh). The Makefile sets it; when it is unset,
+// the binaries are located (and built on first use) by running that script.
+const BinEnv = "EXECPLANE_CLUSTER_BIN"
+
+// binaryNames are the programs the cluster runs; all must be present in the bin directory.
+var binaryNames = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}
+
+// stageFiles are the KWOK stages the cluster uses, copied beside the binaries by the build
+// script from the pinned KWOK module: node initialisation and lease heartbeats, Pod
+// readiness, completion and deletion, and PVC provisioning and binding.
+var stageFiles = []string{
+	"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
+	"pvc-provision", "pv-bind", "pvc-delete", "pv-delete",
+}
+
+// ErrBinariesMissing is returned when the bin directory is incomplete.
+var ErrBinariesMissing = errors.New("local cluster binaries missing")
+
+// FindBinaries returns the directory holding the cluster's binaries: $EXECPLANE_CLUSTER_BIN
+// when set, otherwise the output of hack/build-cluster-bins.sh (which builds them once, ~7
+// minutes cold on 2 cores, and caches them by version).
+func FindBinaries(ctx context.Context) (string, error) {
+	dir := os.Getenv(BinEnv)
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-cluster-bins.sh"))
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("building the local cluster binaries: %w", err)
+		}
+		dir = strings.TrimSpace(out.String())
+	}
+	return dir, checkBinaries(dir)
+}
+
+func checkBinaries(dir string) error {
+	var missing []string
+	for _, name := range binaryNames {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	for _, name := range stageFiles {
+		if _, err := os.Stat(filepath.Join(dir, "kwok-stages", name+".yaml")); err != nil {
+			missing = append(missing, "kwok-stages/"+name+".yaml")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w in %s: %v (run hack/build-cluster-bins.sh)", ErrBinariesMissing, dir, missing)
+	}
+	return nil
+}
+
+// RepoRoot finds the project's root: the nearest directory above the working directory
+// whose go.mod declares the execplane module.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(data, []byte("module github.com/execplane/execplane\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the execplane repository (no go.mod for github.com/execplane/execplane above the working directory)")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,16 @@
+// Package devcluster runs a real Kubernetes control plane on a bare machine for tests and
+// the demo: etcd, kube-apiserver (RBAC on), kube-controller-manager and kube-scheduler built
+// from the Go module proxy at pinned versions, KWOK managing fake Nodes, Pod lifecycle and
+// PVC binding, and a node exec endpoint (NodeExec) built on the kubelet's own streaming
+// library so that pods/exec runs real processes on this machine.
+//
+// Invariants:
+//   - Every process listens on loopback only, on ports chosen free at start.
+//   - Stop kills exactly the processes Start started (by their own PIDs and process groups),
+//     also when a test fails or is interrupted; nothing is left running.
+//   - The PVC-backed directories the exec endpoint maps are keyed by the bound
+//     PersistentVolume, so a replacement Pod on the same claim sees the same files; other
+//     volumes are per Pod.
+//   - Nothing is downloaded: binaries come from hack/build-cluster-bins.sh (cached by version)
+//     and PKI is generated in-process with crypto/x509.
+package devcluster

@@ -1,0 +1,107 @@
+package devcluster
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestPodFSTranslate(t *testing.T) {
+	fs := &podFS{
+		images: map[string]string{"/execplane/helper": "/build/bin/helper"},
+		mounts: []mount{ // longest first, as mapPod sorts them
+			{containerPath: "/workspace/cache", localPath: "/state/pods/u/volumes/cache"},
+			{containerPath: "/workspace", localPath: "/state/volumes/pv-1"},
+			{containerPath: "/tmp", localPath: "/state/pods/u/volumes/tmp"},
+		},
+	}
+	cases := map[string]string{
+		"/execplane/helper":  "/build/bin/helper",
+		"/workspace":         "/state/volumes/pv-1",
+		"/workspace/a/b":     "/state/volumes/pv-1/a/b",
+		"/workspace/cache/x": "/state/pods/u/volumes/cache/x",
+		"/workspacex":        "/workspacex", // a prefix of a name is not a parent
+		"/tmp":               "/state/pods/u/volumes/tmp",
+		"/bin/sh":            "/bin/sh",
+		"sh":                 "sh",
+		"":                   "",
+	}
+	for in, want := range cases {
+		if got := fs.translate(in); got != want {
+			t.Errorf("translate(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestGeneratePKIChainsAndUsages(t *testing.T) {
+	p, err := generatePKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(readCert(t, p.CACert))
+	cases := []struct {
+		path  string
+		usage x509.ExtKeyUsage
+		name  string
+	}{
+		{p.APIServerCert, x509.ExtKeyUsageServerAuth, "127.0.0.1"},
+		{p.APIServerCert, x509.ExtKeyUsageServerAuth, "kubernetes.default.svc"},
+		{p.KubeletCert, x509.ExtKeyUsageServerAuth, "127.0.0.1"},
+		{p.AdminCert, x509.ExtKeyUsageClientAuth, ""},
+		{p.KubeletClientCert, x509.ExtKeyUsageClientAuth, ""},
+	}
+	for _, tc := range cases {
+		cert := readCert(t, tc.path)
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: tc.name, KeyUsages: []x509.ExtKeyUsage{tc.usage}}); err != nil {
+			t.Errorf("%s for %q: %v", tc.path, tc.name, err)
+		}
+	}
+	if admin := readCert(t, p.AdminCert); !slices.Contains(admin.Subject.Organization, "system:masters") {
+		t.Errorf("admin certificate not in system:masters: %v", admin.Subject)
+	}
+	for _, key := range []string{p.CAKey, p.AdminKey, p.ServiceAccountKey} {
+		st, err := os.Stat(key)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, err %v", key, st.Mode().Perm(), err)
+		}
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+func TestWithoutCommandKeepsFlags(t *testing.T) {
+	got := withoutCommand([]string{"--state-dir", "/s", "up", "--nodes", "2"})
+	if !slices.Equal(got, []string{"--state-dir", "/s", "--nodes", "2"}) {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
+	err := checkBinaries(t.TempDir())
+	if err == nil {
+		t.Fatal("empty directory accepted")
+	}
+	for _, name := range append(slices.Clone(binaryNames), "kwok-stages/pod-ready.yaml") {
+		if !contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
