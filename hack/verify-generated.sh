@@ -20,5 +20,5 @@ done < <(find "$scratch" -type f -print0)
 # Generated files whose source is gone.
 while IFS= read -r f; do
   [ -f "$scratch/$f" ] || { echo "orphaned generated file: $f" >&2; status=1; }
-done < <(git ls-files 'proto/**/*.pb.go' 2>/dev/null || find proto -name '*.pb.go')
+done < <(find proto -name '*.pb.go')
 exit $status

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +37,19 @@ func TestHelperIsStatic(t *testing.T) {
 	}
 	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
 		t.Errorf("%s imports %v", path, libs)
+	}
+}
+
+// TestHelperLinksNoNetworkStack keeps gRPC and net/http out of the helper: they cost start-up
+// time on every request and are attack surface in a binary that must never open a socket.
+func TestHelperLinksNoNetworkStack(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep == "net/http" || strings.HasPrefix(dep, "google.golang.org/grpc") {
+			t.Errorf("the helper links %s", dep)
+		}
 	}
 }

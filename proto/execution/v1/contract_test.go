@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -19,8 +20,7 @@ var contract = []string{
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
-	fd := executionv1.File_execution_v1_execution_proto
-	svc := fd.Services().ByName("ExecutionProviderService")
+	svc := executionv1grpc.File_execution_v1_executionv1grpc_service_proto.Services().ByName("ExecutionProviderService")
 	if svc == nil {
 		t.Fatal("no ExecutionProviderService in the generated descriptor")
 	}
@@ -98,5 +98,12 @@ func assertField(t *testing.T, fd protoreflect.FileDescriptor, msg, field string
 	}
 	if f.Kind() != kind {
 		t.Errorf("%s.%s is %v, want %v", msg, field, f.Kind(), kind)
+	}
+}
+
+// The messages' Go package must not depend on gRPC: the helper links it.
+func TestMessagesPackageHasNoService(t *testing.T) {
+	if n := executionv1.File_execution_v1_execution_proto.Services().Len(); n != 0 {
+		t.Fatalf("execution.proto declares %d services; keep them in executionv1grpc", n)
 	}
 }
