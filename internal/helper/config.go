@@ -3,6 +3,7 @@ package helper
 import (
 	"flag"
 	"path/filepath"
+	"time"
 
 	"github.com/execplane/execplane/internal/cli"
 )
@@ -15,15 +16,25 @@ const RootEnv = "EXECPLANE_WORKSPACE_ROOT"
 // DefaultRoot is where the executor Pod mounts the workspace PVC.
 const DefaultRoot = "/workspace"
 
+// Bounds on the heartbeat interval: often enough for idle timeouts of 30 s or more, rarely
+// enough not to matter.
+const (
+	minHeartbeat     = 100 * time.Millisecond
+	maxHeartbeat     = time.Minute
+	defaultHeartbeat = 10 * time.Second
+)
+
 // Config is the helper's configuration.
 type Config struct {
 	// Root is the workspace root every path is resolved beneath. Never empty, never "/".
 	Root string
+	// HeartbeatInterval is how often a running command reports progress.
+	HeartbeatInterval time.Duration
 }
 
 // DefaultConfig returns the defaults, with the root taken from RootEnv when set.
 func DefaultConfig(getenv func(string) string) Config {
-	c := Config{Root: DefaultRoot}
+	c := Config{Root: DefaultRoot, HeartbeatInterval: defaultHeartbeat}
 	if v := getenv(RootEnv); v != "" {
 		c.Root = v
 	}
@@ -33,6 +44,7 @@ func DefaultConfig(getenv func(string) string) Config {
 // RegisterFlags binds every field to a flag on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Root, "root", c.Root, "workspace root (default from $"+RootEnv+", else "+DefaultRoot+")")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "interval of heartbeat frames while a command runs")
 }
 
 // Validate refuses a root that would confine nothing: empty, relative, unclean or "/".
@@ -42,5 +54,6 @@ func (c Config) Validate() error {
 	if c.Root != "" && filepath.Clean(c.Root) == "/" {
 		p.Addf("root", "the file system root cannot be the workspace root")
 	}
+	p.DurationBetween("heartbeat-interval", c.HeartbeatInterval, minHeartbeat, maxHeartbeat)
 	return p.Err()
 }

@@ -19,12 +19,12 @@ func TestRootFromEnvironment(t *testing.T) {
 
 func TestValidateRefusesUnconfinedRoots(t *testing.T) {
 	for _, root := range []string{"", "/", "//", "relative", "/workspace/../", "/a/./b"} {
-		if err := (Config{Root: root}).Validate(); !errors.Is(err, cli.ErrInvalidConfig) {
+		if err := (Config{Root: root, HeartbeatInterval: defaultHeartbeat}).Validate(); !errors.Is(err, cli.ErrInvalidConfig) {
 			t.Errorf("root %q accepted: %v", root, err)
 		}
 	}
 	for _, root := range []string{"/workspace", "/tmp/x"} {
-		if err := (Config{Root: root}).Validate(); err != nil {
+		if err := (Config{Root: root, HeartbeatInterval: defaultHeartbeat}).Validate(); err != nil {
 			t.Errorf("root %q refused: %v", root, err)
 		}
 	}

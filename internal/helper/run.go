@@ -3,21 +3,136 @@ package helper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/helper/fileops"
+	"github.com/execplane/execplane/internal/helper/frame"
+	"github.com/execplane/execplane/internal/helper/process"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
-// ErrNotServing is returned after a valid configuration was loaded: the framed protocol is
-// delivered by the helper issue.
-var ErrNotServing = errors.New("helper: the request protocol is not implemented in this build")
+// maxRequestIDBytes bounds the echoed request id (the protocol documents 64).
+const maxRequestIDBytes = 64
 
-// Run is the helper's entry point.
+// Run is the helper's entry point: one request from stdin, one response on stdout.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig(os.Getenv)
 	if done, err := cli.Load("helper", &cfg, args, stdout, stderr); done {
 		return err
 	}
-	return ErrNotServing
+	return Serve(ctx, cfg, os.Stdin, stdout)
+}
+
+// Serve handles exactly one request. It returns an error only when no response could be
+// written; every refusal is a typed error response.
+func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) error {
+	out := &frameWriter{w: stdout}
+	var req helperv1.Request
+	if err := frame.Read(stdin, &req, frame.MaxRequestBytes); err != nil {
+		return out.error("", helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bad request frame: "+err.Error())
+	}
+	id := req.GetRequestId()
+	if len(id) > maxRequestIDBytes {
+		return out.error("", helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "request_id too long")
+	}
+	if req.GetVersion() != helperv1.ProtocolVersion_PROTOCOL_VERSION_1 {
+		return out.error(id, helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "unsupported protocol version")
+	}
+	root, err := fileops.OpenRoot(cfg.Root)
+	if err != nil {
+		return out.fail(id, err)
+	}
+	defer root.Close()
+	lim := req.GetLimits()
+	switch op := req.GetOperation().(type) {
+	case *helperv1.Request_File:
+		res, err := root.Do(op.File, fileops.Limits{MaxFileBytes: lim.GetMaxFileBytes()})
+		if err != nil {
+			return out.fail(id, err)
+		}
+		return out.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_File{File: res}})
+	case *helperv1.Request_Command:
+		res, err := runCommand(root, op.Command, lim, cfg.HeartbeatInterval, stdin, out)
+		if err != nil {
+			return out.fail(id, err)
+		}
+		return out.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Command{Command: res}})
+	default:
+		return out.error(id, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "no operation")
+	}
+}
+
+func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1.Limits, heartbeat time.Duration, stdin io.Reader, out *frameWriter) (*executionv1.CommandResult, error) {
+	dir, err := root.Dir(spec.GetWorkingDirectory())
+	if err != nil {
+		return nil, err
+	}
+	if err := process.EnableSubreaper(); err != nil {
+		return nil, fmt.Errorf("subreaper: %w", err)
+	}
+	// Anything arriving on stdin after the request — EOF when the gateway's call ends, or
+	// stray bytes — cancels the command.
+	cancel := make(chan struct{})
+	go func() {
+		var b [1]byte
+		_, _ = stdin.Read(b[:])
+		close(cancel)
+	}()
+	return process.Run(spec, process.Options{
+		Limits: process.Limits{
+			MaxOutputBytes: lim.GetMaxCommandBytes(),
+			MaxDuration:    time.Duration(min(lim.GetMaxCommandMillis(), uint64(process.MaxDurationCeiling/time.Millisecond))) * time.Millisecond,
+		},
+		Dir:               dir,
+		Environ:           os.Environ(),
+		Cancel:            cancel,
+		HeartbeatInterval: heartbeat,
+		Heartbeat: func(elapsed time.Duration) {
+			_ = out.frame(&helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{ElapsedMillis: uint64(elapsed / time.Millisecond)}}})
+		},
+	})
+}
+
+// frameWriter serialises frames on stdout (heartbeats come from another goroutine).
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (f *frameWriter) frame(fr *helperv1.Frame) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return frame.Write(f.w, fr, frame.MaxResponseBytes)
+}
+
+func (f *frameWriter) response(r *helperv1.Response) error {
+	return f.frame(&helperv1.Frame{Frame: &helperv1.Frame_Response{Response: r}})
+}
+
+// coded is implemented by the typed errors of fileops and process.
+type coded interface{ HelperCode() helperv1.ErrorCode }
+
+func (f *frameWriter) fail(id string, err error) error {
+	code := helperv1.ErrorCode_ERROR_CODE_INTERNAL
+	var c coded
+	if errors.As(err, &c) {
+		code = c.HelperCode()
+	}
+	return f.error(id, code, err.Error())
+}
+
+// maxErrorMessageBytes bounds error messages (the protocol documents 1024).
+const maxErrorMessageBytes = 1024
+
+func (f *frameWriter) error(id string, code helperv1.ErrorCode, msg string) error {
+	if len(msg) > maxErrorMessageBytes {
+		msg = msg[:maxErrorMessageBytes]
+	}
+	return f.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Error{Error: &helperv1.Error{Code: code, Message: msg}}})
 }

@@ -1,0 +1,357 @@
+package helper_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/helper/process"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func withTimeout(spec *executionv1.CommandSpec, d time.Duration) *executionv1.CommandSpec {
+	spec.Timeout = durationpb.New(d)
+	return spec
+}
+
+func mustRun(t *testing.T, root string, spec *executionv1.CommandSpec) *executionv1.CommandResult {
+	t.Helper()
+	res, r := command(t, root, spec, callOptions{})
+	if res == nil {
+		t.Fatalf("command refused: %v", r.resp.GetError())
+	}
+	if res.GetReceipt() != process.Receipt(res) {
+		t.Fatalf("receipt %q does not match the result", res.GetReceipt())
+	}
+	return res
+}
+
+func wantRefused(t *testing.T, root string, spec *executionv1.CommandSpec, code helperv1.ErrorCode) {
+	t.Helper()
+	res, r := command(t, root, spec, callOptions{})
+	if res != nil || r.resp.GetError().GetCode() != code {
+		t.Fatalf("want refusal %v, got result %v / %v", code, res, r.resp.GetError())
+	}
+}
+
+// survivors lists processes whose command line contains marker.
+func survivors(t *testing.T, marker string) []string {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(cmdline, []byte(marker)) {
+			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if strings.Contains(string(stat), ") Z ") {
+				continue // a zombie of another parent is not running
+			}
+			out = append(out, e.Name()+":"+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	return out
+}
+
+func TestCommandBasics(t *testing.T) {
+	root, _ := workspace(t)
+	must(t, os.Mkdir(filepath.Join(root, "sub"), 0o755))
+	res := mustRun(t, root, &executionv1.CommandSpec{
+		Program:          &executionv1.CommandSpec_Shell{Shell: `pwd; echo "$GREETING"; cat; echo err >&2; exit 7`},
+		WorkingDirectory: []byte("sub"),
+		Environment:      []*executionv1.EnvironmentVariable{{Name: "GREETING", Value: "hi there"}},
+		Stdin:            []byte("from stdin\n"),
+	})
+	want := filepath.Join(root, "sub") + "\nhi there\nfrom stdin\n"
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_FAILED || res.GetExitCode() != 7 ||
+		string(res.GetStdout().GetHead()) != want || string(res.GetStderr().GetHead()) != "err\n" {
+		t.Fatalf("result %v", res)
+	}
+	ok := mustRun(t, root, argv("true"))
+	if ok.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED || ok.GetExitCode() != 0 {
+		t.Fatalf("true: %v", ok)
+	}
+	wantRefused(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"true"}}}, WorkingDirectory: []byte("../")}, helperv1.ErrorCode_ERROR_CODE_PATH_ESCAPE)
+	wantRefused(t, root, &executionv1.CommandSpec{}, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
+}
+
+func TestExitBySignalVersusExitCode(t *testing.T) {
+	root, _ := workspace(t)
+	sig := mustRun(t, root, shell(`kill -TERM $$`))
+	if sig.GetState() != executionv1.CommandState_COMMAND_STATE_SIGNALED || sig.GetSignal() != int32(syscall.SIGTERM) || sig.GetExitCode() != -1 {
+		t.Fatalf("killed by SIGTERM: %v", sig)
+	}
+	code := mustRun(t, root, shell(`exit 143`))
+	if code.GetState() != executionv1.CommandState_COMMAND_STATE_FAILED || code.GetExitCode() != 143 || code.GetSignal() != 0 {
+		t.Fatalf("exit 143: %v", code)
+	}
+}
+
+func TestOutputBombsAreCappedWithHeadAndTail(t *testing.T) {
+	root, _ := workspace(t)
+	const total = 50 << 20
+	res := mustRun(t, root, shell(`head -c 52428800 /dev/zero | tr '\0' a; printf END; head -c 52428800 /dev/zero | tr '\0' b >&2; printf END >&2`))
+	for name, out := range map[string]*executionv1.CapturedOutput{"stdout": res.GetStdout(), "stderr": res.GetStderr()} {
+		if out.GetTotalBytes() != total+3 || !out.GetTruncated() {
+			t.Fatalf("%s: total %d truncated %v", name, out.GetTotalBytes(), out.GetTruncated())
+		}
+		if len(out.GetHead())+len(out.GetTail()) != testMaxCommandBytes || !bytes.HasSuffix(out.GetTail(), []byte("END")) {
+			t.Fatalf("%s: head %d tail %d", name, len(out.GetHead()), len(out.GetTail()))
+		}
+	}
+}
+
+func TestBinaryOutputRoundTrips(t *testing.T) {
+	root, _ := workspace(t)
+	res := mustRun(t, root, shell(`printf '\000\377\001binary'`))
+	if !bytes.Equal(res.GetStdout().GetHead(), []byte("\x00\xff\x01binary")) {
+		t.Fatalf("stdout %q", res.GetStdout().GetHead())
+	}
+}
+
+func TestSleepPastTimeoutIsKilledOnTime(t *testing.T) {
+	root, _ := workspace(t)
+	start := time.Now()
+	res := mustRun(t, root, withTimeout(shell(`echo started; sleep 30`), time.Second))
+	elapsed := time.Since(start)
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT || res.GetSignal() != int32(syscall.SIGKILL) {
+		t.Fatalf("result %v", res)
+	}
+	if elapsed > 2*time.Second {
+		t.Fatalf("a 1 s timeout took %s (bound: timeout + 1 s)", elapsed)
+	}
+	if string(res.GetStdout().GetHead()) != "started\n" {
+		t.Fatalf("output before the timeout was lost: %q", res.GetStdout().GetHead())
+	}
+}
+
+func TestProcessIgnoringSIGTERMIsKilled(t *testing.T) {
+	root, _ := workspace(t)
+	marker := "31.1234"
+	start := time.Now()
+	res := mustRun(t, root, withTimeout(shell(`trap '' TERM; sleep `+marker+`; sleep `+marker), time.Second))
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT || time.Since(start) > 2*time.Second {
+		t.Fatalf("result %v after %s", res, time.Since(start))
+	}
+	if s := survivors(t, marker); len(s) != 0 {
+		t.Fatalf("survivors: %v", s)
+	}
+}
+
+func TestBackgroundChildHoldingThePipeDoesNotHoldTheCall(t *testing.T) {
+	root, _ := workspace(t)
+	marker := "32.4321"
+	start := time.Now()
+	res := mustRun(t, root, shell(`sleep `+marker+` & echo done`))
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED || string(res.GetStdout().GetHead()) != "done\n" {
+		t.Fatalf("result %v", res)
+	}
+	if time.Since(start) > 3*time.Second {
+		t.Fatalf("the call waited for the background child: %s", time.Since(start))
+	}
+	if s := survivors(t, marker); len(s) != 0 {
+		t.Fatalf("survivors: %v", s)
+	}
+}
+
+func TestDescendantThatLeftTheGroupIsReaped(t *testing.T) {
+	root, _ := workspace(t)
+	marker := "33.5678"
+	res := mustRun(t, root, shell(`setsid sh -c 'sleep `+marker+`' </dev/null >/dev/null 2>&1 & sleep 0.2; echo ok`))
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
+		t.Fatalf("result %v", res)
+	}
+	if s := survivors(t, marker); len(s) != 0 {
+		t.Fatalf("a setsid descendant survived: %v", s)
+	}
+}
+
+// A bounded fork bomb (a real one is bounded by the Pod's pid limit, which this machine does
+// not have): hundreds of processes in a tree, killed at the timeout, none survives, and the
+// next command works.
+func TestForkBombIsKilledAtTimeout(t *testing.T) {
+	root, _ := workspace(t)
+	marker := "34.9876"
+	script := `bomb() { [ "$1" -le 0 ] && exec sleep ` + marker + `; bomb $(($1-1)) & bomb $(($1-1)) & wait; }; bomb 7`
+	start := time.Now()
+	res := mustRun(t, root, withTimeout(shell(script), 2*time.Second))
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT || time.Since(start) > 3*time.Second {
+		t.Fatalf("result %v after %s", res, time.Since(start))
+	}
+	if s := survivors(t, marker); len(s) != 0 {
+		t.Fatalf("%d processes survived", len(s))
+	}
+	if next := mustRun(t, root, argv("echo", "next")); string(next.GetStdout().GetHead()) != "next\n" {
+		t.Fatalf("next command: %v", next)
+	}
+}
+
+func TestStdinBounds(t *testing.T) {
+	root, _ := workspace(t)
+	wantRefused(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"cat"}}}, Stdin: make([]byte, testMaxCommandBytes+1)}, helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED)
+	res := mustRun(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"wc", "-c"}}}, Stdin: make([]byte, testMaxCommandBytes)})
+	if strings.TrimSpace(string(res.GetStdout().GetHead())) != strconv.Itoa(testMaxCommandBytes) {
+		t.Fatalf("wc -c of stdin: %q", res.GetStdout().GetHead())
+	}
+	// A command that never reads stdin is not blocked by it.
+	quiet := mustRun(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"true"}}}, Stdin: make([]byte, testMaxCommandBytes)})
+	if quiet.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
+		t.Fatalf("result %v", quiet)
+	}
+}
+
+func TestEnvironmentValidation(t *testing.T) {
+	root, _ := workspace(t)
+	for _, name := range []string{"A=B", "A\x00B", "", "1ABC", "LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "IFS", "GLIBC_TUNABLES", "BASH_FUNC_x%%", "SHELLOPTS"} {
+		wantRefused(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Shell{Shell: "true"}, Environment: []*executionv1.EnvironmentVariable{{Name: name, Value: "x"}}}, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
+	}
+	wantRefused(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Shell{Shell: "true"}, Environment: []*executionv1.EnvironmentVariable{{Name: "OK", Value: "a\x00b"}}}, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
+	res := mustRun(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Shell{Shell: `echo "$PATH|$MY_VAR"`}, Environment: []*executionv1.EnvironmentVariable{{Name: "MY_VAR", Value: "v"}}})
+	if !strings.HasSuffix(strings.TrimSpace(string(res.GetStdout().GetHead())), "|v") {
+		t.Fatalf("environment not passed: %q", res.GetStdout().GetHead())
+	}
+}
+
+func TestArgvValidationAndMissingBinary(t *testing.T) {
+	root, _ := workspace(t)
+	wantRefused(t, root, argv("echo", "a\x00b"), helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
+	wantRefused(t, root, argv(""), helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
+	wantRefused(t, root, shell("echo \x00"), helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
+	wantRefused(t, root, withTimeout(argv("true"), time.Hour), helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT) // above the limit
+	wantRefused(t, root, withTimeout(argv("true"), time.Millisecond), helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
+	for _, missing := range []string{"no-such-binary-xyz", "/no/such/binary"} {
+		res := mustRun(t, root, argv(missing))
+		if res.GetState() != executionv1.CommandState_COMMAND_STATE_START_FAILED || res.GetExitCode() != -1 || res.GetMessage() == "" {
+			t.Fatalf("%s: %v", missing, res)
+		}
+	}
+}
+
+// The exec stream cut mid-command: the gateway closes the helper's stdin; the helper kills
+// the command's group and answers CANCELLED promptly.
+func TestStdinEOFCancelsTheCommand(t *testing.T) {
+	root, _ := workspace(t)
+	marker := "35.2468"
+	start := time.Now()
+	res, r := command(t, root, shell(`sleep `+marker), callOptions{closeStdinAfter: 300 * time.Millisecond})
+	if res == nil || res.GetState() != executionv1.CommandState_COMMAND_STATE_CANCELLED {
+		t.Fatalf("result %v / %v", res, r.resp)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Fatalf("cancellation took %s", time.Since(start))
+	}
+	if s := survivors(t, marker); len(s) != 0 {
+		t.Fatalf("survivors: %v", s)
+	}
+}
+
+func TestHeartbeatsWhileRunning(t *testing.T) {
+	root, _ := workspace(t)
+	_, r := command(t, root, shell(`sleep 1`), callOptions{args: []string{"--heartbeat-interval=100ms"}})
+	if r.resp.GetCommand().GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED || r.heartbeats < 5 {
+		t.Fatalf("%d heartbeats in a 1 s command, result %v", r.heartbeats, r.resp)
+	}
+}
+
+func TestProtocolViolationsAreTypedErrors(t *testing.T) {
+	root, _ := workspace(t)
+	bad := call(t, root, nil, callOptions{rawRequest: []byte{0, 0, 0, 3, 0xff, 0xff, 0xff}})
+	if bad.resp.GetError().GetCode() != helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
+		t.Fatalf("garbage request: %v", bad.resp)
+	}
+	huge := call(t, root, nil, callOptions{rawRequest: []byte{0xff, 0xff, 0xff, 0xff}})
+	if huge.resp.GetError().GetCode() != helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
+		t.Fatalf("oversized request: %v", huge.resp)
+	}
+	version := call(t, root, &helperv1.Request{Version: 7, Operation: &helperv1.Request_File{File: statOp(".")}}, callOptions{})
+	if version.resp.GetError().GetCode() != helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION {
+		t.Fatalf("unknown version: %v", version.resp)
+	}
+	over := call(t, root, &helperv1.Request{Limits: &helperv1.Limits{MaxFileBytes: 1 << 30}, Operation: &helperv1.Request_File{File: statOp(".")}}, callOptions{})
+	if over.resp.GetError().GetCode() != helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
+		t.Fatalf("limit above the ceiling: %v", over.resp)
+	}
+}
+
+// A memory bomb inside a memory-limited cgroup is reported as OUT_OF_MEMORY, distinct from a
+// plain SIGKILL. The test creates a child memory cgroup (v1 or v2) limited to 32 MiB and puts
+// the helper in it, as a container runtime would.
+func TestMemoryBombReportedAsOutOfMemory(t *testing.T) {
+	root, _ := workspace(t)
+	cgroup, procs := memoryCgroup(t, 32<<20)
+	res, r := command(t, root, shell(`a=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived`), callOptions{
+		afterStart: func(pid int) {
+			if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+				t.Fatalf("moving the helper into %s: %v", cgroup, err)
+			}
+		},
+	})
+	if res == nil {
+		t.Fatalf("refused: %v", r.resp.GetError())
+	}
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_OUT_OF_MEMORY || res.GetSignal() != int32(syscall.SIGKILL) {
+		t.Fatalf("memory bomb: %v", res)
+	}
+	// A SIGKILL that is not the OOM killer's stays SIGNALED.
+	plain := mustRun(t, root, shell(`kill -KILL $$`))
+	if plain.GetState() != executionv1.CommandState_COMMAND_STATE_SIGNALED {
+		t.Fatalf("plain SIGKILL: %v", plain)
+	}
+}
+
+// memoryCgroup creates a child of this process's memory cgroup with a limit and returns it
+// and its cgroup.procs file; it is removed when the test ends.
+func memoryCgroup(t *testing.T, limit int) (dir, procs string) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var base, limitFile string
+		switch {
+		case strings.Contains(parts[1], "memory"):
+			base, limitFile = filepath.Join("/sys/fs/cgroup/memory", parts[2]), "memory.limit_in_bytes"
+		case parts[0] == "0" && parts[1] == "":
+			base, limitFile = filepath.Join("/sys/fs/cgroup", parts[2]), "memory.max"
+			if _, err := os.Stat(filepath.Join(base, "memory.events")); err != nil {
+				continue
+			}
+		default:
+			continue
+		}
+		dir = filepath.Join(base, "execplane-test-"+strconv.Itoa(os.Getpid()))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			continue
+		}
+		t.Cleanup(func() {
+			// Empty the group (its processes are gone by now), then remove it.
+			deadline := time.Now().Add(5 * time.Second)
+			for os.Remove(dir) != nil && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+		if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.Itoa(limit)), 0o644); err != nil {
+			t.Fatalf("setting the memory limit: %v", err)
+		}
+		return dir, filepath.Join(dir, "cgroup.procs")
+	}
+	t.Skip("no writable memory cgroup on this machine: the OOM classification is covered by TestParseOOMKills only")
+	return "", ""
+}

@@ -1,0 +1,123 @@
+// Package frame is the length-prefixed framing of the helper protocol (proto/helper/v1): a
+// 4-byte big-endian length followed by that many bytes of one serialized protobuf message.
+//
+// Invariants:
+//   - A length is checked against the caller's cap before any allocation, so a hostile peer
+//     cannot make the reader allocate more than the cap.
+//   - Decoding is strict: a message with unknown fields (at any depth) or invalid encoding is
+//     refused, never partially trusted.
+//   - Frames are read with io.ReadFull: a short frame is an error, never a truncated message.
+package frame
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Caps on frame sizes. File content and command output travel inside one frame; the profile
+// package bounds a file at 24 MiB and each output stream at 8 MiB, so 32 MiB of payload plus
+// headroom for the envelope covers every legitimate frame.
+const (
+	// MaxRequestBytes bounds a request frame (gateway → helper).
+	MaxRequestBytes = 32<<20 + 64<<10
+	// MaxResponseBytes bounds a response frame (helper → gateway).
+	MaxResponseBytes = 32<<20 + 64<<10
+	// headerBytes is the size of the length prefix.
+	headerBytes = 4
+)
+
+// Errors.
+var (
+	// ErrTooLarge: the length prefix exceeds the cap.
+	ErrTooLarge = errors.New("frame exceeds the size cap")
+	// ErrTruncated: the stream ended inside a frame.
+	ErrTruncated = errors.New("truncated frame")
+	// ErrInvalid: the payload is not a valid message of the expected type.
+	ErrInvalid = errors.New("invalid frame payload")
+)
+
+// Write writes msg as one frame. It refuses messages over max.
+func Write(w io.Writer, msg proto.Message, max int) error {
+	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("frame: marshal: %w", err)
+	}
+	if len(payload) > max {
+		return fmt.Errorf("frame: %w: %d > %d bytes", ErrTooLarge, len(payload), max)
+	}
+	buf := make([]byte, headerBytes+len(payload))
+	binary.BigEndian.PutUint32(buf, uint32(len(payload)))
+	copy(buf[headerBytes:], payload)
+	_, err = w.Write(buf)
+	return err
+}
+
+// Read reads one frame into msg. It returns io.EOF when the stream ends cleanly before a
+// frame starts, and ErrTooLarge, ErrTruncated or ErrInvalid otherwise.
+func Read(r io.Reader, msg proto.Message, max int) error {
+	var header [headerBytes]byte
+	if _, err := io.ReadFull(r, header[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			return io.EOF
+		}
+		return fmt.Errorf("frame: %w: header: %v", ErrTruncated, err)
+	}
+	n := binary.BigEndian.Uint32(header[:])
+	if uint64(n) > uint64(max) {
+		return fmt.Errorf("frame: %w: %d > %d bytes", ErrTooLarge, n, max)
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return fmt.Errorf("frame: %w: payload: %v", ErrTruncated, err)
+	}
+	return Decode(payload, msg)
+}
+
+// Decode strictly unmarshals payload into msg.
+func Decode(payload []byte, msg proto.Message) error {
+	if err := (proto.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(payload, msg); err != nil {
+		return fmt.Errorf("frame: %w: %v", ErrInvalid, err)
+	}
+	if hasUnknown(msg.ProtoReflect()) {
+		return fmt.Errorf("frame: %w: unknown fields", ErrInvalid)
+	}
+	return nil
+}
+
+// hasUnknown reports whether m or any message inside it carries unknown fields.
+func hasUnknown(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := range l.Len() {
+				if hasUnknown(l.Get(i).Message()) {
+					found = true
+					return false
+				}
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				if hasUnknown(mv.Message()) {
+					found = true
+				}
+				return !found
+			})
+		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
+			if hasUnknown(v.Message()) {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}

@@ -1,0 +1,122 @@
+package process
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func TestCaptureKeepsHeadAndTail(t *testing.T) {
+	cases := []struct {
+		name   string
+		limit  int
+		writes []string
+	}{
+		{"fits", 10, []string{"abc", "defgh"}},
+		{"exactly the cap", 10, []string{"0123456789"}},
+		{"one over", 10, []string{"0123456789", "X"}},
+		{"many small writes", 7, strings.Split("the quick brown fox jumps over the lazy dog", "")},
+		{"one huge write", 8, []string{strings.Repeat("ab", 1000) + "END"}},
+		{"wraps the ring", 6, []string{"aaaa", "bbbb", "cccc", "dd"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCapture(tc.limit)
+			all := strings.Join(tc.writes, "")
+			for _, w := range tc.writes {
+				if n, err := c.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+			}
+			out := c.result()
+			if out.GetTotalBytes() != uint64(len(all)) {
+				t.Fatalf("total %d, want %d", out.GetTotalBytes(), len(all))
+			}
+			if len(all) <= tc.limit {
+				if string(out.GetHead()) != all || len(out.GetTail()) != 0 || out.GetTruncated() {
+					t.Fatalf("untruncated: %+v", out)
+				}
+				return
+			}
+			half := tc.limit / 2
+			if !out.GetTruncated() || string(out.GetHead()) != all[:half] || string(out.GetTail()) != all[len(all)-(tc.limit-half):] {
+				t.Fatalf("head %q tail %q of %q", out.GetHead(), out.GetTail(), all)
+			}
+		})
+	}
+}
+
+func TestValidateBounds(t *testing.T) {
+	lim := Limits{MaxOutputBytes: 16, MaxDuration: time.Minute}
+	ok := &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"ls"}}}}
+	if _, timeout, err := validate(ok, lim); err != nil || timeout != time.Minute {
+		t.Fatalf("valid spec: %v %v", timeout, err)
+	}
+	bad := map[string]*executionv1.CommandSpec{
+		"no program":   {},
+		"empty argv":   {Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{}}},
+		"too many":     {Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: make([]string, maxArgs+1)}}},
+		"huge arg":     {Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"x", strings.Repeat("a", maxArgBytes+1)}}}},
+		"empty shell":  {Program: &executionv1.CommandSpec_Shell{}},
+		"stdin":        {Program: ok.Program, Stdin: bytes.Repeat([]byte("x"), 17)},
+		"long timeout": {Program: ok.Program, Timeout: durationpb.New(2 * time.Minute)},
+		"bad timeout":  {Program: ok.Program, Timeout: &durationpb.Duration{Seconds: 1, Nanos: -5}},
+		"env count":    {Program: ok.Program, Environment: make([]*executionv1.EnvironmentVariable, maxEnvVars+1)},
+	}
+	for name, spec := range bad {
+		if _, _, err := validate(spec, lim); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+}
+
+func TestEnvAllowed(t *testing.T) {
+	for _, n := range []string{"PATH", "HOME", "_X", "a1", "LDX"} {
+		if !EnvAllowed(n) {
+			t.Errorf("%s refused", n)
+		}
+	}
+	for _, n := range []string{"LD_PRELOAD", "LD_AUDIT", "BASH_ENV", "ENV", "IFS", "BASH_FUNC_f%%", "A=B", "", "9X", "DYLD_INSERT_LIBRARIES"} {
+		if EnvAllowed(n) {
+			t.Errorf("%s allowed", n)
+		}
+	}
+}
+
+func TestMergeEnvOverridesAndDropsDenied(t *testing.T) {
+	env := mergeEnv([]string{"PATH=/bin", "LD_PRELOAD=/evil.so", "A=1", "A=2"}, []*executionv1.EnvironmentVariable{{Name: "A", Value: "3"}, {Name: "B", Value: "4"}})
+	got := strings.Join(env, ",")
+	if got != "PATH=/bin,A=3,B=4" {
+		t.Fatalf("env = %s", got)
+	}
+	if env := mergeEnv(nil, nil); len(env) != 1 || env[0] != "PATH="+defaultPath {
+		t.Fatalf("default PATH missing: %v", env)
+	}
+}
+
+func TestParseOOMKills(t *testing.T) {
+	n, ok := parseOOMKills("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n")
+	if !ok || n != 2 {
+		t.Fatalf("got %d %v", n, ok)
+	}
+	if _, ok := parseOOMKills("low 0\n"); ok {
+		t.Fatal("missing counter reported")
+	}
+}
+
+func TestReceiptCoversTheResult(t *testing.T) {
+	a := &executionv1.CommandResult{State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED, Stdout: &executionv1.CapturedOutput{Head: []byte("x")}}
+	b := &executionv1.CommandResult{State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED, Stdout: &executionv1.CapturedOutput{Head: []byte("y")}}
+	ra, rb := Receipt(a), Receipt(b)
+	if !strings.HasPrefix(ra, "sha256:") || len(ra) != 7+64 || ra == rb {
+		t.Fatalf("receipts %s %s", ra, rb)
+	}
+	a.Receipt = ra
+	if Receipt(a) != ra {
+		t.Fatal("the receipt field itself changed the receipt")
+	}
+}
