@@ -1,0 +1,94 @@
+package grant
+
+import "errors"
+
+// Verification errors. Verify returns exactly one of them (possibly wrapped with a short,
+// token-free explanation), chosen by the precedence documented on Verifier.VerifyRun; test
+// with errors.Is. None of their messages ever contains a token, a key or a claim value.
+var (
+	// ErrOversized: the token is longer than MaxTokenBytes. Nothing of it was decoded.
+	ErrOversized = errors.New("grant: token too large")
+	// ErrMalformed: the token is not a compact JWS of base64url segments carrying JSON, or a
+	// required claim (exp, iat, jti, purpose, a binding claim) is missing or ill-typed.
+	ErrMalformed = errors.New("grant: malformed token")
+	// ErrBadAlgorithm: the header names no algorithm or one other than EdDSA ("none" in any
+	// casing, HMAC, RSA, ECDSA, ...).
+	ErrBadAlgorithm = errors.New("grant: algorithm not allowed")
+	// ErrUnknownKey: the header's kid is missing, ill-formed, not in the key set, or names a
+	// key outside its verification window.
+	ErrUnknownKey = errors.New("grant: unknown signing key")
+	// ErrBadSignature: the signature does not verify under the key the kid names.
+	ErrBadSignature = errors.New("grant: bad signature")
+	// ErrWrongIssuer: the iss claim is missing or not the expected issuer.
+	ErrWrongIssuer = errors.New("grant: wrong issuer")
+	// ErrWrongAudience: the aud claim is missing or is not exactly the expected audience.
+	ErrWrongAudience = errors.New("grant: wrong audience")
+	// ErrLifetimeExceeded: exp - iat is above the verifier's lifetime ceiling.
+	ErrLifetimeExceeded = errors.New("grant: lifetime above ceiling")
+	// ErrExpired: exp is in the past (beyond the leeway).
+	ErrExpired = errors.New("grant: expired")
+	// ErrNotYetValid: nbf or iat is in the future (beyond the leeway).
+	ErrNotYetValid = errors.New("grant: not yet valid")
+	// ErrWrongPurpose: an environment grant where a run grant is required, or the reverse.
+	ErrWrongPurpose = errors.New("grant: wrong purpose")
+	// ErrMismatch: a binding claim differs from the expectation (client, owner, binding,
+	// environment name or UID, run or claim id). The wrapped *MismatchError names the claim.
+	ErrMismatch = errors.New("grant: binding mismatch")
+	// ErrRevoked: the grant's generation is older than the environment's: RevokeEnvironment
+	// ran after it was issued.
+	ErrRevoked = errors.New("grant: revoked")
+	// ErrStaleEpoch: the run grant's epoch is older than the environment's: another
+	// AcquireRun or a completed replacement fenced it.
+	ErrStaleEpoch = errors.New("grant: stale epoch")
+	// ErrNotObserved: the grant's epoch or generation is newer than the environment state
+	// the caller compared it with. The grant is authentic; the caller's view (an informer
+	// cache) lags behind the controller. Refuse, and let the client retry.
+	ErrNotObserved = errors.New("grant: newer than the observed environment")
+)
+
+// Errors of construction and signing.
+var (
+	// ErrInvalidConfig: a signer, verifier or key-set configuration is unsafe or incomplete.
+	ErrInvalidConfig = errors.New("grant: invalid configuration")
+	// ErrInvalidInput: a binding to sign is incomplete or ill-formed.
+	ErrInvalidInput = errors.New("grant: invalid input")
+	// ErrUnsafeRotation: a key-set transition would refuse grants that should verify, or let
+	// a key sign before every gateway can verify it.
+	ErrUnsafeRotation = errors.New("grant: unsafe key rotation")
+)
+
+// Claim names a binding claim, for MismatchError. The set is closed, so a claim is safe to
+// use as a metric label.
+type Claim string
+
+// The binding claims a verifier compares.
+const (
+	// ClaimClient: the grant was issued to another client identity.
+	ClaimClient Claim = "client"
+	// ClaimOwner: the grant is for another owner.
+	ClaimOwner Claim = "owner"
+	// ClaimBinding: the grant is for another binding.
+	ClaimBinding Claim = "binding"
+	// ClaimEnvironmentName: the grant is for another environment.
+	ClaimEnvironmentName Claim = "environment name"
+	// ClaimEnvironmentUID: the grant is for another incarnation of the environment (it was
+	// deleted and re-created under the same name).
+	ClaimEnvironmentUID Claim = "environment uid"
+	// ClaimRun: the grant is for another run id.
+	ClaimRun Claim = "run id"
+	// ClaimClaimID: the grant is for another run claim.
+	ClaimClaimID Claim = "claim id"
+)
+
+// MismatchError reports which binding claim differed. It matches ErrMismatch with errors.Is.
+// It names the claim only: the values stay out of errors and logs.
+type MismatchError struct {
+	// Claim is the first binding claim that differed.
+	Claim Claim
+}
+
+// Error names the claim, never its values.
+func (e *MismatchError) Error() string { return "grant: binding mismatch: " + string(e.Claim) }
+
+// Is makes errors.Is(err, ErrMismatch) hold.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }

@@ -1,0 +1,55 @@
+package grant
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestVerifierImportsNoIO proves the package's no-I/O invariant structurally: its non-test
+// files import nothing that can open a file, a socket or a process, so no kid, jku or x5u
+// can ever make it reach one. A new import must be added here deliberately.
+func TestVerifierImportsNoIO(t *testing.T) {
+	allowed := map[string]bool{
+		"crypto/ed25519":               true,
+		"crypto/rand":                  true, // jti entropy from the kernel's CSPRNG, never a file path
+		"crypto/sha256":                true,
+		"crypto/subtle":                true,
+		"encoding/base64":              true,
+		"encoding/hex":                 true,
+		"errors":                       true,
+		"fmt":                          true,
+		"slices":                       true,
+		"strings":                      true,
+		"time":                         true,
+		"github.com/golang-jwt/jwt/v5": true, // its parser only decodes; key lookup is our Keyfunc
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if !allowed[path] {
+				t.Errorf("%s imports %q, outside the no-I/O allowlist", name, path)
+			}
+		}
+	}
+}
