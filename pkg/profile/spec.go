@@ -1,0 +1,124 @@
+package profile
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DefaultHelperPath is where the helper binary lives inside an executor image when a profile
+// does not say otherwise. It matches the gateway's --helper-path default.
+const DefaultHelperPath = "/execplane/helper"
+
+// CapabilityNetworkEgress lets executor Pods built from a profile open outbound connections;
+// without it the executor NetworkPolicy denies all egress.
+const CapabilityNetworkEgress = "network-egress"
+
+// ProfileSpec is one operator-defined profile: what an executor Pod and its workspace are
+// built from, and the bounds the data plane enforces.
+//
+// The YAML file is decoded through sigs.k8s.io/yaml semantics (YAML to JSON, then JSON into
+// this struct), so the json tags are the YAML keys. Optional fields are pointers, empty
+// strings or empty collections; absent and empty mean the same thing everywhere, including
+// the digest. docs/profiles.md lists every field with its bounds.
+type ProfileSpec struct {
+	// Image is the executor container image (required). With
+	// ParseOptions.RequireDigestPinnedImages it must end in @sha256:<64 hex>.
+	Image string `json:"image"`
+	// StorageClass names the workspace PVC's StorageClass; empty means the cluster default.
+	StorageClass string `json:"storageClass,omitempty"`
+	// StorageSize is the workspace PVC's requested size (required).
+	StorageSize *resource.Quantity `json:"storageSize,omitempty"`
+
+	// CPURequest is the executor container's CPU request (optional, whole millicores, at
+	// most CPULimit when both are set).
+	CPURequest *resource.Quantity `json:"cpuRequest,omitempty"`
+	// CPULimit is the executor container's CPU limit (optional, whole millicores).
+	CPULimit *resource.Quantity `json:"cpuLimit,omitempty"`
+	// MemoryRequest is the executor container's memory request (optional, whole bytes, at
+	// most MemoryLimit).
+	MemoryRequest *resource.Quantity `json:"memoryRequest,omitempty"`
+	// MemoryLimit is the executor container's memory limit (required, whole bytes): memory
+	// cannot be reclaimed from a workload the way CPU time can.
+	MemoryLimit *resource.Quantity `json:"memoryLimit,omitempty"`
+	// EphemeralStorageRequest is the executor container's ephemeral-storage request
+	// (optional, whole bytes, at most EphemeralStorageLimit when both are set).
+	EphemeralStorageRequest *resource.Quantity `json:"ephemeralStorageRequest,omitempty"`
+	// EphemeralStorageLimit is the executor container's ephemeral-storage limit (optional,
+	// whole bytes).
+	EphemeralStorageLimit *resource.Quantity `json:"ephemeralStorageLimit,omitempty"`
+	// TmpSizeLimit is the size limit of the emptyDir mounted at /tmp (required, whole bytes,
+	// at most EphemeralStorageLimit when that is set).
+	TmpSizeLimit *resource.Quantity `json:"tmpSizeLimit,omitempty"`
+
+	// RuntimeClassName selects a RuntimeClass (for example gVisor or Kata); empty means the
+	// cluster default.
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
+	// ImagePullSecrets names Secrets in the environments' namespace, in the order the
+	// executor Pod lists them.
+	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
+	// NodeSelector constrains executor Pods to matching Nodes.
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations are copied to executor Pods in this order.
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// MaxFileBytes is the largest file a single read or write moves (required).
+	MaxFileBytes int64 `json:"maxFileBytes"`
+	// MaxCommandBytes is the most output kept per stream of a command, and the most stdin a
+	// command accepts (required).
+	MaxCommandBytes int64 `json:"maxCommandBytes"`
+	// MaxCommandDuration is the longest a command may run, written as a Go duration string
+	// such as "10m" (required).
+	MaxCommandDuration metav1.Duration `json:"maxCommandDuration"`
+	// MaxEnvironments is the most environments that may exist for this profile (required).
+	MaxEnvironments int64 `json:"maxEnvironments"`
+
+	// HelperPath is the helper binary's absolute path inside the image; empty means
+	// DefaultHelperPath. A loaded registry always holds the effective value.
+	HelperPath string `json:"helperPath,omitempty"`
+	// Capabilities the profile grants, such as CapabilityNetworkEgress. A loaded registry
+	// holds them sorted.
+	Capabilities []string `json:"capabilities,omitempty"`
+}
+
+// DeepCopy returns a copy of s that shares no memory with it. resource.Quantity caches its
+// string form on first use, so even reading a shared *Quantity can write; copies keep the
+// registry's own values untouched.
+func (s *ProfileSpec) DeepCopy() ProfileSpec {
+	out := *s
+	out.StorageSize = copyQuantity(s.StorageSize)
+	out.CPURequest = copyQuantity(s.CPURequest)
+	out.CPULimit = copyQuantity(s.CPULimit)
+	out.MemoryRequest = copyQuantity(s.MemoryRequest)
+	out.MemoryLimit = copyQuantity(s.MemoryLimit)
+	out.EphemeralStorageRequest = copyQuantity(s.EphemeralStorageRequest)
+	out.EphemeralStorageLimit = copyQuantity(s.EphemeralStorageLimit)
+	out.TmpSizeLimit = copyQuantity(s.TmpSizeLimit)
+	if s.ImagePullSecrets != nil {
+		out.ImagePullSecrets = append([]string(nil), s.ImagePullSecrets...)
+	}
+	if s.NodeSelector != nil {
+		out.NodeSelector = make(map[string]string, len(s.NodeSelector))
+		for k, v := range s.NodeSelector {
+			out.NodeSelector[k] = v
+		}
+	}
+	if s.Tolerations != nil {
+		out.Tolerations = make([]corev1.Toleration, len(s.Tolerations))
+		for i := range s.Tolerations {
+			s.Tolerations[i].DeepCopyInto(&out.Tolerations[i])
+		}
+	}
+	if s.Capabilities != nil {
+		out.Capabilities = append([]string(nil), s.Capabilities...)
+	}
+	return out
+}
+
+func copyQuantity(q *resource.Quantity) *resource.Quantity {
+	if q == nil {
+		return nil
+	}
+	c := q.DeepCopy()
+	return &c
+}

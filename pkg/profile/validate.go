@@ -1,0 +1,285 @@
+package profile
+
+import (
+	"fmt"
+	"math"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Bounds on the data-plane limits a profile sets. Values outside them are refused.
+const (
+	// minMaxFileBytes: a profile that cannot move a 1 KiB file is a typo, not a policy.
+	minMaxFileBytes = 1 << 10
+	// MaxFileBytesCeiling bounds maxFileBytes: file content travels in a single gRPC
+	// message, and the gateway's default message cap is 32 MiB; 24 MiB leaves room for the
+	// rest of the message (path, versions, metadata) under that cap.
+	MaxFileBytesCeiling = 24 << 20
+	// minMaxCommandBytes: less than 1 KiB per stream would truncate even an error message.
+	minMaxCommandBytes = 1 << 10
+	// MaxCommandBytesCeiling bounds maxCommandBytes per stream: stdout and stderr (8 MiB
+	// each) come back in one response and stdin goes out in one request, all under the
+	// gateway's 32 MiB message cap.
+	MaxCommandBytesCeiling = 8 << 20
+	// minMaxCommandDuration: a command must be able to start at all.
+	minMaxCommandDuration = time.Second
+	// MaxCommandDurationCeiling bounds maxCommandDuration: commands are foreground, so the
+	// call lasts as long as the command and must end within the gateway's default RPC
+	// deadline cap (one hour).
+	MaxCommandDurationCeiling = time.Hour
+	// MaxEnvironmentsCeiling bounds maxEnvironments: every environment is a custom resource,
+	// a PVC and a Pod held in the informer caches of every gateway and controller replica.
+	MaxEnvironmentsCeiling = 100_000
+	// MaxCapabilities bounds the capabilities list, as the public Profile message does.
+	MaxCapabilities = 32
+	// maxHelperPathBytes is Linux PATH_MAX less the terminating NUL: exec refuses longer paths.
+	maxHelperPathBytes = 4095
+	// maxTolerationSeconds keeps tolerationSeconds an exact integer in every JSON
+	// implementation (IEEE doubles hold integers up to 2^53-1 exactly), so the canonical
+	// encoding stays reproducible; it is about 285 million years.
+	maxTolerationSeconds = 1<<53 - 1
+)
+
+// Mount points of the executor Pod (DESIGN §5). The helper may not live under them: they are
+// writable by the workload, which could replace the binary the gateway executes, and
+// /workspace is an empty volume on first use.
+const (
+	workspaceMountPath = "/workspace"
+	tmpMountPath       = "/tmp"
+)
+
+// Quantity bounds: Kubernetes accounts bytes as int64 and CPU as int64 millicores, so larger
+// values would overflow in the scheduler and the kubelet.
+var (
+	maxByteQuantity = *resource.NewQuantity(math.MaxInt64, resource.DecimalSI)
+	maxCPUQuantity  = *resource.NewMilliQuantity(math.MaxInt64, resource.DecimalSI)
+)
+
+// Approximate magnitudes checked before exact comparisons. They sit just outside the exact
+// bounds, so the exact comparison still decides near a bound; they only keep arbitrary-
+// precision arithmetic away from absurd exponents.
+const (
+	approxMaxBytes = 9.3e18
+	approxMaxCPU   = 9.3e15
+)
+
+type quantityKind int
+
+const (
+	byteQuantity quantityKind = iota // whole bytes
+	cpuQuantity                      // whole millicores
+)
+
+// normalize fills defaults and puts order-insensitive lists in their canonical order, so
+// that the digest and the registry see the effective spec. It runs after validation, whose
+// paths index lists in the operator's order.
+func normalize(s *ProfileSpec) {
+	if s.HelperPath == "" {
+		s.HelperPath = DefaultHelperPath
+	}
+	if len(s.Capabilities) > 0 {
+		sort.Strings(s.Capabilities)
+	}
+}
+
+// validateSpec records every problem of the spec s of the profile at path, as written (an
+// empty helperPath stands for DefaultHelperPath).
+func validateSpec(p *problems, path string, s *ProfileSpec, o ParseOptions) {
+	field := func(name string) string { return path + "." + name }
+
+	checkImage(p, field("image"), s.Image, o.RequireDigestPinnedImages)
+	if s.StorageClass != "" {
+		p.addAll(field("storageClass"), s.StorageClass, validation.IsDNS1123Subdomain(s.StorageClass))
+	}
+	checkQuantity(p, field("storageSize"), s.StorageSize, byteQuantity, true)
+
+	cpuReq := checkQuantity(p, field("cpuRequest"), s.CPURequest, cpuQuantity, false)
+	cpuLim := checkQuantity(p, field("cpuLimit"), s.CPULimit, cpuQuantity, false)
+	memReq := checkQuantity(p, field("memoryRequest"), s.MemoryRequest, byteQuantity, false)
+	memLim := checkQuantity(p, field("memoryLimit"), s.MemoryLimit, byteQuantity, true)
+	ephReq := checkQuantity(p, field("ephemeralStorageRequest"), s.EphemeralStorageRequest, byteQuantity, false)
+	ephLim := checkQuantity(p, field("ephemeralStorageLimit"), s.EphemeralStorageLimit, byteQuantity, false)
+	tmp := checkQuantity(p, field("tmpSizeLimit"), s.TmpSizeLimit, byteQuantity, true)
+	checkAtMost(p, field("cpuRequest"), s.CPURequest, cpuReq && cpuLim, "cpuLimit", s.CPULimit)
+	checkAtMost(p, field("memoryRequest"), s.MemoryRequest, memReq && memLim, "memoryLimit", s.MemoryLimit)
+	checkAtMost(p, field("ephemeralStorageRequest"), s.EphemeralStorageRequest, ephReq && ephLim,
+		"ephemeralStorageLimit", s.EphemeralStorageLimit)
+	checkAtMost(p, field("tmpSizeLimit"), s.TmpSizeLimit, tmp && ephLim, "ephemeralStorageLimit", s.EphemeralStorageLimit)
+
+	if s.RuntimeClassName != "" {
+		p.addAll(field("runtimeClassName"), s.RuntimeClassName, validation.IsDNS1123Subdomain(s.RuntimeClassName))
+	}
+	checkNames(p, field("imagePullSecrets"), s.ImagePullSecrets, validation.IsDNS1123Subdomain)
+	checkNodeSelector(p, field("nodeSelector"), s.NodeSelector)
+	for i := range s.Tolerations {
+		checkToleration(p, fmt.Sprintf("%s[%d]", field("tolerations"), i), &s.Tolerations[i])
+	}
+
+	checkBetween(p, field("maxFileBytes"), s.MaxFileBytes, minMaxFileBytes, MaxFileBytesCeiling)
+	checkBetween(p, field("maxCommandBytes"), s.MaxCommandBytes, minMaxCommandBytes, MaxCommandBytesCeiling)
+	if d := s.MaxCommandDuration.Duration; d < minMaxCommandDuration || d > MaxCommandDurationCeiling {
+		p.add(field("maxCommandDuration"), "%s is outside [%s, %s]", d, minMaxCommandDuration, MaxCommandDurationCeiling)
+	}
+	checkBetween(p, field("maxEnvironments"), s.MaxEnvironments, 1, MaxEnvironmentsCeiling)
+
+	if s.HelperPath != "" {
+		checkHelperPath(p, field("helperPath"), s.HelperPath)
+	}
+	if len(s.Capabilities) > MaxCapabilities {
+		p.add(field("capabilities"), "has %d entries, more than %d", len(s.Capabilities), MaxCapabilities)
+	}
+	checkNames(p, field("capabilities"), s.Capabilities, validation.IsDNS1123Label)
+}
+
+// checkQuantity records the problems of one quantity and reports whether it is usable for
+// comparisons. A nil quantity is absent: a problem only when required.
+func checkQuantity(p *problems, path string, q *resource.Quantity, kind quantityKind, required bool) bool {
+	if q == nil {
+		if required {
+			p.add(path, "is required")
+		}
+		return false
+	}
+	if q.Sign() <= 0 {
+		p.add(path, "must be positive (got %s)", q.String())
+		return false
+	}
+	approx := q.AsApproximateFloat64()
+	switch kind {
+	case byteQuantity:
+		if approx > approxMaxBytes || q.Cmp(maxByteQuantity) > 0 {
+			p.add(path, "%s exceeds %d bytes", q.String(), int64(math.MaxInt64))
+			return false
+		}
+		if approx < 0.5 || q.CmpInt64(q.Value()) != 0 {
+			p.add(path, "%s is not a whole number of bytes", q.String())
+			return false
+		}
+	case cpuQuantity:
+		if approx > approxMaxCPU || q.Cmp(maxCPUQuantity) > 0 {
+			p.add(path, "%s exceeds %d millicores", q.String(), int64(math.MaxInt64))
+			return false
+		}
+		if approx < 0.0005 || q.Cmp(*resource.NewMilliQuantity(q.MilliValue(), resource.DecimalSI)) != 0 {
+			p.add(path, "%s is not a whole number of millicores", q.String())
+			return false
+		}
+	}
+	return true
+}
+
+// checkAtMost records a problem when both quantities are valid and q exceeds limit.
+func checkAtMost(p *problems, path string, q *resource.Quantity, comparable bool, limitName string, limit *resource.Quantity) {
+	if comparable && q.Cmp(*limit) > 0 {
+		p.add(path, "%s exceeds %s %s", q.String(), limitName, limit.String())
+	}
+}
+
+func checkBetween(p *problems, path string, n, lo, hi int64) {
+	if n < lo || n > hi {
+		p.add(path, "%d is outside [%d, %d]", n, lo, hi)
+	}
+}
+
+// checkNames records invalid and duplicate entries of a list of names.
+func checkNames(p *problems, path string, names []string, valid func(string) []string) {
+	seen := make(map[string]bool, len(names))
+	for i, n := range names {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		p.addAll(ip, n, valid(n))
+		if seen[n] {
+			p.add(ip, "%q is listed twice", n)
+		}
+		seen[n] = true
+	}
+}
+
+func checkNodeSelector(p *problems, path string, sel map[string]string) {
+	keys := make([]string, 0, len(sel))
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		kp := fmt.Sprintf("%s[%q]", path, k)
+		p.addAll(kp, k, validation.IsQualifiedName(k))
+		p.addAll(kp, sel[k], validation.IsValidLabelValue(sel[k]))
+	}
+}
+
+// checkToleration applies the rules the API server applies to a Pod's tolerations, minus
+// the feature-gated numeric operators (Lt, Gt), which executor Pods do not need.
+func checkToleration(p *problems, path string, t *corev1.Toleration) {
+	if t.Key != "" {
+		p.addAll(path+".key", t.Key, validation.IsQualifiedName(t.Key))
+	}
+	switch t.Operator {
+	case "", corev1.TolerationOpEqual:
+		if t.Key == "" {
+			p.add(path+".operator", "must be Exists when key is empty (an empty key matches every taint)")
+		}
+		p.addAll(path+".value", t.Value, validation.IsValidLabelValue(t.Value))
+	case corev1.TolerationOpExists:
+		if t.Value != "" {
+			p.add(path+".value", "must be empty when operator is Exists (got %q)", t.Value)
+		}
+	default:
+		p.add(path+".operator", "%q is not Equal or Exists", t.Operator)
+	}
+	switch t.Effect {
+	case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+	default:
+		p.add(path+".effect", "%q is not empty, NoSchedule, PreferNoSchedule or NoExecute", t.Effect)
+	}
+	if t.TolerationSeconds != nil {
+		if t.Effect != corev1.TaintEffectNoExecute {
+			p.add(path+".tolerationSeconds", "applies only to effect NoExecute (effect is %q)", t.Effect)
+		}
+		if s := *t.TolerationSeconds; s < 0 || s > maxTolerationSeconds {
+			p.add(path+".tolerationSeconds", "%d is outside [0, %d]", s, int64(maxTolerationSeconds))
+		}
+	}
+}
+
+// checkHelperPath requires an absolute, clean path of plain characters outside the
+// workload-writable mounts.
+func checkHelperPath(p *problems, field, helper string) {
+	switch {
+	case len(helper) > maxHelperPathBytes:
+		p.add(field, "is %d bytes, more than %d", len(helper), maxHelperPathBytes)
+	case !strings.HasPrefix(helper, "/"):
+		p.add(field, "%q is not an absolute path", helper)
+	case !isHelperPathChars(helper):
+		p.add(field, "%q may contain only ASCII letters, digits and . _ + - /", helper)
+	case path.Clean(helper) != helper || helper == "/":
+		p.add(field, "%q is not a clean path to a file (want %q)", helper, path.Clean(helper))
+	case isUnder(helper, workspaceMountPath) || isUnder(helper, tmpMountPath):
+		p.add(field, "%q is under %s or %s, which the workload can write", helper, workspaceMountPath, tmpMountPath)
+	}
+}
+
+// isHelperPathChars reports whether s uses only the helper path's character set. The path is
+// argv[0] of every exec and part of the canonical encoding, which relies on plain ASCII.
+func isHelperPathChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '.', c == '_', c == '+', c == '-', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isUnder reports whether the clean absolute path p is dir or lies beneath it.
+func isUnder(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
