@@ -3,6 +3,7 @@ package helper_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -354,4 +355,27 @@ func memoryCgroup(t *testing.T, limit int) (dir, procs string) {
 	}
 	t.Skip("no writable memory cgroup on this machine: the OOM classification is covered by TestParseOOMKills only")
 	return "", ""
+}
+
+// The executor container's main process idles, reaps orphans and exits 0 on SIGTERM.
+func TestPauseModeExitsOnSIGTERM(t *testing.T) {
+	root, _ := workspace(t)
+	cmd := exec.Command(helperBin, "--root", root, "--pause")
+	must(t, cmd.Start())
+	time.Sleep(200 * time.Millisecond)
+	if cmd.ProcessState != nil {
+		t.Fatal("pause mode exited on its own")
+	}
+	must(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("pause mode exited with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("pause mode ignored SIGTERM")
+	}
 }

@@ -30,6 +30,9 @@ type Config struct {
 	Root string
 	// HeartbeatInterval is how often a running command reports progress.
 	HeartbeatInterval time.Duration
+	// Pause makes the helper the executor container's idle main process: it waits for
+	// SIGTERM and reaps orphans, and serves no request (see pause.go).
+	Pause bool
 }
 
 // DefaultConfig returns the defaults, with the root taken from RootEnv when set.
@@ -44,6 +47,7 @@ func DefaultConfig(getenv func(string) string) Config {
 // RegisterFlags binds every field to a flag on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Root, "root", c.Root, "workspace root (default from $"+RootEnv+", else "+DefaultRoot+")")
+	fs.BoolVar(&c.Pause, "pause", false, "run as the executor container's idle main process until SIGTERM")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "interval of heartbeat frames while a command runs")
 }
 

@@ -26,6 +26,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if done, err := cli.Load("helper", &cfg, args, stdout, stderr); done {
 		return err
 	}
+	if cfg.Pause {
+		return Pause(ctx)
+	}
 	return Serve(ctx, cfg, os.Stdin, stdout)
 }
 

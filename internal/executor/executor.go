@@ -1,0 +1,231 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/profile"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Paths and identities inside the executor Pod.
+const (
+	// WorkspacePath is where the claim is mounted.
+	WorkspacePath = "/workspace"
+	// TmpPath is the size-limited scratch directory.
+	TmpPath = "/tmp"
+	// ContainerName is the executor container (pods/exec targets it).
+	ContainerName = "executor"
+	// RootEnv tells the helper its workspace root (helper.RootEnv; repeated here so that
+	// this package does not depend on the helper's).
+	RootEnv = "EXECPLANE_WORKSPACE_ROOT"
+	// RunAsUser and RunAsGroup are the fixed, non-root identity of everything in the Pod;
+	// FSGroup makes the workspace writable by it.
+	RunAsUser  = 65532
+	RunAsGroup = 65532
+	// TerminationFinalizer holds the Pod until its terminal state is recorded.
+	TerminationFinalizer = "execution.mecatl.dev/termination-proof"
+	// terminationGraceSeconds is how long the helper's pause mode gets to exit on delete.
+	terminationGraceSeconds = 10
+)
+
+// Labels and annotations.
+const (
+	LabelName           = "app.kubernetes.io/name"
+	LabelComponent      = "app.kubernetes.io/component"
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	LabelEnvironment    = "execution.mecatl.dev/environment"
+	LabelEnvironmentUID = "execution.mecatl.dev/environment-uid"
+	AnnotationProfile   = "execution.mecatl.dev/profile"
+	AnnotationDigest    = "execution.mecatl.dev/profile-digest"
+	AnnotationOrdinal   = "execution.mecatl.dev/executor-ordinal"
+	componentExecutor   = "executor"
+	componentWorkspace  = "workspace"
+	appName             = "execplane"
+	managedBy           = "execplane-controller"
+)
+
+// PVCName is the workspace claim's name.
+func PVCName(env *executionv1alpha1.ExecutionEnvironment) string { return env.Name + "-workspace" }
+
+// PodName is the executor Pod's name for a given ordinal.
+func PodName(env *executionv1alpha1.ExecutionEnvironment, ordinal int64) string {
+	return env.Name + "-x" + strconv.FormatInt(ordinal, 10)
+}
+
+func labels(env *executionv1alpha1.ExecutionEnvironment, component string) map[string]string {
+	return map[string]string{
+		LabelName:           appName,
+		LabelComponent:      component,
+		LabelManagedBy:      managedBy,
+		LabelEnvironment:    env.Name,
+		LabelEnvironmentUID: string(env.UID),
+	}
+}
+
+// ErrIncompleteProfile is returned for a profile without a bound the builders need; profiles
+// from a validated registry always have them.
+var ErrIncompleteProfile = errors.New("executor: profile lacks a required bound")
+
+// PVC builds the workspace claim. It has no owner reference on purpose.
+func PVC(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry) (*corev1.PersistentVolumeClaim, error) {
+	spec := p.Spec
+	if spec.StorageSize == nil {
+		return nil, fmt.Errorf("%w: storageSize", ErrIncompleteProfile)
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        PVCName(env),
+			Namespace:   env.Namespace,
+			Labels:      labels(env, componentWorkspace),
+			Annotations: map[string]string{AnnotationProfile: p.Name, AnnotationDigest: p.Digest},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: spec.StorageSize.DeepCopy()},
+			},
+		},
+	}
+	if spec.StorageClass != "" {
+		pvc.Spec.StorageClassName = ptr.To(spec.StorageClass)
+	}
+	return pvc, nil
+}
+
+// PodOptions are the inputs of Pod beyond the environment and the profile.
+type PodOptions struct {
+	// Ordinal numbers executors of one environment: 0 first, +1 per replacement.
+	Ordinal int64
+	// ServiceAccount is the token-less ServiceAccount executors run as.
+	ServiceAccount string
+}
+
+// Pod builds the executor Pod.
+func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOptions) (*corev1.Pod, error) {
+	spec := p.Spec
+	if spec.TmpSizeLimit == nil || spec.Image == "" {
+		return nil, fmt.Errorf("%w: image and tmpSizeLimit", ErrIncompleteProfile)
+	}
+	if o.ServiceAccount == "" {
+		return nil, errors.New("executor: a ServiceAccount is required (never the namespace default)")
+	}
+	helper := spec.HelperPath
+	if helper == "" {
+		helper = profile.DefaultHelperPath
+	}
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      PodName(env, o.Ordinal),
+			Namespace: env.Namespace,
+			Labels:    labels(env, componentExecutor),
+			Annotations: map[string]string{
+				AnnotationProfile: p.Name,
+				AnnotationDigest:  p.Digest,
+				AnnotationOrdinal: strconv.FormatInt(o.Ordinal, 10),
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         executionv1alpha1.SchemeGroupVersion.String(),
+				Kind:               "ExecutionEnvironment",
+				Name:               env.Name,
+				UID:                env.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+			Finalizers: []string{TerminationFinalizer},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ServiceAccountName:            o.ServiceAccount,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](terminationGraceSeconds),
+			RuntimeClassName:              nonEmpty(spec.RuntimeClassName),
+			NodeSelector:                  copyMap(spec.NodeSelector),
+			Tolerations:                   append([]corev1.Toleration(nil), spec.Tolerations...),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:        ptr.To(true),
+				RunAsUser:           ptr.To[int64](RunAsUser),
+				RunAsGroup:          ptr.To[int64](RunAsGroup),
+				FSGroup:             ptr.To[int64](RunAsGroup),
+				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            ContainerName,
+				Image:           spec.Image,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         []string{helper, "--pause"},
+				WorkingDir:      WorkspacePath,
+				Env: []corev1.EnvVar{
+					{Name: RootEnv, Value: WorkspacePath},
+					{Name: "HOME", Value: WorkspacePath},
+					{Name: "TMPDIR", Value: TmpPath},
+				},
+				Resources: resources(spec),
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Privileged:               ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					RunAsNonRoot:             ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "workspace", MountPath: WorkspacePath},
+					{Name: "tmp", MountPath: TmpPath},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(env)}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(spec.TmpSizeLimit.DeepCopy())}}},
+			},
+		},
+	}
+	for _, s := range spec.ImagePullSecrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	return pod, nil
+}
+
+func resources(spec profile.ProfileSpec) corev1.ResourceRequirements {
+	r := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	set := func(list corev1.ResourceList, name corev1.ResourceName, q *resource.Quantity) {
+		if q != nil {
+			list[name] = q.DeepCopy()
+		}
+	}
+	set(r.Requests, corev1.ResourceCPU, spec.CPURequest)
+	set(r.Requests, corev1.ResourceMemory, spec.MemoryRequest)
+	set(r.Requests, corev1.ResourceEphemeralStorage, spec.EphemeralStorageRequest)
+	set(r.Limits, corev1.ResourceCPU, spec.CPULimit)
+	set(r.Limits, corev1.ResourceMemory, spec.MemoryLimit)
+	set(r.Limits, corev1.ResourceEphemeralStorage, spec.EphemeralStorageLimit)
+	return r
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
