@@ -1,12 +1,10 @@
 package profile
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"reflect"
 	"regexp"
@@ -14,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"go.yaml.in/yaml/v2"
+	"github.com/execplane/execplane/internal/strictyaml"
 	"k8s.io/apimachinery/pkg/api/resource"
 	kjson "sigs.k8s.io/json"
 )
@@ -118,7 +116,7 @@ func decode(data []byte, p *problems) map[string]ProfileSpec {
 		p.add("document", "exceeds %d bytes", MaxProfilesFileBytes)
 		return nil
 	}
-	doc, err := decodeYAML(data)
+	doc, err := strictyaml.Document(data, "document")
 	if err != nil {
 		p.addErr(err)
 		return nil
@@ -182,67 +180,6 @@ func prefixed(path string, err error) error {
 	return fmt.Errorf("%s: %w", path, err)
 }
 
-// decodeYAML parses exactly one YAML document with duplicate keys refused (yaml.v2 strict
-// mode) and converts it to JSON-compatible values. sigs.k8s.io/yaml does the same conversion
-// but silently ignores documents after the first and merges keys such as 1 and "1" that
-// stringify alike; here every mapping key must be a string and a second document is an error.
-func decodeYAML(data []byte) (any, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.SetStrict(true)
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil // an empty document: "no profiles" is reported by validation
-		}
-		return nil, fmt.Errorf("document: %w", err)
-	}
-	var extra any
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("document: more than one YAML document")
-	}
-	return toJSONValue(doc, "")
-}
-
-// toJSONValue converts a value decoded by yaml.v2 into one encoding/json marshals as the same
-// document. path names the value in errors.
-func toJSONValue(v any, path string) (any, error) {
-	switch v := v.(type) {
-	case map[any]any:
-		out := make(map[string]any, len(v))
-		for k, val := range v {
-			ks, ok := k.(string)
-			if !ok {
-				return nil, fmt.Errorf("%s: mapping key %v is a %T, not a string (quote it)", orRoot(path), k, k)
-			}
-			c, err := toJSONValue(val, joinPath(path, ks))
-			if err != nil {
-				return nil, err
-			}
-			out[ks] = c
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(v))
-		for i, val := range v {
-			c, err := toJSONValue(val, fmt.Sprintf("%s[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			out[i] = c
-		}
-		return out, nil
-	case float64:
-		if math.IsInf(v, 0) || math.IsNaN(v) {
-			return nil, fmt.Errorf("%s: %v is not a finite number", orRoot(path), v)
-		}
-		return v, nil
-	case nil, string, bool, int, int64, uint64:
-		return v, nil
-	default:
-		return nil, fmt.Errorf("%s: unsupported YAML value of type %T", orRoot(path), v)
-	}
-}
-
 // checkQuantityTexts refuses quantity strings that resource.ParseQuantity would be slow on
 // (see maxQuantityTextBytes) in the generic form of the profile at path, and reports whether
 // all were acceptable. Numbers need no check: YAML numbers are already int64 or float64,
@@ -259,20 +196,6 @@ func checkQuantityTexts(p *problems, path string, profile any) bool {
 		}
 	}
 	return ok
-}
-
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func orRoot(path string) string {
-	if path == "" {
-		return "document"
-	}
-	return path
 }
 
 func truncate(s string, n int) string {

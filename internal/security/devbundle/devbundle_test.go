@@ -1,0 +1,159 @@
+package devbundle_test
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"go/parser"
+	"go/token"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/security/devbundle"
+)
+
+func TestGenerateLoads(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	r, err := devbundle.Generate(dir, devbundle.Options{
+		DNSNames:    []string{"gateway.execplane.svc"},
+		IPAddresses: []net.IP{net.IPv4(10, 0, 0, 7)},
+		Generation:  4,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := security.LoadBundle(r.Manifest, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Generation() != 4 || r.Generation != 4 {
+		t.Fatalf("generation %d / %d", b.Generation(), r.Generation)
+	}
+	leaf := b.ServerCertificate().Leaf
+	if err := leaf.VerifyHostname("gateway.execplane.svc"); err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"localhost", "127.0.0.1", "::1", "10.0.0.7"} {
+		if err := leaf.VerifyHostname(host); err != nil {
+			t.Errorf("server certificate: %v", err)
+		}
+	}
+	for _, c := range []devbundle.Client{r.Caller, r.Administrator, r.Gateway} {
+		cert := readCert(t, c.CertFile)
+		id, err := security.IdentityFromCertificate(cert)
+		if err != nil || string(id) != c.Identity || !b.Policies().Contains(id) {
+			t.Errorf("client %s: identity %q, %v", c.Identity, id, err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: b.ClientCAs(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("client %s: %v", c.Identity, err)
+		}
+	}
+	caller, _ := b.Policies().Lookup(security.ClientIdentity(r.Caller.Identity))
+	admin, _ := b.Policies().Lookup(security.ClientIdentity(r.Administrator.Identity))
+	if !caller.CanAttestOwner() || !admin.AdministersClient(security.ClientIdentity(r.Caller.Identity)) {
+		t.Fatalf("caller %+v admin %+v", caller, admin)
+	}
+}
+
+func TestGenerateFileModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	r, err := devbundle.Generate(dir, devbundle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{r.CAKey, r.ServerKey, r.GrantPrivateKey, r.Caller.KeyFile, r.Administrator.KeyFile, r.Gateway.KeyFile}
+	for _, k := range keys {
+		fi, err := os.Stat(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v", k, fi.Mode().Perm())
+		}
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("directory mode: %v %v", fi.Mode().Perm(), err)
+	}
+}
+
+func TestGenerateRefusesToOverwrite(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "something"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devbundle.Generate(dir, devbundle.Options{}); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("Generate into a non-empty directory: %v", err)
+	}
+	if _, err := devbundle.Generate("", devbundle.Options{}); err == nil {
+		t.Fatal("Generate without a directory succeeded")
+	}
+}
+
+func TestGenerateOptions(t *testing.T) {
+	for _, opts := range []devbundle.Options{
+		{TrustDomain: "Example.org"},
+		{TrustDomain: "example..org"},
+		{Validity: -time.Hour},
+		{Validity: devbundle.MaxValidity + time.Hour},
+	} {
+		if _, err := devbundle.Generate(filepath.Join(t.TempDir(), "b"), opts); err == nil {
+			t.Errorf("Generate(%+v) succeeded", opts)
+		}
+	}
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	r, err := devbundle.Generate(filepath.Join(t.TempDir(), "b"), devbundle.Options{TrustDomain: "corp.example", Now: now, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Caller.Identity != "spiffe://corp.example/client/caller" {
+		t.Fatalf("caller identity %q", r.Caller.Identity)
+	}
+	if _, err := security.LoadBundle(r.Manifest, now); err != nil {
+		t.Fatalf("load at generation time: %v", err)
+	}
+	if _, err := security.LoadBundle(r.Manifest, now.Add(2*time.Hour)); err == nil {
+		t.Fatal("loaded after the validity")
+	}
+}
+
+// TestImportsStandardLibraryOnly keeps the generator free of dependencies (doc.go).
+func TestImportsStandardLibraryOnly(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s", name, path)
+			}
+		}
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}

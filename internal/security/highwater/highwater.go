@@ -1,0 +1,222 @@
+// Package highwater keeps the security material's high-water mark: the highest generation
+// (and the digest of that generation's whole bundle) any replica has accepted, stored in a
+// ConfigMap and raised only by compare-and-swap.
+//
+// Invariants:
+//   - The mark only rises. Raise refuses a lower generation (rollback) and the same
+//     generation with another digest (drift), and is a resourceVersion compare-and-swap, so
+//     two replicas raising at once cannot both win with different bundles.
+//   - The mark is watched, never read per request: Current answers from the last observed
+//     ConfigMap.
+//   - An absent, unreadable or malformed ConfigMap is never treated as zero: Current reports
+//     it as unavailable and callers fail closed. The chart creates the ConfigMap (generation
+//     0) at install time.
+package highwater
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ConfigMap keys.
+const (
+	KeyGeneration = "generation"
+	KeyDigest     = "digest"
+)
+
+// maxRaiseAttempts bounds compare-and-swap retries: each retry re-reads and re-evaluates,
+// so only a storm of concurrent raisers could exhaust it, and then the caller retries later.
+const maxRaiseAttempts = 8
+
+var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// Errors.
+var (
+	// ErrUnavailable: the mark is absent, unreadable, malformed or not yet observed.
+	ErrUnavailable = errors.New("high-water mark unavailable")
+	// ErrRollback: the offered generation is below the mark.
+	ErrRollback = errors.New("security material generation below the high-water mark")
+	// ErrDrift: the offered generation equals the mark's with a different digest.
+	ErrDrift = errors.New("security material differs from the accepted bundle of the same generation")
+	// ErrContended: the compare-and-swap kept losing.
+	ErrContended = errors.New("high-water mark contended")
+)
+
+// Mark is one observed high-water mark.
+type Mark struct {
+	Generation uint64
+	// Digest is empty only for generation 0 (nothing accepted yet).
+	Digest string
+	// ResourceVersion is the ConfigMap's, for compare-and-swap.
+	ResourceVersion string
+}
+
+// Store watches and raises the mark in one ConfigMap.
+type Store struct {
+	kube      kubernetes.Interface
+	namespace string
+	name      string
+
+	mu      sync.Mutex
+	current Mark
+	err     error
+	changed chan struct{}
+}
+
+// New returns a Store for namespace/name. Run must be running for Current to answer.
+func New(kube kubernetes.Interface, namespace, name string) *Store {
+	return &Store{kube: kube, namespace: namespace, name: name, err: fmt.Errorf("%w: not observed yet", ErrUnavailable), changed: make(chan struct{})}
+}
+
+// Run watches the ConfigMap until ctx ends.
+func (s *Store) Run(ctx context.Context) {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.kube, 0,
+		informers.WithNamespace(s.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.name).String()
+		}))
+	inf := factory.Core().V1().ConfigMaps().Informer()
+	observe := func(obj any) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok {
+			s.observe(cm)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+		DeleteFunc: func(any) {
+			s.set(Mark{}, fmt.Errorf("%w: ConfigMap %s/%s deleted", ErrUnavailable, s.namespace, s.name))
+		},
+	})
+	factory.Start(ctx.Done())
+	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if len(inf.GetStore().List()) == 0 {
+			s.set(Mark{}, fmt.Errorf("%w: ConfigMap %s/%s not found", ErrUnavailable, s.namespace, s.name))
+		}
+	}
+	<-ctx.Done()
+	factory.Shutdown()
+}
+
+func (s *Store) observe(cm *corev1.ConfigMap) {
+	m, err := parse(cm)
+	s.set(m, err)
+}
+
+func (s *Store) set(m Mark, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.current, s.err = m, err
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Current returns the last observed mark, or ErrUnavailable.
+func (s *Store) Current() (Mark, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current, s.err
+}
+
+// Changed returns a channel closed at the next observation.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func parse(cm *corev1.ConfigMap) (Mark, error) {
+	gen, err := strconv.ParseUint(cm.Data[KeyGeneration], 10, 64)
+	if err != nil {
+		return Mark{}, fmt.Errorf("%w: malformed %s", ErrUnavailable, KeyGeneration)
+	}
+	digest := cm.Data[KeyDigest]
+	if (gen == 0 && digest != "") || (gen > 0 && !digestPattern.MatchString(digest)) {
+		return Mark{}, fmt.Errorf("%w: malformed %s", ErrUnavailable, KeyDigest)
+	}
+	return Mark{Generation: gen, Digest: digest, ResourceVersion: cm.ResourceVersion}, nil
+}
+
+// Check decides whether a validated bundle (generation, digest) may be published against
+// mark m: it returns raise=true when the mark must be raised first, and ErrRollback or
+// ErrDrift when the bundle must be refused. A pure function: the policy in one place.
+func Check(m Mark, generation uint64, digest string) (raise bool, err error) {
+	switch {
+	case generation < m.Generation:
+		return false, fmt.Errorf("%w: %d < %d", ErrRollback, generation, m.Generation)
+	case generation == m.Generation && digest != m.Digest:
+		return false, fmt.Errorf("%w (generation %d)", ErrDrift, generation)
+	case generation == m.Generation:
+		return false, nil
+	default:
+		return true, nil
+	}
+}
+
+// Accept admits a fully validated bundle: it checks it against the mark and, when the
+// bundle is newer, raises the mark by compare-and-swap, re-reading and re-checking on every
+// conflict. Only after Accept returns nil may the bundle be published.
+func (s *Store) Accept(ctx context.Context, generation uint64, digest string) error {
+	if generation == 0 || !digestPattern.MatchString(digest) {
+		return fmt.Errorf("high-water: refusing generation %d with digest %q", generation, digest)
+	}
+	for range maxRaiseAttempts {
+		// Read through the API rather than the cache: a raise must start from the newest mark.
+		cm, err := s.kube.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("%w: ConfigMap %s/%s not found", ErrUnavailable, s.namespace, s.name)
+			}
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		m, err := parse(cm)
+		if err != nil {
+			return err
+		}
+		raise, err := Check(m, generation, digest)
+		if err != nil || !raise {
+			return err
+		}
+		next := cm.DeepCopy()
+		next.Data[KeyGeneration] = strconv.FormatUint(generation, 10)
+		next.Data[KeyDigest] = digest
+		// Update carries the read resourceVersion: a concurrent raise makes it conflict.
+		if _, err := s.kube.CoreV1().ConfigMaps(s.namespace).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				continue
+			}
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return nil
+	}
+	return ErrContended
+}
+
+// WaitObserved waits until the watched mark is at least generation, or ctx ends.
+func (s *Store) WaitObserved(ctx context.Context, generation uint64) error {
+	for {
+		changed := s.Changed()
+		if m, err := s.Current(); err == nil && m.Generation >= generation {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-time.After(time.Second):
+		}
+	}
+}
