@@ -40,4 +40,3 @@ func decodeStrict(data []byte, v any, p *problems) bool {
 	}
 	return len(strictErrs) == 0
 }
-

@@ -1,0 +1,208 @@
+package security
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/execplane/execplane/internal/security/highwater"
+	"github.com/hashicorp/go-hclog"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Manager timing.
+const (
+	// DefaultPollInterval is how often the mounted material is checked for a new snapshot:
+	// the kubelet's own projected-volume sync period is a minute, so a second adds nothing
+	// noticeable to a rotation and costs one small file read.
+	DefaultPollInterval = time.Second
+	// acceptTimeout bounds one raise of the high-water mark.
+	acceptTimeout = 10 * time.Second
+)
+
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
+	// ManifestPath is the manifest inside the projected volume that holds every file of the
+	// bundle (server certificate and key, client CA bundle, grant keys, the manifest). One
+	// volume keeps the kubelet's ..data swap atomic across all of them.
+	ManifestPath string
+	// Namespace and HighWaterConfigMap locate the high-water mark.
+	Namespace          string
+	HighWaterConfigMap string
+	// Kube reads and raises the mark.
+	Kube kubernetes.Interface
+	// PollInterval overrides DefaultPollInterval.
+	PollInterval time.Duration
+	// Logger receives reload outcomes (never material).
+	Logger hclog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Manager is the SecurityManager: it loads the security material atomically, publishes a
+// bundle only after it passed full validation, the transition rules and the high-water mark
+// (raised by compare-and-swap), keeps serving the last good bundle while a newer one is
+// refused, and fails closed — not ready, every RPC Unavailable — when no valid unexpired
+// bundle is published or the mark is unavailable.
+type Manager struct {
+	cfg  ManagerConfig
+	mark *highwater.Store
+	log  hclog.Logger
+
+	current atomic.Pointer[Bundle]
+
+	mu        sync.Mutex
+	lastSeen  [sha256.Size]byte // the manifest bytes last attempted, to skip unchanged polls
+	lastError error
+}
+
+// NewManager validates cfg and returns a Manager. Nothing is loaded until Reload or Run.
+func NewManager(cfg ManagerConfig) (*Manager, error) {
+	var errs []error
+	if cfg.ManifestPath == "" || !filepath.IsAbs(cfg.ManifestPath) {
+		errs = append(errs, errors.New("manifest path must be absolute"))
+	}
+	if cfg.Namespace == "" || cfg.HighWaterConfigMap == "" {
+		errs = append(errs, errors.New("namespace and high-water ConfigMap are required"))
+	}
+	if cfg.Kube == nil {
+		errs = append(errs, errors.New("a Kubernetes client is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Manager{
+		cfg:       cfg,
+		mark:      highwater.New(cfg.Kube, cfg.Namespace, cfg.HighWaterConfigMap),
+		log:       cfg.Logger.Named("security"),
+		lastError: fmt.Errorf("%w: not loaded yet", ErrUnavailable),
+	}, nil
+}
+
+// Run watches the high-water mark and polls the mounted material until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	go m.mark.Run(ctx)
+	tick := time.NewTicker(m.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		if err := m.reload(ctx, false); err != nil {
+			m.log.Debug("security material not published", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-m.mark.Changed():
+		}
+	}
+}
+
+// Reload loads the mounted material now and publishes it if it passes every check. It
+// returns why a bundle was not published; the previous bundle stays published then.
+func (m *Manager) Reload(ctx context.Context) error { return m.reload(ctx, true) }
+
+func (m *Manager) reload(ctx context.Context, force bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	manifest, err := os.ReadFile(m.cfg.ManifestPath)
+	if err != nil {
+		return m.refuse(fmt.Errorf("%w: read manifest: %v", ErrUnavailable, err))
+	}
+	seen := sha256.Sum256(manifest)
+	cur := m.current.Load()
+	if !force && seen == m.lastSeen && (cur != nil || m.lastError == nil) {
+		return m.lastError
+	}
+	m.lastSeen = seen
+	now := m.cfg.Now()
+	next, err := LoadBundle(m.cfg.ManifestPath, now)
+	if err != nil {
+		return m.refuse(err)
+	}
+	if cur != nil && cur.Digest() == next.Digest() {
+		m.lastError = nil
+		return nil
+	}
+	if cur != nil {
+		if err := CheckTransition(cur, next, now); err != nil {
+			return m.refuse(err)
+		}
+	}
+	// The mark is raised only now, after full validation; the bundle is published only
+	// after the mark accepted it.
+	actx, cancel := context.WithTimeout(ctx, acceptTimeout)
+	defer cancel()
+	if err := m.mark.Accept(actx, next.Generation(), next.Digest()); err != nil {
+		return m.refuse(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	m.current.Store(next)
+	m.lastError = nil
+	m.log.Info("security material published", "generation", next.Generation())
+	return nil
+}
+
+func (m *Manager) refuse(err error) error {
+	m.lastError = err
+	m.log.Warn("security material refused", "error", err)
+	return err
+}
+
+// Current returns the published bundle when it may be used now: the mark is available, the
+// bundle is not behind it by a rollback and every part of it is valid at this instant.
+// Every handshake and RPC asks; nothing is cached past this call.
+func (m *Manager) Current() (*Bundle, bool) {
+	b := m.current.Load()
+	if b == nil {
+		return nil, false
+	}
+	if _, err := m.mark.Current(); err != nil {
+		return nil, false
+	}
+	if b.ValidAt(m.cfg.Now()) != nil {
+		return nil, false
+	}
+	return b, true
+}
+
+// Ready reports whether RPCs can be served.
+func (m *Manager) Ready() bool {
+	_, ok := m.Current()
+	return ok
+}
+
+// CheckReady returns nil when ready, or why not (for /readyz and logs; no material in it).
+func (m *Manager) CheckReady() error {
+	b := m.current.Load()
+	if _, err := m.mark.Current(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if b == nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return fmt.Errorf("%w: no bundle published: %w", ErrUnavailable, m.lastError)
+	}
+	if err := b.ValidAt(m.cfg.Now()); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// TLSConfig returns the server configuration that takes the current bundle on every
+// handshake.
+func (m *Manager) TLSConfig() *tls.Config { return ServerTLSConfig(m.Current) }

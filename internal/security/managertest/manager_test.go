@@ -1,0 +1,285 @@
+// Package managertest tests the SecurityManager against the real local cluster (the
+// high-water mark lives in a ConfigMap).
+package managertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/security/highwater"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
+
+const markName = "execplane-security-high-water"
+
+// volume mimics a projected volume: <dir>/..<snapshot>/files, <dir>/..data -> snapshot,
+// <dir>/<file> -> ..data/<file>; publish swaps ..data atomically as the kubelet does.
+type volume struct {
+	t   *testing.T
+	dir string
+	n   int
+}
+
+func newVolume(t *testing.T) *volume { return &volume{t: t, dir: t.TempDir()} }
+
+func (v *volume) manifest() string { return filepath.Join(v.dir, "manifest.yaml") }
+
+// publish generates a bundle of the given generation into a new snapshot and swaps it in.
+func (v *volume) publish(gen uint64, edit func(dir string)) *devbundle.Result {
+	v.t.Helper()
+	v.n++
+	snap := filepath.Join(v.dir, "..snapshot_"+strings.Repeat("x", v.n))
+	res, err := devbundle.Generate(snap, devbundle.Options{Generation: gen})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if edit != nil {
+		edit(snap)
+	}
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	must(v.t, os.Symlink(filepath.Base(snap), tmp))
+	must(v.t, os.Rename(tmp, filepath.Join(v.dir, "..data")))
+	entries, err := os.ReadDir(snap)
+	must(v.t, err)
+	for _, e := range entries {
+		link := filepath.Join(v.dir, e.Name())
+		if _, err := os.Lstat(link); err != nil {
+			must(v.t, os.Symlink(filepath.Join("..data", e.Name()), link))
+		}
+	}
+	return res
+}
+
+// bump publishes a copy of the current snapshot with only the generation changed: a
+// rotation that keeps every key and certificate (changing keys needs an overlap window,
+// which CheckTransition enforces).
+func (v *volume) bump(gen uint64) {
+	v.t.Helper()
+	cur, err := filepath.EvalSymlinks(filepath.Join(v.dir, "..data"))
+	must(v.t, err)
+	v.n++
+	snap := filepath.Join(v.dir, "..snapshot_"+strings.Repeat("x", v.n))
+	must(v.t, os.Mkdir(snap, 0o700))
+	entries, err := os.ReadDir(cur)
+	must(v.t, err)
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(cur, e.Name()))
+		must(v.t, err)
+		if e.Name() == "manifest.yaml" {
+			data = regexp.MustCompile(`(?m)^generation: \d+$`).ReplaceAll(data, []byte(fmt.Sprintf("generation: %d", gen)))
+		}
+		must(v.t, os.WriteFile(filepath.Join(snap, e.Name()), data, 0o600))
+	}
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	must(v.t, os.Symlink(filepath.Base(snap), tmp))
+	must(v.t, os.Rename(tmp, filepath.Join(v.dir, "..data")))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func setup(t *testing.T, markGen string, markDigest string) (kubernetes.Interface, string, context.Context) {
+	t.Helper()
+	c := clustertest.Cluster(t)
+	ns := clustertest.Namespace(t)
+	ctx := clustertest.Context(t, 2*time.Minute)
+	if markGen != "" {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: markName},
+			Data: map[string]string{highwater.KeyGeneration: markGen, highwater.KeyDigest: markDigest}}
+		if _, err := c.Kube().CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.Kube(), ns, ctx
+}
+
+func manager(t *testing.T, kube kubernetes.Interface, ns, manifest string, now func() time.Time) (*security.Manager, context.CancelFunc) {
+	t.Helper()
+	m, err := security.NewManager(security.ManagerConfig{
+		ManifestPath: manifest, Namespace: ns, HighWaterConfigMap: markName, Kube: kube,
+		PollInterval: 50 * time.Millisecond, Now: now,
+	})
+	must(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	go m.Run(ctx)
+	t.Cleanup(cancel)
+	return m, cancel
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func markOf(t *testing.T, kube kubernetes.Interface, ns string) (string, string) {
+	t.Helper()
+	cm, err := kube.CoreV1().ConfigMaps(ns).Get(t.Context(), markName, metav1.GetOptions{})
+	must(t, err)
+	return cm.Data[highwater.KeyGeneration], cm.Data[highwater.KeyDigest]
+}
+
+// Publish, then rotate by the ..data swap: the mark rises only after validation and the new
+// bundle is served; a later rollback and a same-generation drift are refused while the last
+// good bundle keeps serving.
+func TestPublishRotateAndRefuseRollbackAndDrift(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(3, nil)
+	m, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "ready with generation 3", func() bool { b, ok := m.Current(); return ok && b.Generation() == 3 })
+	if gen, _ := markOf(t, kube, ns); gen != "3" {
+		t.Fatalf("mark %s after publishing generation 3", gen)
+	}
+
+	vol.bump(4)
+	eventually(t, "rotated to generation 4", func() bool { b, ok := m.Current(); return ok && b.Generation() == 4 })
+	gen, digest4 := markOf(t, kube, ns)
+	if gen != "4" {
+		t.Fatalf("mark %s after rotating to 4", gen)
+	}
+
+	vol.publish(2, nil) // rollback
+	err := m.Reload(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "generation") {
+		t.Fatalf("rollback accepted: %v", err)
+	}
+	if b, ok := m.Current(); !ok || b.Generation() != 4 {
+		t.Fatal("a refused rollback withdrew the good bundle")
+	}
+
+	vol.publish(4, nil) // same generation, other content (fresh keys and certificates)
+	if err := m.Reload(t.Context()); err == nil {
+		t.Fatal("same-generation drift accepted")
+	}
+	if gen, d := markOf(t, kube, ns); gen != "4" || d != digest4 {
+		t.Fatalf("a refusal moved the mark: %s %s", gen, d)
+	}
+
+	// A fresh replica that only sees the rolled-back material fails closed.
+	vol.publish(2, nil)
+	fresh, _ := manager(t, kube, ns, vol.manifest(), nil)
+	time.Sleep(300 * time.Millisecond)
+	if fresh.Ready() || !errors.Is(fresh.CheckReady(), security.ErrUnavailable) {
+		t.Fatal("a replica with rolled-back material is ready")
+	}
+}
+
+// A torn bundle (a file changed under an unchanged manifest's pins) and an invalid bundle of a
+// higher generation are refused without raising the mark.
+func TestTornAndInvalidBundlesDoNotRaiseTheMark(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(5, nil)
+	m, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "ready", m.Ready)
+	other := t.TempDir()
+	newer, err := devbundle.Generate(other, devbundle.Options{Generation: 6})
+	must(t, err)
+	vol.publish(6, func(dir string) {
+		// The new manifest with the previous generation's server certificate: pins mismatch.
+		data, err := os.ReadFile(newer.ServerCert)
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(dir, filepath.Base(newer.ServerCert)), append(data, '\n'), 0o600))
+	})
+	if err := m.Reload(t.Context()); !errors.Is(err, security.ErrInvalidBundle) {
+		t.Fatalf("torn bundle: %v", err)
+	}
+	if gen, _ := markOf(t, kube, ns); gen != "5" {
+		t.Fatalf("an invalid bundle raised the mark to %s", gen)
+	}
+	if b, ok := m.Current(); !ok || b.Generation() != 5 {
+		t.Fatal("the good bundle was withdrawn")
+	}
+}
+
+// The mark deleted or malformed: every replica fails closed until it is back.
+func TestMarkDeletedFailsClosed(t *testing.T) {
+	kube, ns, ctx := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(1, nil)
+	m, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "ready", m.Ready)
+	must(t, kube.CoreV1().ConfigMaps(ns).Delete(ctx, markName, metav1.DeleteOptions{}))
+	eventually(t, "not ready after the mark was deleted", func() bool { return !m.Ready() })
+	if err := m.CheckReady(); !errors.Is(err, security.ErrUnavailable) {
+		t.Fatalf("CheckReady: %v", err)
+	}
+	// Restored (by the operator, at the accepted generation): ready again.
+	accepted, err := security.LoadBundle(vol.manifest(), time.Now())
+	must(t, err)
+	digest := accepted.Digest()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: markName}, Data: map[string]string{highwater.KeyGeneration: "1", highwater.KeyDigest: digest}}
+	_, err = kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	must(t, err)
+	eventually(t, "ready once the mark is back", m.Ready)
+}
+
+func TestNoMarkAtAllFailsClosed(t *testing.T) {
+	kube, ns, _ := setup(t, "", "")
+	vol := newVolume(t)
+	vol.publish(1, nil)
+	m, _ := manager(t, kube, ns, vol.manifest(), nil)
+	time.Sleep(500 * time.Millisecond)
+	if m.Ready() {
+		t.Fatal("ready without a high-water mark: an absent mark must never count as zero")
+	}
+}
+
+// All material expired: not ready (the certificates of a dev bundle are valid for days).
+func TestExpiredMaterialFailsClosed(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(1, nil)
+	var skew sync.Mutex
+	offset := time.Duration(0)
+	now := func() time.Time { skew.Lock(); defer skew.Unlock(); return time.Now().Add(offset) }
+	m, _ := manager(t, kube, ns, vol.manifest(), now)
+	eventually(t, "ready", m.Ready)
+	skew.Lock()
+	offset = 5 * 365 * 24 * time.Hour
+	skew.Unlock()
+	if m.Ready() {
+		t.Fatal("ready with expired material")
+	}
+	if m.TLSConfig() == nil {
+		t.Fatal("no TLS config")
+	}
+}
+
+// Two replicas publishing the same new generation at once: both end ready on it.
+func TestTwoManagersRaiseTogether(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(7, nil)
+	a, _ := manager(t, kube, ns, vol.manifest(), nil)
+	b, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "both ready", func() bool { return a.Ready() && b.Ready() })
+	if gen, _ := markOf(t, kube, ns); gen != "7" {
+		t.Fatalf("mark %s", gen)
+	}
+}
