@@ -4,13 +4,18 @@ package managertest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,7 +73,10 @@ func (v *volume) publish(gen uint64, edit func(dir string)) *devbundle.Result {
 // bump publishes a copy of the current snapshot with only the generation changed: a
 // rotation that keeps every key and certificate (changing keys needs an overlap window,
 // which CheckTransition enforces).
-func (v *volume) bump(gen uint64) {
+func (v *volume) bump(gen uint64) { v.bumpEdit(gen, nil) }
+
+// bumpEdit is bump with an edit of the manifest text (a policy change).
+func (v *volume) bumpEdit(gen uint64, edit func([]byte) []byte) {
 	v.t.Helper()
 	cur, err := filepath.EvalSymlinks(filepath.Join(v.dir, "..data"))
 	must(v.t, err)
@@ -82,6 +90,9 @@ func (v *volume) bump(gen uint64) {
 		must(v.t, err)
 		if e.Name() == "manifest.yaml" {
 			data = regexp.MustCompile(`(?m)^generation: \d+$`).ReplaceAll(data, []byte(fmt.Sprintf("generation: %d", gen)))
+			if edit != nil {
+				data = edit(data)
+			}
 		}
 		must(v.t, os.WriteFile(filepath.Join(snap, e.Name()), data, 0o600))
 	}
@@ -282,4 +293,98 @@ func TestTwoManagersRaiseTogether(t *testing.T) {
 	if gen, _ := markOf(t, kube, ns); gen != "7" {
 		t.Fatalf("mark %s", gen)
 	}
+}
+
+// Rotation under steady load: a client handshaking continuously sees no failure while the
+// material is rotated again and again, and a client removed from the policy by a rotation is
+// refused from the next handshake on.
+func TestRotationUnderSteadyLoad(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	res := vol.publish(1, nil)
+	m, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "ready", m.Ready)
+
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", m.TLSConfig())
+	must(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_ = conn.(*tls.Conn).Handshake()
+				conn.Close()
+			}()
+		}
+	}()
+	caPEM, err := os.ReadFile(res.CACert)
+	must(t, err)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	handshake := func(c devbundle.Client) error {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return err
+		}
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ln.Addr().String(), &tls.Config{
+			MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{cert},
+		})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		// TLS 1.3: the server's verdict on the client certificate arrives with the first read.
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		if errors.Is(err, io.EOF) {
+			return nil // the server closed after a successful handshake
+		}
+		return err
+	}
+
+	stop := make(chan struct{})
+	var failures, successes atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := handshake(res.Caller); err != nil {
+				failures.Add(1)
+				t.Logf("caller handshake failed during rotation: %v", err)
+			} else {
+				successes.Add(1)
+			}
+		}
+	}()
+	for gen := uint64(2); gen <= 6; gen++ {
+		vol.bump(gen)
+		eventually(t, fmt.Sprintf("generation %d published", gen), func() bool { b, ok := m.Current(); return ok && b.Generation() == gen })
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := handshake(res.Administrator); err != nil {
+		t.Fatalf("administrator refused before its removal: %v", err)
+	}
+	vol.bumpEdit(7, func(manifest []byte) []byte {
+		return []byte(strings.Replace(string(manifest), "  - uri: \""+res.Administrator.Identity+"\"\n    administrator: true\n", "", 1))
+	})
+	eventually(t, "generation 7 published", func() bool { b, ok := m.Current(); return ok && b.Generation() == 7 })
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if failures.Load() != 0 || successes.Load() < 10 {
+		t.Fatalf("%d handshake failures, %d successes for a client valid throughout", failures.Load(), successes.Load())
+	}
+	if err := handshake(res.Administrator); err == nil {
+		t.Fatal("a client removed from the policy still completes handshakes")
+	}
+	t.Logf("%d handshakes across 6 rotations, none failed", successes.Load())
 }
