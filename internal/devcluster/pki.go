@@ -1,18 +1,18 @@
 package devcluster
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/execplane/execplane/internal/security/devbundle"
 )
 
 // certLifetime is long enough for any test run or demo session and short enough that a
@@ -37,81 +37,45 @@ type PKI struct {
 	ServiceAccountKey, ServiceAccountPub string
 }
 
-type certSpec struct {
-	name     string
-	subject  pkix.Name
-	usage    x509.ExtKeyUsage
-	ips      []net.IP
-	dnsNames []string
-}
-
-// generatePKI writes a fresh CA and every certificate the cluster needs into dir.
+// generatePKI writes a fresh CA and every certificate the cluster needs into dir, using the
+// development CA of internal/security/devbundle (ECDSA P-256).
 func generatePKI(dir string) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	p := &PKI{Dir: dir}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "execplane-devcluster-ca"},
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              now.Add(certLifetime),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, err := devbundle.NewCA("execplane-devcluster-ca", now, certLifetime)
 	if err != nil {
 		return nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	if p.CACert, p.CAKey, err = writePair(dir, "ca", caDER, caKey); err != nil {
+	p := &PKI{Dir: dir}
+	if p.CACert, p.CAKey, err = writePair(dir, "ca", ca.Certificate, ca.Key); err != nil {
 		return nil, err
 	}
 	loopback := []net.IP{net.ParseIP("127.0.0.1")}
-	specs := []struct {
-		spec      certSpec
+	leaves := []struct {
+		name      string
+		spec      devbundle.LeafSpec
 		cert, key *string
 	}{
-		{certSpec{"apiserver", pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
-			append(loopback, net.ParseIP("10.0.0.1")),
-			[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
+		{"apiserver", devbundle.LeafSpec{CommonName: "kube-apiserver", ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			IPAddresses: append(loopback, net.ParseIP("10.0.0.1")),
+			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
 			&p.APIServerCert, &p.APIServerKey},
-		{certSpec{"admin", pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil},
+		{"admin", devbundle.LeafSpec{CommonName: "admin", Organization: []string{"system:masters"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 			&p.AdminCert, &p.AdminKey},
-		{certSpec{"kubelet", pkix.Name{CommonName: "devcluster-kubelet"}, x509.ExtKeyUsageServerAuth, loopback, []string{"localhost"}},
+		{"kubelet", devbundle.LeafSpec{CommonName: "devcluster-kubelet", ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: loopback, DNSNames: []string{"localhost"}},
 			&p.KubeletCert, &p.KubeletKey},
-		{certSpec{"kubelet-client", pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil},
+		{"kubelet-client", devbundle.LeafSpec{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 			&p.KubeletClientCert, &p.KubeletClientKey},
 	}
-	for i, s := range specs {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, l := range leaves {
+		l.spec.NotBefore, l.spec.NotAfter = now.Add(-time.Minute), now.Add(certLifetime)
+		cert, key, err := ca.Issue(l.spec)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("certificate %s: %w", l.name, err)
 		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)),
-			Subject:      s.spec.subject,
-			NotBefore:    now.Add(-time.Minute),
-			NotAfter:     now.Add(certLifetime),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{s.spec.usage},
-			IPAddresses:  s.spec.ips,
-			DNSNames:     s.spec.dnsNames,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, fmt.Errorf("certificate %s: %w", s.spec.name, err)
-		}
-		if *s.cert, *s.key, err = writePair(dir, s.spec.name, der, key); err != nil {
+		if *l.cert, *l.key, err = writePair(dir, l.name, cert, key); err != nil {
 			return nil, err
 		}
 	}
@@ -122,31 +86,31 @@ func generatePKI(dir string) (*PKI, error) {
 	if _, p.ServiceAccountKey, err = writePair(dir, "sa", nil, saKey); err != nil {
 		return nil, err
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	pub, err := devbundle.PublicKeyPEM(saKey.Public())
 	if err != nil {
 		return nil, err
 	}
 	p.ServiceAccountPub = filepath.Join(dir, "sa.pub")
-	if err := os.WriteFile(p.ServiceAccountPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+	if err := os.WriteFile(p.ServiceAccountPub, pub, 0o600); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// writePair writes name.crt (when der is set) and name.key.
-func writePair(dir, name string, der []byte, key *ecdsa.PrivateKey) (certPath, keyPath string, err error) {
-	if der != nil {
+// writePair writes name.crt (when cert is set) and name.key (PKCS#8).
+func writePair(dir, name string, cert *x509.Certificate, key crypto.PrivateKey) (certPath, keyPath string, err error) {
+	if cert != nil {
 		certPath = filepath.Join(dir, name+".crt")
-		if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		if err := os.WriteFile(certPath, devbundle.CertificatePEM(cert), 0o600); err != nil {
 			return "", "", err
 		}
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	keyPEM, err := devbundle.PrivateKeyPEM(key)
 	if err != nil {
 		return "", "", err
 	}
 	keyPath = filepath.Join(dir, name+".key")
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
 		return "", "", err
 	}
 	return certPath, keyPath, nil

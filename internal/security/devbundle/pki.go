@@ -57,6 +57,8 @@ func NewCA(name string, now time.Time, validity time.Duration) (*CA, error) {
 type LeafSpec struct {
 	// CommonName is informational; identities are in SANs.
 	CommonName string
+	// Organization is the subject's O (Kubernetes reads groups from it).
+	Organization []string
 	// ExtKeyUsage lists the extended key usages (serverAuth, clientAuth).
 	ExtKeyUsage []x509.ExtKeyUsage
 	// DNSNames, IPAddresses and URIs are the subject alternative names.
@@ -74,7 +76,7 @@ func (ca *CA) Issue(spec LeafSpec) (*x509.Certificate, *ecdsa.PrivateKey, error)
 		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: spec.CommonName},
+		Subject:               pkix.Name{CommonName: spec.CommonName, Organization: spec.Organization},
 		NotBefore:             spec.NotBefore,
 		NotAfter:              spec.NotAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
