@@ -2,6 +2,8 @@
 // ExecutionEnvironment status; the leader also serves the internal control.v1 API that
 // gateways call.
 //
-// This package currently holds the controller's configuration and entry point; the
-// reconciler is delivered by the controller issue (docs/architecture.md).
+// Today it campaigns for the leader Lease (released on a clean stop; a lost Lease makes the
+// process exit so it never acts on stale authority), reports ready only while it leads, and
+// serves /livez, /readyz and /metrics; the reconciler and the control API are delivered by
+// the controller and store issues (docs/architecture.md).
 package controller

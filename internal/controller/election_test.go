@@ -1,0 +1,165 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+var controllerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "controller-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	controllerBin = filepath.Join(dir, "controller")
+	if out, err := exec.Command("go", "build", "-race", "-o", controllerBin, "../../cmd/controller").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the controller: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := clustertest.Main(m, clustertest.Options{})
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type replica struct {
+	id   string
+	cmd  *exec.Cmd
+	diag string
+	log  *bytes.Buffer
+	done chan error
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startReplica(t *testing.T, kubeconfig, ns, id string) *replica {
+	t.Helper()
+	r := &replica{id: id, diag: freeAddr(t), log: &bytes.Buffer{}, done: make(chan error, 1)}
+	r.cmd = exec.Command(controllerBin,
+		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id,
+		"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms",
+		"--listen-address", freeAddr(t), "--diagnostics-address", r.diag, "--log-format", "text")
+	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.done <- r.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Signal(syscall.SIGCONT)
+		_ = r.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("--- %s log ---\n%s", id, r.log.String())
+		}
+	})
+	return r
+}
+
+// ready reports the replica's /readyz status (false while unreachable).
+func (r *replica) ready() bool {
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get("http://" + r.diag + "/readyz")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusOK
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Two controller processes: exactly one is ready (the leader). The leader stopped (SIGSTOP)
+// past its lease loses it to the other; resumed, it finds its leadership gone and exits
+// non-zero instead of acting on it. A clean SIGTERM releases the Lease.
+func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
+	c := clustertest.Cluster(t)
+	ns := clustertest.Namespace(t)
+	a := startReplica(t, c.Kubeconfig(), ns, "replica-a")
+	b := startReplica(t, c.Kubeconfig(), ns, "replica-b")
+	eventually(t, 20*time.Second, "one replica ready", func() bool { return a.ready() != b.ready() })
+	leader, follower := a, b
+	if b.ready() {
+		leader, follower = b, a
+	}
+	time.Sleep(time.Second)
+	if !leader.ready() || follower.ready() {
+		t.Fatal("readiness is not exactly the leader's")
+	}
+
+	if err := leader.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	eventually(t, 15*time.Second, "the follower takes over", follower.ready)
+	t.Logf("takeover %s after the leader was stopped", time.Since(stopped).Round(10*time.Millisecond))
+	if err := leader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-leader.done:
+		if err == nil {
+			t.Fatal("the deposed leader exited 0; it must report lost leadership")
+		}
+		if !bytes.Contains(leader.log.Bytes(), []byte("leadership lost")) {
+			t.Fatalf("the deposed leader exited (%v) without reporting lost leadership", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the deposed leader kept running after resuming")
+	}
+	if !follower.ready() {
+		t.Fatal("the new leader stopped being ready")
+	}
+
+	if err := follower.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-follower.done:
+		if err != nil {
+			t.Fatalf("SIGTERM: exit %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the leader did not stop on SIGTERM")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	lease, err := c.Kube().CoordinationV1().Leases(ns).Get(ctx, "execplane-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
+		t.Fatalf("the Lease was not released on SIGTERM: holder %q", holder)
+	}
+}
