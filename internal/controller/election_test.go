@@ -57,9 +57,14 @@ func freeAddr(t *testing.T) string {
 
 func startReplica(t *testing.T, kubeconfig, ns, id string) *replica {
 	t.Helper()
+	profiles := filepath.Join(t.TempDir(), "profiles.yaml")
+	if err := os.WriteFile(profiles, []byte(profilesYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	r := &replica{id: id, diag: freeAddr(t), log: &bytes.Buffer{}, done: make(chan error, 1)}
 	r.cmd = exec.Command(controllerBin,
-		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id,
+		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id, "--profiles", profiles,
+		"--executor-service-account", "default",
 		"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms",
 		"--listen-address", freeAddr(t), "--diagnostics-address", r.diag, "--log-format", "text")
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
@@ -106,6 +111,9 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
+	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
+		t.Fatal(err)
+	}
 	a := startReplica(t, c.Kubeconfig(), ns, "replica-a")
 	b := startReplica(t, c.Kubeconfig(), ns, "replica-b")
 	eventually(t, 20*time.Second, "one replica ready", func() bool { return a.ready() != b.ready() })

@@ -11,6 +11,8 @@ import (
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/version"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	"github.com/execplane/execplane/pkg/profile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
@@ -19,11 +21,12 @@ import (
 // Readiness reasons: a bounded set, safe for probes and metric labels.
 const (
 	reasonNotLeader = "not leader"
+	reasonNotSynced = "caches not synced"
 )
 
 // Run is the controller's entry point: it campaigns for the Lease and, while it leads,
-// reports ready and runs the leader's work. Reconciliation and the control API are
-// delivered by the controller and store issues; leadership, health and metrics are here.
+// reconciles environments and reports ready once its caches are synced. The control API is
+// delivered by the store issue.
 // It returns kube.ErrLeadershipLost (exit 1) when leadership is lost, so that a replica
 // never keeps acting on authority it no longer holds: the kubelet restarts it as a follower.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,8 +49,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	execClient, err := versioned.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	profiles, err := profile.LoadProfiles(cfg.ProfilesFile)
+	if err != nil {
+		return err
+	}
+	if profiles, err = profiles.WithExecutorServiceAccount(cfg.ExecutorServiceAccount); err != nil {
+		return err
+	}
 
-	var leading atomic.Bool
+	var leading, synced atomic.Bool
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	leaderGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -61,8 +75,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	registry.MustRegister(leaderGauge)
 	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: func() string {
-		if !leading.Load() {
+		switch {
+		case !leading.Load():
 			return reasonNotLeader
+		case !synced.Load():
+			return reasonNotSynced
 		}
 		return ""
 	}}, registry)
@@ -77,9 +94,27 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 		Lead: func(ctx context.Context) {
 			leading.Store(true)
+			defer leading.Store(false)
+			defer synced.Store(false)
 			logger.Info("leading", logging.KeyLeader, cfg.Identity)
-			<-ctx.Done()
-			leading.Store(false)
+			// Only the leader reconciles: a follower never acts on an operation the leader
+			// may hold.
+			r, err := NewReconciler(ReconcilerConfig{
+				Kube: client, Execution: execClient, Namespace: cfg.Namespace, Profiles: profiles,
+				ResyncPeriod: cfg.ResyncPeriod, Logger: logger,
+			})
+			if err == nil {
+				err = r.Initialize(ctx)
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Error("reconciler failed to start", logging.KeyError, err)
+				}
+				<-ctx.Done()
+				return
+			}
+			synced.Store(true)
+			r.Run(ctx, cfg.Workers)
 		},
 		OnNewLeader: func(identity string) { logger.Info("leader observed", logging.KeyLeader, identity) },
 	})

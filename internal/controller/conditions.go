@@ -1,0 +1,124 @@
+package controller
+
+import (
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// observed is what one reconcile pass saw; every condition is a pure function of it.
+type observed struct {
+	generation     int64
+	profileKnown   bool
+	profileCurrent bool
+	pvc            *corev1.PersistentVolumeClaim
+	pod            *corev1.Pod
+	fence          executionv1alpha1.FenceState
+	fenceReason    string
+	deleting       bool
+}
+
+// Condition reasons: a fixed vocabulary.
+const (
+	reasonBound           = "Bound"
+	reasonPending         = "Pending"
+	reasonMissing         = "Missing"
+	reasonRunning         = "Running"
+	reasonNotRunning      = "NotRunning"
+	reasonHealthy         = "Healthy"
+	reasonFenceUnknown    = "FenceUnknown"
+	reasonProfileCurrent  = "ProfileCurrent"
+	reasonProfileChanged  = "ProfileChanged"
+	reasonProfileRemoved  = "ProfileRemoved"
+	reasonDeletionBlocked = "DeletionRequiresAdministrator"
+	reasonNotDeleting     = "NotDeleting"
+	reasonReady           = "Ready"
+	reasonNotReady        = "NotReady"
+)
+
+func condition(t string, ok bool, reason, message string, gen int64) metav1.Condition {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: gen}
+}
+
+func workspaceBound(o observed) metav1.Condition {
+	switch {
+	case o.pvc == nil:
+		return condition(executionv1alpha1.ConditionWorkspaceBound, false, reasonMissing, "the workspace claim does not exist", o.generation)
+	case o.pvc.Status.Phase != corev1.ClaimBound:
+		return condition(executionv1alpha1.ConditionWorkspaceBound, false, reasonPending, "the workspace claim is not bound yet", o.generation)
+	}
+	return condition(executionv1alpha1.ConditionWorkspaceBound, true, reasonBound, "the workspace claim is bound", o.generation)
+}
+
+func executorReady(o observed) metav1.Condition {
+	if o.pod == nil {
+		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonMissing, "no executor Pod", o.generation)
+	}
+	for _, c := range o.pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && o.pod.DeletionTimestamp == nil {
+			return condition(executionv1alpha1.ConditionExecutorReady, true, reasonRunning, "the executor Pod is ready", o.generation)
+		}
+	}
+	return condition(executionv1alpha1.ConditionExecutorReady, false, reasonNotRunning, "the executor Pod is not ready", o.generation)
+}
+
+func fenced(o observed) metav1.Condition {
+	if o.fence == executionv1alpha1.FenceUnknown {
+		return condition(executionv1alpha1.ConditionFenced, true, reasonFenceUnknown, o.fenceReason, o.generation)
+	}
+	return condition(executionv1alpha1.ConditionFenced, false, reasonHealthy, "every outcome is accounted for", o.generation)
+}
+
+func profileCurrent(o observed) metav1.Condition {
+	switch {
+	case !o.profileKnown:
+		return condition(executionv1alpha1.ConditionProfileCurrent, false, reasonProfileRemoved, "the profile was removed: no new executor is created", o.generation)
+	case !o.profileCurrent:
+		return condition(executionv1alpha1.ConditionProfileCurrent, false, reasonProfileChanged, "the profile changed since creation: no new executor is created", o.generation)
+	}
+	return condition(executionv1alpha1.ConditionProfileCurrent, true, reasonProfileCurrent, "the profile is unchanged", o.generation)
+}
+
+func deletionBlocked(o observed) metav1.Condition {
+	if o.deleting {
+		return condition(executionv1alpha1.ConditionDeletionBlocked, true, reasonDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept", o.generation)
+	}
+	return condition(executionv1alpha1.ConditionDeletionBlocked, false, reasonNotDeleting, "no deletion requested", o.generation)
+}
+
+// conditions computes every condition and sets them on status (LastTransitionTime moves
+// only when a status changes).
+func conditions(status *executionv1alpha1.ExecutionEnvironmentStatus, o observed, now metav1.Time) {
+	all := []metav1.Condition{workspaceBound(o), executorReady(o), fenced(o), profileCurrent(o), deletionBlocked(o)}
+	ready := all[0].Status == metav1.ConditionTrue && all[1].Status == metav1.ConditionTrue && all[2].Status == metav1.ConditionFalse
+	readyCond := condition(executionv1alpha1.ConditionReady, ready, reasonNotReady, "waiting for the workspace, the executor, or recovery", o.generation)
+	if ready {
+		readyCond.Reason, readyCond.Message = reasonReady, "data operations can be served"
+	}
+	all = append(all, readyCond)
+	for _, c := range all {
+		c.LastTransitionTime = now
+		meta.SetStatusCondition(&status.Conditions, c)
+	}
+	status.Phase = phase(o, ready)
+}
+
+// phase is the printer column; nothing branches on it.
+func phase(o observed, ready bool) executionv1alpha1.Phase {
+	switch {
+	case o.fence == executionv1alpha1.FenceUnknown:
+		return executionv1alpha1.PhaseFenced
+	case o.deleting:
+		return executionv1alpha1.PhaseDeleting
+	case ready:
+		return executionv1alpha1.PhaseReady
+	case !o.profileKnown || !o.profileCurrent:
+		return executionv1alpha1.PhaseDegraded
+	}
+	return executionv1alpha1.PhaseProvisioning
+}
