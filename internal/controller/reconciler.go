@@ -235,49 +235,64 @@ func fence(status *executionv1alpha1.ExecutionEnvironmentStatus, reason string) 
 	}
 }
 
-func (r *Reconciler) ensurePVC(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, status *executionv1alpha1.ExecutionEnvironmentStatus, entry profile.Entry, mayCreate bool) (*corev1.PersistentVolumeClaim, error) {
-	name := executor.PVCName(env)
-	found, err := r.pvcs.PersistentVolumeClaims(env.Namespace).Get(name)
+// lookup reads an object of the environment by name: from the cache, and live when a
+// recorded identity is missing from the cache (which may lag behind our own create).
+type lookup[T metav1.Object] struct {
+	cached func(name string) (T, error)
+	live   func(ctx context.Context, name string) (T, error)
+}
+
+// settle reconciles a recorded identity with what exists. It returns the object to use, or
+// create=true when none exists and none was ever recorded. It adopts an object an
+// interrupted pass created (matching environment UID label) instead of creating a second,
+// and fences — never recreates — when a recorded UID vanished.
+func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, status *executionv1alpha1.ExecutionEnvironmentStatus,
+	recorded **executionv1alpha1.ObjectIdentity, name string, get lookup[T], vanished string) (obj T, exists, create bool, err error) {
+	var zero T
+	found, err := get.cached(name)
+	exists = err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, err
+		return zero, false, false, err
 	}
-	if apierrors.IsNotFound(err) {
-		found = nil
-	}
-	if status.PVC != nil && (found == nil || found.UID != status.PVC.UID) {
-		// The cache may simply lag behind our own create: confirm with a live read before
-		// fencing.
-		live, err := r.cfg.Kube.CoreV1().PersistentVolumeClaims(env.Namespace).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			found = nil
-		case err != nil:
-			return nil, err
-		default:
-			found = live
+	if *recorded != nil && (!exists || found.GetUID() != (*recorded).UID) {
+		found, err = get.live(ctx, name)
+		exists = err == nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return zero, false, false, err
 		}
 	}
-	ours := found != nil && found.Labels[executor.LabelEnvironmentUID] == string(env.UID)
+	ours := exists && found.GetLabels()[executor.LabelEnvironmentUID] == string(env.UID)
 	switch {
-	case status.PVC != nil && (found == nil || found.UID != status.PVC.UID):
-		fence(status, fenceWorkspaceVanished)
-		return nil, nil
-	case status.PVC != nil:
-		return found, nil
+	case *recorded != nil && (!exists || found.GetUID() != (*recorded).UID):
+		fence(status, vanished)
+		return zero, false, false, nil
+	case *recorded != nil:
+		return found, true, false, nil
 	case ours:
-		// Created by an earlier pass that died before recording it: adopt, never duplicate.
-		status.PVC = &executionv1alpha1.ObjectIdentity{Name: found.Name, UID: found.UID}
-		return found, nil
-	case found != nil:
-		return nil, fmt.Errorf("claim %s exists but belongs to another environment", name)
-	case !mayCreate:
-		return nil, nil
+		*recorded = &executionv1alpha1.ObjectIdentity{Name: found.GetName(), UID: found.GetUID()}
+		return found, true, false, nil
+	case exists:
+		return zero, false, false, fmt.Errorf("%s exists but belongs to another environment", name)
+	}
+	return zero, false, true, nil
+}
+
+func (r *Reconciler) ensurePVC(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, status *executionv1alpha1.ExecutionEnvironmentStatus, entry profile.Entry, mayCreate bool) (*corev1.PersistentVolumeClaim, error) {
+	client := r.cfg.Kube.CoreV1().PersistentVolumeClaims(env.Namespace)
+	found, exists, create, err := settle(ctx, env, status, &status.PVC, executor.PVCName(env), lookup[*corev1.PersistentVolumeClaim]{
+		cached: r.pvcs.PersistentVolumeClaims(env.Namespace).Get,
+		live: func(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
+			return client.Get(ctx, name, metav1.GetOptions{})
+		},
+	}, fenceWorkspaceVanished)
+	if err != nil || exists || !create || !mayCreate {
+		return found, err
 	}
 	pvc, err := executor.PVC(env, entry)
 	if err != nil {
 		return nil, err
 	}
-	created, err := r.cfg.Kube.CoreV1().PersistentVolumeClaims(env.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
+	created, err := client.Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -291,44 +306,21 @@ func (r *Reconciler) ensurePod(ctx context.Context, env *executionv1alpha1.Execu
 	if status.Pod != nil {
 		name = status.Pod.Name
 	}
-	found, err := r.pods.Pods(env.Namespace).Get(name)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	if apierrors.IsNotFound(err) {
-		found = nil
-	}
-	if status.Pod != nil && (found == nil || found.UID != status.Pod.UID) {
-		live, err := r.cfg.Kube.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			found = nil
-		case err != nil:
-			return nil, err
-		default:
-			found = live
-		}
-	}
-	ours := found != nil && found.Labels[executor.LabelEnvironmentUID] == string(env.UID)
-	switch {
-	case status.Pod != nil && (found == nil || found.UID != status.Pod.UID):
-		fence(status, fenceExecutorVanished)
-		return nil, nil
-	case status.Pod != nil:
-		return found, nil
-	case ours:
-		status.Pod = &executionv1alpha1.ObjectIdentity{Name: found.Name, UID: found.UID}
-		return found, nil
-	case found != nil:
-		return nil, fmt.Errorf("pod %s exists but belongs to another environment", name)
-	case !mayCreate:
-		return nil, nil
+	client := r.cfg.Kube.CoreV1().Pods(env.Namespace)
+	found, exists, create, err := settle(ctx, env, status, &status.Pod, name, lookup[*corev1.Pod]{
+		cached: r.pods.Pods(env.Namespace).Get,
+		live: func(ctx context.Context, name string) (*corev1.Pod, error) {
+			return client.Get(ctx, name, metav1.GetOptions{})
+		},
+	}, fenceExecutorVanished)
+	if err != nil || exists || !create || !mayCreate {
+		return found, err
 	}
 	pod, err := executor.Pod(env, entry, executor.PodOptions{Ordinal: ordinal, ServiceAccount: r.cfg.Profiles.ExecutorServiceAccount()})
 	if err != nil {
 		return nil, err
 	}
-	created, err := r.cfg.Kube.CoreV1().Pods(env.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := client.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}
