@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execplane/execplane/internal/helper/frame"
 	"github.com/execplane/execplane/internal/helper/process"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -377,5 +378,99 @@ func TestPauseModeExitsOnSIGTERM(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		_ = cmd.Process.Kill()
 		t.Fatal("pause mode ignored SIGTERM")
+	}
+}
+
+// A chain of processes, each in its own session and each the parent of the next, dies at
+// once: the whole descendant tree is killed per round, not one level per round.
+func TestSetsidChainIsKilledAtOnce(t *testing.T) {
+	root, _ := workspace(t)
+	marker := "36.1357"
+	must(t, os.WriteFile(filepath.Join(root, "chain.sh"),
+		[]byte("n=$1\nif [ \"$n\" -le 0 ]; then exec sleep "+marker+"; fi\nsetsid sh \"$0\" $((n-1)) &\nwait\n"), 0o755))
+	start := time.Now()
+	res := mustRun(t, root, withTimeout(shell(`sh chain.sh 300`), time.Second))
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT {
+		t.Fatalf("result %v", res)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a 1 s timeout took %s with a 300-deep setsid chain", d)
+	}
+	if s := survivors(t, marker); len(s) != 0 {
+		t.Fatalf("%d processes of the chain survived", len(s))
+	}
+}
+
+// Another process holding the command's stdout open (here: this test, through /proc) cannot
+// hold the call open once everything the command started is gone.
+func TestOutputPipeHeldByAnotherProcessDoesNotHoldTheCall(t *testing.T) {
+	root, _ := workspace(t)
+	held := make(chan *os.File, 1)
+	go func() {
+		pidFile := filepath.Join(root, "pid")
+		for i := 0; i < 200; i++ {
+			if data, err := os.ReadFile(pidFile); err == nil && len(data) > 1 {
+				f, err := os.OpenFile("/proc/"+strings.TrimSpace(string(data))+"/fd/1", os.O_WRONLY, 0)
+				if err == nil {
+					held <- f
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		held <- nil
+	}()
+	start := time.Now()
+	res := mustRun(t, root, shell(`echo $$ > pid; sleep 0.5; echo done`))
+	if f := <-held; f != nil {
+		defer f.Close()
+	} else {
+		t.Fatal("the test could not open the command's stdout: the scenario was not exercised")
+	}
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED || time.Since(start) > 2*time.Second {
+		t.Fatalf("result %v after %s", res, time.Since(start))
+	}
+}
+
+// The working directory is the one the kernel resolved: a lexical ".." after a symlink
+// cannot move the command out of the workspace.
+func TestWorkingDirectoryIsTheResolvedOne(t *testing.T) {
+	root, _ := workspace(t)
+	must(t, os.MkdirAll(filepath.Join(root, "a", "b", "c"), 0o755))
+	must(t, os.Symlink("a/b/c", filepath.Join(root, "s")))
+	res := mustRun(t, root, &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"pwd", "-P"}}}, WorkingDirectory: []byte("s/../..")})
+	want, _ := filepath.EvalSymlinks(filepath.Join(root, "a"))
+	if got := strings.TrimSpace(string(res.GetStdout().GetHead())); got != want {
+		t.Fatalf("command started in %q, want %q (the kernel-resolved directory)", got, want)
+	}
+}
+
+// The exec stream's output side breaking mid-command: the helper (SIGPIPE ignored) sees the
+// failed heartbeat write, cancels, and kills everything the command started.
+func TestBrokenOutputPipeCancelsAndKillsEverything(t *testing.T) {
+	root, _ := workspace(t)
+	marker := "37.2468"
+	cmd := exec.Command(helperBin, "--root", root, "--heartbeat-interval=100ms")
+	stdin, err := cmd.StdinPipe()
+	must(t, err)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	req := &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, Limits: limits(),
+		Operation: &helperv1.Request_Command{Command: shell(`sleep ` + marker + ` & sleep ` + marker)}}
+	must(t, frame.Write(stdin, req, frame.MaxRequestBytes))
+	time.Sleep(200 * time.Millisecond)
+	stdout.Close() // the reader goes away
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the helper kept running after its output pipe broke")
+	}
+	stdin.Close()
+	if s := survivors(t, marker); len(s) != 0 {
+		t.Fatalf("survivors after the pipe broke: %v", s)
 	}
 }

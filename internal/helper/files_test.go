@@ -568,3 +568,50 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Findings of the security review, kept as regression tests.
+
+func TestManyDoubleStarsAreLinear(t *testing.T) {
+	root, _ := workspace(t)
+	must(t, os.MkdirAll(filepath.Join(root, "a", "b", "c", "d", "e"), 0o755))
+	start := time.Now()
+	res := mustFile(t, root, globOp(strings.Repeat("**/", 300)+"zzz")).GetGlob()
+	if len(res.GetPaths()) != 0 || time.Since(start) > 3*time.Second {
+		t.Fatalf("glob with 300 '**' took %s", time.Since(start))
+	}
+}
+
+func TestPathologicalRegularExpressionRefused(t *testing.T) {
+	root, _ := workspace(t)
+	wantCode(t, root, grepOp(`(?:a|aa|aaa|aaaa){1000}b`, ""), codeExhaust)
+}
+
+func TestLongNonASCIIErrorMessagesStillAnswer(t *testing.T) {
+	root, _ := workspace(t)
+	_, e := fileCall(t, root, grepOp("("+strings.Repeat("é", 600), ""))
+	if e.GetCode() != codeInvalid {
+		t.Fatalf("want INVALID_ARGUMENT, got %v", e)
+	}
+}
+
+func TestDirectoryLockedByACommandDoesNotHangWrites(t *testing.T) {
+	root, _ := workspace(t)
+	dir, err := os.Open(root)
+	must(t, err)
+	defer dir.Close()
+	must(t, syscall.Flock(int(dir.Fd()), syscall.LOCK_EX))
+	start := time.Now()
+	wantCode(t, root, writeOp("f", "x", executionv1.WriteMode_WRITE_MODE_OVERWRITE), helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE)
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("the write waited %s for the lock", d)
+	}
+}
+
+func TestRefusedCompareAndSwapCreatesNoParents(t *testing.T) {
+	root, _ := workspace(t)
+	wantCode(t, root, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: &executionv1.WriteFile{
+		Path: []byte("new1/new2/f"), Content: []byte("x"), Mode: executionv1.WriteMode_WRITE_MODE_COMPARE_AND_SWAP, ExpectedVersion: "v1-x", CreateParents: true}}}, codeNotFound)
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Fatalf("a refused write left %v", entries)
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
@@ -15,6 +17,7 @@ import (
 	"github.com/execplane/execplane/internal/helper/process"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+	"golang.org/x/sys/unix"
 )
 
 // maxRequestIDBytes bounds the echoed request id (the protocol documents 64).
@@ -29,6 +32,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Pause {
 		return Pause(ctx)
 	}
+	// A broken output pipe must surface as a write error (and cancel a running command),
+	// never kill the helper before it has reaped what it started.
+	signal.Ignore(syscall.SIGPIPE)
+	// Not dumpable: a command (same user) cannot open /proc/<helper>/fd/1 to forge response
+	// frames, nor ptrace the helper. Commands are exec'd, which makes them dumpable again.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	return Serve(ctx, cfg, os.Stdin, stdout)
 }
 
@@ -72,33 +81,62 @@ func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 }
 
 func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1.Limits, heartbeat time.Duration, stdin io.Reader, out *frameWriter) (*executionv1.CommandResult, error) {
-	dir, err := root.Dir(spec.GetWorkingDirectory())
+	dir, err := root.OpenDir(spec.GetWorkingDirectory())
 	if err != nil {
 		return nil, err
+	}
+	// One request per process: the helper can move itself into the resolved directory and
+	// let the command inherit it.
+	err = unix.Fchdir(dir)
+	unix.Close(dir)
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
 	}
 	if err := process.EnableSubreaper(); err != nil {
 		return nil, fmt.Errorf("subreaper: %w", err)
 	}
+	var once sync.Once
+	cancel := make(chan struct{})
+	stop := func() { once.Do(func() { close(cancel) }) }
 	// Anything arriving on stdin after the request — EOF when the gateway's call ends, or
 	// stray bytes — cancels the command.
-	cancel := make(chan struct{})
 	go func() {
 		var b [1]byte
 		_, _ = stdin.Read(b[:])
-		close(cancel)
+		stop()
 	}()
+	// Heartbeats come from their own goroutine so that a reader that stopped reading cannot
+	// delay the timeout; a failed write means the call is gone: cancel.
+	started := time.Now()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		tick := time.NewTicker(heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				hb := &helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{ElapsedMillis: uint64(time.Since(started) / time.Millisecond)}}}
+				if err := out.frame(hb); err != nil {
+					stop()
+					return
+				}
+			}
+		}
+	}()
+	maxMillis := lim.GetMaxCommandMillis()
+	if maxMillis > uint64(process.MaxDurationCeiling/time.Millisecond) {
+		return nil, &process.Error{Code: helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, Msg: "max_command_millis above the helper's ceiling"}
+	}
 	return process.Run(spec, process.Options{
 		Limits: process.Limits{
 			MaxOutputBytes: lim.GetMaxCommandBytes(),
-			MaxDuration:    time.Duration(min(lim.GetMaxCommandMillis(), uint64(process.MaxDurationCeiling/time.Millisecond))) * time.Millisecond,
+			MaxDuration:    time.Duration(maxMillis) * time.Millisecond,
 		},
-		Dir:               dir,
-		Environ:           os.Environ(),
-		Cancel:            cancel,
-		HeartbeatInterval: heartbeat,
-		Heartbeat: func(elapsed time.Duration) {
-			_ = out.frame(&helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{ElapsedMillis: uint64(elapsed / time.Millisecond)}}})
-		},
+		Environ: os.Environ(),
+		Cancel:  cancel,
 	})
 }
 
@@ -134,8 +172,11 @@ func (f *frameWriter) fail(id string, err error) error {
 const maxErrorMessageBytes = 1024
 
 func (f *frameWriter) error(id string, code helperv1.ErrorCode, msg string) error {
-	if len(msg) > maxErrorMessageBytes {
-		msg = msg[:maxErrorMessageBytes]
+	msg = process.TruncateUTF8(msg, maxErrorMessageBytes)
+	err := f.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Error{Error: &helperv1.Error{Code: code, Message: msg}}})
+	if err != nil && !errors.Is(err, syscall.EPIPE) {
+		// The message could not be encoded: answer with the code alone rather than nothing.
+		err = f.response(&helperv1.Response{RequestId: process.TruncateUTF8(id, maxRequestIDBytes), Outcome: &helperv1.Response_Error{Error: &helperv1.Error{Code: code}}})
 	}
-	return f.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Error{Error: &helperv1.Error{Code: code, Message: msg}}})
+	return err
 }

@@ -105,7 +105,7 @@ func readAt(dirfd int, name string, st *unix.Stat_t, budget *copyBudget) ([]byte
 	if uint64(st.Size) > budget.bytes {
 		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "copy exceeds the limit of %d bytes", budget.bytes)
 	}
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fromErrno("open", err)
 	}
@@ -114,6 +114,9 @@ func readAt(dirfd int, name string, st *unix.Stat_t, budget *copyBudget) ([]byte
 	var cur unix.Stat_t
 	if err := unix.Fstat(fd, &cur); err != nil || cur.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE, "source changed type")
+	}
+	if uint64(cur.Size) > budget.bytes {
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "copy exceeds the limit of %d bytes", budget.bytes)
 	}
 	buf := make([]byte, min(uint64(cur.Size), budget.bytes))
 	n, err := f.ReadAt(buf, 0)

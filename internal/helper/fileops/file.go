@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"time"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -94,7 +95,9 @@ func (r *Root) write(req *executionv1.WriteFile, lim Limits) (*executionv1.Write
 	if isRoot(p) {
 		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE, "cannot write the workspace root")
 	}
-	if req.GetCreateParents() {
+	// Compare-and-swap needs the file, so its parents exist: creating them first would leave
+	// directories behind a NOT_FOUND refusal.
+	if req.GetCreateParents() && req.GetMode() != executionv1.WriteMode_WRITE_MODE_COMPARE_AND_SWAP {
 		if parent, _, err := split(p); err != nil {
 			return nil, err
 		} else if err := r.mkdirAll(parent, defaultDirMode); err != nil {
@@ -128,8 +131,8 @@ func (r *Root) replace(p string, content []byte, o replaceOptions) (*executionv1
 		return nil, err
 	}
 	defer unix.Close(dirfd)
-	if err := unix.Flock(dirfd, unix.LOCK_EX); err != nil {
-		return nil, fromErrno("lock directory", err)
+	if err := lockBounded(dirfd); err != nil {
+		return nil, err
 	}
 	defer unix.Flock(dirfd, unix.LOCK_UN)
 
@@ -212,4 +215,29 @@ func writeAll(fd int, data []byte) error {
 		off += n
 	}
 	return nil
+}
+
+// Bounds on waiting for the directory lock: a command holding flock on the directory must
+// not hang writes forever.
+const (
+	lockWait     = 5 * time.Second
+	lockInterval = 10 * time.Millisecond
+)
+
+// lockBounded takes an exclusive flock on dirfd, giving up after lockWait.
+func lockBounded(dirfd int) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.Flock(dirfd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			return fromErrno("lock directory", err)
+		}
+		if time.Now().After(deadline) {
+			return errorf(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the directory is locked by another writer")
+		}
+		time.Sleep(lockInterval)
+	}
 }

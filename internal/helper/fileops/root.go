@@ -3,7 +3,6 @@ package fileops
 import (
 	"bytes"
 	"errors"
-	"path/filepath"
 	"strings"
 
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -17,6 +16,8 @@ const (
 	// resolveFlags confine every resolution beneath the root descriptor and refuse
 	// /proc-style magic links whose targets are not path-based.
 	resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
+	// maxResolveRetries bounds EAGAIN retries of one resolution.
+	maxResolveRetries = 1000
 )
 
 // openat2 is the system call, a variable so that a test can simulate a kernel without it.
@@ -75,12 +76,16 @@ func (r *Root) resolve(rel string, flags int) (int, error) {
 		// openat2 is strict: O_PATH admits only O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC.
 		flags |= unix.O_NOCTTY
 	}
-	for {
+	for attempt := 0; ; attempt++ {
 		fd, err := openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags), Resolve: resolveFlags})
 		// openat2 answers EAGAIN when a concurrent rename raced RESOLVE_BENEATH's checks;
-		// retrying is what the kernel documents.
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+		// retrying is what the kernel documents. A file under a lease also answers EAGAIN
+		// to an O_NONBLOCK open, for as long as the lease holder likes: bounded.
+		if (errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)) && attempt < maxResolveRetries {
 			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			return -1, errorf(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the path is busy (renamed concurrently or leased)")
 		}
 		return fd, err
 	}
@@ -148,21 +153,21 @@ func (r *Root) openParent(p string) (fd int, name string, err error) {
 	return fd, name, nil
 }
 
-// Dir resolves a working directory beneath the root (empty means the root) and returns its
-// absolute path for a command to start in. The check is the kernel's; the returned string is
-// only where the command starts, not a confinement: commands are confined by their container.
-func (r *Root) Dir(rel []byte) (string, error) {
-	if len(rel) == 0 {
-		return r.path, nil
-	}
-	p, err := checkPath(rel)
-	if err != nil {
-		return "", err
+// OpenDir resolves a working directory beneath the root (empty means the root) and returns
+// a descriptor of it, for the helper to fchdir to before starting a command: the directory
+// the command starts in is exactly the one the kernel resolved, never a path string
+// resolved again (a lexical ".." or a swapped component could point elsewhere).
+func (r *Root) OpenDir(rel []byte) (int, error) {
+	p := "."
+	if len(rel) > 0 {
+		var err error
+		if p, err = checkPath(rel); err != nil {
+			return -1, err
+		}
 	}
 	fd, err := r.resolve(p, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
-		return "", fromErrno("working directory", err)
+		return -1, fromErrno("working directory", err)
 	}
-	unix.Close(fd)
-	return filepath.Join(r.path, p), nil
+	return fd, nil
 }

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
+	"time"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -31,7 +33,32 @@ const (
 	maxMatchLineBytes = 4096
 	// maxCopyEntries bounds a recursive copy (the API documents 10000).
 	maxCopyEntries = 10_000
+	// maxProgramInstructions bounds a compiled regular expression: RE2 runs in linear time,
+	// but the constant is the program's size, and a 24-byte pattern with a repetition count
+	// compiles to tens of thousands of instructions.
+	maxProgramInstructions = 4096
+	// maxGrepTime bounds one grep's wall time; the result is truncated past it.
+	maxGrepTime = 20 * time.Second
+	// maxResultBytes bounds the paths and lines one glob or grep returns, well inside the
+	// response frame.
+	maxResultBytes = 16 << 20
 )
+
+// checkProgramSize refuses regular expressions whose compiled program is too large.
+func checkProgramSize(expr string) error {
+	parsed, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bad regular expression: %v", err)
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bad regular expression: %v", err)
+	}
+	if len(prog.Inst) > maxProgramInstructions {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "regular expression too complex (%d instructions, at most %d)", len(prog.Inst), maxProgramInstructions)
+	}
+	return nil
+}
 
 // errStop ends a walk early without an error.
 var errStop = errors.New("stop walking")
@@ -148,17 +175,20 @@ func (r *Root) glob(req *executionv1.Glob) (*executionv1.GlobResult, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	comps := strings.Split(strings.Trim(pattern, "/"), "/")
+	comps := mergeDoubleStars(strings.Split(strings.Trim(pattern, "/"), "/"))
 	res := &executionv1.GlobResult{}
 	budget := maxWalkEntries
+	resultBytes := 0
 	err = walk(fd, "", 0, &budget, func(_ int, _, rel string, st *unix.Stat_t) (bool, error) {
 		parts := strings.Split(rel, "/")
 		if matchComponents(comps, parts) {
-			if len(res.Paths) == limit {
+			if len(res.Paths) == limit || resultBytes+len(rel)+len(base) > maxResultBytes {
 				res.Truncated = true
 				return false, errStop
 			}
-			res.Paths = append(res.Paths, []byte(joinRel(base, rel)))
+			p := joinRel(base, rel)
+			resultBytes += len(p)
+			res.Paths = append(res.Paths, []byte(p))
 		}
 		return st.Mode&unix.S_IFMT == unix.S_IFDIR && couldMatchBelow(comps, parts), nil
 	})
@@ -171,24 +201,48 @@ func (r *Root) glob(req *executionv1.Glob) (*executionv1.GlobResult, error) {
 	return res, nil
 }
 
-// matchComponents matches path components against pattern components ("**" = any run).
+// matchComponents matches path components against pattern components ("**" = any run of
+// components). Memoised over (pattern index, path index): linear in their product whatever
+// the number of "**", instead of exponential.
 func matchComponents(pat, parts []string) bool {
-	if len(pat) == 0 {
-		return len(parts) == 0
-	}
-	if pat[0] == "**" {
-		for i := 0; i <= len(parts); i++ {
-			if matchComponents(pat[1:], parts[i:]) {
-				return true
-			}
+	memo := make([]int8, (len(pat)+1)*(len(parts)+1)) // 0 unknown, 1 match, 2 no match
+	var match func(i, j int) bool
+	match = func(i, j int) bool {
+		k := i*(len(parts)+1) + j
+		if memo[k] != 0 {
+			return memo[k] == 1
 		}
-		return false
+		var ok bool
+		switch {
+		case i == len(pat):
+			ok = j == len(parts)
+		case pat[i] == "**":
+			ok = match(i+1, j) || (j < len(parts) && match(i, j+1))
+		case j == len(parts):
+			ok = false
+		default:
+			m, _ := path.Match(pat[i], parts[j])
+			ok = m && match(i+1, j+1)
+		}
+		memo[k] = 2
+		if ok {
+			memo[k] = 1
+		}
+		return ok
 	}
-	if len(parts) == 0 {
-		return false
+	return match(0, 0)
+}
+
+// mergeDoubleStars collapses runs of "**": they match exactly what one does.
+func mergeDoubleStars(comps []string) []string {
+	out := comps[:0:0]
+	for _, c := range comps {
+		if c == "**" && len(out) > 0 && out[len(out)-1] == "**" {
+			continue
+		}
+		out = append(out, c)
 	}
-	ok, _ := path.Match(pat[0], parts[0])
-	return ok && matchComponents(pat[1:], parts[1:])
+	return out
 }
 
 // couldMatchBelow reports whether some path beneath parts could still match pat, so walks
@@ -215,10 +269,14 @@ func (r *Root) grep(req *executionv1.Grep, lim Limits) (*executionv1.GrepResult,
 	if req.GetIgnoreCase() {
 		expr = "(?i)" + expr
 	}
+	if err := checkProgramSize(expr); err != nil {
+		return nil, err
+	}
 	re, err := regexp.Compile(expr)
 	if err != nil {
 		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bad regular expression: %v", err)
 	}
+	deadline := time.Now().Add(maxGrepTime)
 	include := string(req.GetInclude())
 	if include != "" {
 		if _, err := path.Match(include, ""); err != nil || len(include) > maxPatternBytes {
@@ -230,7 +288,7 @@ func (r *Root) grep(req *executionv1.Grep, lim Limits) (*executionv1.GrepResult,
 		return nil, err
 	}
 	res := &executionv1.GrepResult{}
-	totalBytes := 0
+	totalBytes, resultBytes := 0, 0
 	search := func(dirfd int, name, rel string, st *unix.Stat_t) (bool, error) {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return true, nil
@@ -247,7 +305,7 @@ func (r *Root) grep(req *executionv1.Grep, lim Limits) (*executionv1.GrepResult,
 			res.FilesSkipped++
 			return false, nil
 		}
-		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			res.FilesSkipped++
 			return false, nil
@@ -265,6 +323,10 @@ func (r *Root) grep(req *executionv1.Grep, lim Limits) (*executionv1.GrepResult,
 		res.FilesSearched++
 		line := uint64(0)
 		for len(data) > 0 {
+			if line%1024 == 0 && time.Now().After(deadline) {
+				res.Truncated = true
+				return false, errStop
+			}
 			line++
 			end := bytes.IndexByte(data, '\n')
 			text := data
@@ -274,10 +336,11 @@ func (r *Root) grep(req *executionv1.Grep, lim Limits) (*executionv1.GrepResult,
 				data = nil
 			}
 			if re.Match(text) {
-				if len(res.Matches) == limit {
+				if len(res.Matches) == limit || resultBytes+len(rel)+min(len(text), maxMatchLineBytes) > maxResultBytes {
 					res.Truncated = true
 					return false, errStop
 				}
+				resultBytes += len(rel) + min(len(text), maxMatchLineBytes)
 				res.Matches = append(res.Matches, &executionv1.GrepMatch{Path: []byte(rel), LineNumber: line, Line: bytes.Clone(text[:min(len(text), maxMatchLineBytes)])})
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"golang.org/x/sys/unix"
@@ -24,15 +25,18 @@ import (
 
 // Timing of the reaper.
 const (
-	// DefaultHeartbeatInterval is how often a running command reports that it is alive;
-	// well under the usual 60 s idle timeouts of proxies in front of the apiserver.
-	DefaultHeartbeatInterval = 10 * time.Second
 	// killPollInterval is how often remaining descendants are searched for and killed while
 	// the reaper waits for the last one.
 	killPollInterval = 10 * time.Millisecond
-	// maxReapTime bounds the kill-and-reap phase; a fork bomb faster than this is bounded by
-	// the Pod's pid limit and ends when the helper (and with it the exec session) ends.
-	maxReapTime = 10 * time.Second
+	// maxReapTime bounds the kill-and-reap phase so that a call ends within its timeout
+	// plus a second: every round kills the whole descendant tree at once, so even a
+	// thousand-deep chain of setsid'd processes goes in one or two rounds; a fork bomb
+	// outrunning this is bounded by the Pod's pid limit.
+	maxReapTime = 800 * time.Millisecond
+	// drainTime bounds reading what is left in the output pipes once every descendant is
+	// reaped: a process outside the command's tree (another command that opened
+	// /proc/<pid>/fd/1) cannot hold the call open.
+	drainTime = 100 * time.Millisecond
 	// defaultPath is used when neither the helper nor the request sets PATH.
 	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
@@ -54,9 +58,9 @@ type Options struct {
 	Environ []string
 	// Cancel is closed when the call is cancelled (EOF on the helper's stdin).
 	Cancel <-chan struct{}
-	// Heartbeat is called every HeartbeatInterval while the command runs; may be nil.
-	Heartbeat         func(elapsed time.Duration)
-	HeartbeatInterval time.Duration
+	// Dir, when empty, starts the command in the helper's working directory: the helper
+	// fchdir's to the kernel-resolved working directory first (see helper.runCommand), so
+	// no path string is ever resolved again.
 }
 
 // EnableSubreaper makes this process the reaper of its orphaned descendants. The helper
@@ -149,12 +153,6 @@ func Run(spec *executionv1.CommandSpec, opts Options) (*executionv1.CommandResul
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	interval := opts.HeartbeatInterval
-	if interval <= 0 {
-		interval = DefaultHeartbeatInterval
-	}
-	beat := time.NewTicker(interval)
-	defer beat.Stop()
 	var ws unix.WaitStatus
 	var timedOut, cancelled bool
 wait:
@@ -169,10 +167,6 @@ wait:
 			cancelled = true
 			killDescendants(pid)
 			opts.Cancel = nil
-		case <-beat.C:
-			if opts.Heartbeat != nil {
-				opts.Heartbeat(time.Since(started))
-			}
 		}
 	}
 	// The command is gone; nothing it started may outlive the call.
@@ -191,6 +185,9 @@ reap:
 		case <-poll.C:
 		}
 	}
+	// Everything the command started is gone; whatever still holds a pipe open is not ours.
+	_ = outR.SetReadDeadline(time.Now().Add(drainTime))
+	_ = errR.SetReadDeadline(time.Now().Add(drainTime))
 	<-copied
 	<-copied
 	res.Duration = durationpb.New(time.Since(started))
@@ -228,11 +225,7 @@ func startMessage(err error) string {
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
-	msg := "cannot start: " + err.Error()
-	if len(msg) > 1024 {
-		msg = msg[:1024]
-	}
-	return msg
+	return TruncateUTF8("cannot start: "+err.Error(), maxMessageBytes)
 }
 
 // Receipt is "sha256:" + hex of SHA-256 over the deterministic protobuf encoding of the
@@ -248,20 +241,30 @@ func Receipt(res *executionv1.CommandResult) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// killDescendants SIGKILLs the command's process group and every process whose parent is
-// this helper (descendants that left the group are reparented here once their parent dies).
+// killDescendants SIGKILLs the command's process group and every descendant of this helper,
+// walking the whole tree from /proc in one round (processes that left the group with
+// setsid included), so a chain of any depth dies at once rather than one level per round.
 func killDescendants(pgid int) {
 	_ = unix.Kill(-pgid, unix.SIGKILL)
-	self := os.Getpid()
-	for _, pid := range children(self) {
-		_ = unix.Kill(pid, unix.SIGKILL)
+	seen := map[int]bool{}
+	queue := []int{os.Getpid()}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children(pid) {
+			if !seen[c] {
+				seen[c] = true
+				_ = unix.Kill(c, unix.SIGKILL)
+				queue = append(queue, c)
+			}
+		}
 	}
 }
 
 // children lists the live children of pid from /proc.
 func children(pid int) []int {
-	// Fast path: the kernel's own lists (CONFIG_PROC_CHILDREN), one per thread: a child
-	// belongs to the thread that forked it, and orphans are reparented to any live thread.
+	// The kernel's own lists (CONFIG_PROC_CHILDREN), one per thread: a child belongs to
+	// the thread that forked it, and orphans are reparented to any live thread.
 	if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid)); err == nil {
 		var out []int
 		ok := false
@@ -281,6 +284,12 @@ func children(pid int) []int {
 			return out
 		}
 	}
+	return childrenByScan(pid)
+}
+
+// childrenByScan finds children by scanning every /proc/<pid>/stat (kernels without
+// CONFIG_PROC_CHILDREN).
+func childrenByScan(pid int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -399,4 +408,20 @@ func lookPath(name, path string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("executable %q not found in PATH", name)
+}
+
+// maxMessageBytes bounds messages in results (the API documents 1024).
+const maxMessageBytes = 1024
+
+// TruncateUTF8 cuts s to at most n bytes without splitting a character, and replaces invalid
+// UTF-8 (a protobuf string must be valid, or the response could not be encoded at all).
+func TruncateUTF8(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -47,7 +47,7 @@ func validEnvName(name string) bool {
 // deniedEnv are names that change how the dynamic loader, the C library or shells start a
 // program before its own code runs; deniedEnvPrefixes are families of them.
 var (
-	deniedEnv         = []string{"BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "GLIBC_TUNABLES", "PROMPT_COMMAND", "CDPATH"}
+	deniedEnv         = []string{"BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "GLIBC_TUNABLES", "PROMPT_COMMAND", "CDPATH", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS"}
 	deniedEnvPrefixes = []string{"LD_", "BASH_FUNC_", "DYLD_"}
 )
 
