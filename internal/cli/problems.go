@@ -2,7 +2,7 @@ package cli
 
 import (
 	"errors"
-	"fmt"
+	"github.com/execplane/execplane/internal/problem"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -15,22 +15,17 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 // Problems collects configuration problems so that Validate reports all of them at once.
 // The zero value is ready to use.
 type Problems struct {
-	errs []error
+	list problem.List
 }
 
 // Addf records one problem. field is the flag name, without dashes.
 func (p *Problems) Addf(field, format string, args ...any) {
-	p.errs = append(p.errs, fmt.Errorf("--%s: %s", field, fmt.Sprintf(format, args...)))
+	p.list.Add("--"+field, format, args...)
 }
 
 // Err returns nil when nothing was recorded, or every problem joined and wrapping
 // ErrInvalidConfig.
-func (p *Problems) Err() error {
-	if len(p.errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w:\n%w", ErrInvalidConfig, errors.Join(p.errs...))
-}
+func (p *Problems) Err() error { return p.list.Err(ErrInvalidConfig) }
 
 // Required records a problem when value is empty.
 func (p *Problems) Required(field, value string) {

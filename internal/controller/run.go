@@ -88,7 +88,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	diagErr := make(chan error, 1)
 	go func() { diagErr <- diag.Serve(ctx) }()
 
-	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, "identity", cfg.Identity)
+	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyReplica, cfg.Identity)
 	err = kube.RunElection(ctx, kube.Election{
 		Client: client, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,

@@ -26,6 +26,7 @@ const (
 	KeyKeyID       = "kid"
 	KeyVersion     = "version"
 	KeyLeader      = "leader"
+	KeyReplica     = "replica"
 	KeyError       = "error"
 	KeyCount       = "count"
 	KeyPath        = "path"
@@ -35,6 +36,6 @@ const (
 var Keys = []string{
 	KeyComponent, KeyRPC, KeyRequestID, KeyClient, KeyEnvironment, KeyRevision, KeyBinding,
 	KeyOperationID, KeyRunID, KeyEpoch, KeyGeneration, KeyPod, KeyPVC, KeyProfile, KeyNamespace,
-	KeyPhase, KeyReason, KeyCode, KeyDuration, KeyAddress, KeyKeyID, KeyVersion, KeyLeader,
+	KeyPhase, KeyReason, KeyCode, KeyDuration, KeyAddress, KeyKeyID, KeyVersion, KeyLeader, KeyReplica,
 	KeyError, KeyCount, KeyPath,
 }

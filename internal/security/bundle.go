@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/execplane/execplane/internal/problem"
 	"io"
 	"os"
 	"path/filepath"
@@ -88,15 +89,15 @@ func LoadBundle(manifestPath string, now time.Time) (*Bundle, error) {
 		return nil, fmt.Errorf("%w: manifest: %w", ErrInvalidBundle, err)
 	}
 
-	var p problems
+	var p problem.List
 	m := parseManifest(manifest, &p)
 	if m == nil {
-		return nil, p.err()
+		return nil, p.Err(ErrInvalidBundle)
 	}
 	files := readFiles(root, m, &p)
 	b := &Bundle{generation: m.Generation, dir: root.Name()}
 	b.build(m, files, now, &p)
-	if err := p.err(); err != nil {
+	if err := p.Err(ErrInvalidBundle); err != nil {
 		return nil, err
 	}
 	b.digest = bundleDigest(manifest, files)
@@ -105,7 +106,7 @@ func LoadBundle(manifestPath string, now time.Time) (*Bundle, error) {
 
 // readFiles reads every file the manifest names (once each, within its cap) and checks it
 // against its pin. Problems are recorded in p; the files read are returned by name.
-func readFiles(root *os.Root, m *Manifest, p *problems) map[string][]byte {
+func readFiles(root *os.Root, m *Manifest, p *problem.List) map[string][]byte {
 	files := make(map[string][]byte)
 	for _, f := range m.files() {
 		if _, done := files[f.name]; done || checkFilePath(f.name) != nil {
@@ -113,11 +114,11 @@ func readFiles(root *os.Root, m *Manifest, p *problems) map[string][]byte {
 		}
 		data, err := readCapped(root, f.name, f.limit)
 		if err != nil {
-			p.addAt(f.field, err)
+			p.AddAt(f.field, err)
 			continue
 		}
 		if pin := m.FileDigests[f.name]; validFileDigest(pin) && FileDigest(data) != pin {
-			p.add(f.field, "content does not match its pin in fileDigests: the file and the manifest "+
+			p.Add(f.field, "content does not match its pin in fileDigests: the file and the manifest "+
 				"belong to different generations (a torn bundle)")
 		}
 		files[f.name] = data
@@ -126,7 +127,7 @@ func readFiles(root *os.Root, m *Manifest, p *problems) map[string][]byte {
 }
 
 // build validates the material and fills b, recording problems in p.
-func (b *Bundle) build(m *Manifest, files map[string][]byte, now time.Time, p *problems) {
+func (b *Bundle) build(m *Manifest, files map[string][]byte, now time.Time, p *problem.List) {
 	certPEM, haveCert := files[m.ServerCertificate.CertFile]
 	keyPEM, haveKey := files[m.ServerCertificate.KeyFile]
 	if haveCert && haveKey {
@@ -140,13 +141,13 @@ func (b *Bundle) build(m *Manifest, files map[string][]byte, now time.Time, p *p
 		}
 	}
 	b.buildGrants(m, files, now, p)
-	if !p.empty() {
+	if !p.Empty() {
 		return
 	}
 	// Every client entry validated, so this cannot fail; a failure is still not ignored.
 	policies, err := m.policies()
 	if err != nil {
-		p.addAt("clients", err)
+		p.AddAt("clients", err)
 		return
 	}
 	b.policies = policies
@@ -156,8 +157,8 @@ func (b *Bundle) build(m *Manifest, files map[string][]byte, now time.Time, p *p
 // buildGrants parses the grant keys and builds the key set, verifier and signers.
 // pkg/grant's constructors are called only on input the manifest's own checks passed, so
 // that a problem is reported once.
-func (b *Bundle) buildGrants(m *Manifest, files map[string][]byte, now time.Time, p *problems) {
-	before := len(p.errs)
+func (b *Bundle) buildGrants(m *Manifest, files map[string][]byte, now time.Time, p *problem.List) {
+	before := p.Len()
 	var keys []grant.Key
 	var signing grant.SignerConfig
 	for i, e := range m.GrantKeys {
@@ -168,7 +169,7 @@ func (b *Bundle) buildGrants(m *Manifest, files map[string][]byte, now time.Time
 		}
 		pub, err := parseGrantPublicKey(data)
 		if err != nil {
-			p.add(at+".publicKeyFile", "%v", err)
+			p.Add(at+".publicKeyFile", "%v", err)
 			continue
 		}
 		keys = append(keys, grant.Key{ID: e.ID, Public: pub, State: e.State, VerifyFrom: e.VerifyFrom, VerifyUntil: e.VerifyUntil})
@@ -181,23 +182,23 @@ func (b *Bundle) buildGrants(m *Manifest, files map[string][]byte, now time.Time
 		priv, err := parseGrantPrivateKey(data)
 		switch {
 		case err != nil:
-			p.add(at+".privateKeyFile", "%v", err)
+			p.Add(at+".privateKeyFile", "%v", err)
 		case !pub.Equal(priv.Public()):
-			p.add(at+".privateKeyFile", "does not match publicKeyFile")
+			p.Add(at+".privateKeyFile", "does not match publicKeyFile")
 		default:
 			signing = grant.SignerConfig{KeyID: e.ID, PrivateKey: priv}
 		}
 	}
-	if !m.grantsOK || len(p.errs) != before || len(keys) != len(m.GrantKeys) || signing.PrivateKey == nil {
+	if !m.grantsOK || p.Len() != before || len(keys) != len(m.GrantKeys) || signing.PrivateKey == nil {
 		return // the grant settings are incomplete or wrong, and that has been reported
 	}
 	ks, err := grant.NewKeySet(keys...)
 	if err != nil {
-		p.addAt("grantKeys", err)
+		p.AddAt("grantKeys", err)
 		return
 	}
 	if err := grant.CheckRotation(nil, ks, now); err != nil {
-		p.addAt("grantKeys", err)
+		p.AddAt("grantKeys", err)
 		return
 	}
 	b.keys = ks
@@ -211,17 +212,17 @@ func (b *Bundle) buildGrants(m *Manifest, files map[string][]byte, now time.Time
 	// lifetimes: lowering a lifetime in a new generation must not refuse grants issued, and
 	// still unexpired, under the previous one.
 	if b.verifier, err = grant.NewVerifier(grant.VerifierConfig{Issuer: m.Issuer, Audience: m.Audience, Keys: ks}); err != nil {
-		p.addAt("issuer/audience", err)
+		p.AddAt("issuer/audience", err)
 		return
 	}
 	signing.Issuer, signing.Audience = m.Issuer, m.Audience
 	env, run := signing, signing
 	env.Lifetime, run.Lifetime = b.grants.EnvironmentLifetime, b.grants.RunLifetime
 	if b.envSigner, err = grant.NewSigner(env); err != nil {
-		p.addAt("grantLifetimes.environment", err)
+		p.AddAt("grantLifetimes.environment", err)
 	}
 	if b.runSigner, err = grant.NewSigner(run); err != nil {
-		p.addAt("grantLifetimes.run", err)
+		p.AddAt("grantLifetimes.run", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package security
 
 import (
 	"encoding/json"
+	"github.com/execplane/execplane/internal/problem"
 
 	"github.com/execplane/execplane/internal/strictyaml"
 	kjson "sigs.k8s.io/json"
@@ -15,28 +16,28 @@ import (
 
 // decodeStrict decodes one YAML document into v, strictly. Every problem found is recorded
 // in p; it reports whether v was decoded cleanly.
-func decodeStrict(data []byte, v any, p *problems) bool {
+func decodeStrict(data []byte, v any, p *problem.List) bool {
 	doc, err := strictyaml.Document(data, "manifest")
 	if err != nil {
-		p.addErr(err)
+		p.AddErr(err)
 		return false
 	}
 	if doc == nil {
-		p.add("manifest", "is empty")
+		p.Add("manifest", "is empty")
 		return false
 	}
 	jsonBytes, err := json.Marshal(doc)
 	if err != nil {
-		p.add("manifest", "cannot be converted to JSON: %v", err)
+		p.Add("manifest", "cannot be converted to JSON: %v", err)
 		return false
 	}
 	strictErrs, err := kjson.UnmarshalStrict(jsonBytes, v)
 	if err != nil {
-		p.add("manifest", "%v", err)
+		p.Add("manifest", "%v", err)
 		return false
 	}
 	for _, e := range strictErrs {
-		p.add("manifest", "%v", e)
+		p.Add("manifest", "%v", e)
 	}
 	return len(strictErrs) == 0
 }

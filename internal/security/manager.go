@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/execplane/execplane/internal/logging"
 	"os"
 	"path/filepath"
 	"sync"
@@ -102,7 +103,7 @@ func (m *Manager) Run(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if err := m.reload(ctx, false); err != nil {
-			m.log.Debug("security material not published", "error", err)
+			m.log.Debug("security material not published", logging.KeyError, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -153,13 +154,13 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 	}
 	m.current.Store(next)
 	m.lastError = nil
-	m.log.Info("security material published", "generation", next.Generation())
+	m.log.Info("security material published", logging.KeyGeneration, next.Generation())
 	return nil
 }
 
 func (m *Manager) refuse(err error) error {
 	m.lastError = err
-	m.log.Warn("security material refused", "error", err)
+	m.log.Warn("security material refused", logging.KeyError, err)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/execplane/execplane/internal/problem"
 	"path/filepath"
 	"strings"
 	"time"
@@ -117,9 +118,9 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 // that does not need the files it names. Every problem is reported at once, wrapping
 // ErrInvalidBundle.
 func ParseManifest(data []byte) (*Manifest, error) {
-	var p problems
+	var p problem.List
 	m := parseManifest(data, &p)
-	if err := p.err(); err != nil {
+	if err := p.Err(ErrInvalidBundle); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -127,9 +128,9 @@ func ParseManifest(data []byte) (*Manifest, error) {
 
 // parseManifest decodes and validates data, recording problems in p. It returns nil when
 // the document cannot be decoded at all; otherwise the manifest, possibly with problems.
-func parseManifest(data []byte, p *problems) *Manifest {
+func parseManifest(data []byte, p *problem.List) *Manifest {
 	if len(data) > MaxManifestBytes {
-		p.add("manifest", "exceeds %d bytes", MaxManifestBytes)
+		p.Add("manifest", "exceeds %d bytes", MaxManifestBytes)
 		return nil
 	}
 	var m Manifest
@@ -172,47 +173,47 @@ func (m *Manifest) files() []fileRef {
 // validate records every problem of the manifest that needs no file, and reports whether
 // the grant settings (keys, issuer, audience, lifetimes) had none: only then are pkg/grant's
 // constructors run on them, so that a problem is not reported twice.
-func (m *Manifest) validate(p *problems) (grantsOK bool) {
+func (m *Manifest) validate(p *problem.List) (grantsOK bool) {
 	if m.Version != ManifestVersion {
-		p.add("version", "must be %d", ManifestVersion)
+		p.Add("version", "must be %d", ManifestVersion)
 	}
 	if m.Generation < 1 || m.Generation > MaxGeneration {
-		p.add("generation", "must be 1..%d", uint64(MaxGeneration))
+		p.Add("generation", "must be 1..%d", uint64(MaxGeneration))
 	}
 	m.validateFiles(p)
-	before := len(p.errs)
+	before := p.Len()
 	m.validateGrantKeys(p)
 	if m.Issuer == "" {
-		p.add("issuer", "is required")
+		p.Add("issuer", "is required")
 	}
 	if m.Audience == "" {
-		p.add("audience", "is required")
+		p.Add("audience", "is required")
 	}
 	checkLifetime(p, "grantLifetimes.environment", time.Duration(m.GrantLifetimes.Environment))
 	checkLifetime(p, "grantLifetimes.run", time.Duration(m.GrantLifetimes.Run))
-	grantsOK = len(p.errs) == before
+	grantsOK = p.Len() == before
 	m.validateClients(p)
 	return grantsOK
 }
 
-func (m *Manifest) validateFiles(p *problems) {
+func (m *Manifest) validateFiles(p *problem.List) {
 	if m.ServerCertificate.CertFile == "" {
-		p.add("serverCertificate.certFile", "is required")
+		p.Add("serverCertificate.certFile", "is required")
 	}
 	if m.ServerCertificate.KeyFile == "" {
-		p.add("serverCertificate.keyFile", "is required")
+		p.Add("serverCertificate.keyFile", "is required")
 	}
 	if m.ClientCABundle == "" {
-		p.add("clientCABundle", "is required")
+		p.Add("clientCABundle", "is required")
 	}
 	referenced := map[string]string{}
 	for _, f := range m.files() {
 		if err := checkFilePath(f.name); err != nil {
-			p.add(f.field, "%v", err)
+			p.Add(f.field, "%v", err)
 			continue
 		}
 		if first, dup := referenced[f.name]; dup {
-			p.add(f.field, "names the same file as %s; every file has one role", first)
+			p.Add(f.field, "names the same file as %s; every file has one role", first)
 			continue
 		}
 		referenced[f.name] = f.field
@@ -221,96 +222,96 @@ func (m *Manifest) validateFiles(p *problems) {
 		d, ok := m.FileDigests[name]
 		switch {
 		case !ok:
-			p.add("fileDigests", "has no digest for %s (%s)", quoteName(name), field)
+			p.Add("fileDigests", "has no digest for %s (%s)", quoteName(name), field)
 		case !validFileDigest(d):
-			p.add("fileDigests["+quoteName(name)+"]", `must be "sha256:" and 64 lowercase hex digits`)
+			p.Add("fileDigests["+quoteName(name)+"]", `must be "sha256:" and 64 lowercase hex digits`)
 		}
 	}
 	for name := range m.FileDigests {
 		if _, ok := referenced[name]; !ok {
-			p.add("fileDigests", "names %s, which the manifest does not reference", quoteName(name))
+			p.Add("fileDigests", "names %s, which the manifest does not reference", quoteName(name))
 		}
 	}
 }
 
-func (m *Manifest) validateGrantKeys(p *problems) {
+func (m *Manifest) validateGrantKeys(p *problem.List) {
 	switch n := len(m.GrantKeys); {
 	case n == 0:
-		p.add("grantKeys", "at least one key (the signing key) is required")
+		p.Add("grantKeys", "at least one key (the signing key) is required")
 	case n > grant.MaxKeys:
-		p.add("grantKeys", "%d keys, at most %d", n, grant.MaxKeys)
+		p.Add("grantKeys", "%d keys, at most %d", n, grant.MaxKeys)
 	}
 	ids := map[string]bool{}
 	signing := 0
 	for i, k := range m.GrantKeys {
 		at := fmt.Sprintf("grantKeys[%d]", i)
 		if !grant.ValidKeyID(k.ID) {
-			p.add(at+".id", "must be 1..%d bytes of [A-Za-z0-9._-]", grant.MaxKeyIDBytes)
+			p.Add(at+".id", "must be 1..%d bytes of [A-Za-z0-9._-]", grant.MaxKeyIDBytes)
 		} else if ids[k.ID] {
-			p.add(at+".id", "duplicate key id")
+			p.Add(at+".id", "duplicate key id")
 		}
 		ids[k.ID] = true
 		switch k.State {
 		case grant.KeySigning:
 			signing++
 			if k.PrivateKeyFile == "" {
-				p.add(at+".privateKeyFile", "is required for the signing key")
+				p.Add(at+".privateKeyFile", "is required for the signing key")
 			}
 		case grant.KeyVerifyOnly, grant.KeyRetired:
 			if k.PrivateKeyFile != "" {
-				p.add(at+".privateKeyFile", "is refused for a %s key: only the signing key's private half is mounted", k.State)
+				p.Add(at+".privateKeyFile", "is refused for a %s key: only the signing key's private half is mounted", k.State)
 			}
 		default:
-			p.add(at+".state", "must be %s, %s or %s", grant.KeySigning, grant.KeyVerifyOnly, grant.KeyRetired)
+			p.Add(at+".state", "must be %s, %s or %s", grant.KeySigning, grant.KeyVerifyOnly, grant.KeyRetired)
 		}
 		if k.PublicKeyFile == "" {
-			p.add(at+".publicKeyFile", "is required")
+			p.Add(at+".publicKeyFile", "is required")
 		}
 		if k.VerifyFrom.IsZero() {
-			p.add(at+".verifyFrom", "is required")
+			p.Add(at+".verifyFrom", "is required")
 		}
 		switch {
 		case k.State == grant.KeyRetired && k.VerifyUntil.IsZero():
-			p.add(at+".verifyUntil", "is required for a retired key")
+			p.Add(at+".verifyUntil", "is required for a retired key")
 		case k.State == grant.KeyRetired && !k.VerifyUntil.After(k.VerifyFrom):
-			p.add(at+".verifyUntil", "must be after verifyFrom")
+			p.Add(at+".verifyUntil", "must be after verifyFrom")
 		case k.State != grant.KeyRetired && !k.VerifyUntil.IsZero():
-			p.add(at+".verifyUntil", "is only for retired keys")
+			p.Add(at+".verifyUntil", "is only for retired keys")
 		}
 	}
 	if len(m.GrantKeys) > 0 && signing != 1 {
-		p.add("grantKeys", "%d signing keys, exactly one is required", signing)
+		p.Add("grantKeys", "%d signing keys, exactly one is required", signing)
 	}
 }
 
-func checkLifetime(p *problems, path string, d time.Duration) {
+func checkLifetime(p *problem.List, path string, d time.Duration) {
 	switch {
 	case d < grant.MinLifetime || d > grant.MaxLifetime:
-		p.add(path, "must be %s..%s", grant.MinLifetime, grant.MaxLifetime)
+		p.Add(path, "must be %s..%s", grant.MinLifetime, grant.MaxLifetime)
 	case d%time.Second != 0:
-		p.add(path, "must be whole seconds (grants carry dates in seconds)")
+		p.Add(path, "must be whole seconds (grants carry dates in seconds)")
 	}
 }
 
-func (m *Manifest) validateClients(p *problems) {
+func (m *Manifest) validateClients(p *problem.List) {
 	switch n := len(m.Clients); {
 	case n == 0:
-		p.add("clients", "at least one client is required (an empty policy refuses every caller)")
+		p.Add("clients", "at least one client is required (an empty policy refuses every caller)")
 	case n > MaxClients:
-		p.add("clients", "%d clients, at most %d", n, MaxClients)
+		p.Add("clients", "%d clients, at most %d", n, MaxClients)
 	}
 	seen := map[ClientIdentity]int{}
 	for i, c := range m.Clients {
 		at := fmt.Sprintf("clients[%d]", i)
 		if _, err := ParseClientIdentity(string(c.URI)); err != nil {
-			p.addAt(at+".uri", err)
+			p.AddAt(at+".uri", err)
 		} else if first, dup := seen[c.URI]; dup {
-			p.add(at+".uri", "duplicate of clients[%d]", first)
+			p.Add(at+".uri", "duplicate of clients[%d]", first)
 		} else {
 			seen[c.URI] = i
 		}
 		if err := c.Policy().Validate(); err != nil {
-			p.addAt(at, err)
+			p.AddAt(at, err)
 		}
 	}
 }

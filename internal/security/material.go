@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/execplane/execplane/internal/problem"
 	"slices"
 	"time"
 )
@@ -125,16 +126,16 @@ func validAt(c *x509.Certificate, now time.Time) bool {
 // certificate: the key matches the leaf; the leaf is no CA, carries the serverAuth extended
 // key usage and a DNS or IP SAN, and is valid at now; every certificate's key is of an
 // accepted type and size; each certificate is signed by the next one.
-func checkServerCertificate(p *problems, certPEM, keyPEM []byte, now time.Time) (tls.Certificate, bool) {
+func checkServerCertificate(p *problem.List, certPEM, keyPEM []byte, now time.Time) (tls.Certificate, bool) {
 	const certAt, keyAt = "serverCertificate.certFile", "serverCertificate.keyFile"
 	ok := true
 	chain, err := parseCertificates(certPEM, MaxServerChainCertificates)
 	if err != nil {
-		p.add(certAt, "%v", err)
+		p.Add(certAt, "%v", err)
 		ok = false
 	}
 	if _, err := pemBlocks(keyPEM, 1, pemPrivateKey, pemECPrivateKey, pemRSAPrivateKey); err != nil {
-		p.add(keyAt, "%v", err)
+		p.Add(keyAt, "%v", err)
 		ok = false
 	}
 	if !ok {
@@ -142,36 +143,36 @@ func checkServerCertificate(p *problems, certPEM, keyPEM []byte, now time.Time) 
 	}
 	for i, c := range chain {
 		if err := checkPublicKey(c.PublicKey); err != nil {
-			p.add(certAt, "certificate %d: %v", i, err)
+			p.Add(certAt, "certificate %d: %v", i, err)
 			ok = false
 		}
 		if i+1 < len(chain) && c.CheckSignatureFrom(chain[i+1]) != nil {
-			p.add(certAt, "certificate %d is not signed by certificate %d: the chain is not in order", i, i+1)
+			p.Add(certAt, "certificate %d is not signed by certificate %d: the chain is not in order", i, i+1)
 			ok = false
 		}
 	}
 	leaf := chain[0]
 	if isCA(leaf) {
-		p.add(certAt, "the leaf is a CA certificate")
+		p.Add(certAt, "the leaf is a CA certificate")
 		ok = false
 	}
 	if !hasExtKeyUsage(leaf, x509.ExtKeyUsageServerAuth) {
-		p.add(certAt, "the leaf lacks the serverAuth extended key usage")
+		p.Add(certAt, "the leaf lacks the serverAuth extended key usage")
 		ok = false
 	}
 	if len(leaf.DNSNames) == 0 && len(leaf.IPAddresses) == 0 {
-		p.add(certAt, "the leaf has no DNS or IP subject alternative name")
+		p.Add(certAt, "the leaf has no DNS or IP subject alternative name")
 		ok = false
 	}
 	if !validAt(leaf, now) {
-		p.add(certAt, "the leaf is not valid now (valid %s..%s)",
+		p.Add(certAt, "the leaf is not valid now (valid %s..%s)",
 			leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339))
 		ok = false
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		// The library's message names the mismatch or the key encoding, never the key.
-		p.add(keyAt, "does not match the certificate or does not parse")
+		p.Add(keyAt, "does not match the certificate or does not parse")
 		return tls.Certificate{}, false
 	}
 	if cert.Leaf == nil {
@@ -185,26 +186,26 @@ func checkServerCertificate(p *problems, certPEM, keyPEM []byte, now time.Time) 
 // accepted key; at least one valid at now. CAs that have expired are tolerated (they verify
 // nothing), so that a bundle does not become invalid merely because an old CA, kept for a
 // rotation, ran out.
-func checkClientCAs(p *problems, data []byte, now time.Time) ([]*x509.Certificate, bool) {
+func checkClientCAs(p *problem.List, data []byte, now time.Time) ([]*x509.Certificate, bool) {
 	const at = "clientCABundle"
 	cas, err := parseCertificates(data, MaxClientCAs)
 	if err != nil {
-		p.add(at, "%v", err)
+		p.Add(at, "%v", err)
 		return nil, false
 	}
 	ok := true
 	current := 0
 	for i, c := range cas {
 		if !isCA(c) {
-			p.add(at, "certificate %d is not a CA certificate", i)
+			p.Add(at, "certificate %d is not a CA certificate", i)
 			ok = false
 		}
 		if c.KeyUsage != 0 && c.KeyUsage&x509.KeyUsageCertSign == 0 {
-			p.add(at, "certificate %d may not sign certificates (key usage)", i)
+			p.Add(at, "certificate %d may not sign certificates (key usage)", i)
 			ok = false
 		}
 		if err := checkPublicKey(c.PublicKey); err != nil {
-			p.add(at, "certificate %d: %v", i, err)
+			p.Add(at, "certificate %d: %v", i, err)
 			ok = false
 		}
 		if validAt(c, now) {
@@ -212,7 +213,7 @@ func checkClientCAs(p *problems, data []byte, now time.Time) ([]*x509.Certificat
 		}
 	}
 	if current == 0 {
-		p.add(at, "no CA certificate is valid now")
+		p.Add(at, "no CA certificate is valid now")
 		ok = false
 	}
 	return cas, ok

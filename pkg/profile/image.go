@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"github.com/execplane/execplane/internal/problem"
 	"regexp"
 	"strings"
 )
@@ -33,32 +34,32 @@ var imageReferencePattern = func() *regexp.Regexp {
 var digestHexLength = map[string]int{"sha256": 64, "sha512": 128}
 
 // checkImage records every problem with an image reference. pinned requires a sha256 digest.
-func checkImage(p *problems, path, image string, pinned bool) {
+func checkImage(p *problem.List, path, image string, pinned bool) {
 	if image == "" {
-		p.add(path, "is required")
+		p.Add(path, "is required")
 		return
 	}
 	m := imageReferencePattern.FindStringSubmatch(image)
 	if m == nil {
-		p.add(path, "%q is not an image reference ([registry/]repository[:tag][@digest], lowercase repository)", image)
+		p.Add(path, "%q is not an image reference ([registry/]repository[:tag][@digest], lowercase repository)", image)
 		return
 	}
 	name, digest := m[1], m[3]
 	if len(name) > maxImageNameBytes {
-		p.add(path, "repository name is %d bytes, more than %d", len(name), maxImageNameBytes)
+		p.Add(path, "repository name is %d bytes, more than %d", len(name), maxImageNameBytes)
 	}
 	if digest != "" {
 		algorithm, hex, _ := strings.Cut(digest, ":")
 		want, known := digestHexLength[algorithm]
 		switch {
 		case !known:
-			p.add(path, "digest algorithm %q is not sha256 or sha512", algorithm)
+			p.Add(path, "digest algorithm %q is not sha256 or sha512", algorithm)
 		case len(hex) != want || !isLowerHex(hex):
-			p.add(path, "%s digest must be %d lowercase hex digits", algorithm, want)
+			p.Add(path, "%s digest must be %d lowercase hex digits", algorithm, want)
 		}
 	}
 	if pinned && !strings.HasPrefix(digest, "sha256:") {
-		p.add(path, "%q is not pinned by digest (want ...@sha256:<64 hex>; digest-pinned images are required)", image)
+		p.Add(path, "%q is not pinned by digest (want ...@sha256:<64 hex>; digest-pinned images are required)", image)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/execplane/execplane/internal/problem"
 	"io"
 	"os"
 	"reflect"
@@ -102,7 +103,7 @@ func (o ParseOptions) Load(path string) (*Registry, error) {
 // Parse decodes a profiles document strictly, validates every profile with o and returns the
 // immutable registry. Every problem is reported at once; the error wraps ErrInvalidProfile.
 func (o ParseOptions) Parse(data []byte) (*Registry, error) {
-	var p problems
+	var p problem.List
 	specs := decode(data, &p)
 	return newRegistry(specs, o, &p)
 }
@@ -111,19 +112,19 @@ func (o ParseOptions) Parse(data []byte) (*Registry, error) {
 // YAML document of string-keyed maps whose keys all match ProfileSpec's fields, with the
 // expected types, once. A problem with the document as a whole stops decoding; a profile
 // with problems is recorded in p and left out of the result.
-func decode(data []byte, p *problems) map[string]ProfileSpec {
+func decode(data []byte, p *problem.List) map[string]ProfileSpec {
 	if len(data) > MaxProfilesFileBytes {
-		p.add("document", "exceeds %d bytes", MaxProfilesFileBytes)
+		p.Add("document", "exceeds %d bytes", MaxProfilesFileBytes)
 		return nil
 	}
 	doc, err := strictyaml.Document(data, "document")
 	if err != nil {
-		p.addErr(err)
+		p.AddErr(err)
 		return nil
 	}
 	jsonBytes, err := json.Marshal(doc)
 	if err != nil {
-		p.addErr(err)
+		p.AddErr(err)
 		return nil
 	}
 	var f file
@@ -155,19 +156,19 @@ func decode(data []byte, p *problems) map[string]ProfileSpec {
 // matches keys case-sensitively (encoding/json would take "Image" for "image") and reports
 // every unknown and duplicate field with its path. It records problems under path and
 // reports whether v was decoded cleanly.
-func unmarshalStrict(p *problems, path string, data []byte, v any) bool {
+func unmarshalStrict(p *problem.List, path string, data []byte, v any) bool {
 	strictErrs, err := kjson.UnmarshalStrict(data, v)
 	if err != nil {
-		p.addErr(prefixed(path, err))
+		p.AddErr(prefixed(path, err))
 		return false
 	}
 	for _, e := range strictErrs {
 		var fe kjson.FieldError
 		if errors.As(e, &fe) && path != "" {
 			fe.SetFieldPath(path + "." + fe.FieldPath())
-			p.addErr(e)
+			p.AddErr(e)
 		} else {
-			p.addErr(prefixed(path, e))
+			p.AddErr(prefixed(path, e))
 		}
 	}
 	return len(strictErrs) == 0
@@ -184,13 +185,13 @@ func prefixed(path string, err error) error {
 // (see maxQuantityTextBytes) in the generic form of the profile at path, and reports whether
 // all were acceptable. Numbers need no check: YAML numbers are already int64 or float64,
 // whose exponents are small.
-func checkQuantityTexts(p *problems, path string, profile any) bool {
+func checkQuantityTexts(p *problem.List, path string, profile any) bool {
 	spec, _ := profile.(map[string]any)
 	ok := true
 	for _, field := range quantityFields {
 		s, isString := spec[field].(string)
 		if isString && (len(s) > maxQuantityTextBytes || !quantityTextPattern.MatchString(s)) {
-			p.add(path+"."+field, "%s is not a quantity of at most %d bytes with an exponent of at most two digits",
+			p.Add(path+"."+field, "%s is not a quantity of at most %d bytes with an exponent of at most two digits",
 				strconv.Quote(truncate(s, maxQuantityTextBytes)), maxQuantityTextBytes)
 			ok = false
 		}

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"errors"
+	"github.com/execplane/execplane/internal/problem"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -49,9 +50,9 @@ func TestParseMinimal(t *testing.T) {
 	if e.Spec.HelperPath != DefaultHelperPath {
 		t.Errorf("helperPath = %q, want the default %q", e.Spec.HelperPath, DefaultHelperPath)
 	}
-	var p problems
+	var p problem.List
 	checkHelperPath(&p, "default", DefaultHelperPath)
-	if err := p.err(); err != nil {
+	if err := p.Err(ErrInvalidProfile); err != nil {
 		t.Errorf("DefaultHelperPath is invalid: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package profile
 import (
 	"errors"
 	"fmt"
+	"github.com/execplane/execplane/internal/problem"
 	"slices"
 	"sort"
 	"strings"
@@ -59,9 +60,9 @@ type Profile struct {
 
 // newRegistry validates and normalises specs and computes each profile's digest. p holds
 // the problems decoding found already; every problem is reported at once.
-func newRegistry(specs map[string]ProfileSpec, o ParseOptions, p *problems) (*Registry, error) {
-	if len(specs) == 0 && len(p.errs) == 0 {
-		p.add("profiles", "at least one profile is required")
+func newRegistry(specs map[string]ProfileSpec, o ParseOptions, p *problem.List) (*Registry, error) {
+	if len(specs) == 0 && p.Len() == 0 {
+		p.Add("profiles", "at least one profile is required")
 	}
 	names := make([]string, 0, len(specs))
 	for name := range specs {
@@ -73,7 +74,7 @@ func newRegistry(specs map[string]ProfileSpec, o ParseOptions, p *problems) (*Re
 	for _, name := range names {
 		path := profilePath(name)
 		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-			p.add(path, "profile name %q is not a DNS-1123 label: %s", name, strings.Join(msgs, "; "))
+			p.Add(path, "profile name %q is not a DNS-1123 label: %s", name, strings.Join(msgs, "; "))
 		}
 		s := specs[name]
 		s = s.DeepCopy() // the caller's maps and slices stay the caller's
@@ -81,7 +82,7 @@ func newRegistry(specs map[string]ProfileSpec, o ParseOptions, p *problems) (*Re
 		normalize(&s)
 		normalized[name] = s
 	}
-	if err := p.err(); err != nil {
+	if err := p.Err(ErrInvalidProfile); err != nil {
 		return nil, err
 	}
 

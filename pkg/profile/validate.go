@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"github.com/execplane/execplane/internal/problem"
 	"math"
 	"path"
 	"sort"
@@ -90,12 +91,12 @@ func normalize(s *ProfileSpec) {
 
 // validateSpec records every problem of the spec s of the profile at path, as written (an
 // empty helperPath stands for DefaultHelperPath).
-func validateSpec(p *problems, path string, s *ProfileSpec, o ParseOptions) {
+func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) {
 	field := func(name string) string { return path + "." + name }
 
 	checkImage(p, field("image"), s.Image, o.RequireDigestPinnedImages)
 	if s.StorageClass != "" {
-		p.addAll(field("storageClass"), s.StorageClass, validation.IsDNS1123Subdomain(s.StorageClass))
+		addAll(p, field("storageClass"), s.StorageClass, validation.IsDNS1123Subdomain(s.StorageClass))
 	}
 	checkQuantity(p, field("storageSize"), s.StorageSize, byteQuantity, true)
 
@@ -113,7 +114,7 @@ func validateSpec(p *problems, path string, s *ProfileSpec, o ParseOptions) {
 	checkAtMost(p, field("tmpSizeLimit"), s.TmpSizeLimit, tmp && ephLim, "ephemeralStorageLimit", s.EphemeralStorageLimit)
 
 	if s.RuntimeClassName != "" {
-		p.addAll(field("runtimeClassName"), s.RuntimeClassName, validation.IsDNS1123Subdomain(s.RuntimeClassName))
+		addAll(p, field("runtimeClassName"), s.RuntimeClassName, validation.IsDNS1123Subdomain(s.RuntimeClassName))
 	}
 	checkNames(p, field("imagePullSecrets"), s.ImagePullSecrets, validation.IsDNS1123Subdomain)
 	checkNodeSelector(p, field("nodeSelector"), s.NodeSelector)
@@ -124,7 +125,7 @@ func validateSpec(p *problems, path string, s *ProfileSpec, o ParseOptions) {
 	checkBetween(p, field("maxFileBytes"), s.MaxFileBytes, minMaxFileBytes, MaxFileBytesCeiling)
 	checkBetween(p, field("maxCommandBytes"), s.MaxCommandBytes, minMaxCommandBytes, MaxCommandBytesCeiling)
 	if d := s.MaxCommandDuration.Duration; d < minMaxCommandDuration || d > MaxCommandDurationCeiling {
-		p.add(field("maxCommandDuration"), "%s is outside [%s, %s]", d, minMaxCommandDuration, MaxCommandDurationCeiling)
+		p.Add(field("maxCommandDuration"), "%s is outside [%s, %s]", d, minMaxCommandDuration, MaxCommandDurationCeiling)
 	}
 	checkBetween(p, field("maxEnvironments"), s.MaxEnvironments, 1, MaxEnvironmentsCeiling)
 
@@ -132,42 +133,42 @@ func validateSpec(p *problems, path string, s *ProfileSpec, o ParseOptions) {
 		checkHelperPath(p, field("helperPath"), s.HelperPath)
 	}
 	if len(s.Capabilities) > MaxCapabilities {
-		p.add(field("capabilities"), "has %d entries, more than %d", len(s.Capabilities), MaxCapabilities)
+		p.Add(field("capabilities"), "has %d entries, more than %d", len(s.Capabilities), MaxCapabilities)
 	}
 	checkNames(p, field("capabilities"), s.Capabilities, validation.IsDNS1123Label)
 }
 
 // checkQuantity records the problems of one quantity and reports whether it is usable for
 // comparisons. A nil quantity is absent: a problem only when required.
-func checkQuantity(p *problems, path string, q *resource.Quantity, kind quantityKind, required bool) bool {
+func checkQuantity(p *problem.List, path string, q *resource.Quantity, kind quantityKind, required bool) bool {
 	if q == nil {
 		if required {
-			p.add(path, "is required")
+			p.Add(path, "is required")
 		}
 		return false
 	}
 	if q.Sign() <= 0 {
-		p.add(path, "must be positive (got %s)", q.String())
+		p.Add(path, "must be positive (got %s)", q.String())
 		return false
 	}
 	approx := q.AsApproximateFloat64()
 	switch kind {
 	case byteQuantity:
 		if approx > approxMaxBytes || q.Cmp(maxByteQuantity) > 0 {
-			p.add(path, "%s exceeds %d bytes", q.String(), int64(math.MaxInt64))
+			p.Add(path, "%s exceeds %d bytes", q.String(), int64(math.MaxInt64))
 			return false
 		}
 		if approx < 0.5 || q.CmpInt64(q.Value()) != 0 {
-			p.add(path, "%s is not a whole number of bytes", q.String())
+			p.Add(path, "%s is not a whole number of bytes", q.String())
 			return false
 		}
 	case cpuQuantity:
 		if approx > approxMaxCPU || q.Cmp(maxCPUQuantity) > 0 {
-			p.add(path, "%s exceeds %d millicores", q.String(), int64(math.MaxInt64))
+			p.Add(path, "%s exceeds %d millicores", q.String(), int64(math.MaxInt64))
 			return false
 		}
 		if approx < 0.0005 || q.Cmp(*resource.NewMilliQuantity(q.MilliValue(), resource.DecimalSI)) != 0 {
-			p.add(path, "%s is not a whole number of millicores", q.String())
+			p.Add(path, "%s is not a whole number of millicores", q.String())
 			return false
 		}
 	}
@@ -175,32 +176,32 @@ func checkQuantity(p *problems, path string, q *resource.Quantity, kind quantity
 }
 
 // checkAtMost records a problem when both quantities are valid and q exceeds limit.
-func checkAtMost(p *problems, path string, q *resource.Quantity, comparable bool, limitName string, limit *resource.Quantity) {
+func checkAtMost(p *problem.List, path string, q *resource.Quantity, comparable bool, limitName string, limit *resource.Quantity) {
 	if comparable && q.Cmp(*limit) > 0 {
-		p.add(path, "%s exceeds %s %s", q.String(), limitName, limit.String())
+		p.Add(path, "%s exceeds %s %s", q.String(), limitName, limit.String())
 	}
 }
 
-func checkBetween(p *problems, path string, n, lo, hi int64) {
+func checkBetween(p *problem.List, path string, n, lo, hi int64) {
 	if n < lo || n > hi {
-		p.add(path, "%d is outside [%d, %d]", n, lo, hi)
+		p.Add(path, "%d is outside [%d, %d]", n, lo, hi)
 	}
 }
 
 // checkNames records invalid and duplicate entries of a list of names.
-func checkNames(p *problems, path string, names []string, valid func(string) []string) {
+func checkNames(p *problem.List, path string, names []string, valid func(string) []string) {
 	seen := make(map[string]bool, len(names))
 	for i, n := range names {
 		ip := fmt.Sprintf("%s[%d]", path, i)
-		p.addAll(ip, n, valid(n))
+		addAll(p, ip, n, valid(n))
 		if seen[n] {
-			p.add(ip, "%q is listed twice", n)
+			p.Add(ip, "%q is listed twice", n)
 		}
 		seen[n] = true
 	}
 }
 
-func checkNodeSelector(p *problems, path string, sel map[string]string) {
+func checkNodeSelector(p *problem.List, path string, sel map[string]string) {
 	keys := make([]string, 0, len(sel))
 	for k := range sel {
 		keys = append(keys, k)
@@ -208,59 +209,59 @@ func checkNodeSelector(p *problems, path string, sel map[string]string) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		kp := fmt.Sprintf("%s[%q]", path, k)
-		p.addAll(kp, k, validation.IsQualifiedName(k))
-		p.addAll(kp, sel[k], validation.IsValidLabelValue(sel[k]))
+		addAll(p, kp, k, validation.IsQualifiedName(k))
+		addAll(p, kp, sel[k], validation.IsValidLabelValue(sel[k]))
 	}
 }
 
 // checkToleration applies the rules the API server applies to a Pod's tolerations, minus
 // the feature-gated numeric operators (Lt, Gt), which executor Pods do not need.
-func checkToleration(p *problems, path string, t *corev1.Toleration) {
+func checkToleration(p *problem.List, path string, t *corev1.Toleration) {
 	if t.Key != "" {
-		p.addAll(path+".key", t.Key, validation.IsQualifiedName(t.Key))
+		addAll(p, path+".key", t.Key, validation.IsQualifiedName(t.Key))
 	}
 	switch t.Operator {
 	case "", corev1.TolerationOpEqual:
 		if t.Key == "" {
-			p.add(path+".operator", "must be Exists when key is empty (an empty key matches every taint)")
+			p.Add(path+".operator", "must be Exists when key is empty (an empty key matches every taint)")
 		}
-		p.addAll(path+".value", t.Value, validation.IsValidLabelValue(t.Value))
+		addAll(p, path+".value", t.Value, validation.IsValidLabelValue(t.Value))
 	case corev1.TolerationOpExists:
 		if t.Value != "" {
-			p.add(path+".value", "must be empty when operator is Exists (got %q)", t.Value)
+			p.Add(path+".value", "must be empty when operator is Exists (got %q)", t.Value)
 		}
 	default:
-		p.add(path+".operator", "%q is not Equal or Exists", t.Operator)
+		p.Add(path+".operator", "%q is not Equal or Exists", t.Operator)
 	}
 	switch t.Effect {
 	case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
 	default:
-		p.add(path+".effect", "%q is not empty, NoSchedule, PreferNoSchedule or NoExecute", t.Effect)
+		p.Add(path+".effect", "%q is not empty, NoSchedule, PreferNoSchedule or NoExecute", t.Effect)
 	}
 	if t.TolerationSeconds != nil {
 		if t.Effect != corev1.TaintEffectNoExecute {
-			p.add(path+".tolerationSeconds", "applies only to effect NoExecute (effect is %q)", t.Effect)
+			p.Add(path+".tolerationSeconds", "applies only to effect NoExecute (effect is %q)", t.Effect)
 		}
 		if s := *t.TolerationSeconds; s < 0 || s > maxTolerationSeconds {
-			p.add(path+".tolerationSeconds", "%d is outside [0, %d]", s, int64(maxTolerationSeconds))
+			p.Add(path+".tolerationSeconds", "%d is outside [0, %d]", s, int64(maxTolerationSeconds))
 		}
 	}
 }
 
 // checkHelperPath requires an absolute, clean path of plain characters outside the
 // workload-writable mounts.
-func checkHelperPath(p *problems, field, helper string) {
+func checkHelperPath(p *problem.List, field, helper string) {
 	switch {
 	case len(helper) > maxHelperPathBytes:
-		p.add(field, "is %d bytes, more than %d", len(helper), maxHelperPathBytes)
+		p.Add(field, "is %d bytes, more than %d", len(helper), maxHelperPathBytes)
 	case !strings.HasPrefix(helper, "/"):
-		p.add(field, "%q is not an absolute path", helper)
+		p.Add(field, "%q is not an absolute path", helper)
 	case !isHelperPathChars(helper):
-		p.add(field, "%q may contain only ASCII letters, digits and . _ + - /", helper)
+		p.Add(field, "%q may contain only ASCII letters, digits and . _ + - /", helper)
 	case path.Clean(helper) != helper || helper == "/":
-		p.add(field, "%q is not a clean path to a file (want %q)", helper, path.Clean(helper))
+		p.Add(field, "%q is not a clean path to a file (want %q)", helper, path.Clean(helper))
 	case isUnder(helper, workspaceMountPath) || isUnder(helper, tmpMountPath):
-		p.add(field, "%q is under %s or %s, which the workload can write", helper, workspaceMountPath, tmpMountPath)
+		p.Add(field, "%q is under %s or %s, which the workload can write", helper, workspaceMountPath, tmpMountPath)
 	}
 }
 

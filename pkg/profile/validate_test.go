@@ -2,6 +2,7 @@ package profile
 
 import (
 	"errors"
+	"github.com/execplane/execplane/internal/problem"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ var pinned = ParseOptions{RequireDigestPinnedImages: true}
 
 // build makes a registry from specs written in Go, as Parse does from YAML.
 func build(specs map[string]ProfileSpec, o ParseOptions) (*Registry, error) {
-	return newRegistry(specs, o, &problems{})
+	return newRegistry(specs, o, &problem.List{})
 }
 
 func TestValidSpecIsValid(t *testing.T) {
