@@ -17,6 +17,9 @@ type observed struct {
 	fence          executionv1alpha1.FenceState
 	fenceReason    string
 	deleting       bool
+	operation      *executionv1alpha1.LifecycleOperation
+	// terminated: the recorded executor ended (its proof is recorded) and none replaced it.
+	terminated bool
 }
 
 // Condition reasons: a fixed vocabulary.
@@ -35,6 +38,9 @@ const (
 	reasonNotDeleting     = "NotDeleting"
 	reasonReady           = "Ready"
 	reasonNotReady        = "NotReady"
+	reasonRetired         = "Retired"
+	reasonOperation       = "LifecycleOperation"
+	reasonTerminated      = "Terminated"
 )
 
 func condition(t string, ok bool, reason, message string, gen int64) metav1.Condition {
@@ -56,6 +62,14 @@ func workspaceBound(o observed) metav1.Condition {
 }
 
 func executorReady(o observed) metav1.Condition {
+	switch op := o.operation; {
+	case inProgress(op):
+		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonOperation, string(op.Kind)+" in progress: "+string(op.Phase), o.generation)
+	case o.pod == nil && op != nil && op.Kind == executionv1alpha1.LifecycleRetire:
+		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonRetired, "the executor was retired; the workspace is kept", o.generation)
+	case o.pod == nil && o.terminated:
+		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonTerminated, "the executor terminated; ReplaceExecutor starts a new one", o.generation)
+	}
 	if o.pod == nil {
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonMissing, "no executor Pod", o.generation)
 	}
@@ -85,7 +99,7 @@ func profileCurrent(o observed) metav1.Condition {
 }
 
 func deletionBlocked(o observed) metav1.Condition {
-	if o.deleting {
+	if o.deleting && !deletingWorkspace(o.operation) {
 		return condition(executionv1alpha1.ConditionDeletionBlocked, true, reasonDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept", o.generation)
 	}
 	return condition(executionv1alpha1.ConditionDeletionBlocked, false, reasonNotDeleting, "no deletion requested", o.generation)
@@ -113,11 +127,17 @@ func phase(o observed, ready bool) executionv1alpha1.Phase {
 	switch {
 	case o.fence == executionv1alpha1.FenceUnknown:
 		return executionv1alpha1.PhaseFenced
-	case o.deleting:
+	case o.deleting, inProgress(o.operation) && o.operation.Kind == executionv1alpha1.LifecycleDeleteRetired:
 		return executionv1alpha1.PhaseDeleting
+	case inProgress(o.operation) && o.operation.Kind == executionv1alpha1.LifecycleReplace:
+		return executionv1alpha1.PhaseReplacing
+	case inProgress(o.operation):
+		return executionv1alpha1.PhaseRetiring
+	case o.pod == nil && o.operation != nil && o.operation.Kind == executionv1alpha1.LifecycleRetire:
+		return executionv1alpha1.PhaseRetired
 	case ready:
 		return executionv1alpha1.PhaseReady
-	case !o.profileKnown || !o.profileCurrent:
+	case !o.profileKnown || !o.profileCurrent, o.terminated && o.pod == nil:
 		return executionv1alpha1.PhaseDegraded
 	}
 	return executionv1alpha1.PhaseProvisioning

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/failpoint"
 	"github.com/execplane/execplane/internal/logging"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
@@ -15,17 +17,19 @@ import (
 	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/hashicorp/go-hclog"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -34,6 +38,9 @@ const (
 	fenceWorkspaceVanished = "the recorded workspace claim vanished; it is never recreated silently"
 	fenceExecutorVanished  = "the recorded executor Pod vanished before its termination was observed"
 )
+
+// Failpoint before a pass's status write (used with the stop action to hold a stale view).
+const failBeforeStatusWrite = "before-status-write"
 
 // ReconcilerConfig configures a Reconciler.
 type ReconcilerConfig struct {
@@ -60,6 +67,8 @@ type Reconciler struct {
 	start   func(<-chan struct{})
 	ready   atomic.Bool
 	managed labels.Selector
+	// recorder writes Events; set by Initialize.
+	recorder record.EventRecorder
 }
 
 // NewReconciler builds the informers and the queue; Initialize starts them.
@@ -132,6 +141,12 @@ func metaOf(obj any) (metav1.Object, error) {
 // Initialize starts the informers and waits for their caches; only then is the reconciler
 // ready, so that no decision is taken on a partial view.
 func (r *Reconciler) Initialize(ctx context.Context) error {
+	recorder, stop, err := newRecorder(ctx, r.cfg.Kube)
+	if err != nil {
+		return err
+	}
+	r.recorder = recorder
+	context.AfterFunc(ctx, stop)
 	r.start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
 		return errors.New("reconciler: caches did not sync")
@@ -181,8 +196,24 @@ func (r *Reconciler) worker(ctx context.Context) {
 	}
 }
 
-// Reconcile performs one pass for namespace/name: the claim, then the Pod, then conditions
-// from pure functions, then at most one status write.
+// pass is one reconcile of one environment: what it read, what it saw, and the status it
+// computes. Side effects happen in the order of the phase being served; the computed status
+// is written once at the end.
+type pass struct {
+	r           *Reconciler
+	env         *executionv1alpha1.ExecutionEnvironment
+	persisted   *executionv1alpha1.ExecutionEnvironmentStatus // as read; never modified
+	status      *executionv1alpha1.ExecutionEnvironmentStatus // being computed
+	entry       profile.Entry
+	o           observed
+	podPresence presence
+	now         metav1.Time
+	events      []event
+	deleted     bool
+}
+
+// Reconcile performs one pass for namespace/name: the claim, then the Pod, termination
+// proof, the lifecycle phase, conditions from pure functions, then at most one status write.
 func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -190,140 +221,160 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	}
 	cached, err := r.envs.ExecutionEnvironments(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		return nil
+		return r.releaseOrphans(ctx, ns, name, "")
 	}
 	if err != nil {
+		return err
+	}
+	if err := r.releaseOrphans(ctx, ns, name, cached.UID); err != nil {
 		return err
 	}
 	env := cached.DeepCopy()
-	status := env.Status.DeepCopy()
-	if status.FenceState == "" {
-		status.FenceState = executionv1alpha1.FenceHealthy
+	if env.DeletionTimestamp == nil && !slices.Contains(env.Finalizers, EnvironmentFinalizer) &&
+		!deletingWorkspace(env.Status.LifecycleOperation) {
+		return r.protect(ctx, env) // the update event brings the protected object back
 	}
-	entry, known := r.cfg.Profiles.Get(env.Spec.Profile)
-	o := observed{
+	p := &pass{r: r, env: env, persisted: &cached.Status, status: env.Status.DeepCopy(), now: metav1.NewTime(r.cfg.Now())}
+	if p.status.FenceState == "" {
+		p.status.FenceState = executionv1alpha1.FenceHealthy
+	}
+	var known bool
+	p.entry, known = r.cfg.Profiles.Get(env.Spec.Profile)
+	p.o = observed{
 		generation:     env.Generation,
 		profileKnown:   known,
-		profileCurrent: known && entry.Digest == env.Spec.ProfileDigest,
+		profileCurrent: known && p.entry.Digest == env.Spec.ProfileDigest,
 		deleting:       env.DeletionTimestamp != nil,
 	}
-	mayCreate := o.profileCurrent && !o.deleting && status.FenceState == executionv1alpha1.FenceHealthy
+	if err := p.run(ctx); err != nil || p.deleted {
+		return err
+	}
+	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason
+	p.o.operation = p.status.LifecycleOperation
+	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil
+	p.status.ObservedGeneration = env.Generation
+	if p.o.deleting && !p.persistedDeletionBlocked() && !deletingWorkspace(p.status.LifecycleOperation) {
+		p.record(true, EventDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept")
+	}
+	conditions(p.status, p.o, p.now)
+	if !equality.Semantic.DeepEqual(*p.status, cached.Status) {
+		env.Status = *p.status
+		failpoint.Inject(failBeforeStatusWrite)
+		// UpdateStatus carries the cached resourceVersion: a stale view loses the CAS.
+		if _, err := r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).UpdateStatus(ctx, env, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				r.log.Debug("status write lost the compare-and-swap", logging.KeyEnvironment, key)
+			}
+			return err
+		}
+	}
+	for _, e := range p.events {
+		p.emit(env, e)
+	}
+	return nil
+}
 
-	if o.pvc, err = r.ensurePVC(ctx, env, status, entry, mayCreate); err != nil {
+// run observes the claim and the Pod, creates what provisioning needs, settles termination
+// and steps the lifecycle operation.
+func (p *pass) run(ctx context.Context) error {
+	pvcState, err := p.observePVC(ctx)
+	if err != nil {
 		return err
 	}
-	mayCreate = mayCreate && status.FenceState == executionv1alpha1.FenceHealthy
-	if o.pod, err = r.ensurePod(ctx, env, status, entry, mayCreate && o.pvc != nil); err != nil {
+	if p.podPresence, err = p.observePod(ctx); err != nil {
 		return err
 	}
-	o.fence, o.fenceReason = status.FenceState, status.FenceReason
-	status.ObservedGeneration = env.Generation
-	conditions(status, o, metav1.NewTime(r.cfg.Now()))
-	if equality.Semantic.DeepEqual(*status, cached.Status) {
-		return nil // nothing changed: no write
+	if p.status.LifecycleOperation == nil && p.mayCreate() {
+		if pvcState == absent {
+			if err := p.createPVC(ctx); err != nil {
+				return err
+			}
+		}
+		if p.podPresence == absent && p.o.pvc != nil && p.status.Pod == nil && neverHadExecutor(p.persisted) {
+			if err := p.createPod(ctx, 0, failAfterPodCreate); err != nil {
+				return err
+			}
+		}
 	}
-	env.Status = *status
-	// UpdateStatus carries the cached resourceVersion: a stale view loses the CAS.
-	_, err = r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).UpdateStatus(ctx, env, metav1.UpdateOptions{})
-	return err
+	if err := p.settleTermination(ctx); err != nil {
+		return err
+	}
+	return p.stepLifecycle(ctx)
+}
+
+// mayCreate: new objects only for a current profile, a healthy fence and no deletion.
+func (p *pass) mayCreate() bool {
+	return p.o.profileCurrent && !p.o.deleting && p.status.FenceState == executionv1alpha1.FenceHealthy
 }
 
 // fence records an outcome that cannot be proven; only RecoverEnvironment clears it.
-func fence(status *executionv1alpha1.ExecutionEnvironmentStatus, reason string) {
-	if status.FenceState != executionv1alpha1.FenceUnknown {
-		status.FenceState, status.FenceReason = executionv1alpha1.FenceUnknown, reason
+func (p *pass) fence(reason string) {
+	if p.status.FenceState != executionv1alpha1.FenceUnknown {
+		p.status.FenceState, p.status.FenceReason = executionv1alpha1.FenceUnknown, reason
+		p.record(true, EventFenced, "%s", reason)
 	}
 }
 
-// lookup reads an object of the environment by name: from the cache, and live when a
-// recorded identity is missing from the cache (which may lag behind our own create).
-type lookup[T metav1.Object] struct {
-	cached func(name string) (T, error)
-	live   func(ctx context.Context, name string) (T, error)
+// record queues an Event for after the status write.
+func (p *pass) record(warning bool, reason, format string, args ...any) {
+	p.events = append(p.events, event{warning: warning, reason: reason, message: fmt.Sprintf(format, args...)})
 }
 
-// settle reconciles a recorded identity with what exists. It returns the object to use, or
-// create=true when none exists and none was ever recorded. It adopts an object an
-// interrupted pass created (matching environment UID label) instead of creating a second,
-// and fences — never recreates — when a recorded UID vanished.
-func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, status *executionv1alpha1.ExecutionEnvironmentStatus,
-	recorded **executionv1alpha1.ObjectIdentity, name string, get lookup[T], vanished string) (obj T, exists, create bool, err error) {
-	var zero T
-	found, err := get.cached(name)
-	exists = err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		return zero, false, false, err
+// recordOnce notes why an operation waits in the operation itself, with one Event when the
+// note changes: a waiting operation costs no write per pass.
+func (p *pass) recordOnce(reason, message string) {
+	if op := p.status.LifecycleOperation; op != nil && op.Reason != message {
+		op.Reason = message
+		p.record(true, reason, "%s", message)
 	}
-	if *recorded != nil && (!exists || found.GetUID() != (*recorded).UID) {
-		found, err = get.live(ctx, name)
-		exists = err == nil
-		if err != nil && !apierrors.IsNotFound(err) {
-			return zero, false, false, err
+}
+
+func (p *pass) persistedDeletionBlocked() bool {
+	return meta.IsStatusConditionTrue(p.persisted.Conditions, executionv1alpha1.ConditionDeletionBlocked)
+}
+
+// protect adds the environment finalizer, so that deleting the resource cannot lose track of
+// its workspace.
+func (r *Reconciler) protect(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment) error {
+	patch, err := finalizerPatch(env, withFinalizer(env, EnvironmentFinalizer))
+	if err != nil {
+		return err
+	}
+	_, err = r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(env.Namespace).Patch(ctx, env.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// releaseOrphans deletes and releases executor Pods labelled with this environment name
+// whose environment no longer exists (uid ""), or is another object of the same name: no
+// ledger can record their end, and their finalizer would hold them forever. Workspace
+// claims are never deleted this way: a claim outlives any mistake about its environment.
+func (r *Reconciler) releaseOrphans(ctx context.Context, ns, name string, uid types.UID) error {
+	sel := labels.SelectorFromSet(labels.Set{executor.LabelEnvironment: name})
+	pods, err := r.pods.Pods(ns).List(sel)
+	if err != nil {
+		return err
+	}
+	for _, pod := range pods {
+		if pod.Labels[executor.LabelEnvironmentUID] == string(uid) {
+			continue
 		}
+		// The cache may lag: confirm with a live read that the owner is really gone.
+		live, err := r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil && string(live.UID) == pod.Labels[executor.LabelEnvironmentUID]:
+			continue
+		case err != nil && !apierrors.IsNotFound(err):
+			return err
+		}
+		if pod.DeletionTimestamp == nil {
+			if err := deleteExact(ctx, r.cfg.Kube.CoreV1().Pods(ns).Delete, pod.Name, pod.UID); err != nil {
+				return err
+			}
+		}
+		if err := r.releasePod(ctx, pod); err != nil && !apierrors.IsConflict(err) {
+			return err
+		}
+		r.log.Info("released an orphaned executor Pod", logging.KeyPod, pod.Name, logging.KeyEnvironment, ns+"/"+name)
 	}
-	ours := exists && found.GetLabels()[executor.LabelEnvironmentUID] == string(env.UID)
-	switch {
-	case *recorded != nil && (!exists || found.GetUID() != (*recorded).UID):
-		fence(status, vanished)
-		return zero, false, false, nil
-	case *recorded != nil:
-		return found, true, false, nil
-	case ours:
-		*recorded = &executionv1alpha1.ObjectIdentity{Name: found.GetName(), UID: found.GetUID()}
-		return found, true, false, nil
-	case exists:
-		return zero, false, false, fmt.Errorf("%s exists but belongs to another environment", name)
-	}
-	return zero, false, true, nil
-}
-
-func (r *Reconciler) ensurePVC(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, status *executionv1alpha1.ExecutionEnvironmentStatus, entry profile.Entry, mayCreate bool) (*corev1.PersistentVolumeClaim, error) {
-	client := r.cfg.Kube.CoreV1().PersistentVolumeClaims(env.Namespace)
-	found, exists, create, err := settle(ctx, env, status, &status.PVC, executor.PVCName(env), lookup[*corev1.PersistentVolumeClaim]{
-		cached: r.pvcs.PersistentVolumeClaims(env.Namespace).Get,
-		live: func(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
-			return client.Get(ctx, name, metav1.GetOptions{})
-		},
-	}, fenceWorkspaceVanished)
-	if err != nil || exists || !create || !mayCreate {
-		return found, err
-	}
-	pvc, err := executor.PVC(env, entry)
-	if err != nil {
-		return nil, err
-	}
-	created, err := client.Create(ctx, pvc, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	status.PVC = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
-	return created, nil
-}
-
-func (r *Reconciler) ensurePod(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, status *executionv1alpha1.ExecutionEnvironmentStatus, entry profile.Entry, mayCreate bool) (*corev1.Pod, error) {
-	var ordinal int64 // the first executor; replacements (a later issue) raise it
-	name := executor.PodName(env, ordinal)
-	if status.Pod != nil {
-		name = status.Pod.Name
-	}
-	client := r.cfg.Kube.CoreV1().Pods(env.Namespace)
-	found, exists, create, err := settle(ctx, env, status, &status.Pod, name, lookup[*corev1.Pod]{
-		cached: r.pods.Pods(env.Namespace).Get,
-		live: func(ctx context.Context, name string) (*corev1.Pod, error) {
-			return client.Get(ctx, name, metav1.GetOptions{})
-		},
-	}, fenceExecutorVanished)
-	if err != nil || exists || !create || !mayCreate {
-		return found, err
-	}
-	pod, err := executor.Pod(env, entry, executor.PodOptions{Ordinal: ordinal, ServiceAccount: r.cfg.Profiles.ExecutorServiceAccount()})
-	if err != nil {
-		return nil, err
-	}
-	created, err := client.Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	status.Pod = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
-	return created, nil
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 const profilesYAML = `profiles:
@@ -132,8 +133,9 @@ func TestReconcileProvisionsAndThenStaysQuiet(t *testing.T) {
 	}
 }
 
-// An executor Pod whose recorded UID vanished (its finalizer removed by force) fences the
-// environment; it is never silently recreated.
+// An executor Pod whose recorded UID vanished before any terminal state was seen (its
+// finalizer stripped, then deleted by force) fences the environment; it is never silently
+// recreated.
 func TestVanishedExecutorFencesAndIsNotRecreated(t *testing.T) {
 	g := startReconciler(t, "")
 	g.create(t, "env-b")
@@ -143,11 +145,13 @@ func TestVanishedExecutorFencesAndIsNotRecreated(t *testing.T) {
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	pods := g.c.Kube().CoreV1().Pods(g.ns)
-	if err := pods.Delete(g.ctx, env.Status.Pod.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The finalizer removed first: the Pod goes at once, before any terminal state is seen.
 	patch := []byte(`{"metadata":{"finalizers":null}}`)
 	if _, err := pods.Patch(g.ctx, env.Status.Pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Deleted by force: no terminal state is ever reported (kubectl delete --force).
+	if err := pods.Delete(g.ctx, env.Status.Pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "FenceUnknown", func() bool {

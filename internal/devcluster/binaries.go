@@ -3,6 +3,7 @@ package devcluster
 import (
 	"bytes"
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"os"
@@ -26,6 +27,13 @@ var stageFiles = []string{
 	"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
 	"pvc-provision", "pv-bind", "pvc-delete", "pv-delete",
 }
+
+// ownStages replace KWOK's pod-delete stage with the kubelet's two steps: report the
+// terminal phase, then delete (held by finalizers), so that the executor's termination can be
+// observed before the Pod goes.
+//
+//go:embed stages/*.yaml
+var ownStages embed.FS
 
 // ErrBinariesMissing is returned when the bin directory is incomplete.
 var ErrBinariesMissing = errors.New("local cluster binaries missing")

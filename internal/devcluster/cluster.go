@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -290,7 +291,21 @@ func (c *Cluster) startNodeExec() (int, error) {
 func (c *Cluster) startKWOK(execPort, kwokPort int) error {
 	var stages []string
 	for _, name := range stageFiles {
+		if name == "pod-delete" {
+			continue // replaced by our stages: see stages/pod-terminate.yaml
+		}
 		data, err := os.ReadFile(filepath.Join(c.opts.BinDir, "kwok-stages", name+".yaml"))
+		if err != nil {
+			return err
+		}
+		stages = append(stages, strings.TrimSpace(string(data)))
+	}
+	own, err := fs.Glob(ownStages, "stages/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, name := range own {
+		data, err := ownStages.ReadFile(name)
 		if err != nil {
 			return err
 		}
@@ -300,7 +315,7 @@ func (c *Cluster) startKWOK(execPort, kwokPort int) error {
 	if err := os.WriteFile(stagesPath, []byte(strings.Join(stages, "\n---\n")+"\n"), 0o600); err != nil {
 		return err
 	}
-	_, err := c.procs.start(c.opts.StateDir, "kwok", filepath.Join(c.opts.BinDir, "kwok"),
+	_, err = c.procs.start(c.opts.StateDir, "kwok", filepath.Join(c.opts.BinDir, "kwok"),
 		"--kubeconfig="+c.kubeconfig, "-c", stagesPath,
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
 		"--node-lease-duration-seconds="+strconv.Itoa(nodeLeaseSeconds),

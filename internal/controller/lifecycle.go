@@ -1,0 +1,175 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/execplane/execplane/internal/failpoint"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// EnvironmentFinalizer keeps an ExecutionEnvironment until DeleteRetired has removed its
+// workspace: a plain delete of the resource only reports DeletionBlocked.
+const EnvironmentFinalizer = "execution.mecatl.dev/delete-retired"
+
+// fenceExpectationBroken is recorded when an operation's expected UIDs no longer match the
+// ledger: acting on another object than the one the administrator named is never safe.
+const fenceExpectationBroken = "a lifecycle operation's expected executor or workspace is not the recorded one"
+
+// lifecycleFailpoint names the point inside kind/phase after its side effect and before the
+// status write that advances it, e.g. "lifecycle/Replace/StoppingExecutor".
+func lifecycleFailpoint(op *executionv1alpha1.LifecycleOperation) string {
+	return "lifecycle/" + string(op.Kind) + "/" + string(op.Phase)
+}
+
+// inProgress reports an operation that has not completed.
+func inProgress(op *executionv1alpha1.LifecycleOperation) bool {
+	return op != nil && op.Phase != executionv1alpha1.PhaseCompleted
+}
+
+// deletingWorkspace reports a DeleteRetired past the point where the claim may vanish.
+func deletingWorkspace(op *executionv1alpha1.LifecycleOperation) bool {
+	return op != nil && op.Kind == executionv1alpha1.LifecycleDeleteRetired &&
+		(op.Phase == executionv1alpha1.PhaseDeletingWorkspace || op.Phase == executionv1alpha1.PhaseDeletingEnvironment)
+}
+
+// stepLifecycle advances the operation by at most one phase. Each phase's side effect is
+// idempotent and exact (UID preconditions), performed by the pass that reads the phase from
+// the persisted status; the move to the next phase is part of the pass's single status write.
+// A crash anywhere repeats at most the current phase's side effect.
+func (p *pass) stepLifecycle(ctx context.Context) error {
+	op := p.status.LifecycleOperation
+	if !inProgress(op) || p.status.FenceState == executionv1alpha1.FenceUnknown {
+		return nil // a fenced environment waits for RecoverEnvironment
+	}
+	switch op.Phase {
+	case executionv1alpha1.PhaseRequested:
+		return p.admitLifecycle(op)
+	case executionv1alpha1.PhaseStoppingExecutor:
+		if pod := p.o.pod; pod != nil && pod.DeletionTimestamp == nil {
+			pods := p.r.cfg.Kube.CoreV1().Pods(p.env.Namespace)
+			if err := deleteExact(ctx, pods.Delete, pod.Name, pod.UID); err != nil {
+				return err
+			}
+		}
+		failpoint.Inject(lifecycleFailpoint(op))
+		p.advance(op, executionv1alpha1.PhaseAwaitingTermination)
+	case executionv1alpha1.PhaseAwaitingTermination:
+		if p.status.Pod != nil {
+			return nil // settleTermination clears it once the proof is recorded and the Pod gone
+		}
+		failpoint.Inject(lifecycleFailpoint(op))
+		if op.Kind == executionv1alpha1.LifecycleReplace {
+			p.advance(op, executionv1alpha1.PhaseCreatingExecutor)
+			return nil
+		}
+		p.complete(op)
+		p.record(false, EventRetired, "executor stopped; the workspace claim is kept")
+	case executionv1alpha1.PhaseCreatingExecutor:
+		return p.createReplacement(ctx, op)
+	case executionv1alpha1.PhaseDeletingWorkspace:
+		if pvc := p.o.pvc; pvc != nil && pvc.DeletionTimestamp == nil {
+			if err := deleteExact(ctx, p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace).Delete, pvc.Name, pvc.UID); err != nil {
+				return err
+			}
+		}
+		failpoint.Inject(lifecycleFailpoint(op))
+		if p.status.PVC == nil { // observePVC cleared it once the claim was gone
+			p.advance(op, executionv1alpha1.PhaseDeletingEnvironment)
+			p.record(false, EventWorkspaceDeleted, "workspace claim deleted")
+		}
+	case executionv1alpha1.PhaseDeletingEnvironment:
+		return p.deleteEnvironment(ctx, op)
+	}
+	return nil
+}
+
+// admitLifecycle checks that the operation names the recorded objects, then starts it.
+func (p *pass) admitLifecycle(op *executionv1alpha1.LifecycleOperation) error {
+	mismatch := func(recorded *executionv1alpha1.ObjectIdentity, expected types.UID) bool {
+		return expected != "" && (recorded == nil || recorded.UID != expected)
+	}
+	switch op.Kind {
+	case executionv1alpha1.LifecycleRetire, executionv1alpha1.LifecycleReplace:
+		if mismatch(p.status.Pod, op.ExpectedPodUID) || (op.ExpectedPodUID == "" && p.status.Pod != nil) {
+			p.fence(fenceExpectationBroken)
+			return nil
+		}
+		p.advance(op, executionv1alpha1.PhaseStoppingExecutor)
+		p.record(false, EventStoppingExecutor, "%s: stopping executor", op.Kind)
+	case executionv1alpha1.LifecycleDeleteRetired:
+		if p.status.Pod != nil || p.o.pod != nil {
+			p.recordOnce(EventOperationBlocked, "DeleteRetired waits: the environment still has an executor; retire it first")
+			return nil
+		}
+		if mismatch(p.status.PVC, op.ExpectedPVCUID) {
+			p.fence(fenceExpectationBroken)
+			return nil
+		}
+		p.advance(op, executionv1alpha1.PhaseDeletingWorkspace)
+		p.record(false, EventDeletingWorkspace, "deleting the workspace claim")
+	default:
+		return fmt.Errorf("unknown lifecycle kind %q", op.Kind)
+	}
+	return nil
+}
+
+// createReplacement creates the new executor on the same claim and completes the Replace,
+// raising the epoch so that every grant of the old executor is dead.
+func (p *pass) createReplacement(ctx context.Context, op *executionv1alpha1.LifecycleOperation) error {
+	if p.status.Pod == nil {
+		if !p.mayCreate() || p.o.pvc == nil || p.podPresence == leaving {
+			return nil // waits: ProfileCurrent, Fenced or WorkspaceBound says why
+		}
+		if err := p.createPod(ctx, p.status.Epoch+1, lifecycleFailpoint(op)); err != nil {
+			return err
+		}
+	}
+	p.status.Epoch++
+	p.status.LastReplacement = &executionv1alpha1.Replacement{
+		OldPodUID: op.ExpectedPodUID, NewPodUID: p.status.Pod.UID, Epoch: p.status.Epoch, CompletedAt: p.now,
+	}
+	p.complete(op)
+	p.record(false, EventExecutorReplaced, "executor replaced by %s at epoch %d", p.status.Pod.Name, p.status.Epoch)
+	return nil
+}
+
+// deleteEnvironment is DeleteRetired's last phase, entered only once the claim is gone and
+// the status says so: delete the resource (exactly this UID), then release its finalizer.
+func (p *pass) deleteEnvironment(ctx context.Context, op *executionv1alpha1.LifecycleOperation) error {
+	envs := p.r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(p.env.Namespace)
+	if p.env.DeletionTimestamp == nil {
+		if err := deleteExact(ctx, envs.Delete, p.env.Name, p.env.UID); err != nil {
+			return err
+		}
+		return nil // the update event brings the deleting object back
+	}
+	failpoint.Inject(lifecycleFailpoint(op))
+	if !slices.Contains(p.env.Finalizers, EnvironmentFinalizer) {
+		return nil
+	}
+	patch, err := finalizerPatch(p.env, withoutFinalizer(p.env, EnvironmentFinalizer))
+	if err != nil {
+		return err
+	}
+	if _, err := envs.Patch(ctx, p.env.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	p.r.recorder.Event(p.env, corev1.EventTypeNormal, EventEnvironmentDeleted, "workspace and environment deleted")
+	p.deleted = true
+	return nil
+}
+
+func (p *pass) advance(op *executionv1alpha1.LifecycleOperation, to executionv1alpha1.LifecyclePhase) {
+	op.Phase = to
+}
+
+func (p *pass) complete(op *executionv1alpha1.LifecycleOperation) {
+	op.Phase = executionv1alpha1.PhaseCompleted
+	op.CompletedAt = &p.now
+}

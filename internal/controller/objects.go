@@ -1,0 +1,230 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/failpoint"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Failpoints around object creation (internal/failpoint): after the API server created the
+// object, before the status write that records it.
+const (
+	failAfterPVCCreate = "after-pvc-create"
+	failAfterPodCreate = "after-pod-create"
+)
+
+// presence is what settle found for one of the environment's objects.
+type presence int
+
+const (
+	// absent: nothing recorded and nothing found; it may be created.
+	absent presence = iota
+	// present: the recorded (or just adopted) object exists.
+	present
+	// vanished: the recorded UID is gone or was replaced by another object of that name.
+	vanished
+	// leaving: an unrecorded object of ours is being deleted; nothing is created in its place
+	// until it is gone.
+	leaving
+)
+
+// lookup reads an object of the environment by name: from the cache, and live when a
+// recorded identity is missing from the cache (which may lag behind our own create).
+type lookup[T metav1.Object] struct {
+	cached func(name string) (T, error)
+	live   func(ctx context.Context, name string) (T, error)
+}
+
+// settle reconciles a recorded identity with what exists. It adopts an object an
+// interrupted pass created (matching environment UID label, not being deleted) instead of
+// creating a second, and reports a recorded UID that vanished instead of recreating it: the
+// caller decides whether that was expected or fences.
+func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, recorded **executionv1alpha1.ObjectIdentity,
+	name string, get lookup[T]) (obj T, state presence, adopted bool, err error) {
+	var zero T
+	found, err := get.cached(name)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return zero, absent, false, err
+	}
+	if *recorded != nil && (!exists || found.GetUID() != (*recorded).UID) {
+		found, err = get.live(ctx, name)
+		exists = err == nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return zero, absent, false, err
+		}
+	}
+	ours := exists && found.GetLabels()[executor.LabelEnvironmentUID] == string(env.UID)
+	switch {
+	case *recorded != nil && (!exists || found.GetUID() != (*recorded).UID):
+		return zero, vanished, false, nil
+	case *recorded != nil:
+		return found, present, false, nil
+	case ours && found.GetDeletionTimestamp() != nil:
+		return found, leaving, false, nil
+	case ours:
+		*recorded = &executionv1alpha1.ObjectIdentity{Name: found.GetName(), UID: found.GetUID()}
+		return found, present, true, nil
+	case exists:
+		return zero, absent, false, fmt.Errorf("%s exists but belongs to another environment", name)
+	}
+	return zero, absent, false, nil
+}
+
+func (p *pass) observePVC(ctx context.Context) (presence, error) {
+	client := p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace)
+	pvc, state, adopted, err := settle(ctx, p.env, &p.status.PVC, executor.PVCName(p.env), lookup[*corev1.PersistentVolumeClaim]{
+		cached: p.r.pvcs.PersistentVolumeClaims(p.env.Namespace).Get,
+		live: func(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
+			return client.Get(ctx, name, metav1.GetOptions{})
+		},
+	})
+	if err != nil {
+		return absent, err
+	}
+	switch {
+	case state == vanished && deletingWorkspace(p.status.LifecycleOperation):
+		p.status.PVC = nil // DeleteRetired removed it: expected
+	case state == vanished:
+		p.fence(fenceWorkspaceVanished)
+	case state == leaving:
+		return state, nil // never recorded; someone else is deleting it
+	case adopted:
+		p.record(false, EventAdopted, "adopted workspace claim %s", pvc.Name)
+	}
+	p.o.pvc = pvc
+	return state, nil
+}
+
+func (p *pass) observePod(ctx context.Context) (presence, error) {
+	client := p.r.cfg.Kube.CoreV1().Pods(p.env.Namespace)
+	pod, state, adopted, err := settle(ctx, p.env, &p.status.Pod, p.podName(), lookup[*corev1.Pod]{
+		cached: p.r.pods.Pods(p.env.Namespace).Get,
+		live: func(ctx context.Context, name string) (*corev1.Pod, error) {
+			return client.Get(ctx, name, metav1.GetOptions{})
+		},
+	})
+	if err != nil {
+		return absent, err
+	}
+	switch {
+	case state == vanished && p.persisted.TerminationProof != nil && p.persisted.TerminationProof.PodUID == p.status.Pod.UID:
+		p.status.Pod = nil // its termination was recorded before the finalizer was removed
+	case state == vanished:
+		p.fence(fenceExecutorVanished)
+	case state == leaving:
+		// Never recorded, so never ready and never granted: nothing to prove.
+		return state, p.r.releasePod(ctx, pod)
+	case adopted:
+		p.record(false, EventAdopted, "adopted executor Pod %s", pod.Name)
+	}
+	p.o.pod = pod
+	return state, nil
+}
+
+// podName is the executor Pod this pass looks for: the recorded one, the replacement being
+// created (named by the epoch it will carry, so names never repeat), or the first.
+func (p *pass) podName() string {
+	if p.status.Pod != nil {
+		return p.status.Pod.Name
+	}
+	if op := p.status.LifecycleOperation; op != nil && op.Kind == executionv1alpha1.LifecycleReplace && op.Phase == executionv1alpha1.PhaseCreatingExecutor {
+		return executor.PodName(p.env, p.status.Epoch+1)
+	}
+	return executor.PodName(p.env, 0)
+}
+
+// neverHadExecutor is true until the first executor Pod is recorded; afterwards only a
+// Replace creates one, so that an executor that went away is never recreated silently.
+func neverHadExecutor(s *executionv1alpha1.ExecutionEnvironmentStatus) bool {
+	return s.Pod == nil && s.TerminationProof == nil && s.LastReplacement == nil && s.LifecycleOperation == nil
+}
+
+func (p *pass) createPVC(ctx context.Context) error {
+	pvc, err := executor.PVC(p.env, p.entry)
+	if err != nil {
+		return err
+	}
+	created, err := p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		return err // AlreadyExists included: the next pass adopts it from the cache
+	}
+	failpoint.Inject(failAfterPVCCreate)
+	p.status.PVC = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
+	p.o.pvc = created
+	p.r.recorder.Eventf(p.env, corev1.EventTypeNormal, EventWorkspaceCreated, "created workspace claim %s", created.Name)
+	return nil
+}
+
+func (p *pass) createPod(ctx context.Context, ordinal int64, failName string) error {
+	pod, err := executor.Pod(p.env, p.entry, executor.PodOptions{Ordinal: ordinal, ServiceAccount: p.r.cfg.Profiles.ExecutorServiceAccount()})
+	if err != nil {
+		return err
+	}
+	created, err := p.r.cfg.Kube.CoreV1().Pods(p.env.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	failpoint.Inject(failName)
+	p.status.Pod = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
+	p.o.pod = created
+	p.r.recorder.Eventf(p.env, corev1.EventTypeNormal, EventExecutorCreated, "created executor Pod %s", created.Name)
+	return nil
+}
+
+// deleteExact deletes exactly the object with this UID; an object already gone is success.
+func deleteExact(ctx context.Context, del func(context.Context, string, metav1.DeleteOptions) error, name string, uid types.UID) error {
+	err := del(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// NotFound: gone. Conflict on a UID precondition: the name now holds another
+		// object, so ours is gone too.
+		return nil
+	}
+	return err
+}
+
+// finalizerPatch is a merge patch that sets the finalizers to want, conditioned on the
+// object's resourceVersion (unique across objects, so a re-created namesake never matches).
+func finalizerPatch(obj metav1.Object, want []string) ([]byte, error) {
+	var list any = want
+	if len(want) == 0 {
+		list = nil
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": list, "resourceVersion": obj.GetResourceVersion()}})
+}
+
+func withFinalizer(obj metav1.Object, f string) []string {
+	if slices.Contains(obj.GetFinalizers(), f) {
+		return obj.GetFinalizers()
+	}
+	return append(slices.Clone(obj.GetFinalizers()), f)
+}
+
+func withoutFinalizer(obj metav1.Object, f string) []string {
+	return slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(s string) bool { return s == f })
+}
+
+// releasePod removes the termination-proof finalizer from exactly this Pod version.
+func (r *Reconciler) releasePod(ctx context.Context, pod *corev1.Pod) error {
+	if !slices.Contains(pod.Finalizers, executor.TerminationFinalizer) {
+		return nil
+	}
+	patch, err := finalizerPatch(pod, withoutFinalizer(pod, executor.TerminationFinalizer))
+	if err != nil {
+		return err
+	}
+	_, err = r.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

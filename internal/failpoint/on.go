@@ -1,0 +1,45 @@
+//go:build failpoint
+
+package failpoint
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Env arms a failpoint: <name>[=kill|stop].
+const Env = "EXECPLANE_FAILPOINT"
+
+// Enabled reports whether this binary was built with failpoints.
+const Enabled = true
+
+var (
+	armed   string
+	action  string
+	stopped sync.Once
+)
+
+func init() {
+	armed, action, _ = strings.Cut(os.Getenv(Env), "=")
+	if action == "" {
+		action = "kill"
+	}
+}
+
+// Inject fires the armed failpoint when name matches it.
+func Inject(name string) {
+	if armed == "" || name != armed {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "failpoint %s: %s\n", name, action)
+	switch action {
+	case "stop":
+		stopped.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+	default:
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL cannot be caught; never continue past the point
+	}
+}
