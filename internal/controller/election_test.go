@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	controllerBin = filepath.Join(dir, "controller")
-	if out, err := exec.Command("go", "build", "-race", "-o", controllerBin, "../../cmd/controller").CombinedOutput(); err != nil {
+	// Built with failpoints (internal/failpoint): inert unless a test arms one.
+	if out, err := exec.Command("go", "build", "-race", "-tags", "failpoint", "-o", controllerBin, "../../cmd/controller").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the controller: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -41,7 +44,7 @@ type replica struct {
 	id   string
 	cmd  *exec.Cmd
 	diag string
-	log  *bytes.Buffer
+	log  *syncBuffer
 	done chan error
 }
 
@@ -55,18 +58,19 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startReplica(t *testing.T, kubeconfig, ns, id string) *replica {
+func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *replica {
 	t.Helper()
 	profiles := filepath.Join(t.TempDir(), "profiles.yaml")
 	if err := os.WriteFile(profiles, []byte(profilesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{id: id, diag: freeAddr(t), log: &bytes.Buffer{}, done: make(chan error, 1)}
+	r := &replica{id: id, diag: freeAddr(t), log: &syncBuffer{}, done: make(chan error, 1)}
 	r.cmd = exec.Command(controllerBin,
 		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id, "--profiles", profiles,
 		"--executor-service-account", "default",
 		"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms",
-		"--listen-address", freeAddr(t), "--diagnostics-address", r.diag, "--log-format", "text")
+		"--listen-address", freeAddr(t), "--diagnostics-address", r.diag, "--log-format", "text", "--log-level", "debug")
+	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -81,6 +85,26 @@ func startReplica(t *testing.T, kubeconfig, ns, id string) *replica {
 	})
 	return r
 }
+
+// syncBuffer is a log buffer the process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }
 
 // ready reports the replica's /readyz status (false while unreachable).
 func (r *replica) ready() bool {
@@ -140,7 +164,7 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 		if err == nil {
 			t.Fatal("the deposed leader exited 0; it must report lost leadership")
 		}
-		if !bytes.Contains(leader.log.Bytes(), []byte("leadership lost")) {
+		if !leader.log.Contains("leadership lost") {
 			t.Fatalf("the deposed leader exited (%v) without reporting lost leadership", err)
 		}
 	case <-time.After(15 * time.Second):

@@ -40,11 +40,12 @@ type rig struct {
 	ctx   context.Context
 }
 
-func startReconciler(t *testing.T, profiles string) *rig {
+// newRig installs the CRDs into a fresh namespace, with no controller running.
+func newRig(t *testing.T) *rig {
 	t.Helper()
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
-	ctx := clustertest.Context(t, 2*time.Minute)
+	ctx := clustertest.Context(t, 3*time.Minute)
 	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
 		t.Fatal(err)
 	}
@@ -53,27 +54,37 @@ func startReconciler(t *testing.T, profiles string) *rig {
 		t.Fatal(err)
 	}
 	entry, _ := reg.Get("python")
-	if profiles != "" {
-		if reg, err = profile.Parse([]byte(profiles)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if reg, err = reg.WithExecutorServiceAccount("default"); err != nil {
-		t.Fatal(err)
-	}
 	exec, err := versioned.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := controller.NewReconciler(controller.ReconcilerConfig{Kube: c.Kube(), Execution: exec, Namespace: ns, Profiles: reg})
+	return &rig{c: c, ns: ns, exec: exec, entry: entry, ctx: ctx}
+}
+
+// startReconciler runs a reconciler in this process with the given profiles (default:
+// profilesYAML).
+func startReconciler(t *testing.T, profiles string) *rig {
+	t.Helper()
+	g := newRig(t)
+	if profiles == "" {
+		profiles = profilesYAML
+	}
+	reg, err := profile.Parse([]byte(profiles))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Initialize(ctx); err != nil {
+	if reg, err = reg.WithExecutorServiceAccount("default"); err != nil {
 		t.Fatal(err)
 	}
-	go r.Run(ctx, 2)
-	return &rig{c: c, ns: ns, exec: exec, entry: entry, ctx: ctx}
+	r, err := controller.NewReconciler(controller.ReconcilerConfig{Kube: g.c.Kube(), Execution: g.exec, Namespace: g.ns, Profiles: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Initialize(g.ctx); err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(g.ctx, 2)
+	return g
 }
 
 func (g *rig) create(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 )
 
 const (
@@ -141,14 +142,19 @@ func (c *Cluster) InstallCRDs(ctx context.Context, dir string) ([]string, error)
 			if crd.Name == "" {
 				continue
 			}
-			existing, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				_, err = client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{})
-			case err == nil:
-				crd.ResourceVersion = existing.ResourceVersion
-				_, err = client.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, &crd, metav1.UpdateOptions{})
-			}
+			// Tests in parallel install the same CRDs: a lost race is retried as an update.
+			raced := func(err error) bool { return apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) }
+			err := retry.OnError(retry.DefaultRetry, raced, func() error {
+				existing, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+				switch {
+				case apierrors.IsNotFound(err):
+					_, err = client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{})
+				case err == nil:
+					crd.ResourceVersion = existing.ResourceVersion
+					_, err = client.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, &crd, metav1.UpdateOptions{})
+				}
+				return err
+			})
 			if err != nil {
 				f.Close()
 				return nil, fmt.Errorf("%s: %s: %w", file, crd.Name, err)

@@ -10,9 +10,6 @@ import (
 	"syscall"
 )
 
-// Env arms a failpoint: <name>[=kill|stop].
-const Env = "EXECPLANE_FAILPOINT"
-
 // Enabled reports whether this binary was built with failpoints.
 const Enabled = true
 

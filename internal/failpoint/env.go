@@ -1,0 +1,4 @@
+package failpoint
+
+// Env arms a failpoint in a failpoint build: <name>[=kill|stop].
+const Env = "EXECPLANE_FAILPOINT"
