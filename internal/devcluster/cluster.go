@@ -57,9 +57,19 @@ type Cluster struct {
 	kube       *kubernetes.Clientset
 	kubeconfig string
 	nodeNames  []string
+	// stopBackground ends the in-process controllers (the provisioner).
+	stopBackground context.CancelFunc
 	// StartupTime is how long Start took.
 	StartupTime time.Duration
 }
+
+// The controller manager and the scheduler run without their client-side rate limits (20
+// and 50 QPS by default), as kwokctl does: on fake nodes those limits, not the API server,
+// would bound how fast claims bind and Pods schedule in scale tests.
+const (
+	kubeAPIQPS   = "--kube-api-qps=5000"
+	kubeAPIBurst = "--kube-api-burst=10000"
+)
 
 // Start brings the cluster up and returns when the apiserver is ready, every node is Ready
 // and untainted, and kube-controller-manager has created the default ServiceAccount. On
@@ -121,11 +131,17 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if _, err := c.procs.start(opts.StateDir, "kube-controller-manager", bin("kube-controller-manager"),
 		"--kubeconfig="+c.kubeconfig, "--leader-elect=false", "--secure-port=0",
 		"--service-account-private-key-file="+c.pki.ServiceAccountKey, "--root-ca-file="+c.pki.CACert,
-		"--use-service-account-credentials=false", "--service-cluster-ip-range="+serviceCIDR); err != nil {
+		"--use-service-account-credentials=false", "--service-cluster-ip-range="+serviceCIDR,
+		kubeAPIQPS, kubeAPIBurst); err != nil {
 		return nil, err
 	}
 	if _, err := c.procs.start(opts.StateDir, "kube-scheduler", bin("kube-scheduler"),
-		"--kubeconfig="+c.kubeconfig, "--leader-elect=false", "--secure-port=0"); err != nil {
+		"--kubeconfig="+c.kubeconfig, "--leader-elect=false", "--secure-port=0", kubeAPIQPS, kubeAPIBurst); err != nil {
+		return nil, err
+	}
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopBackground = stopBackground
+	if err := runProvisioner(bg, c.kube); err != nil {
 		return nil, err
 	}
 	execPort, err := c.startNodeExec()
@@ -152,6 +168,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 // Stop stops everything Start started. It is safe to call more than once.
 func (c *Cluster) Stop() error {
 	var errs []error
+	if c.stopBackground != nil {
+		c.stopBackground()
+		c.stopBackground = nil
+	}
 	if c.nodeExec != nil {
 		errs = append(errs, c.nodeExec.Close())
 		c.nodeExec = nil
@@ -291,8 +311,10 @@ func (c *Cluster) startNodeExec() (int, error) {
 func (c *Cluster) startKWOK(execPort, kwokPort int) error {
 	var stages []string
 	for _, name := range stageFiles {
-		if name == "pod-delete" {
-			continue // replaced by our stages: see stages/pod-terminate.yaml
+		if name == "pod-delete" || strings.HasPrefix(name, "pv") {
+			// pod-delete: replaced by our stages (stages/pod-terminate.yaml); the volume
+			// stages: replaced by the provisioner (provisioner.go).
+			continue
 		}
 		data, err := os.ReadFile(filepath.Join(c.opts.BinDir, "kwok-stages", name+".yaml"))
 		if err != nil {

@@ -23,10 +23,10 @@ import (
 const (
 	// kwokNodeAnnotation marks the Nodes KWOK manages.
 	kwokNodeAnnotation = "kwok.x-k8s.io/node"
-	// StorageClassName is the default StorageClass, provisioned and bound by KWOK's volume
-	// stages (PVCs bind in ~0.2 s).
+	// StorageClassName is the default StorageClass: the in-process provisioner creates a
+	// volume per claim and kube-controller-manager binds them.
 	StorageClassName = "kwok-volume"
-	// kwokProvisioner is the provisioner name KWOK's volume stages match.
+	// kwokProvisioner is the StorageClass's provisioner name (provisioner.go).
 	kwokProvisioner = "kwok.x-k8s.io/volume"
 	// NodeLabel is set on every fake node, for node selectors in tests.
 	NodeLabel = "execplane.dev/devcluster-node"
