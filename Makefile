@@ -64,6 +64,10 @@ test: build lint verify ## Lint, verify generated code, and run every test with 
 test-unit: ## Run the unit tests only (no local cluster), with -race.
 	$(GO) test -race -short -count=1 $(GO_TEST_FLAGS) ./...
 
+.PHONY: bench-controller
+bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation.
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000)
+
 .PHONY: cluster-bins
 cluster-bins: ## Build the local cluster's pinned binaries (once; cached by version).
 	@hack/build-cluster-bins.sh

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/security"
 )
 
 // Bounds on the controller's tunables.
@@ -19,6 +21,9 @@ const (
 	// maxWorkers bounds reconcile concurrency; status writes are CAS on one object each, so
 	// more workers than this only add conflicts.
 	maxWorkers = 64
+	// maxKubeQPS bounds the client-side rate limit: beyond it a bug floods the API server
+	// faster than priority and fairness can shed it.
+	maxKubeQPS = 2000
 	// minResync keeps periodic resyncs from becoming a hot loop against the API server.
 	minResync = time.Minute
 )
@@ -47,10 +52,16 @@ type Config struct {
 	HighWaterConfigMap string
 	// ProfilesFile is the operator's profiles YAML.
 	ProfilesFile string
+	// GatewayIdentities may call the control API (client identities in the security
+	// material's policy).
+	GatewayIdentities []string
 	// ExecutorServiceAccount is the token-less ServiceAccount executor Pods run as.
 	ExecutorServiceAccount string
 	// Workers is the number of concurrent reconcile workers.
 	Workers int
+	// KubeQPS and KubeBurst are the client-side rate limit towards the API server.
+	KubeQPS   float64
+	KubeBurst int
 	// ResyncPeriod is the informers' periodic resync.
 	ResyncPeriod time.Duration
 	// Log configures the process's logger.
@@ -73,6 +84,8 @@ func DefaultConfig() Config {
 		ProfilesFile:           "/etc/execplane/profiles/profiles.yaml",
 		ExecutorServiceAccount: "execplane-executor",
 		Workers:                4,
+		KubeQPS:                kube.DefaultQPS,
+		KubeBurst:              kube.DefaultBurst,
 		ResyncPeriod:           10 * time.Minute,
 		Log:                    logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}
@@ -91,9 +104,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryPeriod, "retry-period", c.RetryPeriod, "leader election retry period")
 	fs.StringVar(&c.SecurityManifest, "security-manifest", c.SecurityManifest, "security material manifest")
 	fs.StringVar(&c.HighWaterConfigMap, "high-water-configmap", c.HighWaterConfigMap, "ConfigMap holding the security material's high-water mark")
+	fs.Func("gateway-identity", "a gateway's client identity (URI SAN) allowed to call the control API; repeat for several", func(v string) error {
+		c.GatewayIdentities = append(c.GatewayIdentities, v)
+		return nil
+	})
 	fs.StringVar(&c.ProfilesFile, "profiles", c.ProfilesFile, "profiles YAML file")
 	fs.StringVar(&c.ExecutorServiceAccount, "executor-service-account", c.ExecutorServiceAccount, "ServiceAccount of executor Pods (no token is mounted)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "concurrent reconcile workers")
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second)")
+	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "informer resync period")
 	c.Log.RegisterFlags(fs)
 }
@@ -121,7 +140,21 @@ func (c Config) Validate() error {
 	p.Required("high-water-configmap", c.HighWaterConfigMap)
 	p.AbsolutePath("profiles", c.ProfilesFile, false)
 	p.Required("executor-service-account", c.ExecutorServiceAccount)
+	if len(c.GatewayIdentities) == 0 {
+		p.Addf("gateway-identity", "at least one is required: nothing could call the control API")
+	}
+	for _, id := range c.GatewayIdentities {
+		if _, err := security.ParseClientIdentity(id); err != nil {
+			p.Addf("gateway-identity", "%q: %v", id, err)
+		}
+	}
 	p.IntBetween("workers", c.Workers, 1, maxWorkers)
+	if c.KubeQPS < 1 || c.KubeQPS > maxKubeQPS {
+		p.Addf("kube-api-qps", "%v must be between 1 and %d", c.KubeQPS, maxKubeQPS)
+	}
+	if c.KubeBurst < int(c.KubeQPS) || c.KubeBurst > 2*maxKubeQPS {
+		p.Addf("kube-api-burst", "%d must be at least --kube-api-qps and at most %d", c.KubeBurst, 2*maxKubeQPS)
+	}
 	if c.ResyncPeriod != 0 && c.ResyncPeriod < minResync {
 		p.Addf("resync-period", "%s is below %s (0 disables resync)", c.ResyncPeriod, minResync)
 	}

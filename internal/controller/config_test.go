@@ -13,10 +13,11 @@ func validConfig() Config {
 	c := DefaultConfig()
 	c.Namespace = "execplane"
 	c.Identity = "controller-0"
+	c.GatewayIdentities = []string{"spiffe://execplane.test/gateway"}
 	return c
 }
 
-func TestDefaultsNeedOnlyNamespace(t *testing.T) {
+func TestDefaultsNeedNamespaceAndGateways(t *testing.T) {
 	if err := validConfig().Validate(); err != nil {
 		t.Fatalf("valid config refused: %v", err)
 	}
@@ -24,6 +25,9 @@ func TestDefaultsNeedOnlyNamespace(t *testing.T) {
 	c.Identity = "x"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--namespace") {
 		t.Fatalf("missing namespace accepted: %v", err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--gateway-identity") {
+		t.Fatalf("no gateway identity accepted: %v", err)
 	}
 }
 
@@ -47,6 +51,9 @@ func TestValidateRefusesEachBadField(t *testing.T) {
 		{"too many workers", "--workers", func(c *Config) { c.Workers = 1000 }},
 		{"hot resync", "--resync-period", func(c *Config) { c.ResyncPeriod = time.Second }},
 		{"relative profiles", "--profiles", func(c *Config) { c.ProfilesFile = "profiles.yaml" }},
+		{"gateway not canonical", "--gateway-identity", func(c *Config) { c.GatewayIdentities = []string{"SPIFFE://Example/gw"} }},
+		{"qps zero", "--kube-api-qps", func(c *Config) { c.KubeQPS = 0 }},
+		{"burst below qps", "--kube-api-burst", func(c *Config) { c.KubeBurst = 1 }},
 		{"bad log format", "--log-format", func(c *Config) { c.Log.Format = "logfmt" }},
 	}
 	for _, tc := range cases {

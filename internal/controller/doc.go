@@ -1,13 +1,18 @@
 // Package controller is the leader-elected reconciler and the sole writer of
 // ExecutionEnvironment status; the leader also serves the internal control.v1 API that
-// gateways call.
+// gateways call (the store issue).
 //
-// Today it campaigns for the leader Lease (released on a clean stop; a lost Lease makes the
-// process exit so it never acts on stale authority), and the leader runs the reconciler:
-// informers on environments and on the Pods and claims it manages, a rate-limited queue,
-// and one pass per environment — the claim, then the Pod (both adopted when an interrupted
-// pass created them, never recreated when a recorded UID vanished: that fences the
-// environment), conditions from pure functions, and one status compare-and-swap only when
-// something changed. Lifecycle phases (Retire, Replace, DeleteRetired) and the control API
-// are delivered by the controller and store issues (docs/architecture.md).
+// Invariants (docs/controller.md):
+//   - Only the Lease holder reconciles; a lost Lease makes the process exit. Every status
+//     write is a compare-and-swap on the resourceVersion the pass read, and a pass writes at
+//     most once, only when the computed status differs.
+//   - A workspace claim or executor Pod is created only when none was ever recorded; an
+//     unrecorded object of the environment is adopted, never duplicated; a recorded UID that
+//     vanished without an expected cause fences the environment and is never recreated.
+//     After the first executor, only Replace creates one.
+//   - An executor Pod's finalizer is removed only after its termination proof is persisted.
+//   - Lifecycle phases advance one per pass; each phase's side effect is idempotent and
+//     deletes only with a UID precondition, so a crash repeats at most that side effect.
+//   - Deleting the resource directly only reports DeletionBlocked; claims are never deleted
+//     except by DeleteRetired.
 package controller

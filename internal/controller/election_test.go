@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,9 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/security/highwater"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -41,11 +45,12 @@ func TestMain(m *testing.M) {
 }
 
 type replica struct {
-	id   string
-	cmd  *exec.Cmd
-	diag string
-	log  *syncBuffer
-	done chan error
+	id     string
+	cmd    *exec.Cmd
+	diag   string
+	listen string
+	log    *syncBuffer
+	done   chan error
 }
 
 func freeAddr(t *testing.T) string {
@@ -64,12 +69,14 @@ func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *repli
 	if err := os.WriteFile(profiles, []byte(profilesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{id: id, diag: freeAddr(t), log: &syncBuffer{}, done: make(chan error, 1)}
+	material := securityMaterial(t, kubeconfig, ns)
+	r := &replica{id: id, diag: freeAddr(t), log: &syncBuffer{}, done: make(chan error, 1), listen: freeAddr(t)}
 	r.cmd = exec.Command(controllerBin,
 		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id, "--profiles", profiles,
+		"--security-manifest", material.Manifest, "--gateway-identity", material.Gateway.Identity,
 		"--executor-service-account", "default",
 		"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms",
-		"--listen-address", freeAddr(t), "--diagnostics-address", r.diag, "--log-format", "text", "--log-level", "debug")
+		"--listen-address", r.listen, "--diagnostics-address", r.diag, "--log-format", "text", "--log-level", "debug")
 	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
@@ -84,6 +91,59 @@ func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *repli
 		}
 	})
 	return r
+}
+
+// materials holds one development security bundle per namespace: replicas of one
+// namespace share it, as pods of one Deployment mount the same Secret.
+var materials sync.Map
+
+// securityMaterial returns the namespace's bundle, generating it and the initial high-water
+// mark on first use.
+func securityMaterial(t *testing.T, kubeconfig, ns string) *devbundle.Result {
+	t.Helper()
+	if m, ok := materials.Load(ns); ok {
+		return m.(*devbundle.Result)
+	}
+	res, err := devbundle.Generate(filepath.Join(t.TempDir(), "security"), devbundle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := highwater.CreateInitial(t.Context(), clustertest.Cluster(t).Kube(), ns, "execplane-security-high-water"); err != nil {
+		t.Fatal(err)
+	}
+	actual, _ := materials.LoadOrStore(ns, res)
+	return actual.(*devbundle.Result)
+}
+
+// writes scrapes the replica's own count of API writes (POST, PUT, PATCH, DELETE) to what
+// the leader manages: environments, Pods, claims and Events. (Every replica may campaign for
+// the Lease and raise the security material's high-water mark.)
+func (r *replica) writes(t *testing.T) int {
+	t.Helper()
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + r.diag + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if !strings.HasPrefix(line, "execplane_controller_kube_requests_total{") || strings.Contains(line, `method="GET"`) ||
+			strings.Contains(line, `resource="leases"`) || strings.Contains(line, `resource="configmaps"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		n, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += int(n)
+	}
+	return total
 }
 
 // syncBuffer is a log buffer the process writes while the test reads it.
@@ -135,7 +195,8 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
-	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
+	_, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds")
+	if err != nil {
 		t.Fatal(err)
 	}
 	a := startReplica(t, c.Kubeconfig(), ns, "replica-a")
@@ -148,6 +209,20 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	time.Sleep(time.Second)
 	if !leader.ready() || follower.ready() {
 		t.Fatal("readiness is not exactly the leader's")
+	}
+	// Only the leader writes: an environment provisioned while both run is the leader's
+	// work alone (each process counts its own API requests; Lease traffic aside).
+	g := &rig{c: c, ns: ns, ctx: t.Context(), entry: pythonProfile(t)}
+	if g.exec, err = versioned.NewForConfig(c.RESTConfig()); err != nil {
+		t.Fatal(err)
+	}
+	g.create(t, "env-l")
+	g.waitReady(t, "env-l")
+	if n := follower.writes(t); n != 0 {
+		t.Fatalf("the follower made %d API writes", n)
+	}
+	if n := leader.writes(t); n == 0 {
+		t.Fatal("the leader's writes were not counted")
 	}
 
 	if err := leader.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

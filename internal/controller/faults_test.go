@@ -98,8 +98,8 @@ func TestKilledAtFailpointsConverges(t *testing.T) {
 		}
 	}
 	replaced := func(t *testing.T, g *rig, claim types.UID) {
-		env := g.waitCompleted(t, "env", v1alpha1.LifecycleReplace)
-		env = g.converged(t, "env", claim, 1)
+		g.waitCompleted(t, "env", v1alpha1.LifecycleReplace)
+		env := g.converged(t, "env", claim, 1)
 		if env.Status.Epoch != 1 || env.Status.Pod.Name != "env-x1" {
 			t.Fatalf("after replace: epoch %d, pod %s", env.Status.Epoch, env.Status.Pod.Name)
 		}

@@ -114,7 +114,6 @@ func waitEvents(t *testing.T, g *rig, env *v1alpha1.ExecutionEnvironment, want .
 	})
 }
 
-
 // Retire stops the executor — its terminal state recorded before its finalizer goes — and
 // keeps the workspace claim; nothing is recreated afterwards.
 func TestRetireStopsExecutorAndKeepsWorkspace(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -57,18 +59,25 @@ type ReconcilerConfig struct {
 // Reconciler drives each ExecutionEnvironment's workspace claim and executor Pod towards its
 // spec and writes its status — one compare-and-swap per pass, skipped when nothing changed.
 type Reconciler struct {
-	cfg     ReconcilerConfig
-	log     hclog.Logger
-	envs    execlisters.ExecutionEnvironmentLister
-	pods    corelisters.PodLister
-	pvcs    corelisters.PersistentVolumeClaimLister
-	queue   workqueue.TypedRateLimitingInterface[string]
-	synced  []cache.InformerSynced
-	start   func(<-chan struct{})
-	ready   atomic.Bool
-	managed labels.Selector
+	cfg  ReconcilerConfig
+	log  hclog.Logger
+	envs execlisters.ExecutionEnvironmentLister
+	pods corelisters.PodLister
+	// podsByEnv indexes Pods by namespace/environment label, so that finding an
+	// environment's Pods costs its own Pods, not the namespace's.
+	podsByEnv cache.Indexer
+	pvcs      corelisters.PersistentVolumeClaimLister
+	queue     workqueue.TypedRateLimitingInterface[string]
+	synced    []cache.InformerSynced
+	start     func(<-chan struct{})
+	ready     atomic.Bool
+	managed   labels.Selector
 	// recorder writes Events; set by Initialize.
 	recorder record.EventRecorder
+	// written maps a key to the resourceVersion its last successful write was based on.
+	// While the cache still shows that version it is stale by our own write: the pass is
+	// skipped, and the update event of that write brings the key back.
+	written sync.Map
 }
 
 // NewReconciler builds the informers and the queue; Initialize starts them.
@@ -94,11 +103,14 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	pvcInf := kubeFactory.Core().V1().PersistentVolumeClaims()
 	r := &Reconciler{
 		cfg: cfg, log: cfg.Logger.Named("reconciler"), managed: managed,
-		envs: envInf.Lister(), pods: podInf.Lister(), pvcs: pvcInf.Lister(),
+		envs: envInf.Lister(), pods: podInf.Lister(), pvcs: pvcInf.Lister(), podsByEnv: podInf.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "executionenvironments"}),
 		synced: []cache.InformerSynced{envInf.Informer().HasSynced, podInf.Informer().HasSynced, pvcInf.Informer().HasSynced},
 		start:  func(stop <-chan struct{}) { execFactory.Start(stop); kubeFactory.Start(stop) },
+	}
+	if err := podInf.Informer().AddIndexers(cache.Indexers{indexEnvironment: environmentIndex}); err != nil {
+		return nil, err
 	}
 	enqueueEnv := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -130,6 +142,20 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	return r, nil
 }
 
+// indexEnvironment is the Pod index by "namespace/environment label".
+const indexEnvironment = "environment"
+
+func environmentIndex(obj any) ([]string, error) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	if env := m.GetLabels()[executor.LabelEnvironment]; env != "" {
+		return []string{m.GetNamespace() + "/" + env}, nil
+	}
+	return nil, nil
+}
+
 func metaOf(obj any) (metav1.Object, error) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
@@ -154,6 +180,9 @@ func (r *Reconciler) Initialize(ctx context.Context) error {
 	r.ready.Store(true)
 	return nil
 }
+
+// Environments is the reconciler's environment cache (the store counts and lists from it).
+func (r *Reconciler) Environments() execlisters.ExecutionEnvironmentLister { return r.envs }
 
 // Ready reports whether the caches are synced.
 func (r *Reconciler) Ready() bool { return r.ready.Load() }
@@ -226,13 +255,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if base, ok := r.written.Load(key); ok {
+		if base == cached.ResourceVersion {
+			return nil
+		}
+		r.written.Delete(key)
+	}
 	if err := r.releaseOrphans(ctx, ns, name, cached.UID); err != nil {
 		return err
 	}
 	env := cached.DeepCopy()
 	if env.DeletionTimestamp == nil && !slices.Contains(env.Finalizers, EnvironmentFinalizer) &&
 		!deletingWorkspace(env.Status.LifecycleOperation) {
-		return r.protect(ctx, env) // the update event brings the protected object back
+		if err := r.protect(ctx, env); err != nil {
+			return err
+		}
+		r.written.Store(key, cached.ResourceVersion) // the update event brings it back
+		return nil
 	}
 	p := &pass{r: r, env: env, persisted: &cached.Status, status: env.Status.DeepCopy(), now: metav1.NewTime(r.cfg.Now())}
 	if p.status.FenceState == "" {
@@ -267,6 +306,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 			}
 			return err
 		}
+		r.written.Store(key, cached.ResourceVersion)
 	}
 	for _, e := range p.events {
 		p.emit(env, e)
@@ -349,12 +389,15 @@ func (r *Reconciler) protect(ctx context.Context, env *executionv1alpha1.Executi
 // ledger can record their end, and their finalizer would hold them forever. Workspace
 // claims are never deleted this way: a claim outlives any mistake about its environment.
 func (r *Reconciler) releaseOrphans(ctx context.Context, ns, name string, uid types.UID) error {
-	sel := labels.SelectorFromSet(labels.Set{executor.LabelEnvironment: name})
-	pods, err := r.pods.Pods(ns).List(sel)
+	objs, err := r.podsByEnv.ByIndex(indexEnvironment, ns+"/"+name)
 	if err != nil {
 		return err
 	}
-	for _, pod := range pods {
+	for _, obj := range objs {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			continue
+		}
 		if pod.Labels[executor.LabelEnvironmentUID] == string(uid) {
 			continue
 		}

@@ -49,16 +49,22 @@ func newRig(t *testing.T) *rig {
 	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
 		t.Fatal(err)
 	}
+	exec, err := versioned.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{c: c, ns: ns, exec: exec, entry: pythonProfile(t), ctx: ctx}
+}
+
+// pythonProfile is profilesYAML's profile, whose digest environments record.
+func pythonProfile(t *testing.T) profile.Entry {
+	t.Helper()
 	reg, err := profile.Parse([]byte(profilesYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
 	entry, _ := reg.Get("python")
-	exec, err := versioned.NewForConfig(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rig{c: c, ns: ns, exec: exec, entry: entry, ctx: ctx}
+	return entry
 }
 
 // startReconciler runs a reconciler in this process with the given profiles (default:

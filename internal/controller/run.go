@@ -4,25 +4,74 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/control"
 	"github.com/execplane/execplane/internal/diagnostics"
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/version"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/store"
+	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 )
 
 // Readiness reasons: a bounded set, safe for probes and metric labels.
 const (
-	reasonNotLeader = "not leader"
-	reasonNotSynced = "caches not synced"
+	reasonNotLeader  = "not leader"
+	reasonNotSynced  = "caches not synced"
+	reasonNoMaterial = "security material not ready"
 )
+
+// Bounds of the control API server. Its only clients are gateways, each holding a few
+// connections; the limits stop a misbehaving gateway from starving the others.
+const (
+	controlGlobalLimit = 1024
+	controlClientLimit = 512
+	// controlMaxMessage bounds a control request; the largest is an Ensure with identifiers.
+	controlMaxMessage = 64 << 10
+	// controlDrain bounds graceful shutdown before in-flight calls are cut.
+	controlDrain = 5 * time.Second
+)
+
+func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer) (*grpc.Server, error) {
+	auth, err := security.NewPeerAuthenticator(manager.Current)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := security.NewRPCLimiter(auth, controlGlobalLimit, controlClientLimit)
+	if err != nil {
+		return nil, err
+	}
+	s := grpc.NewServer(
+		grpc.Creds(security.NewServerCredentials(manager.Current, nil)),
+		grpc.ConnectionTimeout(security.HandshakeTimeout),
+		grpc.MaxRecvMsgSize(controlMaxMessage),
+		grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor()),
+	)
+	controlv1.RegisterControlServiceServer(s, srv)
+	return s, nil
+}
+
+// stopGRPC drains in-flight calls, then cuts what is left.
+func stopGRPC(s *grpc.Server) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(controlDrain):
+		s.Stop()
+	}
+}
 
 // Run is the controller's entry point: it campaigns for the Lease and, while it leads,
 // reconciles environments and reports ready once its caches are synced. The control API is
@@ -41,7 +90,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logging.RouteKlog(logger)
-	restCfg, err := kube.RESTConfig(cfg.Kubeconfig, "execplane-controller/"+version.Get().Version)
+	requests := kube.RequestsCounter("execplane_controller")
+	restCfg, err := kube.RESTConfig(kube.ClientOptions{
+		Kubeconfig: cfg.Kubeconfig, UserAgent: "execplane-controller/" + version.Get().Version,
+		QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst, Requests: requests,
+	})
 	if err != nil {
 		return err
 	}
@@ -61,6 +114,34 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	manager, err := security.NewManager(security.ManagerConfig{
+		ManifestPath: cfg.SecurityManifest, Namespace: cfg.Namespace, HighWaterConfigMap: cfg.HighWaterConfigMap,
+		Kube: client, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	var ledger atomic.Pointer[store.Store]
+	gateways := make([]security.ClientIdentity, 0, len(cfg.GatewayIdentities))
+	for _, id := range cfg.GatewayIdentities {
+		gateways = append(gateways, security.ClientIdentity(id))
+	}
+	controlServer, err := control.NewServer(control.Config{Store: ledger.Load, Current: manager.Current, Gateways: gateways, Logger: logger})
+	if err != nil {
+		return err
+	}
+	grpcServer, err := newGRPCServer(manager, controlServer)
+	if err != nil {
+		return err
+	}
+	listener, err := net.Listen("tcp", cfg.ListenAddress)
+	if err != nil {
+		return err
+	}
+	if listener, err = security.HandshakeDeadlineListener(listener, security.HandshakeTimeout); err != nil {
+		return err
+	}
+
 	var leading, synced atomic.Bool
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -73,9 +154,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return 0
 	})
-	registry.MustRegister(leaderGauge)
+	registry.MustRegister(leaderGauge, requests)
 	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: func() string {
 		switch {
+		case !manager.Ready():
+			return reasonNoMaterial
 		case !leading.Load():
 			return reasonNotLeader
 		case !synced.Load():
@@ -87,6 +170,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	diagErr := make(chan error, 1)
 	go func() { diagErr <- diag.Serve(ctx) }()
+	go manager.Run(ctx)
+	grpcErr := make(chan error, 1)
+	go func() { grpcErr <- grpcServer.Serve(listener) }()
+	defer func() {
+		stopGRPC(grpcServer)
+		<-grpcErr
+	}()
 
 	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyReplica, cfg.Identity)
 	err = kube.RunElection(ctx, kube.Election{
@@ -113,6 +203,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				<-ctx.Done()
 				return
 			}
+			st, err := store.New(store.Config{Execution: execClient, Environments: r.Environments(), Namespace: cfg.Namespace,
+				Profiles: profiles, Finalizer: EnvironmentFinalizer})
+			if err != nil {
+				logger.Error("store failed to start", logging.KeyError, err)
+				<-ctx.Done()
+				return
+			}
+			ledger.Store(st)
+			defer ledger.Store(nil)
 			synced.Store(true)
 			r.Run(ctx, cfg.Workers)
 		},

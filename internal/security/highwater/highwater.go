@@ -220,3 +220,22 @@ func (s *Store) WaitObserved(ctx context.Context, generation uint64) error {
 		}
 	}
 }
+
+// Initial is the ConfigMap an installation starts with: generation 0, nothing accepted yet.
+// The Helm chart renders it; tests and the local demo create it with CreateInitial. A mark
+// that is absent is never treated as this one (fail closed).
+func Initial(namespace, name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Data:       map[string]string{KeyGeneration: "0", KeyDigest: ""},
+	}
+}
+
+// CreateInitial creates the initial mark unless one exists.
+func CreateInitial(ctx context.Context, kube kubernetes.Interface, namespace, name string) error {
+	_, err := kube.CoreV1().ConfigMaps(namespace).Create(ctx, Initial(namespace, name), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}

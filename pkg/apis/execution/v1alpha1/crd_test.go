@@ -66,7 +66,7 @@ func full(name string) *v1alpha1.ExecutionEnvironment {
 			LastReplacement:  &v1alpha1.Replacement{OldPodUID: "old", NewPodUID: "new", Epoch: 6, CompletedAt: now},
 			Pod:              &v1alpha1.ObjectIdentity{Name: "p", UID: "pod-uid"},
 			PVC:              &v1alpha1.ObjectIdentity{Name: "w", UID: "pvc-uid"},
-			Receipts:         []v1alpha1.Receipt{{OperationID: "op-1", Operation: "AcquireRun", ArgumentsHash: hex64, Epoch: 7, GrantGeneration: 2, ClaimID: "claim-1", RecordedAt: now}},
+			Receipts:         []v1alpha1.Receipt{{OperationID: "op-1", Operation: "AcquireRun", ArgumentsHash: hex64, Epoch: 7, GrantGeneration: 2, ClaimID: "claim-1", Created: true, RecordedAt: now}},
 			Conditions:       []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: now, Reason: "ExecutorReady", Message: "ready"}},
 		},
 	}

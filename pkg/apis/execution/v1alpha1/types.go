@@ -229,7 +229,10 @@ type Receipt struct {
 	GrantGeneration int64 `json:"grantGeneration,omitempty"`
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
-	ClaimID    string      `json:"claimID,omitempty"`
+	ClaimID string `json:"claimID,omitempty"`
+	// Created records that the operation (Ensure) created the environment.
+	// +optional
+	Created    bool        `json:"created,omitempty"`
 	RecordedAt metav1.Time `json:"recordedAt"`
 }
 

@@ -1,0 +1,42 @@
+package apierror
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestStatus(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{fmt.Errorf("wrapped: %w", store.ErrNotFound), codes.NotFound, "NOT_FOUND"},
+		{store.ErrOperationIDReused, codes.Aborted, "OPERATION_ID_REUSED"},
+		{store.ErrFenced, codes.FailedPrecondition, "FENCED"},
+		{store.ErrProfileMismatch, codes.FailedPrecondition, "PRECONDITION_MISMATCH"},
+		{store.ErrLimitExceeded, codes.ResourceExhausted, "LIMIT_EXCEEDED"},
+		{ErrNotLeader, codes.Unavailable, "UNAVAILABLE"},
+		{security.ErrNotInPolicy, codes.Unauthenticated, "UNAUTHENTICATED"},
+		{errors.New("secret detail from etcd"), codes.Internal, "INTERNAL"},
+	} {
+		err := Status(c.err, "req-1")
+		st := status.Convert(err)
+		if st.Code() != c.code || Reason(err) != c.reason {
+			t.Errorf("%v: got %s/%s, want %s/%s", c.err, st.Code(), Reason(err), c.code, c.reason)
+		}
+		if c.code == codes.Internal && (strings.Contains(st.Message(), "secret") || !strings.Contains(st.Message(), "req-1")) {
+			t.Errorf("internal message %q leaks detail or lacks the request id", st.Message())
+		}
+	}
+	if Status(nil, "") != nil {
+		t.Fatal("nil must stay nil")
+	}
+}

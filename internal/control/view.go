@@ -1,0 +1,91 @@
+package control
+
+import (
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/meta"
+)
+
+// maxMessage bounds Environment.message (the proto's bound).
+const maxMessage = 1024
+
+var lifecycles = map[executionv1alpha1.Phase]executionv1.LifecycleState{
+	executionv1alpha1.PhaseProvisioning: executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING,
+	executionv1alpha1.PhaseReady:        executionv1.LifecycleState_LIFECYCLE_STATE_READY,
+	executionv1alpha1.PhaseReplacing:    executionv1.LifecycleState_LIFECYCLE_STATE_REPLACING,
+	executionv1alpha1.PhaseRetiring:     executionv1.LifecycleState_LIFECYCLE_STATE_RETIRING,
+	executionv1alpha1.PhaseRetired:      executionv1.LifecycleState_LIFECYCLE_STATE_RETIRED,
+	executionv1alpha1.PhaseDeleting:     executionv1.LifecycleState_LIFECYCLE_STATE_DELETING,
+	executionv1alpha1.PhaseDegraded:     executionv1.LifecycleState_LIFECYCLE_STATE_DEGRADED,
+	executionv1alpha1.PhaseFenced:       executionv1.LifecycleState_LIFECYCLE_STATE_DEGRADED,
+}
+
+// EnvironmentView is what a caller may see of an environment (never the owner, never
+// receipts).
+func EnvironmentView(env *executionv1alpha1.ExecutionEnvironment) *executionv1.Environment {
+	st := env.Status
+	v := &executionv1.Environment{
+		Ref:             &executionv1.EnvironmentRef{Id: env.Name, Revision: string(env.UID)},
+		BindingId:       env.Spec.BindingID,
+		Profile:         env.Spec.Profile,
+		ProfileDigest:   env.Spec.ProfileDigest,
+		Lifecycle:       lifecycles[st.Phase],
+		Ready:           meta.IsStatusConditionTrue(st.Conditions, executionv1alpha1.ConditionReady),
+		FenceState:      executionv1.FenceState_FENCE_STATE_HEALTHY,
+		Epoch:           uint64(st.Epoch),
+		GrantGeneration: uint64(st.GrantGeneration),
+		SchemaVersion:   uint32(env.Spec.SchemaVersion),
+		CreatedAt:       timestamppb.New(env.CreationTimestamp.Time),
+	}
+	if v.Lifecycle == executionv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED {
+		v.Lifecycle = executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING
+	}
+	if st.FenceState == executionv1alpha1.FenceUnknown {
+		v.FenceState = executionv1.FenceState_FENCE_STATE_FENCE_UNKNOWN
+		v.Message = st.FenceReason
+	} else if c := meta.FindStatusCondition(st.Conditions, executionv1alpha1.ConditionReady); c != nil {
+		v.Message = c.Message
+	}
+	if len(v.Message) > maxMessage {
+		v.Message = v.Message[:maxMessage]
+	}
+	if st.ActiveRun != nil {
+		v.ActiveRun = RunView(st.ActiveRun)
+	}
+	for i := range st.References {
+		v.References = append(v.References, ReferenceView(&st.References[i]))
+	}
+	if st.Pod != nil {
+		v.PodUid = string(st.Pod.UID)
+	}
+	if st.PVC != nil {
+		v.PvcUid = string(st.PVC.UID)
+	}
+	return v
+}
+
+var referenceStates = map[executionv1alpha1.ReferenceState]executionv1.ReferenceState{
+	executionv1alpha1.ReferencePendingCreate:    executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE,
+	executionv1alpha1.ReferencePublished:        executionv1.ReferenceState_REFERENCE_STATE_PUBLISHED,
+	executionv1alpha1.ReferencePendingDelete:    executionv1.ReferenceState_REFERENCE_STATE_PENDING_DELETE,
+	executionv1alpha1.ReferenceReserveSuccessor: executionv1.ReferenceState_REFERENCE_STATE_RESERVED_SUCCESSOR,
+}
+
+// ReferenceView converts a reference.
+func ReferenceView(r *executionv1alpha1.Reference) *executionv1.Reference {
+	if r == nil {
+		return nil
+	}
+	return &executionv1.Reference{BindingId: r.BindingID, State: referenceStates[r.State], SourceBindingId: r.SourceBindingID,
+		OperationId: r.OperationID, UpdatedAt: timestamppb.New(r.UpdatedAt.Time)}
+}
+
+// RunView converts a run claim.
+func RunView(r *executionv1alpha1.RunClaim) *executionv1.RunClaim {
+	if r == nil {
+		return nil
+	}
+	return &executionv1.RunClaim{BindingId: r.BindingID, RunId: r.RunID, ClaimId: r.ClaimID, Epoch: uint64(r.Epoch),
+		GrantGeneration: uint64(r.GrantGeneration), ExpiresAt: timestamppb.New(r.ExpiresAt.Time)}
+}

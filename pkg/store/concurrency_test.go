@@ -1,0 +1,91 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/execplane/execplane/pkg/store"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A thousand concurrent Ensure calls for one binding, each with its own operation id,
+// create exactly one environment, and every caller gets it.
+func TestThousandConcurrentEnsuresCreateOne(t *testing.T) {
+	f := newFixture(t, options{})
+	const callers = 1000
+	uids := make([]types.UID, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			r, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: fmt.Sprintf("concurrent-%d", i), Owner: alice, BindingID: "shared", Profile: "python"})
+			errs[i] = err
+			if err == nil {
+				uids[i] = r.Environment.UID
+			}
+		})
+	}
+	wg.Wait()
+	created := 0
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if uids[i] != uids[0] {
+			t.Fatalf("caller %d got %s, caller 0 got %s", i, uids[i], uids[0])
+		}
+	}
+	if n := f.count(t); n != 1 {
+		t.Fatalf("%d environments for one binding", n)
+	}
+	env := f.get(t, store.EnvironmentName(agentA.Client, store.OwnerHash(alice), "shared"))
+	if len(env.Status.References) != 1 {
+		t.Fatalf("references %+v", env.Status.References)
+	}
+	for _, rc := range env.Status.Receipts {
+		if rc.Created {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d receipts say they created the environment", created)
+	}
+}
+
+// Many bindings racing for the last slots of a profile: exactly the capacity is created,
+// the rest are refused with ErrLimitExceeded and leave nothing behind.
+func TestCapacityIsExactUnderRace(t *testing.T) {
+	const capacity, racers = 3, 12
+	f := newFixture(t, options{maxEnvironments: capacity})
+	var wg sync.WaitGroup
+	results := make([]error, racers)
+	for i := range racers {
+		wg.Go(func() {
+			_, results[i] = f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: opID(), Owner: alice, BindingID: fmt.Sprintf("race-%d", i), Profile: "python"})
+		})
+	}
+	wg.Wait()
+	ok, refused := 0, 0
+	for _, err := range results {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, store.ErrLimitExceeded):
+			refused++
+		default:
+			t.Fatalf("unexpected: %v", err)
+		}
+	}
+	if ok != capacity || refused != racers-capacity || f.count(t) != capacity {
+		t.Fatalf("%d created, %d refused, %d objects; capacity %d", ok, refused, f.count(t), capacity)
+	}
+	// A binding that has its environment still ensures at capacity: it needs no new slot.
+	list, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ensure(t, agentA, alice, list.Items[0].Spec.BindingID)
+}

@@ -1,0 +1,216 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// LabelProfile carries an environment's profile, for operators' selectors.
+const LabelProfile = "execution.mecatl.dev/profile"
+
+// Ensure returns the binding's environment, creating it from the profile when absent, and
+// makes sure the binding holds a reference on it (PendingCreate until committed). The name is
+// derived from (client, owner, binding): any number of concurrent identical calls create
+// exactly one object. A binding that already has an environment from another request (other
+// profile or pinned digest) is ErrAlreadyExists.
+func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
+	var c checker
+	c.caller(in.Caller)
+	c.identifier("operation_id", in.OperationID)
+	c.owner("owner", in.Owner)
+	c.identifier("binding_id", in.BindingID)
+	c.dnsLabel("profile", in.Profile)
+	if in.ExpectedProfileDigest != "" && !isDigest(in.ExpectedProfileDigest) {
+		c.fail("expected_profile_digest", "must be sha256: and 64 lowercase hex digits")
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	if !in.Caller.Policy.MayAttestOwner {
+		return nil, fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	}
+	entry, ok := s.cfg.Profiles.Get(in.Profile)
+	if !ok {
+		return nil, fmt.Errorf("%w: profile", ErrNotFound)
+	}
+	if in.ExpectedProfileDigest != "" && in.ExpectedProfileDigest != entry.Digest {
+		return nil, ErrProfileMismatch
+	}
+	ownerHash := OwnerHash(in.Owner)
+	name := EnvironmentName(in.Caller.Client, ownerHash, in.BindingID)
+	fingerprint := hashFields("ensure", ClientHash(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest)
+
+	created, err := s.create(ctx, name, in, ownerHash, fingerprint, entry.Digest)
+	if err != nil {
+		return nil, err
+	}
+	clientHash := ClientHash(in.Caller.Client)
+	r, err := s.mutate(ctx, mutation{
+		op: "Ensure", id: in.OperationID, name: name,
+		args: []string{string(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest},
+		visible: func(env *executionv1alpha1.ExecutionEnvironment) error {
+			if env.Spec.ClientHash != clientHash || env.Spec.OwnerHash != ownerHash {
+				return ErrNotFound // any incarnation: Ensure names none
+			}
+			return nil
+		},
+		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
+			if env.Spec.RequestFingerprint != fingerprint {
+				return false, fmt.Errorf("%w: the binding holds an environment from another request", ErrAlreadyExists)
+			}
+			// Created by this call, or by an earlier attempt that died before this write.
+			r.Changed = created || (len(env.Status.Receipts) == 0 && len(env.Status.References) == 0)
+			if env.Status.FenceState == "" {
+				env.Status.FenceState = executionv1alpha1.FenceHealthy
+			}
+			if i := refIndex(env, in.BindingID); i >= 0 {
+				r.Reference = &env.Status.References[i]
+				return false, nil
+			}
+			if len(env.Status.References) >= executionv1alpha1.MaxReferences {
+				return false, fmt.Errorf("%w: %d references", ErrLimitExceeded, executionv1alpha1.MaxReferences)
+			}
+			r.Reference = addRef(env, executionv1alpha1.Reference{BindingID: in.BindingID, State: executionv1alpha1.ReferencePendingCreate, OperationID: in.OperationID, UpdatedAt: now})
+			return true, nil
+		},
+		receipt: func(rc *executionv1alpha1.Receipt, r *Result) { rc.Created = r.Changed },
+		replay: func(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1.Receipt, r *Result) error {
+			r.Changed = rc.Created
+			if i := refIndex(env, in.BindingID); i >= 0 {
+				r.Reference = &env.Status.References[i]
+			}
+			return nil
+		},
+	})
+	return r, err
+}
+
+// create makes the environment object when it does not exist, within the profile's
+// capacity. Capacity is exact within the leader: creations are serialised and counted
+// together with objects the cache has not delivered yet.
+func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHash, fingerprint, digest string) (bool, error) {
+	if _, err := s.client().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		return false, nil
+	} else if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	entry, _ := s.cfg.Profiles.Get(in.Profile)
+	if n, err := s.count(in.Profile); err != nil {
+		return false, err
+	} else if int64(n) >= entry.Spec.MaxEnvironments {
+		return false, fmt.Errorf("%w: profile %s is at its capacity of %d environments", ErrLimitExceeded, in.Profile, entry.Spec.MaxEnvironments)
+	}
+	env := &executionv1alpha1.ExecutionEnvironment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace,
+			Labels:     map[string]string{LabelProfile: in.Profile},
+			Finalizers: []string{s.cfg.Finalizer}},
+		Spec: executionv1alpha1.ExecutionEnvironmentSpec{
+			SchemaVersion: executionv1alpha1.CurrentSchemaVersion, OwnerHash: ownerHash, ClientHash: ClientHash(in.Caller.Client),
+			BindingID: in.BindingID, RequestFingerprint: fingerprint, Profile: in.Profile, ProfileDigest: digest,
+		},
+	}
+	_, err := s.client().Create(ctx, env, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	s.created[name] = in.Profile
+	return true, nil
+}
+
+// count is the number of environments of a profile: the cache's, plus those created here
+// that it has not delivered yet. Called with capMu held.
+func (s *Store) count(profile string) (int, error) {
+	list, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	seen := make(map[string]bool, len(list))
+	n := 0
+	for _, env := range list {
+		seen[env.Name] = true
+		if env.Spec.Profile == profile {
+			n++
+		}
+	}
+	for name, p := range s.created {
+		if seen[name] {
+			delete(s.created, name) // the cache has it now
+		} else if p == profile {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Attach returns an environment the binding holds a reference on. It writes nothing.
+func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
+	var c checker
+	c.caller(in.Caller)
+	c.owner("owner", in.Owner)
+	c.identifier("binding_id", in.BindingID)
+	c.ref("environment", in.Environment)
+	if c.err != nil {
+		return nil, c.err
+	}
+	if !in.Caller.Policy.MayAttestOwner {
+		return nil, fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	}
+	env, err := s.client().Get(ctx, in.Environment.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := ownedBy(in.Caller, in.Owner, in.Environment)(env); err != nil {
+		return nil, err
+	}
+	i := refIndex(env, in.BindingID)
+	if i < 0 || env.Status.References[i].State == executionv1alpha1.ReferencePendingDelete {
+		return nil, notReady("the binding holds no usable reference on the environment")
+	}
+	return &Result{Environment: env, Reference: &env.Status.References[i]}, nil
+}
+
+func refIndex(env *executionv1alpha1.ExecutionEnvironment, binding string) int {
+	return slices.IndexFunc(env.Status.References, func(r executionv1alpha1.Reference) bool { return r.BindingID == binding })
+}
+
+// addRef inserts a reference keeping the list ordered by binding id, and returns it.
+func addRef(env *executionv1alpha1.ExecutionEnvironment, ref executionv1alpha1.Reference) *executionv1alpha1.Reference {
+	i, _ := slices.BinarySearchFunc(env.Status.References, ref.BindingID, func(r executionv1alpha1.Reference, b string) int {
+		switch {
+		case r.BindingID < b:
+			return -1
+		case r.BindingID > b:
+			return 1
+		}
+		return 0
+	})
+	env.Status.References = slices.Insert(env.Status.References, i, ref)
+	return &env.Status.References[i]
+}
+
+func isDigest(s string) bool {
+	const prefix = "sha256:"
+	if len(s) != len(prefix)+64 || s[:len(prefix)] != prefix {
+		return false
+	}
+	for i := len(prefix); i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,160 @@
+package store
+
+import (
+	"time"
+
+	"github.com/execplane/execplane/internal/security"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+)
+
+// Caller is the authenticated client and the policy the controller resolved for it from its
+// own security material (never from what a gateway says the policy is).
+type Caller struct {
+	Client security.ClientIdentity
+	Policy security.ClientPolicy
+}
+
+// Owner is the end user a client acts for.
+type Owner struct {
+	Issuer  string
+	Subject string
+}
+
+// EnvironmentRef names one incarnation of an environment: its name and resource UID.
+type EnvironmentRef struct {
+	Name string
+	UID  string
+}
+
+// GrantClaims is what the gateway verified of a grant (control.v1 VerifiedGrant). Run fields
+// are zero for an environment grant.
+type GrantClaims struct {
+	BindingID       string
+	Environment     EnvironmentRef
+	GrantGeneration uint64
+	Epoch           uint64
+	RunID           string
+	ClaimID         string
+}
+
+// EnsureInput asks for the binding's environment, created from Profile when absent.
+type EnsureInput struct {
+	Caller                Caller
+	OperationID           string
+	Owner                 Owner
+	BindingID             string
+	Profile               string
+	ExpectedProfileDigest string
+}
+
+// AttachInput asks for an environment the binding holds a reference on (read-only).
+type AttachInput struct {
+	Caller      Caller
+	Owner       Owner
+	BindingID   string
+	Environment EnvironmentRef
+}
+
+// ReferenceInput names one binding's reference on one environment, for an owner.
+type ReferenceInput struct {
+	Caller      Caller
+	OperationID string
+	Owner       Owner
+	Environment EnvironmentRef
+	BindingID   string
+}
+
+// ReserveSuccessorInput reserves a reference for a successor of a published binding.
+type ReserveSuccessorInput struct {
+	Caller             Caller
+	OperationID        string
+	Owner              Owner
+	Environment        EnvironmentRef
+	SourceBindingID    string
+	SuccessorBindingID string
+}
+
+// ListIntentsInput pages through the caller's non-published references, optionally for one
+// owner.
+type ListIntentsInput struct {
+	Caller    Caller
+	Owner     *Owner
+	PageSize  int
+	PageToken string
+}
+
+// AcquireRunInput claims execution authority under an environment grant.
+type AcquireRunInput struct {
+	Caller      Caller
+	OperationID string
+	Grant       GrantClaims
+	Environment EnvironmentRef
+	RunID       string
+	// TTL is 0 (DefaultRunTTL) or within [MinRunTTL, MaxRunTTL].
+	TTL time.Duration
+}
+
+// RenewRunInput extends the run claim a run grant names.
+type RenewRunInput struct {
+	Caller      Caller
+	OperationID string
+	Grant       GrantClaims
+	Environment EnvironmentRef
+	TTL         time.Duration
+}
+
+// ReleaseRunInput ends the run claim a run grant names.
+type ReleaseRunInput struct {
+	Caller      Caller
+	OperationID string
+	Grant       GrantClaims
+	Environment EnvironmentRef
+}
+
+// Preconditions are an administrator's exact expectations; a nil field is not checked.
+type Preconditions struct {
+	Epoch           *uint64
+	PodUID          *string // "" asserts there is no executor
+	PVCUID          *string
+	GrantGeneration *uint64
+}
+
+// AdminInput is the common input of administrative operations.
+type AdminInput struct {
+	Caller        Caller
+	OperationID   string
+	Environment   EnvironmentRef
+	Preconditions Preconditions
+	// Reason is for Events and audit: printable text, at most 256 bytes.
+	Reason string
+}
+
+// MigrateInput upgrades an environment's record to TargetSchemaVersion.
+type MigrateInput struct {
+	AdminInput
+	TargetSchemaVersion int32
+}
+
+// Result is the outcome of a call on one environment.
+type Result struct {
+	// Environment is the object after the call (a copy the caller may keep).
+	Environment *executionv1alpha1.ExecutionEnvironment
+	// Reference is the reference the call acted on, when there is one and it still exists.
+	Reference *executionv1alpha1.Reference
+	// Changed is true when Ensure created the environment or Migrate migrated it.
+	Changed bool
+	// Run is the claim AcquireRun or RenewRun produced.
+	Run *executionv1alpha1.RunClaim
+}
+
+// Intent is a non-published reference with its environment.
+type Intent struct {
+	Environment EnvironmentRef
+	Reference   executionv1alpha1.Reference
+}
+
+// IntentPage is one page of intents.
+type IntentPage struct {
+	Intents       []Intent
+	NextPageToken string
+}

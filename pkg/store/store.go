@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/profile"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// maxAttempts bounds the compare-and-swap retries of one call: conflicts come only from the
+// reconciler (one write per pass) or a deposed leader, so a few re-reads settle them; past
+// this the caller gets ErrConflict, which is retryable.
+const maxAttempts = 8
+
+// Config configures a Store.
+type Config struct {
+	Execution versioned.Interface
+	// Environments is the leader's informer cache, used for capacity and listing; every
+	// mutation reads its object live.
+	Environments execlisters.ExecutionEnvironmentLister
+	Namespace    string
+	Profiles     *profile.Registry
+	// Finalizer is put on every environment the store creates (the controller's
+	// EnvironmentFinalizer), so a plain delete never loses track of a workspace.
+	Finalizer string
+	Now       func() time.Time
+	// NewID returns a fresh opaque id (run claim ids); crypto/rand by default.
+	NewID func() string
+}
+
+// Store runs the ledger's transitions. It is safe for concurrent use; it must run in one
+// process at a time (the controller leader).
+type Store struct {
+	cfg   Config
+	locks keyedMutex
+
+	capMu   sync.Mutex
+	created map[string]string // name → profile, created here and maybe not yet in the cache
+}
+
+// New returns a Store.
+func New(cfg Config) (*Store, error) {
+	if cfg.Execution == nil || cfg.Environments == nil || cfg.Namespace == "" || cfg.Profiles == nil || cfg.Finalizer == "" {
+		return nil, errors.New("store: Execution, Environments, Namespace, Profiles and Finalizer are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = randomID
+	}
+	return &Store{cfg: cfg, created: map[string]string{}}, nil
+}
+
+func (s *Store) client() interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*executionv1alpha1.ExecutionEnvironment, error)
+	UpdateStatus(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, opts metav1.UpdateOptions) (*executionv1alpha1.ExecutionEnvironment, error)
+	Create(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, opts metav1.CreateOptions) (*executionv1alpha1.ExecutionEnvironment, error)
+} {
+	return s.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(s.cfg.Namespace)
+}
+
+// mutation is one ledger transition on one environment.
+type mutation struct {
+	// op names the RPC in receipts.
+	op string
+	// id is the operation id; args are the call's canonical arguments, caller included.
+	id   string
+	args []string
+	name string
+	// visible refuses (ErrNotFound) an environment the caller may not see or act on; it
+	// runs before the receipt lookup, so a replay is authorised like a first call.
+	visible func(env *executionv1alpha1.ExecutionEnvironment) error
+	// apply evaluates the preconditions on a copy and changes its status. It reports
+	// whether anything changed; on an error nothing is written.
+	apply func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (changed bool, err error)
+	// replay answers a call whose receipt exists.
+	replay func(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1.Receipt, r *Result) error
+	// receipt adds the outcome's values to the receipt.
+	receipt func(rc *executionv1alpha1.Receipt, r *Result)
+}
+
+// mutate runs m under the environment's lock: live read, authorisation, replay, apply, one
+// compare-and-swap; a conflict re-runs all of it.
+func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
+	unlock := s.locks.lock(m.name)
+	defer unlock()
+	argsHash := hashFields(m.op, m.args...)
+	for range maxAttempts {
+		env, err := s.client().Get(ctx, m.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := m.visible(env); err != nil {
+			return nil, err
+		}
+		r := &Result{}
+		if i := slices.IndexFunc(env.Status.Receipts, func(rc executionv1alpha1.Receipt) bool { return rc.OperationID == m.id }); i >= 0 {
+			rc := env.Status.Receipts[i]
+			if rc.Operation != m.op || rc.ArgumentsHash != argsHash {
+				return nil, ErrOperationIDReused
+			}
+			r.Environment = env
+			if m.replay != nil {
+				if err := m.replay(env, rc, r); err != nil {
+					return nil, err
+				}
+			}
+			return r, nil
+		}
+		next := env.DeepCopy()
+		now := metav1.NewTime(s.cfg.Now())
+		changed, err := m.apply(next, now, r)
+		if err != nil {
+			return nil, err
+		}
+		if !changed {
+			r.Environment = env
+			return r, nil
+		}
+		rc := executionv1alpha1.Receipt{OperationID: m.id, Operation: m.op, ArgumentsHash: argsHash, RecordedAt: now}
+		if m.receipt != nil {
+			m.receipt(&rc, r)
+		}
+		next.Status.Receipts = appendReceipt(next.Status.Receipts, rc)
+		written, err := s.client().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue // re-read, re-authorise, re-evaluate
+		}
+		if apierrors.IsNotFound(err) {
+			return nil, ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.Environment = written
+		return r, nil
+	}
+	return nil, fmt.Errorf("%w: %s on %s lost the compare-and-swap %d times", ErrConflict, m.op, m.name, maxAttempts)
+}
+
+// appendReceipt adds rc, newest last, dropping the oldest beyond the ring's bound.
+func appendReceipt(ring []executionv1alpha1.Receipt, rc executionv1alpha1.Receipt) []executionv1alpha1.Receipt {
+	ring = append(ring, rc)
+	if over := len(ring) - executionv1alpha1.MaxReceipts; over > 0 {
+		ring = slices.Delete(ring, 0, over)
+	}
+	return ring
+}
+
+// sameIncarnation refuses a request naming another UID of this name (a re-created
+// environment): NOT_FOUND, as for an absent one.
+func sameIncarnation(env *executionv1alpha1.ExecutionEnvironment, ref EnvironmentRef) error {
+	if string(env.UID) != ref.UID {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// ownedBy is the visibility of owner-scoped calls: the caller's own environment for this
+// owner. Everything else is indistinguishable from absent.
+func ownedBy(c Caller, o Owner, ref EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
+	client, owner := ClientHash(c.Client), OwnerHash(o)
+	return func(env *executionv1alpha1.ExecutionEnvironment) error {
+		if env.Spec.ClientHash != client || env.Spec.OwnerHash != owner {
+			return ErrNotFound
+		}
+		return sameIncarnation(env, ref)
+	}
+}
+
+// clientOf is the visibility of grant-bearing calls: the grant's environment of the caller.
+func clientOf(c Caller, g GrantClaims, ref EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
+	client := ClientHash(c.Client)
+	return func(env *executionv1alpha1.ExecutionEnvironment) error {
+		if env.Spec.ClientHash != client || g.Environment != ref {
+			return ErrNotFound
+		}
+		return sameIncarnation(env, ref)
+	}
+}
+
+// administered is the visibility of administrative calls: the administrator's scope.
+func administered(c Caller, ref EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
+	return func(env *executionv1alpha1.ExecutionEnvironment) error {
+		if !administers(c, env.Spec.ClientHash) {
+			return ErrNotFound
+		}
+		return sameIncarnation(env, ref)
+	}
+}
+
+// administers reports whether c administers environments created by the client whose hash
+// is given (AdministratorFor compared by hash: environments store no identities in clear).
+func administers(c Caller, clientHash string) bool {
+	if !c.Policy.Administrator || clientHash == "" {
+		return false
+	}
+	if len(c.Policy.AdministratorFor) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(c.Policy.AdministratorFor, func(id securityIdentity) bool { return ClientHash(id) == clientHash })
+}

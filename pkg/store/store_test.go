@@ -1,0 +1,230 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/controller"
+	"github.com/execplane/execplane/internal/devcluster"
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/security"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
+	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/store"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
+
+const profilesTemplate = `profiles:
+  python:
+    image: registry.example/python:3.13
+    storageClass: kwok-volume
+    storageSize: 1Gi
+    memoryLimit: 64Mi
+    tmpSizeLimit: 16Mi
+    maxFileBytes: 1048576
+    maxCommandBytes: 65536
+    maxCommandDuration: 5m
+    maxEnvironments: %d
+`
+
+var (
+	agentA     = store.Caller{Client: "spiffe://execplane.test/agent-a", Policy: security.ClientPolicy{MayAttestOwner: true}}
+	agentB     = store.Caller{Client: "spiffe://execplane.test/agent-b", Policy: security.ClientPolicy{MayAttestOwner: true}}
+	noAttest   = store.Caller{Client: "spiffe://execplane.test/agent-a", Policy: security.ClientPolicy{}}
+	admin      = store.Caller{Client: "spiffe://execplane.test/ops", Policy: security.ClientPolicy{Administrator: true}}
+	scopedOps  = store.Caller{Client: "spiffe://execplane.test/ops-b", Policy: security.ClientPolicy{Administrator: true, AdministratorFor: []security.ClientIdentity{"spiffe://execplane.test/agent-b"}}}
+	notAdmin   = store.Caller{Client: "spiffe://execplane.test/agent-a", Policy: security.ClientPolicy{MayAttestOwner: true}}
+	alice      = store.Owner{Issuer: "https://issuer.example", Subject: "alice"}
+	bob        = store.Owner{Issuer: "https://issuer.example", Subject: "bob"}
+	opSequence atomic.Int64
+)
+
+func opID() string { return "op-" + strconv.FormatInt(opSequence.Add(1), 10) }
+
+type fixture struct {
+	c     *devcluster.Cluster
+	ns    string
+	exec  versioned.Interface
+	store *store.Store
+	ctx   context.Context
+}
+
+type options struct {
+	maxEnvironments int
+	// reconcile runs the controller's reconciler, so that environments become Ready and
+	// lifecycle operations complete.
+	reconcile bool
+}
+
+func newFixture(t *testing.T, o options) *fixture {
+	t.Helper()
+	if o.maxEnvironments == 0 {
+		o.maxEnvironments = 100
+	}
+	c := clustertest.Cluster(t)
+	ns := clustertest.Namespace(t)
+	ctx := clustertest.Context(t, 3*time.Minute)
+	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := profile.Parse(fmt.Appendf(nil, profilesTemplate, o.maxEnvironments))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reg, err = reg.WithExecutorServiceAccount("default"); err != nil {
+		t.Fatal(err)
+	}
+	exec, err := versioned.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := execinformers.NewSharedInformerFactoryWithOptions(exec, 0, execinformers.WithNamespace(ns))
+	lister := factory.Execution().V1alpha1().ExecutionEnvironments().Lister()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	s, err := store.New(store.Config{Execution: exec, Environments: lister, Namespace: ns, Profiles: reg, Finalizer: controller.EnvironmentFinalizer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.reconcile {
+		r, err := controller.NewReconciler(controller.ReconcilerConfig{Kube: c.Kube(), Execution: exec, Namespace: ns, Profiles: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Initialize(ctx); err != nil {
+			t.Fatal(err)
+		}
+		go r.Run(ctx, 2)
+	}
+	return &fixture{c: c, ns: ns, exec: exec, store: s, ctx: ctx}
+}
+
+func (f *fixture) ensure(t *testing.T, caller store.Caller, owner store.Owner, binding string) *store.Result {
+	t.Helper()
+	r, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: caller, OperationID: opID(), Owner: owner, BindingID: binding, Profile: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fixture) get(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
+	t.Helper()
+	env, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func (f *fixture) waitReady(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
+	t.Helper()
+	var env *v1alpha1.ExecutionEnvironment
+	eventually(t, 30*time.Second, name+" Ready", func() bool {
+		env = f.get(t, name)
+		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	return env
+}
+
+func (f *fixture) count(t *testing.T) int {
+	t.Helper()
+	list, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// snapshot is the object's stored form: a refusal must leave it byte-for-byte unchanged.
+func (f *fixture) snapshot(t *testing.T, name string) []byte {
+	t.Helper()
+	raw, err := f.exec.ExecutionV1alpha1().RESTClient().Get().Namespace(f.ns).Resource("executionenvironments").Name(name).DoRaw(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func ref(env *v1alpha1.ExecutionEnvironment) store.EnvironmentRef {
+	return store.EnvironmentRef{Name: env.Name, UID: string(env.UID)}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// Ensure creates one environment per (client, owner, binding), replays exactly, and refuses
+// an operation id reused with other arguments.
+func TestEnsureCreatesReplaysAndRefusesReuse(t *testing.T) {
+	f := newFixture(t, options{})
+	in := store.EnsureInput{Caller: agentA, OperationID: "ensure-1", Owner: alice, BindingID: "conv-1", Profile: "python"}
+	first, err := f.store.Ensure(f.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := first.Environment
+	if !first.Changed || !strings.HasPrefix(env.Name, store.NamePrefix) || first.Reference == nil || first.Reference.State != v1alpha1.ReferencePendingCreate {
+		t.Fatalf("first Ensure: %+v", first)
+	}
+	if env.Spec.OwnerHash != store.OwnerHash(alice) || env.Spec.ClientHash != store.ClientHash(agentA.Client) || len(env.Finalizers) != 1 {
+		t.Fatalf("spec %+v finalizers %v", env.Spec, env.Finalizers)
+	}
+	before := f.snapshot(t, env.Name)
+	replay, err := f.store.Ensure(f.ctx, in)
+	if err != nil || !replay.Changed || replay.Environment.UID != env.UID {
+		t.Fatalf("replay: %+v %v", replay, err)
+	}
+	again, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: "ensure-2", Owner: alice, BindingID: "conv-1", Profile: "python"})
+	if err != nil || again.Changed || again.Environment.UID != env.UID {
+		t.Fatalf("second Ensure: %+v %v", again, err)
+	}
+	if string(f.snapshot(t, env.Name)) != string(before) {
+		t.Fatal("a replay or an Ensure of an existing binding wrote")
+	}
+	// The same operation id with other arguments (a pinned digest) is refused, and writes
+	// nothing.
+	reused := in
+	reused.ExpectedProfileDigest = env.Spec.ProfileDigest
+	if _, err := f.store.Ensure(f.ctx, reused); !errors.Is(err, store.ErrOperationIDReused) {
+		t.Fatalf("operation id reused: %v", err)
+	}
+	wrongPin := in
+	wrongPin.OperationID, wrongPin.ExpectedProfileDigest = "ensure-3", "sha256:"+strings.Repeat("0", 64)
+	if _, err := f.store.Ensure(f.ctx, wrongPin); !errors.Is(err, store.ErrProfileMismatch) {
+		t.Fatalf("pinned wrong digest: %v", err)
+	}
+	if string(f.snapshot(t, env.Name)) != string(before) {
+		t.Fatal("a refusal wrote")
+	}
+	other, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentB, OperationID: "ensure-1", Owner: alice, BindingID: "conv-1", Profile: "python"})
+	if err != nil || other.Environment.Name == env.Name {
+		t.Fatalf("the fingerprint must include the client: %v %v", other, err)
+	}
+}
