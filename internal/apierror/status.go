@@ -29,30 +29,33 @@ type mapping struct {
 	code      codes.Code
 	reason    string
 	retryable bool
+	// message, when set, replaces the error's own text (which may carry URLs or object
+	// paths from a client library).
+	message string
 }
 
 // mappings are checked in order; the first match wins.
 var mappings = []mapping{
-	{ErrNotLeader, codes.Unavailable, "UNAVAILABLE", true},
-	{store.ErrInvalidArgument, codes.InvalidArgument, "INVALID_ARGUMENT", false},
-	{store.ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED", false},
-	{store.ErrNotFound, codes.NotFound, "NOT_FOUND", false},
-	{store.ErrAlreadyExists, codes.AlreadyExists, "ALREADY_EXISTS", false},
-	{store.ErrConflict, codes.Aborted, "CONFLICT", true},
-	{store.ErrOperationIDReused, codes.Aborted, "OPERATION_ID_REUSED", false},
-	{store.ErrRunClaimHeld, codes.Aborted, "RUN_CLAIM_HELD", false},
-	{store.ErrStaleEpoch, codes.Aborted, "STALE_EPOCH", false},
-	{store.ErrRevoked, codes.Aborted, "REVOKED", false},
-	{store.ErrPreconditionMismatch, codes.Aborted, "PRECONDITION_MISMATCH", false},
-	{store.ErrFenced, codes.FailedPrecondition, "FENCED", false},
-	{store.ErrNotReady, codes.FailedPrecondition, "NOT_READY", false},
-	{store.ErrProfileMismatch, codes.FailedPrecondition, "PRECONDITION_MISMATCH", false},
-	{store.ErrLimitExceeded, codes.ResourceExhausted, "LIMIT_EXCEEDED", false},
-	{security.ErrUnavailable, codes.Unavailable, "UNAVAILABLE", true},
-	{security.ErrResourceExhausted, codes.ResourceExhausted, "LIMIT_EXCEEDED", true},
-	{security.ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED", false},
-	{context.DeadlineExceeded, codes.DeadlineExceeded, "UNAVAILABLE", true},
-	{context.Canceled, codes.Canceled, "UNAVAILABLE", true},
+	{ErrNotLeader, codes.Unavailable, "UNAVAILABLE", true, ""},
+	{store.ErrInvalidArgument, codes.InvalidArgument, "INVALID_ARGUMENT", false, ""},
+	{store.ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED", false, ""},
+	{store.ErrNotFound, codes.NotFound, "NOT_FOUND", false, ""},
+	{store.ErrAlreadyExists, codes.AlreadyExists, "ALREADY_EXISTS", false, ""},
+	{store.ErrConflict, codes.Aborted, "CONFLICT", true, ""},
+	{store.ErrOperationIDReused, codes.Aborted, "OPERATION_ID_REUSED", false, ""},
+	{store.ErrRunClaimHeld, codes.Aborted, "RUN_CLAIM_HELD", false, ""},
+	{store.ErrStaleEpoch, codes.Aborted, "STALE_EPOCH", false, ""},
+	{store.ErrRevoked, codes.Aborted, "REVOKED", false, ""},
+	{store.ErrPreconditionMismatch, codes.Aborted, "PRECONDITION_MISMATCH", false, ""},
+	{store.ErrFenced, codes.FailedPrecondition, "FENCED", false, ""},
+	{store.ErrNotReady, codes.FailedPrecondition, "NOT_READY", false, ""},
+	{store.ErrProfileMismatch, codes.FailedPrecondition, "PRECONDITION_MISMATCH", false, ""},
+	{store.ErrLimitExceeded, codes.ResourceExhausted, "LIMIT_EXCEEDED", false, ""},
+	{security.ErrUnavailable, codes.Unavailable, "UNAVAILABLE", true, ""},
+	{security.ErrResourceExhausted, codes.ResourceExhausted, "LIMIT_EXCEEDED", true, ""},
+	{security.ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED", false, ""},
+	{context.DeadlineExceeded, codes.DeadlineExceeded, "UNAVAILABLE", true, "deadline exceeded"},
+	{context.Canceled, codes.Canceled, "UNAVAILABLE", true, "canceled"},
 }
 
 // Status returns err as a gRPC status error. Errors outside the vocabulary become INTERNAL
@@ -69,6 +72,9 @@ func Status(err error, requestID string) error {
 	for _, m := range mappings {
 		if errors.Is(err, m.err) {
 			code, reason, retryable, msg = m.code, m.reason, m.retryable, err.Error()
+			if m.message != "" {
+				msg = m.message
+			}
 			break
 		}
 	}

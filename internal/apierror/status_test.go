@@ -1,6 +1,7 @@
 package apierror
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,13 +27,14 @@ func TestStatus(t *testing.T) {
 		{ErrNotLeader, codes.Unavailable, "UNAVAILABLE"},
 		{security.ErrNotInPolicy, codes.Unauthenticated, "UNAUTHENTICATED"},
 		{errors.New("secret detail from etcd"), codes.Internal, "INTERNAL"},
+		{fmt.Errorf("Get \"https://secret-apiserver/\": %w", context.DeadlineExceeded), codes.DeadlineExceeded, "UNAVAILABLE"},
 	} {
 		err := Status(c.err, "req-1")
 		st := status.Convert(err)
 		if st.Code() != c.code || Reason(err) != c.reason {
 			t.Errorf("%v: got %s/%s, want %s/%s", c.err, st.Code(), Reason(err), c.code, c.reason)
 		}
-		if c.code == codes.Internal && (strings.Contains(st.Message(), "secret") || !strings.Contains(st.Message(), "req-1")) {
+		if strings.Contains(st.Message(), "secret") || (c.code == codes.Internal && !strings.Contains(st.Message(), "req-1")) {
 			t.Errorf("internal message %q leaks detail or lacks the request id", st.Message())
 		}
 	}

@@ -47,6 +47,18 @@ func NewServer(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, log: cfg.Logger.Named("control")}, nil
 }
 
+// maxRequestID is control.v1 Caller.request_id's bound.
+const maxRequestID = 64
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // errNotGateway refuses a caller that authenticated but is not a gateway.
 var errNotGateway = fmt.Errorf("%w: only gateways may call the control API", security.ErrUnauthenticated)
 
@@ -56,6 +68,9 @@ func (s *Server) begin(ctx context.Context, c *controlv1.Caller) (*store.Store, 
 	gw, ok := security.ClientFromContext(ctx)
 	if !ok || !slices.Contains(s.cfg.Gateways, gw.Identity) {
 		return nil, store.Caller{}, errNotGateway
+	}
+	if id := c.GetRequestId(); len(id) > maxRequestID || !printable(id) {
+		return nil, store.Caller{}, fmt.Errorf("%w: caller.request_id: at most %d bytes of printable ASCII", store.ErrInvalidArgument, maxRequestID)
 	}
 	st := s.cfg.Store()
 	if st == nil {
@@ -89,9 +104,13 @@ func (s *Server) reply(ctx context.Context, rpc string, c *controlv1.Caller, cal
 }
 
 func (s *Server) status(rpc string, c *controlv1.Caller, err error) error {
-	out := apierror.Status(err, c.GetRequestId())
+	rid := c.GetRequestId()
+	if len(rid) > maxRequestID || !printable(rid) {
+		rid = "" // never echo what was refused as malformed
+	}
+	out := apierror.Status(err, rid)
 	if apierror.Reason(out) == "INTERNAL" {
-		s.log.Error("control call failed", logging.KeyRPC, rpc, logging.KeyRequestID, logging.Escape([]byte(c.GetRequestId())), logging.KeyError, err)
+		s.log.Error("control call failed", logging.KeyRPC, rpc, logging.KeyRequestID, rid, logging.KeyError, err)
 	}
 	return out
 }

@@ -97,7 +97,7 @@ func start(t *testing.T) *harness {
 	if err := r.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New(store.Config{Execution: exec, Environments: r.Environments(), Namespace: ns, Profiles: reg, Finalizer: controller.EnvironmentFinalizer})
+	st, err := store.New(store.Config{Execution: exec, Kube: c.Kube(), Environments: r.Environments(), Namespace: ns, Profiles: reg, Finalizer: controller.EnvironmentFinalizer})
 	if err != nil {
 		t.Fatal(err)
 	}

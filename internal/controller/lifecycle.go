@@ -44,8 +44,14 @@ func deletingWorkspace(op *executionv1alpha1.LifecycleOperation) bool {
 // A crash anywhere repeats at most the current phase's side effect.
 func (p *pass) stepLifecycle(ctx context.Context) error {
 	op := p.status.LifecycleOperation
-	if !inProgress(op) || p.status.FenceState == executionv1alpha1.FenceUnknown {
-		return nil // a fenced environment waits for RecoverEnvironment
+	if !inProgress(op) {
+		return nil
+	}
+	if p.status.FenceState == executionv1alpha1.FenceUnknown && op.Kind != executionv1alpha1.LifecycleDeleteRetired {
+		// A fenced environment waits for RecoverEnvironment. DeleteRetired goes on: the
+		// store admits it on a fenced environment only when its workspace is lost and no
+		// executor is alive, and it deletes nothing but exact UIDs.
+		return nil
 	}
 	switch op.Phase {
 	case executionv1alpha1.PhaseRequested:
@@ -103,10 +109,11 @@ func (p *pass) admitLifecycle(op *executionv1alpha1.LifecycleOperation) error {
 		p.advance(op, executionv1alpha1.PhaseStoppingExecutor)
 		p.record(false, EventStoppingExecutor, "%s: stopping executor", op.Kind)
 	case executionv1alpha1.LifecycleDeleteRetired:
-		if p.status.Pod != nil || p.o.pod != nil {
+		if p.o.pod != nil || p.podPresence == leaving || (p.status.Pod != nil && p.podPresence != vanished) {
 			p.recordOnce(EventOperationBlocked, "DeleteRetired waits: the environment still has an executor; retire it first")
 			return nil
 		}
+		p.status.Pod = nil // a recorded executor that vanished (the store admitted this on a fence)
 		if mismatch(p.status.PVC, op.ExpectedPVCUID) {
 			p.fence(fenceExpectationBroken)
 			return nil
@@ -123,8 +130,10 @@ func (p *pass) admitLifecycle(op *executionv1alpha1.LifecycleOperation) error {
 // raising the epoch so that every grant of the old executor is dead.
 func (p *pass) createReplacement(ctx context.Context, op *executionv1alpha1.LifecycleOperation) error {
 	if p.status.Pod == nil {
-		if !p.mayCreate() || p.o.pvc == nil || p.podPresence == leaving {
-			return nil // waits: ProfileCurrent, Fenced or WorkspaceBound says why
+		// Not p.mayCreate(): an administrator's Replace goes on while a plain delete of the
+		// resource is pending (DeletionBlocked), or the environment would lose its executor.
+		if !p.o.profileCurrent || p.status.FenceState != executionv1alpha1.FenceHealthy || p.o.pvc == nil || p.podPresence == leaving {
+			return nil // waits: ProfileCurrent, Fenced or WorkspaceBound says why; Retire may take over
 		}
 		if err := p.createPod(ctx, p.status.Epoch+1, lifecycleFailpoint(op)); err != nil {
 			return err

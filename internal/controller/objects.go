@@ -124,6 +124,14 @@ func (p *pass) observePod(ctx context.Context) (presence, error) {
 	case state == leaving:
 		// Never recorded, so never ready and never granted: nothing to prove.
 		return state, p.r.releasePod(ctx, pod)
+	case adopted && p.persisted.TerminationProof != nil && p.persisted.TerminationProof.PodUID == pod.UID:
+		// Declared terminated (RecoverEnvironment) yet still here: never adopt it back;
+		// delete exactly it and let it go.
+		p.status.Pod = nil
+		if err := deleteExact(ctx, client.Delete, pod.Name, pod.UID); err != nil {
+			return leaving, err
+		}
+		return leaving, p.r.releasePod(ctx, pod)
 	case adopted:
 		p.record(false, EventAdopted, "adopted executor Pod %s", pod.Name)
 	}

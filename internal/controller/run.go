@@ -203,7 +203,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				<-ctx.Done()
 				return
 			}
-			st, err := store.New(store.Config{Execution: execClient, Environments: r.Environments(), Namespace: cfg.Namespace,
+			st, err := store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Namespace,
 				Profiles: profiles, Finalizer: EnvironmentFinalizer})
 			if err != nil {
 				logger.Error("store failed to start", logging.KeyError, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -98,13 +100,66 @@ func podUID(env *executionv1alpha1.ExecutionEnvironment) string {
 	return string(env.Status.Pod.UID)
 }
 
-// idle refuses an administrative operation while another is in progress or the environment
-// is being deleted.
+// idle refuses an administrative operation while another is in progress.
 func idle(env *executionv1alpha1.ExecutionEnvironment) error {
 	if op := env.Status.LifecycleOperation; op != nil && op.Phase != executionv1alpha1.PhaseCompleted {
 		return notReady(fmt.Sprintf("%s in progress", op.Kind))
 	}
 	return nil
+}
+
+// parkedReplace is a Replace whose old executor is gone and whose new one cannot be created
+// (its profile was withdrawn or changed, or the resource is being deleted): Retire may take
+// it over, so that the environment is never stuck.
+func parkedReplace(env *executionv1alpha1.ExecutionEnvironment) bool {
+	op := env.Status.LifecycleOperation
+	return op != nil && op.Kind == executionv1alpha1.LifecycleReplace && op.Phase == executionv1alpha1.PhaseCreatingExecutor && env.Status.Pod == nil
+}
+
+// provisioning is true until the first executor is recorded: an operation admitted then
+// would race the reconciler's first records.
+func provisioning(env *executionv1alpha1.ExecutionEnvironment) bool {
+	st := env.Status
+	return st.Pod == nil && st.TerminationProof == nil && st.LastReplacement == nil && st.LifecycleOperation == nil
+}
+
+// profileCurrent reports whether the environment's profile still exists unchanged: only
+// then can a new executor be built for it.
+func (s *Store) profileCurrent(env *executionv1alpha1.ExecutionEnvironment) bool {
+	entry, ok := s.cfg.Profiles.Get(env.Spec.Profile)
+	return ok && entry.Digest == env.Spec.ProfileDigest
+}
+
+// liveObject reports whether the object of this name still exists with this UID.
+func liveObject(ctx context.Context, get func(context.Context, string, metav1.GetOptions) (metav1.Object, error), name string, uid string) (bool, error) {
+	obj, err := get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return string(obj.GetUID()) == uid, nil
+}
+
+func (s *Store) podExists(ctx context.Context, id *executionv1alpha1.ObjectIdentity) (bool, error) {
+	if id == nil {
+		return false, nil
+	}
+	pods := s.cfg.Kube.CoreV1().Pods(s.cfg.Namespace)
+	return liveObject(ctx, func(ctx context.Context, n string, o metav1.GetOptions) (metav1.Object, error) {
+		return pods.Get(ctx, n, o)
+	}, id.Name, string(id.UID))
+}
+
+func (s *Store) claimExists(ctx context.Context, id *executionv1alpha1.ObjectIdentity) (bool, error) {
+	if id == nil {
+		return false, nil
+	}
+	claims := s.cfg.Kube.CoreV1().PersistentVolumeClaims(s.cfg.Namespace)
+	return liveObject(ctx, func(ctx context.Context, n string, o metav1.GetOptions) (metav1.Object, error) {
+		return claims.Get(ctx, n, o)
+	}, id.Name, string(id.UID))
 }
 
 func retired(env *executionv1alpha1.ExecutionEnvironment) bool {
@@ -128,11 +183,14 @@ func startOperation(env *executionv1alpha1.ExecutionEnvironment, kind executionv
 func (s *Store) Retire(ctx context.Context, in AdminInput) (*Result, error) {
 	return s.admin(ctx, in, adminCall{op: "Retire", required: []string{"epoch"},
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, _ *Result) (bool, error) {
-			if err := idle(env); err != nil {
+			if err := idle(env); err != nil && !parkedReplace(env) {
 				return false, err
 			}
 			if retired(env) {
 				return false, notReady("the environment is already retired")
+			}
+			if provisioning(env) {
+				return false, notReady("the first executor is still being provisioned")
 			}
 			if run := env.Status.ActiveRun; run != nil && !claimExpired(run, now.Time) {
 				return false, ErrRunClaimHeld
@@ -157,6 +215,12 @@ func (s *Store) ReplaceExecutor(ctx context.Context, in AdminInput) (*Result, er
 			}
 			if env.DeletionTimestamp != nil {
 				return false, notReady("the environment is being deleted")
+			}
+			if provisioning(env) {
+				return false, notReady("the first executor is still being provisioned")
+			}
+			if !s.profileCurrent(env) {
+				return false, notReady("the profile was withdrawn or changed: no new executor can be built")
 			}
 			env.Status.ActiveRun = nil
 			startOperation(env, executionv1alpha1.LifecycleReplace, in, now)
@@ -187,8 +251,15 @@ func (s *Store) RecoverEnvironment(ctx context.Context, in AdminInput) (*Result,
 			if st.FenceState != executionv1alpha1.FenceUnknown {
 				return false, notReady("the environment is not fenced")
 			}
-			if st.PVC == nil {
-				return false, notReady("the workspace was never recorded or is lost; it cannot be recovered")
+			if ok, err := s.claimExists(ctx, st.PVC); err != nil {
+				return false, err
+			} else if !ok {
+				return false, notReady("the workspace is lost; it cannot be recovered (DeleteRetiredEnvironment removes the environment)")
+			}
+			if ok, err := s.podExists(ctx, st.Pod); err != nil {
+				return false, err
+			} else if ok {
+				return false, notReady("the named executor still exists: delete it, then recover")
 			}
 			if st.Pod != nil {
 				st.TerminationProof = &executionv1alpha1.TerminationProof{PodName: st.Pod.Name, PodUID: st.Pod.UID, Reason: proofRecovered, ObservedAt: now}
@@ -231,9 +302,30 @@ func (s *Store) DeleteRetiredEnvironment(ctx context.Context, in AdminInput) (*R
 				return false, err
 			}
 			if !retired(env) {
-				return false, notReady("only a retired environment can be deleted")
+				// A fenced environment whose workspace is lost can only be deleted; its
+				// executor must be gone too.
+				lost, err := s.workspaceLost(ctx, env)
+				if err != nil {
+					return false, err
+				}
+				if !lost {
+					return false, notReady("only a retired environment, or one whose workspace is lost, can be deleted")
+				}
 			}
 			startOperation(env, executionv1alpha1.LifecycleDeleteRetired, in, now)
 			return true, nil
 		}})
+}
+
+// workspaceLost: fenced, the recorded claim gone, and no recorded executor alive.
+func (s *Store) workspaceLost(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment) (bool, error) {
+	if env.Status.FenceState != executionv1alpha1.FenceUnknown || env.Status.PVC == nil {
+		return false, nil
+	}
+	claim, err := s.claimExists(ctx, env.Status.PVC)
+	if err != nil || claim {
+		return false, err
+	}
+	pod, err := s.podExists(ctx, env.Status.Pod)
+	return !pod, err
 }

@@ -64,14 +64,18 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 			if env.Spec.RequestFingerprint != fingerprint {
 				return false, fmt.Errorf("%w: the binding holds an environment from another request", ErrAlreadyExists)
 			}
-			// Created by this call, or by an earlier attempt that died before this write.
-			r.Changed = created || (len(env.Status.Receipts) == 0 && len(env.Status.References) == 0)
+			// Only the call that created the object reports it (a creator that died before
+			// its first status write reports nothing: the object is there either way).
+			r.Changed = created
 			if env.Status.FenceState == "" {
 				env.Status.FenceState = executionv1alpha1.FenceHealthy
 			}
 			if i := refIndex(env, in.BindingID); i >= 0 {
 				r.Reference = &env.Status.References[i]
 				return false, nil
+			}
+			if err := acceptingReferences(env); err != nil {
+				return false, err
 			}
 			if len(env.Status.References) >= executionv1alpha1.MaxReferences {
 				return false, fmt.Errorf("%w: %d references", ErrLimitExceeded, executionv1alpha1.MaxReferences)
@@ -102,6 +106,12 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 	}
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
+	// An identical call may have created it while this one waited: it needs no slot.
+	if _, err := s.client().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		return false, nil
+	} else if !apierrors.IsNotFound(err) {
+		return false, err
+	}
 	entry, _ := s.cfg.Profiles.Get(in.Profile)
 	if n, err := s.count(in.Profile); err != nil {
 		return false, err
@@ -181,6 +191,18 @@ func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
 		return nil, notReady("the binding holds no usable reference on the environment")
 	}
 	return &Result{Environment: env, Reference: &env.Status.References[i]}, nil
+}
+
+// acceptingReferences refuses new or re-published references on an environment whose
+// deletion has begun: the binding would point at a workspace about to go.
+func acceptingReferences(env *executionv1alpha1.ExecutionEnvironment) error {
+	if env.DeletionTimestamp != nil {
+		return notReady("the environment is being deleted")
+	}
+	if op := env.Status.LifecycleOperation; op != nil && op.Kind == executionv1alpha1.LifecycleDeleteRetired {
+		return notReady("the environment is being deleted")
+	}
+	return nil
 }
 
 func refIndex(env *executionv1alpha1.ExecutionEnvironment, binding string) int {

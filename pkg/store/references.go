@@ -91,6 +91,11 @@ func (s *Store) referenceStep(ctx context.Context, in ReferenceInput, step refer
 				return false, fmt.Errorf("%w: reference", ErrNotFound)
 			}
 			ref := &env.Status.References[i]
+			if step.to == executionv1alpha1.ReferencePublished {
+				if err := acceptingReferences(env); err != nil {
+					return false, err
+				}
+			}
 			if !slices.Contains(step.from, ref.State) {
 				return false, notReady(fmt.Sprintf("%s needs a reference in state %v, it is %s", step.op, step.from, ref.State))
 			}
@@ -138,6 +143,9 @@ func (s *Store) ReserveSuccessor(ctx context.Context, in ReserveSuccessorInput) 
 		args:    []string{string(in.Caller.Client), OwnerHash(in.Owner), in.Environment.UID, in.SourceBindingID, in.SuccessorBindingID},
 		visible: ownedBy(in.Caller, in.Owner, in.Environment),
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
+			if err := acceptingReferences(env); err != nil {
+				return false, err
+			}
 			src := refIndex(env, in.SourceBindingID)
 			if src < 0 {
 				return false, fmt.Errorf("%w: source reference", ErrNotFound)

@@ -62,17 +62,17 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 			rc.Epoch, rc.GrantGeneration, rc.ClaimID = r.Run.Epoch, r.Run.GrantGeneration, r.Run.ClaimID
 		},
 		replay: func(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1.Receipt, r *Result) error {
-			return replayRun(env, rc, r)
+			return replayRun(env, rc, r, s.cfg.Now())
 		},
 	})
 }
 
 // replayRun answers a replayed AcquireRun or RenewRun: the claim it produced, if it is
-// still the environment's; otherwise that claim is over, and the replay says so as a fresh
-// call would have.
-func replayRun(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1.Receipt, r *Result) error {
+// still the environment's and unexpired; otherwise that claim is over, and the replay says
+// so as a fresh call would have.
+func replayRun(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1.Receipt, r *Result, now time.Time) error {
 	run := env.Status.ActiveRun
-	if run == nil || run.ClaimID != rc.ClaimID || run.Epoch != rc.Epoch {
+	if run == nil || run.ClaimID != rc.ClaimID || run.Epoch != rc.Epoch || claimExpired(run, now) {
 		return ErrStaleEpoch
 	}
 	r.Run = run
@@ -102,7 +102,7 @@ func (s *Store) RenewRun(ctx context.Context, in RenewRunInput) (*Result, error)
 			if err := usable(env); err != nil {
 				return false, err
 			}
-			if err := ValidateRunClaim(env, in.Grant); err != nil {
+			if err := ValidateRunClaim(env, in.Grant, now.Time); err != nil {
 				return false, err
 			}
 			env.Status.ActiveRun.ExpiresAt = metav1.NewTime(now.Add(ttl))
@@ -112,8 +112,11 @@ func (s *Store) RenewRun(ctx context.Context, in RenewRunInput) (*Result, error)
 		receipt: func(rc *executionv1alpha1.Receipt, r *Result) {
 			rc.Epoch, rc.GrantGeneration, rc.ClaimID = r.Run.Epoch, r.Run.GrantGeneration, r.Run.ClaimID
 		},
+		supersedes: func(old, rc executionv1alpha1.Receipt) bool {
+			return old.Operation == rc.Operation && old.ClaimID == rc.ClaimID
+		},
 		replay: func(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1.Receipt, r *Result) error {
-			return replayRun(env, rc, r)
+			return replayRun(env, rc, r, s.cfg.Now())
 		},
 	})
 }
@@ -134,7 +137,9 @@ func (s *Store) ReleaseRun(ctx context.Context, in ReleaseRunInput) (*Result, er
 		args:    []string{string(in.Caller.Client), in.Environment.UID, in.Grant.BindingID, in.Grant.RunID, in.Grant.ClaimID, strconv.FormatUint(in.Grant.Epoch, 10)},
 		visible: clientOf(in.Caller, in.Grant, in.Environment),
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, _ metav1.Time, _ *Result) (bool, error) {
-			if err := ValidateRunClaim(env, in.Grant); err != nil {
+			// No reference or expiry check: a claim can always be given back, even after its
+			// binding's reference went or it lapsed.
+			if err := currentClaim(env, in.Grant); err != nil {
 				return false, err
 			}
 			env.Status.ActiveRun = nil
@@ -151,10 +156,21 @@ func checkRunGrant(c *checker, g GrantClaims) {
 	}
 }
 
-// ValidateRunClaim checks a verified run grant against an environment as observed: the
-// current claim, epoch and generation, a usable reference. The gateway runs it on its cached
-// environment for every data operation; the store on the live object.
-func ValidateRunClaim(env *executionv1alpha1.ExecutionEnvironment, g GrantClaims) error {
+// ValidateRunClaim checks a verified run grant against an environment as observed at now:
+// the current, unexpired claim, epoch and generation, and a usable reference. The gateway
+// runs it on its cached environment for every data operation; the store on the live object.
+func ValidateRunClaim(env *executionv1alpha1.ExecutionEnvironment, g GrantClaims, now time.Time) error {
+	if err := currentClaim(env, g); err != nil {
+		return err
+	}
+	if claimExpired(env.Status.ActiveRun, now) {
+		return fmt.Errorf("%w: the run claim expired", ErrStaleEpoch)
+	}
+	return boundReference(env, g.BindingID)
+}
+
+// currentClaim checks that the grant names the environment's current claim.
+func currentClaim(env *executionv1alpha1.ExecutionEnvironment, g GrantClaims) error {
 	if string(env.UID) != g.Environment.UID || env.Name != g.Environment.Name {
 		return ErrNotFound
 	}
@@ -165,7 +181,7 @@ func ValidateRunClaim(env *executionv1alpha1.ExecutionEnvironment, g GrantClaims
 	if uint64(env.Status.Epoch) != g.Epoch || run == nil || run.ClaimID != g.ClaimID || run.BindingID != g.BindingID || run.RunID != g.RunID {
 		return ErrStaleEpoch
 	}
-	return boundReference(env, g.BindingID)
+	return nil
 }
 
 // usable refuses run operations on an environment that cannot serve them.

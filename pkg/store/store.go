@@ -14,6 +14,7 @@ import (
 	"github.com/execplane/execplane/pkg/profile"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // maxAttempts bounds the compare-and-swap retries of one call: conflicts come only from the
@@ -24,6 +25,9 @@ const maxAttempts = 8
 // Config configures a Store.
 type Config struct {
 	Execution versioned.Interface
+	// Kube reads executor Pods and workspace claims live, where an administrative decision
+	// depends on whether they still exist.
+	Kube kubernetes.Interface
 	// Environments is the leader's informer cache, used for capacity and listing; every
 	// mutation reads its object live.
 	Environments execlisters.ExecutionEnvironmentLister
@@ -49,8 +53,8 @@ type Store struct {
 
 // New returns a Store.
 func New(cfg Config) (*Store, error) {
-	if cfg.Execution == nil || cfg.Environments == nil || cfg.Namespace == "" || cfg.Profiles == nil || cfg.Finalizer == "" {
-		return nil, errors.New("store: Execution, Environments, Namespace, Profiles and Finalizer are required")
+	if cfg.Execution == nil || cfg.Kube == nil || cfg.Environments == nil || cfg.Namespace == "" || cfg.Profiles == nil || cfg.Finalizer == "" {
+		return nil, errors.New("store: Execution, Kube, Environments, Namespace, Profiles and Finalizer are required")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -87,6 +91,9 @@ type mutation struct {
 	replay func(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1.Receipt, r *Result) error
 	// receipt adds the outcome's values to the receipt.
 	receipt func(rc *executionv1alpha1.Receipt, r *Result)
+	// supersedes drops older receipts this one makes useless (a renewal replaces the
+	// previous renewal of the same claim), so that a heartbeat cannot flush the ring.
+	supersedes func(old, rc executionv1alpha1.Receipt) bool
 }
 
 // mutate runs m under the environment's lock: live read, authorisation, replay, apply, one
@@ -133,6 +140,9 @@ func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
 		rc := executionv1alpha1.Receipt{OperationID: m.id, Operation: m.op, ArgumentsHash: argsHash, RecordedAt: now}
 		if m.receipt != nil {
 			m.receipt(&rc, r)
+		}
+		if m.supersedes != nil {
+			next.Status.Receipts = slices.DeleteFunc(next.Status.Receipts, func(old executionv1alpha1.Receipt) bool { return m.supersedes(old, rc) })
 		}
 		next.Status.Receipts = appendReceipt(next.Status.Receipts, rc)
 		written, err := s.client().UpdateStatus(ctx, next, metav1.UpdateOptions{})

@@ -19,6 +19,7 @@ import (
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
+	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/store"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,11 +56,13 @@ var (
 func opID() string { return "op-" + strconv.FormatInt(opSequence.Add(1), 10) }
 
 type fixture struct {
-	c     *devcluster.Cluster
-	ns    string
-	exec  versioned.Interface
-	store *store.Store
-	ctx   context.Context
+	c        *devcluster.Cluster
+	ns       string
+	exec     versioned.Interface
+	store    *store.Store
+	ctx      context.Context
+	lister   execlisters.ExecutionEnvironmentLister
+	profiles *profile.Registry
 }
 
 type options struct {
@@ -95,7 +98,7 @@ func newFixture(t *testing.T, o options) *fixture {
 	lister := factory.Execution().V1alpha1().ExecutionEnvironments().Lister()
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	s, err := store.New(store.Config{Execution: exec, Environments: lister, Namespace: ns, Profiles: reg, Finalizer: controller.EnvironmentFinalizer})
+	s, err := store.New(store.Config{Execution: exec, Kube: c.Kube(), Environments: lister, Namespace: ns, Profiles: reg, Finalizer: controller.EnvironmentFinalizer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +112,7 @@ func newFixture(t *testing.T, o options) *fixture {
 		}
 		go r.Run(ctx, 2)
 	}
-	return &fixture{c: c, ns: ns, exec: exec, store: s, ctx: ctx}
+	return &fixture{c: c, ns: ns, exec: exec, store: s, ctx: ctx, lister: lister, profiles: reg}
 }
 
 func (f *fixture) ensure(t *testing.T, caller store.Caller, owner store.Owner, binding string) *store.Result {

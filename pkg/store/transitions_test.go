@@ -291,3 +291,82 @@ func TestAdministrativeLifecycle(t *testing.T) {
 		return apierrors.IsNotFound(err)
 	})
 }
+
+// A run claim blocks Retire while it is unexpired; once expired — its client may be gone
+// for good — it no longer does, and Retire clears it.
+func TestExpiredClaimNeverBlocksRetire(t *testing.T) {
+	f := newFixture(t, options{reconcile: true})
+	env := f.ensure(t, agentA, alice, "conv-exp").Environment
+	env = f.waitReady(t, env.Name)
+	r := ref(env)
+	if _, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-1",
+		Grant: store.GrantClaims{BindingID: "conv-exp", Environment: r}, TTL: store.MinRunTTL}); err != nil {
+		t.Fatal(err)
+	}
+	epoch := ptrTo[uint64](1)
+	retire := store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: epoch}}
+	if _, err := f.store.Retire(f.ctx, retire); !errors.Is(err, store.ErrRunClaimHeld) {
+		t.Fatalf("retire under a live claim: %v", err)
+	}
+	// The same ledger seen an hour later (the store's clock is its only notion of time).
+	later, err := store.New(store.Config{Execution: f.exec, Kube: f.c.Kube(), Environments: f.lister, Namespace: f.ns, Profiles: f.profiles,
+		Finalizer: "execution.mecatl.dev/delete-retired", Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retire.OperationID = opID()
+	res, err := later.Retire(f.ctx, retire)
+	if err != nil {
+		t.Fatalf("retire after the claim expired: %v", err)
+	}
+	if res.Environment.Status.ActiveRun != nil || res.Environment.Status.LifecycleOperation.Kind != v1alpha1.LifecycleRetire {
+		t.Fatalf("status %+v", res.Environment.Status)
+	}
+}
+
+// A fenced environment (its executor vanished without a trace) refuses runs and Replace
+// until RecoverEnvironment names the exact executor; then Replace brings a new one.
+func TestRecoverThenReplace(t *testing.T) {
+	f := newFixture(t, options{reconcile: true})
+	env := f.ensure(t, agentA, alice, "conv-fence").Environment
+	env = f.waitReady(t, env.Name)
+	r := ref(env)
+	pods := f.c.Kube().CoreV1().Pods(f.ns)
+	if _, err := pods.Patch(f.ctx, env.Status.Pod.Name, "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Delete(f.ctx, env.Status.Pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "fenced", func() bool {
+		env = f.get(t, env.Name)
+		return env.Status.FenceState == v1alpha1.FenceUnknown
+	})
+	vanished := string(env.Status.Pod.UID)
+	epoch := ptrTo(uint64(env.Status.Epoch))
+	if _, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-1",
+		Grant: store.GrantClaims{BindingID: "conv-fence", Environment: r}}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("acquire on a fenced environment: %v", err)
+	}
+	if _, err := f.store.ReplaceExecutor(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: epoch, PodUID: &vanished}}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("replace on a fenced environment: %v", err)
+	}
+	if _, err := f.store.RecoverEnvironment(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: epoch, PodUID: ptrTo("")}}); !errors.Is(err, store.ErrPreconditionMismatch) {
+		t.Fatalf("recover naming no executor: %v", err)
+	}
+	rec, err := f.store.RecoverEnvironment(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: epoch, PodUID: &vanished}, Reason: "node lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rec.Environment.Status
+	if st.FenceState != v1alpha1.FenceHealthy || st.Pod != nil || st.Epoch != int64(*epoch)+1 || st.TerminationProof == nil || string(st.TerminationProof.PodUID) != vanished {
+		t.Fatalf("after recover: %+v", st)
+	}
+	if _, err := f.store.ReplaceExecutor(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: ptrTo(uint64(st.Epoch)), PodUID: ptrTo("")}}); err != nil {
+		t.Fatal(err)
+	}
+	env = f.waitReady(t, env.Name)
+	if env.Status.Epoch != st.Epoch+1 || env.Status.Pod == nil || string(env.Status.Pod.UID) == vanished {
+		t.Fatalf("after replace: %+v", env.Status)
+	}
+}

@@ -1,0 +1,109 @@
+package controller_test
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/security/devbundle"
+	controlv1 "github.com/execplane/execplane/proto/control/v1"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+)
+
+// controlClient dials a replica's control API as the namespace's gateway.
+func controlClient(t *testing.T, material *devbundle.Result, addr string) controlv1.ControlServiceClient {
+	t.Helper()
+	cfg, err := security.LoadClientTLSConfig(security.ClientFiles{CertFile: material.Gateway.CertFile, KeyFile: material.Gateway.KeyFile,
+		CAFile: material.CACert, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return controlv1.NewControlServiceClient(conn)
+}
+
+// The leader killed (SIGKILL) between a reference's prepare and its commit: after failover
+// the new leader lists the pending intent, and it can be finished. The same for a delete
+// prepared before the crash. A replica that does not lead answers UNAVAILABLE.
+func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
+	g := newRig(t)
+	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a")
+	eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	b := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-b")
+	material := securityMaterial(t, g.c.Kubeconfig(), g.ns)
+	caller := &controlv1.Caller{ClientUri: material.Caller.Identity, RequestId: "failover"}
+	owner := &executionv1.Owner{Issuer: "https://issuer.example", Subject: "alice"}
+
+	if _, err := controlClient(t, material, b.listen).Ensure(g.ctx, &controlv1.EnsureRequest{Caller: caller,
+		Request: &executionv1.EnsureEnvironmentRequest{OperationId: "ensure-0", Owner: owner, BindingId: "conv-0", Profile: "python"}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the follower answered %v, want UNAVAILABLE", err)
+	}
+	leader := controlClient(t, material, a.listen)
+	ensured, err := leader.Ensure(g.ctx, &controlv1.EnsureRequest{Caller: caller,
+		Request: &executionv1.EnsureEnvironmentRequest{OperationId: "ensure-1", Owner: owner, BindingId: "conv-1", Profile: "python"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := ensured.GetEnvironment().GetRef()
+	target := &executionv1.ReferenceTarget{Owner: owner, Environment: env, BindingId: "conv-1"}
+	// A second binding's reference, published, then its delete prepared.
+	if _, err := leader.CommitReference(g.ctx, &controlv1.CommitReferenceRequest{Caller: caller,
+		Request: &executionv1.CommitReferenceRequest{OperationId: "commit-1", Target: target}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.ReserveSuccessor(g.ctx, &controlv1.ReserveSuccessorRequest{Caller: caller,
+		Request: &executionv1.ReserveSuccessorRequest{OperationId: "reserve-2", Owner: owner, Environment: env, SourceBindingId: "conv-1", SuccessorBindingId: "conv-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.PrepareReferenceDelete(g.ctx, &controlv1.PrepareReferenceDeleteRequest{Caller: caller,
+		Request: &executionv1.PrepareReferenceDeleteRequest{OperationId: "prepare-1", Target: target}}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "replica-b leads", b.ready)
+	next := controlClient(t, material, b.listen)
+	var intents *executionv1.ListReferenceIntentsResponse
+	eventually(t, 20*time.Second, "both intents listed by the new leader", func() bool {
+		intents, err = next.ListReferenceIntents(g.ctx, &controlv1.ListReferenceIntentsRequest{Caller: caller,
+			Request: &executionv1.ListReferenceIntentsRequest{Owner: owner}})
+		return err == nil && len(intents.GetIntents()) == 2
+	})
+	states := map[string]executionv1.ReferenceState{}
+	for _, it := range intents.GetIntents() {
+		states[it.GetReference().GetBindingId()] = it.GetReference().GetState()
+	}
+	if states["conv-1"] != executionv1.ReferenceState_REFERENCE_STATE_PENDING_DELETE || states["conv-2"] != executionv1.ReferenceState_REFERENCE_STATE_RESERVED_SUCCESSOR {
+		t.Fatalf("intents after failover: %v", states)
+	}
+	// Finish both, and replay the prepare with its original id: the first outcome, no
+	// second transition.
+	if _, err := next.CommitReference(g.ctx, &controlv1.CommitReferenceRequest{Caller: caller,
+		Request: &executionv1.CommitReferenceRequest{OperationId: "commit-2", Target: &executionv1.ReferenceTarget{Owner: owner, Environment: env, BindingId: "conv-2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := next.ConfirmReferenceDelete(g.ctx, &controlv1.ConfirmReferenceDeleteRequest{Caller: caller,
+		Request: &executionv1.ConfirmReferenceDeleteRequest{OperationId: "confirm-1", Target: target}}); err != nil {
+		t.Fatal(err)
+	}
+	final, err := next.ReleaseReference(g.ctx, &controlv1.ReleaseReferenceRequest{Caller: caller,
+		Request: &executionv1.ReleaseReferenceRequest{OperationId: "confirm-1", Target: target}})
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("an operation id reused for another call: %v %v", final, err)
+	}
+	got := g.get(t, env.GetId())
+	if len(got.Status.References) != 1 || got.Status.References[0].BindingID != "conv-2" {
+		t.Fatalf("references %+v", got.Status.References)
+	}
+}
