@@ -1,18 +1,23 @@
 package controller_test
 
 import (
+	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/security/devbundle"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // controlClient dials a replica's control API as the namespace's gateway.
@@ -105,5 +110,70 @@ func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 	got := g.get(t, env.GetId())
 	if len(got.Status.References) != 1 || got.Status.References[0].BindingID != "conv-2" {
 		t.Fatalf("references %+v", got.Status.References)
+	}
+}
+
+// A thousand concurrent Ensure calls for one binding through a real controller process's
+// control API: one environment, every caller gets it; and a retry of a committed call with
+// its operation id returns the same outcome without a second write.
+func TestThousandEnsuresThroughTheControlAPI(t *testing.T) {
+	g := newRig(t)
+	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a")
+	eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	material := securityMaterial(t, g.c.Kubeconfig(), g.ns)
+	client := controlClient(t, material, a.listen)
+	owner := &executionv1.Owner{Issuer: "https://issuer.example", Subject: "alice"}
+	const callers = 1000
+	revisions := make([]string, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			// The controller bounds one gateway's in-flight calls (RESOURCE_EXHAUSTED,
+			// retryable): retried with a pause, as a gateway does.
+			for {
+				reply, err := client.Ensure(g.ctx, &controlv1.EnsureRequest{Caller: &controlv1.Caller{ClientUri: material.Caller.Identity},
+					Request: &executionv1.EnsureEnvironmentRequest{OperationId: "ensure-" + strconv.Itoa(i), Owner: owner, BindingId: "shared", Profile: "python"}})
+				if status.Code(err) == codes.ResourceExhausted {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				errs[i] = err
+				revisions[i] = reply.GetEnvironment().GetRef().GetRevision()
+				return
+			}
+		})
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil || revisions[i] == "" || revisions[i] != revisions[0] {
+			t.Fatalf("caller %d: %q %v (caller 0: %q)", i, revisions[i], errs[i], revisions[0])
+		}
+	}
+	list, err := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns).List(g.ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("%d environments for one binding (%v)", len(list.Items), err)
+	}
+	// The caller timed out after its Acquire committed, and retries with the same id.
+	env := list.Items[0]
+	eventually(t, 30*time.Second, "Ready", func() bool {
+		e := g.get(t, env.Name)
+		return meta.IsStatusConditionTrue(e.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	ref := &executionv1.EnvironmentRef{Id: env.Name, Revision: string(env.UID)}
+	acquire := &controlv1.AcquireRunRequest{Caller: &controlv1.Caller{ClientUri: material.Caller.Identity},
+		Request: &executionv1.AcquireRunRequest{OperationId: "acquire-1", Environment: ref, RunId: "run-1"},
+		Grant:   &controlv1.VerifiedGrant{BindingId: "shared", Environment: ref}}
+	first, err := client.AcquireRun(g.ctx, acquire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := g.get(t, env.Name).ResourceVersion
+	retry, err := client.AcquireRun(g.ctx, acquire)
+	if err != nil || retry.GetRun().GetClaimId() != first.GetRun().GetClaimId() || retry.GetRun().GetEpoch() != 1 {
+		t.Fatalf("retry: %v %v", retry, err)
+	}
+	if g.get(t, env.Name).ResourceVersion != rv {
+		t.Fatal("the retry wrote")
 	}
 }

@@ -53,14 +53,20 @@ type replica struct {
 	done   chan error
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct free loopback addresses (all held open while chosen, so
+// none repeats).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *replica {
@@ -70,7 +76,8 @@ func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *repli
 		t.Fatal(err)
 	}
 	material := securityMaterial(t, kubeconfig, ns)
-	r := &replica{id: id, diag: freeAddr(t), log: &syncBuffer{}, done: make(chan error, 1), listen: freeAddr(t)}
+	addrs := freeAddrs(t, 2)
+	r := &replica{id: id, diag: addrs[0], log: &syncBuffer{}, done: make(chan error, 1), listen: addrs[1]}
 	r.cmd = exec.Command(controllerBin,
 		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id, "--profiles", profiles,
 		"--security-manifest", material.Manifest, "--gateway-identity", material.Gateway.Identity,

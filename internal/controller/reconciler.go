@@ -301,8 +301,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		failpoint.Inject(failBeforeStatusWrite)
 		// UpdateStatus carries the cached resourceVersion: a stale view loses the CAS.
 		if _, err := r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).UpdateStatus(ctx, env, metav1.UpdateOptions{}); err != nil {
-			if apierrors.IsConflict(err) {
+			switch {
+			case apierrors.IsConflict(err):
 				r.log.Debug("status write lost the compare-and-swap", logging.KeyEnvironment, key)
+			case ctx.Err() != nil:
+				r.log.Debug("status write abandoned: leadership ended", logging.KeyEnvironment, key)
 			}
 			return err
 		}

@@ -1,6 +1,10 @@
 package grant
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/execplane/execplane/internal/ident"
+)
 
 // The character-set checks of this file are hand-written loops rather than regular
 // expressions: they run on untrusted input (the kid) on every verification, and a loop is
@@ -27,55 +31,12 @@ func ValidKeyID(kid string) bool {
 	return true
 }
 
-// isIdentifier reports whether s is an identifier in the sense of docs/api.md: 1..128
-// bytes of [A-Za-z0-9._:-], not starting with '.' or '-'.
-func isIdentifier(s string) bool {
-	if len(s) == 0 || len(s) > MaxIdentifierBytes || s[0] == '.' || s[0] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !isAlnum(c) && c != '.' && c != '_' && c != ':' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-// isDNSLabel reports whether s is a DNS-1123 label: 1..63 bytes of [a-z0-9-], starting and
-// ending with an alphanumeric.
-func isDNSLabel(s string) bool {
-	if len(s) == 0 || len(s) > MaxEnvironmentNameBytes || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !isLowerAlnum(c) && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-// isUUID reports whether s is a canonical lowercase UUID (8-4-4-4-12 hex digits).
-func isUUID(s string) bool {
-	if len(s) != UIDBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch i {
-		case 8, 13, 18, 23:
-			if s[i] != '-' {
-				return false
-			}
-		default:
-			if !isLowerHexDigit(s[i]) {
-				return false
-			}
-		}
-	}
-	return true
-}
+// The API's identifier forms are internal/ident's, so that the store and the grants agree.
+var (
+	isIdentifier = ident.IsIdentifier
+	isDNSLabel   = ident.IsDNSLabel
+	isUUID       = ident.IsUUID
+)
 
 // isLowerHex reports whether s is exactly n lowercase hex digits.
 func isLowerHex(s string, n int) bool {
@@ -91,17 +52,7 @@ func isLowerHex(s string, n int) bool {
 }
 
 // isPrintableASCII reports whether s is 1..limit bytes of printable ASCII (0x21..0x7e).
-func isPrintableASCII(s string, limit int) bool {
-	if len(s) == 0 || len(s) > limit {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+var isPrintableASCII = ident.IsPrintableASCII
 
 // isJSONSafe reports whether s is printable ASCII that encoding/json copies unescaped.
 func isJSONSafe(s string, limit int) bool {
@@ -134,10 +85,6 @@ func isCompactJWS(s string) bool {
 
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}
-
-func isLowerAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
 }
 
 func isLowerHexDigit(c byte) bool {

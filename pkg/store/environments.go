@@ -163,18 +163,26 @@ func (s *Store) count(profile string) (int, error) {
 	return n, nil
 }
 
-// Attach returns an environment the binding holds a reference on. It writes nothing.
-func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
+// checkAttach validates a read of one binding's reference, for an owner.
+func checkAttach(in AttachInput) error {
 	var c checker
 	c.caller(in.Caller)
 	c.owner("owner", in.Owner)
 	c.identifier("binding_id", in.BindingID)
 	c.ref("environment", in.Environment)
 	if c.err != nil {
-		return nil, c.err
+		return c.err
 	}
 	if !in.Caller.Policy.MayAttestOwner {
-		return nil, fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+		return fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	}
+	return nil
+}
+
+// Attach returns an environment the binding holds a reference on. It writes nothing.
+func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
+	if err := checkAttach(in); err != nil {
+		return nil, err
 	}
 	env, err := s.client().Get(ctx, in.Environment.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

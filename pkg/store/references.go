@@ -261,16 +261,8 @@ func decodePageToken(token string) (string, bool) {
 // FindReferenceIntent returns one binding's reference on one environment when it is not
 // published: how a client checks a single intent after a crash.
 func (s *Store) FindReferenceIntent(ctx context.Context, in AttachInput) (*Intent, error) {
-	var c checker
-	c.caller(in.Caller)
-	c.owner("owner", in.Owner)
-	c.identifier("binding_id", in.BindingID)
-	c.ref("environment", in.Environment)
-	if c.err != nil {
-		return nil, c.err
-	}
-	if !in.Caller.Policy.MayAttestOwner {
-		return nil, fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	if err := checkAttach(in); err != nil {
+		return nil, err
 	}
 	env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(in.Environment.Name)
 	if err != nil {

@@ -4,19 +4,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/execplane/execplane/internal/ident"
 	"github.com/execplane/execplane/internal/security"
 )
 
 // Bounds of inputs (docs/api.md, "Identifiers").
 const (
-	maxIdentifier  = 128
-	maxDNSLabel    = 63
+	maxIdentifier  = ident.MaxIdentifier
 	maxOwnerField  = 256
 	maxReason      = 256
 	maxPageToken   = 1024
 	maxPageSize    = 500
 	defPageSize    = 100
-	uuidLength     = 36
 	maxClientIdent = 2048
 )
 
@@ -86,63 +85,12 @@ func (c *checker) ttl(d time.Duration) {
 	}
 }
 
-func isIdentifier(s string) bool {
-	if len(s) == 0 || len(s) > maxIdentifier || s[0] == '.' || s[0] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func isDNSLabel(s string) bool {
-	if len(s) == 0 || len(s) > maxDNSLabel || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func isUUID(s string) bool {
-	if len(s) != uuidLength {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func isPrintable(s string, limit int) bool {
-	if len(s) == 0 || len(s) > limit {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+var (
+	isIdentifier = ident.IsIdentifier
+	isDNSLabel   = ident.IsDNSLabel
+	isUUID       = ident.IsUUID
+	isPrintable  = ident.IsPrintableASCII
+)
 
 // isText allows printable ASCII and spaces: reasons reach Events and logs.
 func isText(s string) bool {
