@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/helper/frame"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
+)
+
+// Errors of the data plane's exec leg.
+var (
+	// ErrProtocol: the executor answered outside the helper protocol (a bad length, a frame
+	// over the cap, an undecodable or second response, trailing bytes, a non-zero exit). Its
+	// output is never trusted; the caller gets INTERNAL.
+	ErrProtocol = errors.New("executor protocol violation")
+	// ErrOutcomeUnknown: the exec stream broke after the request was sent; a command may
+	// have run. Reported honestly as UNKNOWN, never retried.
+	ErrOutcomeUnknown = errors.New("executor outcome unknown")
+)
+
+// stderrCap bounds what the helper's stderr may hold in memory (for the log, never the
+// caller): the helper writes nothing there in normal operation.
+const stderrCap = 4 << 10
+
+// PodExecutorConfig configures a PodExecutor.
+type PodExecutorConfig struct {
+	// HelperPath is the helper's absolute path inside executor containers (fixed argv).
+	HelperPath string
+	// Container is the executor container (default executor.ContainerName).
+	Container string
+}
+
+// PodRef names an executor Pod exactly.
+type PodRef struct {
+	Name string
+	UID  types.UID
+}
+
+// PodExecutor runs one helper invocation in an executor Pod through pods/exec: WebSocket,
+// falling back to SPDY only when the upgrade itself failed (so a command never runs twice).
+type PodExecutor struct {
+	cfg       PodExecutorConfig
+	rest      *rest.Config
+	kube      kubernetes.Interface
+	namespace string
+}
+
+// NewPodExecutor returns a PodExecutor; it refuses a relative helper path.
+func NewPodExecutor(cfg PodExecutorConfig, restCfg *rest.Config, namespace string) (*PodExecutor, error) {
+	if cfg.HelperPath == "" || cfg.HelperPath[0] != '/' || restCfg == nil || namespace == "" {
+		return nil, errors.New("pod executor: an absolute helper path, a REST config and a namespace are required")
+	}
+	if cfg.Container == "" {
+		cfg.Container = executor.ContainerName
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	return &PodExecutor{cfg: cfg, rest: restCfg, kube: kube, namespace: namespace}, nil
+}
+
+// Execute sends req to the helper in pod and returns its Response, read with at most
+// responseCap bytes per frame (the caller derives it from the profile's limits). The call
+// ends when ctx does: the stream is closed, and the helper, seeing stdin end, kills what it
+// runs.
+func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	if responseCap <= 0 || responseCap > frame.MaxResponseBytes {
+		responseCap = frame.MaxResponseBytes
+	}
+	var request bytes.Buffer
+	if err := frame.Write(&request, req, frame.MaxRequestBytes); err != nil {
+		return nil, err
+	}
+	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath}, Stdin: true, Stdout: true, Stderr: true}
+	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
+		VersionedParams(opts, scheme.ParameterCodec).URL()
+	ws, err := remotecommand.NewWebSocketExecutor(e.rest, "GET", url.String())
+	if err != nil {
+		return nil, err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(e.rest, "POST", url)
+	if err != nil {
+		return nil, err
+	}
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	ctx, abort := context.WithCancel(ctx)
+	defer abort()
+	// stdin: the request, then held open until the response is read (EOF cancels a command).
+	stdinR, stdinW := io.Pipe()
+	stdinDone := make(chan struct{})
+	closeStdin := sync.OnceFunc(func() { close(stdinDone) })
+	go func() {
+		if _, err := stdinW.Write(request.Bytes()); err == nil {
+			select {
+			case <-stdinDone:
+			case <-ctx.Done():
+			}
+		}
+		stdinW.Close()
+	}()
+	stdoutR, stdoutW := io.Pipe()
+	read := make(chan readResult, 1)
+	go func() { read <- readResponse(stdoutR, responseCap, closeStdin, abort) }()
+	stderr := &capped{limit: stderrCap}
+	streamErr := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: stderr})
+	stdoutW.CloseWithError(io.EOF)
+	stdinR.Close()
+	res := <-read
+
+	var code utilexec.CodeExitError
+	switch {
+	case res.err != nil:
+		return nil, res.err
+	case streamErr != nil && errors.As(streamErr, &code):
+		return nil, fmt.Errorf("%w: the helper exited with %d", ErrProtocol, code.Code)
+	case res.resp == nil && streamErr != nil:
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, streamErr)
+	case res.resp == nil:
+		return nil, fmt.Errorf("%w: no response", ErrProtocol)
+	case streamErr != nil:
+		// A response, but the helper did not exit cleanly before the call ended.
+		return nil, fmt.Errorf("%w: the stream did not end after the response: %v", ErrProtocol, streamErr)
+	case res.resp.GetRequestId() != req.GetRequestId():
+		return nil, fmt.Errorf("%w: response for another request", ErrProtocol)
+	}
+	return res.resp, nil
+}
+
+type readResult struct {
+	resp *helperv1.Response
+	err  error
+}
+
+// exitGrace bounds how long the helper may take to exit after its response: it has nothing
+// left to do but return.
+const exitGrace = 5 * time.Second
+
+// readResponse reads heartbeats, then exactly one Response, then requires the stream to end
+// (the helper exits once stdin closes) within exitGrace. Every frame is bounded by
+// responseCap; any violation aborts the stream.
+func readResponse(r io.Reader, responseCap int, closeStdin, abort func()) readResult {
+	defer io.Copy(io.Discard, io.LimitReader(r, 1<<20)) //nolint:errcheck // drain so the stream can finish
+	for {
+		var f helperv1.Frame
+		err := frame.Read(r, &f, responseCap)
+		switch {
+		case errors.Is(err, io.EOF):
+			return readResult{}
+		case err != nil:
+			abort()
+			return readResult{err: fmt.Errorf("%w: %v", ErrProtocol, err)}
+		}
+		if f.GetHeartbeat() != nil {
+			continue
+		}
+		resp := f.GetResponse()
+		if resp == nil {
+			abort()
+			return readResult{err: fmt.Errorf("%w: an empty frame", ErrProtocol)}
+		}
+		closeStdin()
+		var late atomic.Bool
+		timer := time.AfterFunc(exitGrace, func() { late.Store(true); abort() })
+		var extra [1]byte
+		n, _ := io.ReadFull(r, extra[:])
+		timer.Stop()
+		switch {
+		case n > 0:
+			abort()
+			return readResult{err: fmt.Errorf("%w: bytes after the response", ErrProtocol)}
+		case late.Load():
+			return readResult{err: fmt.Errorf("%w: the helper did not exit after its response", ErrProtocol)}
+		}
+		return readResult{resp: resp}
+	}
+}
+
+// capped keeps the first limit bytes written and discards the rest.
+type capped struct {
+	mu    sync.Mutex
+	limit int
+	buf   bytes.Buffer
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.limit - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}

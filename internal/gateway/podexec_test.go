@@ -1,0 +1,203 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/executor"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/profile"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Executors the tests reach: the real helper, and hostile stand-ins that answer outside the
+// protocol (a replaced or compromised helper).
+const (
+	realHelper = "/execplane/helper"
+	hostileDir = "/execplane/hostile/"
+)
+
+var hostile = map[string]string{
+	// A length prefix of 4 GiB.
+	"oversize": `printf '\377\377\377\377'; cat >/dev/null`,
+	// A frame whose payload is not a message.
+	"garbage": `printf '\000\000\000\005\377\377\377\377\377'; cat >/dev/null`,
+	// Never answers.
+	"silent": `exec sleep 3600`,
+	// A valid empty response, then more bytes.
+	"trailing": `printf '\000\000\000\002\022\000x'`,
+	// A valid empty response, then a failing exit.
+	"exitcode": `printf '\000\000\000\002\022\000'; exit 3`,
+	// A valid empty response, then never exits.
+	"lingers": `printf '\000\000\000\002\022\000'; exec sleep 3600`,
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gateway-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	files := map[string]string{}
+	helper := os.Getenv("EXECPLANE_HELPER_BIN")
+	if helper == "" {
+		helper = filepath.Join(dir, "helper")
+		cmd := exec.Command("go", "build", "-o", helper, "../../cmd/helper")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building the helper: %v\n%s", err, out)
+			os.Exit(1)
+		}
+	}
+	files[realHelper] = helper
+	for name, script := range hostile {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		files[hostileDir+name] = path
+	}
+	code := clustertest.Main(m, clustertest.Options{ImageFiles: files})
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const testProfiles = `profiles:
+  python:
+    image: registry.example/python:3.13
+    storageClass: kwok-volume
+    storageSize: 1Gi
+    memoryLimit: 64Mi
+    tmpSizeLimit: 16Mi
+    maxFileBytes: 1048576
+    maxCommandBytes: 65536
+    maxCommandDuration: 5m
+    maxEnvironments: 10
+`
+
+// executorPod starts an executor Pod (built as the controller builds it) on a claim and
+// waits until it runs.
+func executorPod(t *testing.T) (ns string, pod PodRef) {
+	t.Helper()
+	c := clustertest.Cluster(t)
+	ns = clustertest.Namespace(t)
+	ctx := clustertest.Context(t, time.Minute)
+	reg, err := profile.Parse([]byte(testProfiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, _ := reg.Get("python")
+	env := &v1alpha1.ExecutionEnvironment{ObjectMeta: metav1.ObjectMeta{Name: "xenv-test", Namespace: ns, UID: types.UID("00000000-0000-4000-8000-000000000001")},
+		Spec: v1alpha1.ExecutionEnvironmentSpec{Profile: "python", ProfileDigest: entry.Digest}}
+	pvc, err := executor.PVC(env, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := executor.Pod(env, entry, executor.PodOptions{ServiceAccount: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.OwnerReferences, p.Finalizers = nil, nil // no environment object exists to own it
+	if _, err := c.Kube().CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.Kube().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := c.Kube().CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		if err == nil && got.Status.Phase == corev1.PodRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("executor Pod not running: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return ns, PodRef{Name: created.Name, UID: created.UID}
+}
+
+func fileRequest(id string, op *executionv1.FileOperation) *helperv1.Request {
+	return &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: id,
+		Limits:    &helperv1.Limits{MaxFileBytes: 1 << 20, MaxCommandBytes: 64 << 10, MaxCommandMillis: 10_000},
+		Operation: &helperv1.Request_File{File: op}}
+}
+
+// The real helper in an executor Pod, through pods/exec: a write, then a read of it, and a
+// command that reads the file.
+func TestExecuteRealHelper(t *testing.T) {
+	ns, pod := executorPod(t)
+	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := clustertest.Context(t, time.Minute)
+	write := fileRequest("w1", &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: &executionv1.WriteFile{
+		Path: []byte("hello.txt"), Content: []byte("hi there"), Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}}})
+	resp, err := e.Execute(ctx, pod, write, 0)
+	if err != nil || resp.GetFile().GetWrite() == nil {
+		t.Fatalf("write: %v %v", resp, err)
+	}
+	read := fileRequest("r1", &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{Path: []byte("hello.txt")}}})
+	resp, err = e.Execute(ctx, pod, read, 0)
+	if err != nil || string(resp.GetFile().GetRead().GetContent()) != "hi there" {
+		t.Fatalf("read: %v %v", resp, err)
+	}
+	cmd := &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: "c1",
+		Limits: &helperv1.Limits{MaxFileBytes: 1 << 20, MaxCommandBytes: 64 << 10, MaxCommandMillis: 10_000},
+		Operation: &helperv1.Request_Command{Command: &executionv1.CommandSpec{
+			Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"cat", "hello.txt"}}}}}}
+	resp, err = e.Execute(ctx, pod, cmd, 0)
+	if err != nil || string(resp.GetCommand().GetStdout().GetHead()) != "hi there" {
+		t.Fatalf("command: %v %v", resp, err)
+	}
+}
+
+// Hostile executors are refused as protocol violations, within the call's deadline and
+// with bounded memory (a 4 GiB length prefix allocates nothing).
+func TestExecuteHostileHelpers(t *testing.T) {
+	ns, pod := executorPod(t)
+	for name := range hostile {
+		t.Run(name, func(t *testing.T) {
+			e, err := NewPodExecutor(PodExecutorConfig{HelperPath: hostileDir + name}, clustertest.Cluster(t).RESTConfig(), ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := clustertest.Context(t, 2*time.Second)
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			_, err = e.Execute(ctx, pod, fileRequest("", &executionv1.FileOperation{Operation: &executionv1.FileOperation_Stat{Stat: &executionv1.StatFile{Path: []byte(".")}}}), 64<<10)
+			elapsed := time.Since(start)
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			if err == nil {
+				t.Fatal("a hostile executor's answer was accepted")
+			}
+			if !errors.Is(err, ErrProtocol) && !errors.Is(err, ErrOutcomeUnknown) {
+				t.Fatalf("error %v is neither a protocol violation nor an unknown outcome", err)
+			}
+			if elapsed > 2*time.Second+time.Second {
+				t.Fatalf("took %s past a 2 s deadline", elapsed)
+			}
+			if grew := int64(after.TotalAlloc) - int64(before.TotalAlloc); grew > 64<<20 {
+				t.Fatalf("allocated %d bytes", grew)
+			}
+			t.Logf("%s: %v after %s", name, err, elapsed.Round(time.Millisecond))
+		})
+	}
+}
