@@ -34,7 +34,10 @@ func Inject(name string) {
 	fmt.Fprintf(os.Stderr, "failpoint %s: %s\n", name, action)
 	switch action {
 	case "stop":
-		stopped.Do(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+		stopped.Do(func() {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			fmt.Fprintf(os.Stderr, "failpoint %s: resumed\n", name)
+		})
 	default:
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL cannot be caught; never continue past the point
