@@ -17,7 +17,7 @@ import (
 	"github.com/execplane/execplane/internal/security/devbundle"
 	"github.com/execplane/execplane/internal/security/highwater"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
-	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -28,19 +28,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
-
-const profilesYAML = `profiles:
-  python:
-    image: registry.example/python:3.13
-    storageClass: kwok-volume
-    storageSize: 1Gi
-    memoryLimit: 64Mi
-    tmpSizeLimit: 16Mi
-    maxFileBytes: 1048576
-    maxCommandBytes: 65536
-    maxCommandDuration: 5m
-    maxEnvironments: 10
-`
 
 type harness struct {
 	material *devbundle.Result
@@ -79,13 +66,7 @@ func start(t *testing.T) *harness {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	reg, err := profile.Parse([]byte(profilesYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reg, err = reg.WithExecutorServiceAccount("default"); err != nil {
-		t.Fatal(err)
-	}
+	reg, _ := profiletest.Registry(t, profiletest.YAML(10))
 	exec, err := versioned.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ type observed struct {
 	operation      *executionv1alpha1.LifecycleOperation
 	// terminated: the recorded executor ended (its proof is recorded) and none replaced it.
 	terminated bool
+	// retired: a completed Retire and no executor since.
+	retired bool
 }
 
 // Condition reasons: a fixed vocabulary.
@@ -63,9 +65,9 @@ func workspaceBound(o observed) metav1.Condition {
 
 func executorReady(o observed) metav1.Condition {
 	switch op := o.operation; {
-	case inProgress(op):
+	case op.InProgress():
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonOperation, string(op.Kind)+" in progress: "+string(op.Phase), o.generation)
-	case o.pod == nil && op != nil && op.Kind == executionv1alpha1.LifecycleRetire:
+	case o.retired:
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonRetired, "the executor was retired; the workspace is kept", o.generation)
 	case o.pod == nil && o.terminated:
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonTerminated, "the executor terminated; ReplaceExecutor starts a new one", o.generation)
@@ -127,13 +129,13 @@ func phase(o observed, ready bool) executionv1alpha1.Phase {
 	switch {
 	case o.fence == executionv1alpha1.FenceUnknown:
 		return executionv1alpha1.PhaseFenced
-	case o.deleting, inProgress(o.operation) && o.operation.Kind == executionv1alpha1.LifecycleDeleteRetired:
+	case o.deleting, o.operation.InProgress() && o.operation.Kind == executionv1alpha1.LifecycleDeleteRetired:
 		return executionv1alpha1.PhaseDeleting
-	case inProgress(o.operation) && o.operation.Kind == executionv1alpha1.LifecycleReplace:
+	case o.operation.InProgress() && o.operation.Kind == executionv1alpha1.LifecycleReplace:
 		return executionv1alpha1.PhaseReplacing
-	case inProgress(o.operation):
+	case o.operation.InProgress():
 		return executionv1alpha1.PhaseRetiring
-	case o.pod == nil && o.operation != nil && o.operation.Kind == executionv1alpha1.LifecycleRetire:
+	case o.retired:
 		return executionv1alpha1.PhaseRetired
 	case ready:
 		return executionv1alpha1.PhaseReady

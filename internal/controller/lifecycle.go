@@ -27,11 +27,6 @@ func lifecycleFailpoint(op *executionv1alpha1.LifecycleOperation) string {
 	return "lifecycle/" + string(op.Kind) + "/" + string(op.Phase)
 }
 
-// inProgress reports an operation that has not completed.
-func inProgress(op *executionv1alpha1.LifecycleOperation) bool {
-	return op != nil && op.Phase != executionv1alpha1.PhaseCompleted
-}
-
 // deletingWorkspace reports a DeleteRetired past the point where the claim may vanish.
 func deletingWorkspace(op *executionv1alpha1.LifecycleOperation) bool {
 	return op != nil && op.Kind == executionv1alpha1.LifecycleDeleteRetired &&
@@ -44,7 +39,7 @@ func deletingWorkspace(op *executionv1alpha1.LifecycleOperation) bool {
 // A crash anywhere repeats at most the current phase's side effect.
 func (p *pass) stepLifecycle(ctx context.Context) error {
 	op := p.status.LifecycleOperation
-	if !inProgress(op) {
+	if !op.InProgress() {
 		return nil
 	}
 	if p.status.FenceState == executionv1alpha1.FenceUnknown && op.Kind != executionv1alpha1.LifecycleDeleteRetired {

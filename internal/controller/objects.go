@@ -151,12 +151,6 @@ func (p *pass) podName() string {
 	return executor.PodName(p.env, 0)
 }
 
-// neverHadExecutor is true until the first executor Pod is recorded; afterwards only a
-// Replace creates one, so that an executor that went away is never recreated silently.
-func neverHadExecutor(s *executionv1alpha1.ExecutionEnvironmentStatus) bool {
-	return s.Pod == nil && s.TerminationProof == nil && s.LastReplacement == nil && s.LifecycleOperation == nil
-}
-
 func (p *pass) createPVC(ctx context.Context) error {
 	pvc, err := executor.PVC(p.env, p.entry)
 	if err != nil {

@@ -291,6 +291,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason
 	p.o.operation = p.status.LifecycleOperation
 	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil
+	p.o.retired = p.status.Retired()
 	p.status.ObservedGeneration = env.Generation
 	if p.o.deleting && !p.persistedDeletionBlocked() && !deletingWorkspace(p.status.LifecycleOperation) {
 		p.record(true, EventDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept")
@@ -333,7 +334,7 @@ func (p *pass) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if p.podPresence == absent && p.o.pvc != nil && p.status.Pod == nil && neverHadExecutor(p.persisted) {
+		if p.podPresence == absent && p.o.pvc != nil && p.status.Pod == nil && p.persisted.NeverHadExecutor() {
 			if err := p.createPod(ctx, 0, failAfterPodCreate); err != nil {
 				return err
 			}

@@ -13,24 +13,12 @@ import (
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
-
-const profilesYAML = `profiles:
-  python:
-    image: registry.example/python:3.13
-    storageClass: kwok-volume
-    storageSize: 1Gi
-    memoryLimit: 512Mi
-    tmpSizeLimit: 64Mi
-    maxFileBytes: 1048576
-    maxCommandBytes: 65536
-    maxCommandDuration: 5m
-    maxEnvironments: 10
-`
 
 type rig struct {
 	c     *devcluster.Cluster
@@ -56,14 +44,13 @@ func newRig(t *testing.T) *rig {
 	return &rig{c: c, ns: ns, exec: exec, entry: pythonProfile(t), ctx: ctx}
 }
 
+// profilesYAML is the test profile, capacity 10.
+var profilesYAML = profiletest.YAML(10)
+
 // pythonProfile is profilesYAML's profile, whose digest environments record.
 func pythonProfile(t *testing.T) profile.Entry {
 	t.Helper()
-	reg, err := profile.Parse([]byte(profilesYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entry, _ := reg.Get("python")
+	_, entry := profiletest.Registry(t, profilesYAML)
 	return entry
 }
 
@@ -75,13 +62,7 @@ func startReconciler(t *testing.T, profiles string) *rig {
 	if profiles == "" {
 		profiles = profilesYAML
 	}
-	reg, err := profile.Parse([]byte(profiles))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reg, err = reg.WithExecutorServiceAccount("default"); err != nil {
-		t.Fatal(err)
-	}
+	reg, _ := profiletest.Registry(t, profiles)
 	r, err := controller.NewReconciler(controller.ReconcilerConfig{Kube: g.c.Kube(), Execution: g.exec, Namespace: g.ns, Profiles: reg})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/executor"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -74,19 +74,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const testProfiles = `profiles:
-  python:
-    image: registry.example/python:3.13
-    storageClass: kwok-volume
-    storageSize: 1Gi
-    memoryLimit: 64Mi
-    tmpSizeLimit: 16Mi
-    maxFileBytes: 1048576
-    maxCommandBytes: 65536
-    maxCommandDuration: 5m
-    maxEnvironments: 10
-`
-
 // executorPod starts an executor Pod (built as the controller builds it) on a claim and
 // waits until it runs.
 func executorPod(t *testing.T) (ns string, pod PodRef) {
@@ -94,11 +81,7 @@ func executorPod(t *testing.T) (ns string, pod PodRef) {
 	c := clustertest.Cluster(t)
 	ns = clustertest.Namespace(t)
 	ctx := clustertest.Context(t, time.Minute)
-	reg, err := profile.Parse([]byte(testProfiles))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entry, _ := reg.Get("python")
+	_, entry := profiletest.Registry(t, profiletest.YAML(10))
 	env := &v1alpha1.ExecutionEnvironment{ObjectMeta: metav1.ObjectMeta{Name: "xenv-test", Namespace: ns, UID: types.UID("00000000-0000-4000-8000-000000000001")},
 		Spec: v1alpha1.ExecutionEnvironmentSpec{Profile: "python", ProfileDigest: entry.Digest}}
 	pvc, err := executor.PVC(env, entry)

@@ -102,7 +102,7 @@ func podUID(env *executionv1alpha1.ExecutionEnvironment) string {
 
 // idle refuses an administrative operation while another is in progress.
 func idle(env *executionv1alpha1.ExecutionEnvironment) error {
-	if op := env.Status.LifecycleOperation; op != nil && op.Phase != executionv1alpha1.PhaseCompleted {
+	if op := env.Status.LifecycleOperation; op.InProgress() {
 		return notReady(fmt.Sprintf("%s in progress", op.Kind))
 	}
 	return nil
@@ -114,13 +114,6 @@ func idle(env *executionv1alpha1.ExecutionEnvironment) error {
 func parkedReplace(env *executionv1alpha1.ExecutionEnvironment) bool {
 	op := env.Status.LifecycleOperation
 	return op != nil && op.Kind == executionv1alpha1.LifecycleReplace && op.Phase == executionv1alpha1.PhaseCreatingExecutor && env.Status.Pod == nil
-}
-
-// provisioning is true until the first executor is recorded: an operation admitted then
-// would race the reconciler's first records.
-func provisioning(env *executionv1alpha1.ExecutionEnvironment) bool {
-	st := env.Status
-	return st.Pod == nil && st.TerminationProof == nil && st.LastReplacement == nil && st.LifecycleOperation == nil
 }
 
 // profileCurrent reports whether the environment's profile still exists unchanged: only
@@ -162,11 +155,6 @@ func (s *Store) claimExists(ctx context.Context, id *executionv1alpha1.ObjectIde
 	}, id.Name, string(id.UID))
 }
 
-func retired(env *executionv1alpha1.ExecutionEnvironment) bool {
-	op := env.Status.LifecycleOperation
-	return op != nil && op.Kind == executionv1alpha1.LifecycleRetire && op.Phase == executionv1alpha1.PhaseCompleted && env.Status.Pod == nil
-}
-
 func startOperation(env *executionv1alpha1.ExecutionEnvironment, kind executionv1alpha1.LifecycleKind, in AdminInput, now metav1.Time) {
 	op := &executionv1alpha1.LifecycleOperation{Kind: kind, Phase: executionv1alpha1.PhaseRequested, OperationID: in.OperationID, Reason: in.Reason, StartedAt: now}
 	if env.Status.Pod != nil {
@@ -186,10 +174,10 @@ func (s *Store) Retire(ctx context.Context, in AdminInput) (*Result, error) {
 			if err := idle(env); err != nil && !parkedReplace(env) {
 				return false, err
 			}
-			if retired(env) {
+			if env.Status.Retired() {
 				return false, notReady("the environment is already retired")
 			}
-			if provisioning(env) {
+			if env.Status.NeverHadExecutor() {
 				return false, notReady("the first executor is still being provisioned")
 			}
 			if run := env.Status.ActiveRun; run != nil && !claimExpired(run, now.Time) {
@@ -216,7 +204,7 @@ func (s *Store) ReplaceExecutor(ctx context.Context, in AdminInput) (*Result, er
 			if env.DeletionTimestamp != nil {
 				return false, notReady("the environment is being deleted")
 			}
-			if provisioning(env) {
+			if env.Status.NeverHadExecutor() {
 				return false, notReady("the first executor is still being provisioned")
 			}
 			if !s.profileCurrent(env) {
@@ -268,7 +256,7 @@ func (s *Store) RecoverEnvironment(ctx context.Context, in AdminInput) (*Result,
 			st.FenceState, st.FenceReason = executionv1alpha1.FenceHealthy, ""
 			st.ActiveRun = nil
 			st.Epoch++
-			if op := st.LifecycleOperation; op != nil && op.Phase != executionv1alpha1.PhaseCompleted {
+			if op := st.LifecycleOperation; op.InProgress() {
 				op.Phase, op.CompletedAt, op.Reason = executionv1alpha1.PhaseCompleted, &now, "ended by RecoverEnvironment"
 			}
 			return true, nil
@@ -301,7 +289,7 @@ func (s *Store) DeleteRetiredEnvironment(ctx context.Context, in AdminInput) (*R
 			if err := idle(env); err != nil {
 				return false, err
 			}
-			if !retired(env) {
+			if !env.Status.Retired() {
 				// A fenced environment whose workspace is lost can only be deleted; its
 				// executor must be gone too.
 				lost, err := s.workspaceLost(ctx, env)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"github.com/execplane/execplane/pkg/store"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,13 +52,7 @@ func TestAdministrationRefusedWhenItCannotFinish(t *testing.T) {
 		t.Fatalf("replace while provisioning: %v", err)
 	}
 	// A profile registry where "python" changed.
-	changed, err := profile.Parse([]byte(strings.Replace(fmt.Sprintf(profilesTemplate, 100), "memoryLimit: 64Mi", "memoryLimit: 128Mi", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if changed, err = changed.WithExecutorServiceAccount("default"); err != nil {
-		t.Fatal(err)
-	}
+	changed, _ := profiletest.Registry(t, strings.Replace(profiletest.YAML(100), "memoryLimit: 64Mi", "memoryLimit: 128Mi", 1))
 	other, err := store.New(store.Config{Execution: f.exec, Kube: f.c.Kube(), Environments: f.lister, Namespace: f.ns, Profiles: changed, Finalizer: "execution.mecatl.dev/delete-retired"})
 	if err != nil {
 		t.Fatal(err)

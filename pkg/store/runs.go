@@ -191,7 +191,7 @@ func usable(env *executionv1alpha1.ExecutionEnvironment) error {
 		return ErrFenced
 	case env.DeletionTimestamp != nil:
 		return notReady("the environment is being deleted")
-	case op != nil && op.Phase != executionv1alpha1.PhaseCompleted:
+	case op.InProgress():
 		return notReady(fmt.Sprintf("%s in progress", op.Kind))
 	case op != nil && op.Kind == executionv1alpha1.LifecycleRetire:
 		return notReady("the environment is retired")

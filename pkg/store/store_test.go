@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -21,25 +20,13 @@ import (
 	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
 	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"github.com/execplane/execplane/pkg/store"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
-
-const profilesTemplate = `profiles:
-  python:
-    image: registry.example/python:3.13
-    storageClass: kwok-volume
-    storageSize: 1Gi
-    memoryLimit: 64Mi
-    tmpSizeLimit: 16Mi
-    maxFileBytes: 1048576
-    maxCommandBytes: 65536
-    maxCommandDuration: 5m
-    maxEnvironments: %d
-`
 
 var (
 	agentA     = store.Caller{Client: "spiffe://execplane.test/agent-a", Policy: security.ClientPolicy{MayAttestOwner: true}}
@@ -83,13 +70,7 @@ func newFixture(t *testing.T, o options) *fixture {
 	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := profile.Parse(fmt.Appendf(nil, profilesTemplate, o.maxEnvironments))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reg, err = reg.WithExecutorServiceAccount("default"); err != nil {
-		t.Fatal(err)
-	}
+	reg, _ := profiletest.Registry(t, profiletest.YAML(o.maxEnvironments))
 	exec, err := versioned.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
