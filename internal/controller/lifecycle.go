@@ -134,7 +134,7 @@ func (p *pass) createReplacement(ctx context.Context, op *executionv1alpha1.Life
 			return err
 		}
 	}
-	p.status.Epoch++
+	p.status.RaiseEpoch(p.now.Time)
 	p.status.LastReplacement = &executionv1alpha1.Replacement{
 		OldPodUID: op.ExpectedPodUID, NewPodUID: p.status.Pod.UID, Epoch: p.status.Epoch, CompletedAt: p.now,
 	}

@@ -23,6 +23,9 @@ const (
 	maxConcurrentRPCs = 100_000
 	// maxShutdownGrace bounds how long a draining replica can delay a rollout.
 	maxShutdownGrace = 10 * time.Minute
+	// maxKubeQPS bounds the client-side rate limit: every data operation is one pods/exec
+	// request, so the gateway's default is higher than the controller's.
+	maxKubeQPS = 5000
 )
 
 // Config is the gateway's configuration, from flags.
@@ -46,6 +49,9 @@ type Config struct {
 	// ControllerServerName is the name expected in the controller's certificate; empty
 	// means the host of ControllerAddress.
 	ControllerServerName string
+	// ControllerCert, ControllerKey and ControllerCA are the gateway's client material for
+	// the control API (read again for every new connection, so they may rotate).
+	ControllerCert, ControllerKey, ControllerCA string
 	// HelperPath is the helper's absolute path inside executor containers.
 	HelperPath string
 	// MaxConcurrentRPCs bounds in-flight RPCs on this replica; MaxClientRPCs per client.
@@ -57,6 +63,9 @@ type Config struct {
 	MaxRPCDeadline time.Duration
 	// ShutdownGrace is how long in-flight calls may drain on shutdown.
 	ShutdownGrace time.Duration
+	// KubeQPS and KubeBurst are the client-side rate limit towards the API server.
+	KubeQPS   float64
+	KubeBurst int
 	// Log configures the process's logger.
 	Log logging.Options
 }
@@ -69,12 +78,17 @@ func DefaultConfig() Config {
 		SecurityManifest:   "/etc/execplane/security/manifest.yaml",
 		HighWaterConfigMap: "execplane-security-high-water",
 		ProfilesFile:       "/etc/execplane/profiles/profiles.yaml",
+		ControllerCert:     "/etc/execplane/control/tls.crt",
+		ControllerKey:      "/etc/execplane/control/tls.key",
+		ControllerCA:       "/etc/execplane/control/ca.crt",
 		HelperPath:         "/execplane/helper",
 		MaxConcurrentRPCs:  2000,
 		MaxClientRPCs:      200,
 		MaxMessageBytes:    32 << 20,
 		MaxRPCDeadline:     time.Hour,
 		ShutdownGrace:      30 * time.Second,
+		KubeQPS:            500,
+		KubeBurst:          1000,
 		Log:                logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}
 }
@@ -90,12 +104,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ProfilesFile, "profiles", c.ProfilesFile, "profiles YAML file")
 	fs.StringVar(&c.ControllerAddress, "controller-address", c.ControllerAddress, "controller leader Service, host:port (required)")
 	fs.StringVar(&c.ControllerServerName, "controller-server-name", c.ControllerServerName, "name in the controller's certificate; default: host of --controller-address")
+	fs.StringVar(&c.ControllerCert, "controller-client-cert", c.ControllerCert, "client certificate (PEM) for the control API")
+	fs.StringVar(&c.ControllerKey, "controller-client-key", c.ControllerKey, "client key (PEM) for the control API")
+	fs.StringVar(&c.ControllerCA, "controller-ca", c.ControllerCA, "CA bundle (PEM) verifying the controller's certificate")
 	fs.StringVar(&c.HelperPath, "helper-path", c.HelperPath, "helper path inside executor containers")
 	fs.IntVar(&c.MaxConcurrentRPCs, "max-concurrent-rpcs", c.MaxConcurrentRPCs, "in-flight RPCs on this replica")
 	fs.IntVar(&c.MaxClientRPCs, "max-client-rpcs", c.MaxClientRPCs, "in-flight RPCs per client on this replica")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest gRPC message received or sent")
 	fs.DurationVar(&c.MaxRPCDeadline, "max-rpc-deadline", c.MaxRPCDeadline, "cap on any call's deadline")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "drain time for in-flight calls on shutdown")
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second; one per data operation)")
+	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	c.Log.RegisterFlags(fs)
 }
 
@@ -113,6 +132,9 @@ func (c Config) Validate() error {
 	p.Required("high-water-configmap", c.HighWaterConfigMap)
 	p.AbsolutePath("profiles", c.ProfilesFile, false)
 	p.Address("controller-address", c.ControllerAddress)
+	p.AbsolutePath("controller-client-cert", c.ControllerCert, false)
+	p.AbsolutePath("controller-client-key", c.ControllerKey, false)
+	p.AbsolutePath("controller-ca", c.ControllerCA, false)
 	p.AbsolutePath("helper-path", c.HelperPath, false)
 	p.IntBetween("max-concurrent-rpcs", c.MaxConcurrentRPCs, 1, maxConcurrentRPCs)
 	p.IntBetween("max-client-rpcs", c.MaxClientRPCs, 1, maxConcurrentRPCs)
@@ -122,6 +144,12 @@ func (c Config) Validate() error {
 	p.IntBetween("max-message-bytes", c.MaxMessageBytes, minMessageBytes, MaxMessageBytesCeiling)
 	p.DurationBetween("max-rpc-deadline", c.MaxRPCDeadline, time.Second, MaxRPCDeadline)
 	p.DurationBetween("shutdown-grace", c.ShutdownGrace, 0, maxShutdownGrace)
+	if c.KubeQPS < 1 || c.KubeQPS > maxKubeQPS {
+		p.Addf("kube-api-qps", "%v must be between 1 and %d", c.KubeQPS, maxKubeQPS)
+	}
+	if c.KubeBurst < int(c.KubeQPS) || c.KubeBurst > 2*maxKubeQPS {
+		p.Addf("kube-api-burst", "%d must be at least --kube-api-qps and at most %d", c.KubeBurst, 2*maxKubeQPS)
+	}
 	if err := c.Log.Validate(); err != nil {
 		p.Addf("log-format", "%v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/execplane/execplane/internal/apierror"
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/internal/helper/frame"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -31,7 +32,7 @@ var (
 	ErrProtocol = errors.New("executor protocol violation")
 	// ErrOutcomeUnknown: the exec stream broke after the request was sent; a command may
 	// have run. Reported honestly as UNKNOWN, never retried.
-	ErrOutcomeUnknown = errors.New("executor outcome unknown")
+	ErrOutcomeUnknown = apierror.ErrOutcomeUnknown
 )
 
 // stderrCap bounds what the helper's stderr may hold in memory (for the log, never the

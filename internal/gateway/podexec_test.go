@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -21,27 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Executors the tests reach: the real helper, and hostile stand-ins that answer outside the
-// protocol (a replaced or compromised helper).
+// Executors the tests reach.
 const (
-	realHelper = "/execplane/helper"
-	hostileDir = "/execplane/hostile/"
+	realHelper = clustertest.HelperPath
+	hostileDir = clustertest.HostileDir
 )
-
-var hostile = map[string]string{
-	// A length prefix of 4 GiB.
-	"oversize": `printf '\377\377\377\377'; cat >/dev/null`,
-	// A frame whose payload is not a message.
-	"garbage": `printf '\000\000\000\005\377\377\377\377\377'; cat >/dev/null`,
-	// Never answers.
-	"silent": `exec sleep 3600`,
-	// A valid empty response, then more bytes.
-	"trailing": `printf '\000\000\000\002\022\000x'`,
-	// A valid empty response, then a failing exit.
-	"exitcode": `printf '\000\000\000\002\022\000'; exit 3`,
-	// A valid empty response, then never exits.
-	"lingers": `printf '\000\000\000\002\022\000'; exec sleep 3600`,
-}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gateway-test-")
@@ -49,25 +31,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	files := map[string]string{}
-	helper := os.Getenv("EXECPLANE_HELPER_BIN")
-	if helper == "" {
-		helper = filepath.Join(dir, "helper")
-		cmd := exec.Command("go", "build", "-o", helper, "../../cmd/helper")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the helper: %v\n%s", err, out)
-			os.Exit(1)
-		}
-	}
-	files[realHelper] = helper
-	for name, script := range hostile {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		files[hostileDir+name] = path
+	files, err := clustertest.ExecutorFiles(dir, "../..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := clustertest.Main(m, clustertest.Options{ImageFiles: files})
 	os.RemoveAll(dir)
@@ -154,7 +121,7 @@ func TestExecuteRealHelper(t *testing.T) {
 // with bounded memory (a 4 GiB length prefix allocates nothing).
 func TestExecuteHostileHelpers(t *testing.T) {
 	ns, pod := executorPod(t)
-	for name := range hostile {
+	for name := range clustertest.Hostile {
 		t.Run(name, func(t *testing.T) {
 			e, err := NewPodExecutor(PodExecutorConfig{HelperPath: hostileDir + name}, clustertest.Cluster(t).RESTConfig(), ns)
 			if err != nil {

@@ -2,20 +2,34 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"io"
+	"net"
+	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/diagnostics"
+	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/version"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	"github.com/execplane/execplane/pkg/profile"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
 )
 
-// ErrNotServing is returned after a valid configuration was loaded: the API server itself is
-// delivered by the gateway issue. It exists so that the binary, its flags and its
-// configuration checks can be built and tested (and rendered by the chart) before then.
-var ErrNotServing = errors.New("gateway: the API server is not implemented in this build")
+// Readiness reasons: a bounded set, safe for probes.
+const (
+	reasonNoMaterial = "security material not ready"
+	reasonNotSynced  = "environment cache not synced"
+)
 
-// Run is the gateway's entry point.
+// healthPeriod is how often the gRPC health status follows readiness.
+const healthPeriod = 500 * time.Millisecond
+
+// Run is the gateway's entry point: it serves the public API until ctx ends, then drains.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	if done, err := cli.Load("gateway", &cfg, args, stdout, stderr); done {
@@ -28,6 +42,136 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logging.RouteKlog(logger)
-	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace)
-	return ErrNotServing
+	requests := kube.RequestsCounter("execplane_gateway")
+	restCfg, err := kube.RESTConfig(kube.ClientOptions{
+		Kubeconfig: cfg.Kubeconfig, UserAgent: "execplane-gateway/" + version.Get().Version,
+		QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst, Requests: requests,
+	})
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	execClient, err := versioned.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	profiles, err := profile.LoadProfiles(cfg.ProfilesFile)
+	if err != nil {
+		return err
+	}
+	manager, err := security.NewManager(security.ManagerConfig{
+		ManifestPath: cfg.SecurityManifest, Namespace: cfg.Namespace, HighWaterConfigMap: cfg.HighWaterConfigMap,
+		Kube: client, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	control, closeControl, err := DialControl(cfg.ControllerAddress, ControlFiles{
+		CertFile: cfg.ControllerCert, KeyFile: cfg.ControllerKey, CAFile: cfg.ControllerCA, ServerName: cfg.ControllerServerName,
+	})
+	if err != nil {
+		return err
+	}
+	defer closeControl() //nolint:errcheck // closing on exit
+	executor, err := NewPodExecutor(PodExecutorConfig{HelperPath: cfg.HelperPath}, restCfg, cfg.Namespace)
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), requests)
+	var server *Server
+	metrics := NewMetrics(registry, func() security.LimiterStats { return server.Limiter.Stats() })
+	envs, err := NewEnvironments(execClient, cfg.Namespace, metrics.ObserveAuthority)
+	if err != nil {
+		return err
+	}
+	handler, err := NewHandler(HandlerConfig{Logger: logger, Metrics: metrics}, Backend{
+		Control: control, Environments: envs, Executor: executor, Profiles: profiles, Material: manager.Current,
+	})
+	if err != nil {
+		return err
+	}
+	server, err = NewServer(ServerConfig{
+		Current: manager.Current, MaxConcurrentRPCs: cfg.MaxConcurrentRPCs, MaxClientRPCs: cfg.MaxClientRPCs,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxRPCDeadline: cfg.MaxRPCDeadline, Logger: logger, Metrics: metrics,
+	}, handler)
+	if err != nil {
+		return err
+	}
+	listener, err := net.Listen("tcp", cfg.ListenAddress)
+	if err != nil {
+		return err
+	}
+	if listener, err = security.HandshakeDeadlineListener(listener, security.HandshakeTimeout); err != nil {
+		return err
+	}
+
+	ready := func() string {
+		switch {
+		case !manager.Ready():
+			return reasonNoMaterial
+		case !envs.Synced():
+			return reasonNotSynced
+		}
+		return ""
+	}
+	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: ready}, registry)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	diagErr := make(chan error, 1)
+	go func() { diagErr <- diag.Serve(ctx) }()
+	go manager.Run(ctx)
+	envs.Start(ctx)
+	go followReadiness(ctx, server, ready)
+	grpcErr := make(chan error, 1)
+	go func() { grpcErr <- server.GRPC.Serve(listener) }()
+	logger.Info("serving", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyAddress, listener.Addr().String())
+
+	select {
+	case <-ctx.Done():
+	case err = <-grpcErr:
+		cancel()
+	}
+	server.SetServing(false)
+	stop(server.GRPC, cfg.ShutdownGrace)
+	if err == nil {
+		err = <-grpcErr
+	}
+	if dErr := <-diagErr; dErr != nil && err == nil {
+		err = dErr
+	}
+	if err == grpc.ErrServerStopped {
+		err = nil
+	}
+	logger.Info("stopped")
+	return err
+}
+
+// followReadiness keeps the gRPC health status equal to readiness.
+func followReadiness(ctx context.Context, s *Server, ready func() string) {
+	t := time.NewTicker(healthPeriod)
+	defer t.Stop()
+	for {
+		s.SetServing(ready() == "")
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stop drains in-flight calls for at most grace, then cuts what is left.
+func stop(s *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.Stop()
+	}
 }

@@ -75,6 +75,20 @@ func IsPrintableASCII(s string, limit int) bool {
 	return true
 }
 
+// IsDigest: "sha256:" and 64 lowercase hex digits (profile digests).
+func IsDigest(s string) bool {
+	const prefix = "sha256:"
+	if len(s) != len(prefix)+64 || s[:len(prefix)] != prefix {
+		return false
+	}
+	for i := len(prefix); i < len(s); i++ {
+		if !IsLowerHexDigit(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 // IsLowerHexDigit: [0-9a-f].
 func IsLowerHexDigit(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
 

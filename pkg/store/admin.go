@@ -220,8 +220,8 @@ func (s *Store) ReplaceExecutor(ctx context.Context, in AdminInput) (*Result, er
 // issued before is dead, and the run claim with them.
 func (s *Store) RevokeEnvironment(ctx context.Context, in AdminInput) (*Result, error) {
 	return s.admin(ctx, in, adminCall{op: "RevokeEnvironment", required: []string{"grant_generation"},
-		apply: func(env *executionv1alpha1.ExecutionEnvironment, _ metav1.Time, _ *Result) (bool, error) {
-			env.Status.GrantGeneration++
+		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, _ *Result) (bool, error) {
+			env.Status.RaiseGrantGeneration(now.Time)
 			env.Status.ActiveRun = nil
 			return true, nil
 		}})
@@ -255,7 +255,7 @@ func (s *Store) RecoverEnvironment(ctx context.Context, in AdminInput) (*Result,
 			st.Pod = nil
 			st.FenceState, st.FenceReason = executionv1alpha1.FenceHealthy, ""
 			st.ActiveRun = nil
-			st.Epoch++
+			st.RaiseEpoch(now.Time)
 			if op := st.LifecycleOperation; op.InProgress() {
 				op.Phase, op.CompletedAt, op.Reason = executionv1alpha1.PhaseCompleted, &now, "ended by RecoverEnvironment"
 			}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/execplane/execplane/internal/ident"
 	"slices"
 
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
@@ -26,7 +27,7 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	c.owner("owner", in.Owner)
 	c.identifier("binding_id", in.BindingID)
 	c.dnsLabel("profile", in.Profile)
-	if in.ExpectedProfileDigest != "" && !isDigest(in.ExpectedProfileDigest) {
+	if in.ExpectedProfileDigest != "" && !ident.IsDigest(in.ExpectedProfileDigest) {
 		c.fail("expected_profile_digest", "must be sha256: and 64 lowercase hex digits")
 	}
 	if c.err != nil {
@@ -230,17 +231,4 @@ func addRef(env *executionv1alpha1.ExecutionEnvironment, ref executionv1alpha1.R
 	})
 	env.Status.References = slices.Insert(env.Status.References, i, ref)
 	return &env.Status.References[i]
-}
-
-func isDigest(s string) bool {
-	const prefix = "sha256:"
-	if len(s) != len(prefix)+64 || s[:len(prefix)] != prefix {
-		return false
-	}
-	for i := len(prefix); i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

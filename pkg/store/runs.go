@@ -37,7 +37,7 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 		args:    []string{string(in.Caller.Client), in.Environment.UID, in.Grant.BindingID, in.RunID, ttl.String()},
 		visible: clientOf(in.Caller, in.Grant, in.Environment),
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
-			if err := usable(env); err != nil {
+			if err := Usable(env); err != nil {
 				return false, err
 			}
 			if uint64(env.Status.GrantGeneration) != in.Grant.GrantGeneration {
@@ -49,7 +49,7 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 			if run := env.Status.ActiveRun; run != nil && now.Before(&run.ExpiresAt) && (run.BindingID != in.Grant.BindingID || run.RunID != in.RunID) {
 				return false, ErrRunClaimHeld
 			}
-			env.Status.Epoch++
+			env.Status.RaiseEpoch(now.Time)
 			env.Status.ActiveRun = &executionv1alpha1.RunClaim{
 				BindingID: in.Grant.BindingID, RunID: in.RunID, ClaimID: claimID,
 				Epoch: env.Status.Epoch, GrantGeneration: env.Status.GrantGeneration, ClientHash: client,
@@ -99,7 +99,7 @@ func (s *Store) RenewRun(ctx context.Context, in RenewRunInput) (*Result, error)
 		args:    []string{string(in.Caller.Client), in.Environment.UID, in.Grant.BindingID, in.Grant.RunID, in.Grant.ClaimID, strconv.FormatUint(in.Grant.Epoch, 10), ttl.String()},
 		visible: clientOf(in.Caller, in.Grant, in.Environment),
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
-			if err := usable(env); err != nil {
+			if err := Usable(env); err != nil {
 				return false, err
 			}
 			if err := ValidateRunClaim(env, in.Grant, now.Time); err != nil {
@@ -184,8 +184,10 @@ func currentClaim(env *executionv1alpha1.ExecutionEnvironment, g GrantClaims) er
 	return nil
 }
 
-// usable refuses run operations on an environment that cannot serve them.
-func usable(env *executionv1alpha1.ExecutionEnvironment) error {
+// Usable refuses run and data operations on an environment that cannot serve them: fenced,
+// being deleted, under or after an administrative operation, or not Ready. The gateway runs
+// it on its cached environment for every data operation; the store on the live object.
+func Usable(env *executionv1alpha1.ExecutionEnvironment) error {
 	switch op := env.Status.LifecycleOperation; {
 	case env.Status.FenceState == executionv1alpha1.FenceUnknown:
 		return ErrFenced

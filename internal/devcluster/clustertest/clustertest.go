@@ -16,7 +16,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -134,4 +136,53 @@ func Context(t testing.TB, timeout time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Paths inside executor images that ExecutorFiles provides: the real helper, and hostile
+// stand-ins that answer outside the helper protocol (a replaced or compromised helper).
+const (
+	HelperPath = "/execplane/helper"
+	HostileDir = "/execplane/hostile/"
+)
+
+// Hostile are the hostile executors' shell scripts, by name (HostileDir + name).
+var Hostile = map[string]string{
+	// A length prefix of 4 GiB.
+	"oversize": `printf '\377\377\377\377'; cat >/dev/null`,
+	// A frame whose payload is not a message.
+	"garbage": `printf '\000\000\000\005\377\377\377\377\377'; cat >/dev/null`,
+	// Never answers.
+	"silent": `exec sleep 3600`,
+	// A valid empty response, then more bytes.
+	"trailing": `printf '\000\000\000\002\022\000x'`,
+	// A valid empty response, then a failing exit.
+	"exitcode": `printf '\000\000\000\002\022\000'; exit 3`,
+	// A valid empty response, then never exits.
+	"lingers": `printf '\000\000\000\002\022\000'; exec sleep 3600`,
+}
+
+// ExecutorFiles returns Options.ImageFiles with the helper ($EXECPLANE_HELPER_BIN, or built
+// from modRoot's cmd/helper into dir) at HelperPath and the hostile scripts, written into
+// dir, under HostileDir.
+func ExecutorFiles(dir, modRoot string) (map[string]string, error) {
+	files := map[string]string{}
+	helper := os.Getenv("EXECPLANE_HELPER_BIN")
+	if helper == "" {
+		helper = filepath.Join(dir, "helper")
+		cmd := exec.Command("go", "build", "-o", helper, "./cmd/helper")
+		cmd.Dir = modRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building the helper: %v\n%s", err, out)
+		}
+	}
+	files[HelperPath] = helper
+	for name, script := range Hostile {
+		path := filepath.Join(dir, "hostile-"+name)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+			return nil, err
+		}
+		files[HostileDir+name] = path
+	}
+	return files, nil
 }

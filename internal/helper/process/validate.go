@@ -69,6 +69,14 @@ func EnvAllowed(name string) bool {
 	return true
 }
 
+// Validate checks spec against the limits without running anything: the gateway calls it
+// before it execs into an executor, so that a malformed command is refused with no side
+// effect; the helper checks again (it trusts nobody).
+func Validate(spec *executionv1.CommandSpec, lim Limits) error {
+	_, _, err := validate(spec, lim)
+	return err
+}
+
 // validate checks spec against the limits and returns the program's argv and timeout.
 func validate(spec *executionv1.CommandSpec, lim Limits) (argv []string, timeout time.Duration, err error) {
 	switch p := spec.GetProgram().(type) {

@@ -55,6 +55,9 @@ const (
 // trustDomainPattern is the SPIFFE trust-domain form security.ParseClientIdentity accepts.
 var trustDomainPattern = regexp.MustCompile(`^[a-z0-9_-]+(\.[a-z0-9_-]+)*$`)
 
+// extraNamePattern is the form of an extra client's name.
+var extraNamePattern = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
+
 // Options configure Generate. The zero value is a usable bundle for localhost.
 type Options struct {
 	// DNSNames are server certificate SANs in addition to "localhost".
@@ -69,6 +72,20 @@ type Options struct {
 	Validity time.Duration
 	// Now is the generation time; zero means time.Now().
 	Now time.Time
+	// Extra are more clients beside the three built in, for tests of authorisation (other
+	// clients, scoped administrators, clients without capabilities).
+	Extra []ExtraClient
+}
+
+// ExtraClient is an additional client and its policy.
+type ExtraClient struct {
+	// Name is a short [a-z0-9-] name: the identity is spiffe://<trust domain>/client/<name>,
+	// the files client-<name>.crt and .key.
+	Name string
+	// MayAttestOwner and Administrator are the policy's capabilities.
+	MayAttestOwner, Administrator bool
+	// AdministratorFor scopes Administrator to these identities.
+	AdministratorFor []string
 }
 
 // Client is a generated client identity and its credentials.
@@ -96,6 +113,8 @@ type Result struct {
 	// Caller may attest owners; Administrator administers every client's environments;
 	// Gateway is the gateway's identity towards the controller (no capability).
 	Caller, Administrator, Gateway Client
+	// Extra holds Options.Extra's clients by name.
+	Extra map[string]Client
 }
 
 // Generate writes a development bundle into dir, which must not exist or be empty.
@@ -165,7 +184,7 @@ func (g *generator) run() (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Dir: g.dir, Manifest: g.path(ManifestFile), Generation: o.Generation, GrantKeyID: GrantKeyID}
+	r := &Result{Dir: g.dir, Manifest: g.path(ManifestFile), Generation: o.Generation, GrantKeyID: GrantKeyID, Extra: map[string]Client{}}
 	caKey, err := PrivateKeyPEM(ca.Key)
 	if err != nil {
 		return nil, err
@@ -185,7 +204,7 @@ func (g *generator) run() (*Result, error) {
 	if r.ServerCert, r.ServerKey, err = g.issue(ca, "server", server); err != nil {
 		return nil, err
 	}
-	for _, c := range []struct {
+	clients := []struct {
 		name string
 		path string
 		out  *Client
@@ -193,13 +212,28 @@ func (g *generator) run() (*Result, error) {
 		{"caller", "client/caller", &r.Caller},
 		{"admin", "client/admin", &r.Administrator},
 		{"gateway", "execplane/gateway", &r.Gateway},
-	} {
+	}
+	extra := make([]Client, len(o.Extra))
+	for i, x := range o.Extra {
+		if !extraNamePattern.MatchString(x.Name) || x.Name == "caller" || x.Name == "admin" {
+			return nil, fmt.Errorf("devbundle: extra client name %q: want 1..32 of [a-z0-9-], not caller or admin", x.Name)
+		}
+		clients = append(clients, struct {
+			name string
+			path string
+			out  *Client
+		}{"client-" + x.Name, "client/" + x.Name, &extra[i]})
+	}
+	for _, c := range clients {
 		id := "spiffe://" + o.TrustDomain + "/" + c.path
 		spec := LeafSpec{CommonName: c.name, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, URIs: []string{id}}
 		c.out.Identity = id
 		if c.out.CertFile, c.out.KeyFile, err = g.issue(ca, c.name, spec); err != nil {
 			return nil, err
 		}
+	}
+	for i, x := range o.Extra {
+		r.Extra[x.Name] = extra[i]
 	}
 	if err := g.grantKey(r); err != nil {
 		return nil, err

@@ -34,6 +34,17 @@ func (g *generator) manifest(r *Result) []byte {
 	line("  - uri: %s", q(r.Administrator.Identity))
 	line("    administrator: true")
 	line("  - uri: %s", q(r.Gateway.Identity))
+	for _, x := range o.Extra {
+		line("  - uri: %s", q(r.Extra[x.Name].Identity))
+		line("    mayAttestOwner: %t", x.MayAttestOwner)
+		line("    administrator: %t", x.Administrator)
+		if len(x.AdministratorFor) > 0 {
+			line("    administratorFor:")
+			for _, id := range x.AdministratorFor {
+				line("      - %s", q(id))
+			}
+		}
+	}
 	line("fileDigests:")
 	for _, name := range []string{ServerCertFile, ServerKeyFile, CACertFile, GrantPublicFile, GrantKeyFile} {
 		line("  %s: %s", q(name), q(digest(g.files[name])))

@@ -98,6 +98,9 @@ const (
 	ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN ErrorReason = 20
 	// UNIMPLEMENTED: CommandStatus and CancelCommand (commands are foreground).
 	ErrorReason_ERROR_REASON_UNIMPLEMENTED ErrorReason = 21
+	// FAILED_PRECONDITION: the path is of the wrong type for the operation (a directory where
+	// a regular file is needed, a non-empty directory without recursive, ...).
+	ErrorReason_ERROR_REASON_WRONG_TYPE ErrorReason = 22
 )
 
 // Enum value maps for ErrorReason.
@@ -125,6 +128,7 @@ var (
 		19: "ERROR_REASON_INTERNAL",
 		20: "ERROR_REASON_OUTCOME_UNKNOWN",
 		21: "ERROR_REASON_UNIMPLEMENTED",
+		22: "ERROR_REASON_WRONG_TYPE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -149,6 +153,7 @@ var (
 		"ERROR_REASON_INTERNAL":              19,
 		"ERROR_REASON_OUTCOME_UNKNOWN":       20,
 		"ERROR_REASON_UNIMPLEMENTED":         21,
+		"ERROR_REASON_WRONG_TYPE":            22,
 	}
 )
 
@@ -6571,7 +6576,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12F\n" +
 	"\rpreconditions\x18\x03 \x01(\v2 .execution.v1.AdminPreconditionsR\rpreconditions\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\"\n" +
-	" DeleteRetiredEnvironmentResponse*\xc5\x05\n" +
+	" DeleteRetiredEnvironmentResponse*\xe2\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -6595,7 +6600,8 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x18ERROR_REASON_UNAVAILABLE\x10\x12\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x13\x12 \n" +
 	"\x1cERROR_REASON_OUTCOME_UNKNOWN\x10\x14\x12\x1e\n" +
-	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x15*a\n" +
+	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x15\x12\x1b\n" +
+	"\x17ERROR_REASON_WRONG_TYPE\x10\x16*a\n" +
 	"\n" +
 	"FenceState\x12\x1b\n" +
 	"\x17FENCE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

@@ -1,5 +1,11 @@
 package v1alpha1
 
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // Predicates over the status that both the reconciler and the store decide on; one
 // definition, so that they can never disagree about what state an environment is in.
 
@@ -19,4 +25,23 @@ func (s *ExecutionEnvironmentStatus) NeverHadExecutor() bool {
 func (s *ExecutionEnvironmentStatus) Retired() bool {
 	op := s.LifecycleOperation
 	return op != nil && op.Kind == LifecycleRetire && op.Phase == PhaseCompleted && s.Pod == nil
+}
+
+// RaiseEpoch fences every run grant issued so far (AcquireRun, a completed replacement,
+// RecoverEnvironment) and records when, for the gateways' observation-delay metric.
+func (s *ExecutionEnvironmentStatus) RaiseEpoch(now time.Time) {
+	s.Epoch++
+	s.AuthorityChangedAt = ptrMicro(now)
+}
+
+// RaiseGrantGeneration revokes every grant issued so far (RevokeEnvironment) and records
+// when.
+func (s *ExecutionEnvironmentStatus) RaiseGrantGeneration(now time.Time) {
+	s.GrantGeneration++
+	s.AuthorityChangedAt = ptrMicro(now)
+}
+
+func ptrMicro(t time.Time) *metav1.MicroTime {
+	m := metav1.NewMicroTime(t)
+	return &m
 }

@@ -278,6 +278,11 @@ type ExecutionEnvironmentStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	GrantGeneration int64 `json:"grantGeneration,omitempty"`
+	// AuthorityChangedAt is when the epoch or the grant generation last increased, to the
+	// microsecond: every gateway measures how long it took to observe the change (older
+	// grants are refused from then on) and exports it as a metric.
+	// +optional
+	AuthorityChangedAt *metav1.MicroTime `json:"authorityChangedAt,omitempty"`
 	// +optional
 	FenceState FenceState `json:"fenceState,omitempty"`
 	// FenceReason explains a FenceUnknown state.

@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/execplane/execplane/internal/apierror"
+	"github.com/execplane/execplane/internal/security"
+	controlv1 "github.com/execplane/execplane/proto/control/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+)
+
+// Retry bounds of control calls. Every control call is idempotent (an operation id, or a
+// read), so retrying one that may have been applied is safe.
+const (
+	retryInitial = 25 * time.Millisecond
+	retryMax     = time.Second
+	// retryReserve is kept from the caller's deadline for the last attempt's answer.
+	retryReserve = 50 * time.Millisecond
+	// controlCallTimeout bounds one attempt when the caller's deadline is further away: a
+	// leader that stopped answering mid-call is abandoned for the next one.
+	controlCallTimeout = 15 * time.Second
+	// maxControlMessage bounds a control answer (64 references and an environment).
+	maxControlMessage = 4 << 20
+)
+
+// ControlFiles names the gateway's client material for the control API.
+type ControlFiles = security.ClientFiles
+
+// DialControl returns a control client for address. The client certificate, its key and the
+// CA are read again for every new connection, so that their rotation needs no restart.
+// Calls answered UNAVAILABLE (no leader yet, a follower, a restarting leader) or with a
+// retryable RESOURCE_EXHAUSTED are retried with backoff within the caller's deadline.
+func DialControl(address string, files ControlFiles) (controlv1.ControlServiceClient, func() error, error) {
+	if _, err := security.LoadClientTLSConfig(files); err != nil {
+		return nil, nil, err // refuse at start what would fail on every connection
+	}
+	conn, err := grpc.NewClient(address,
+		grpc.WithTransportCredentials(&reloadingCredentials{files: files}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxControlMessage)),
+		grpc.WithChainUnaryInterceptor(retryControl),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+	return controlv1.NewControlServiceClient(conn), conn.Close, nil
+}
+
+// retryControl retries retryable answers until the deadline, then answers with the last
+// status, or apierror.ErrNoLeader for a transport failure (which has no ErrorInfo).
+func retryControl(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	backoff := retryInitial
+	for {
+		attempt, cancel := context.WithTimeout(ctx, controlCallTimeout)
+		err := invoker(attempt, method, req, reply, cc, opts...)
+		cancel()
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return normalise(err)
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < sleep+retryReserve {
+			return normalise(err)
+		}
+		select {
+		case <-time.After(sleep):
+		case <-ctx.Done():
+			return normalise(err)
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// retryable: UNAVAILABLE, or any status whose ErrorInfo says retryable (a controller at its
+// concurrency limit, a CAS conflict it gave up on). A deadline is never retried.
+func retryable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	if st.Code() == codes.Unavailable {
+		return true
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == apierror.Domain {
+			return info.GetMetadata()["retryable"] == "true" && st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled
+		}
+	}
+	return false
+}
+
+// normalise keeps the controller's statuses (they carry the API's reasons) and turns
+// transport failures, which carry none, into the API's UNAVAILABLE.
+func normalise(err error) error {
+	if err == nil || apierror.Reason(err) != "" {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return apierror.ErrNoLeader
+	case codes.DeadlineExceeded:
+		return context.DeadlineExceeded
+	case codes.Canceled:
+		return context.Canceled
+	}
+	return err
+}
+
+// reloadingCredentials reads the client material for every handshake.
+type reloadingCredentials struct {
+	files ControlFiles
+}
+
+func (c *reloadingCredentials) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	cfg, err := security.LoadClientTLSConfig(c.files)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.ServerName == "" {
+		host, _, splitErr := net.SplitHostPort(authority)
+		if splitErr != nil {
+			host = authority
+		}
+		cfg.ServerName = host
+	}
+	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, conn)
+}
+
+func (c *reloadingCredentials) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("gateway: control credentials are client-side only")
+}
+
+func (c *reloadingCredentials) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+
+func (c *reloadingCredentials) Clone() credentials.TransportCredentials {
+	return &reloadingCredentials{files: c.files}
+}
+
+// OverrideServerName is deprecated in gRPC and unused.
+func (c *reloadingCredentials) OverrideServerName(string) error { return nil }

@@ -1,0 +1,333 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/execplane/execplane/internal/apierror"
+	"github.com/execplane/execplane/internal/helper/process"
+	"github.com/execplane/execplane/internal/ident"
+	"github.com/execplane/execplane/internal/logging"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/store"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+)
+
+// Bounds of the data plane.
+const (
+	// maxPathBytes is the API's bound on a path (execution.v1 conventions).
+	maxPathBytes = 4096
+	// responseOverhead is room for a result's own fields beside its payload (FileInfo,
+	// counts, framing) when a response cap is derived from a profile's limits.
+	responseOverhead = 1 << 20
+	// treeResultCap bounds a list, glob or grep result: the helper keeps their payload under
+	// 16 MiB (1000 entries of 4 KiB names and link targets for list), plus per-entry fields.
+	treeResultCap = 20 << 20
+	// maxHelperMessage bounds what of a helper's error text reaches the caller; the text is
+	// the executor's, so it is also reduced to printable ASCII.
+	maxHelperMessage = 256
+	// commandSlack is how much longer than its timeout a command call may take: the helper's
+	// kill, reaping and response, plus the exec round trip.
+	commandSlack = 10 * time.Second
+)
+
+// Files implements ExecutionProviderService: the run grant is verified against this
+// gateway's view, and the helper performs the operation in the executor Pod.
+func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*executionv1.FilesResponse, error) {
+	op := in.GetOperation()
+	if op.GetOperation() == nil {
+		return nil, fmt.Errorf("%w: operation: exactly one file operation is required", store.ErrInvalidArgument)
+	}
+	if err := checkPaths(op); err != nil {
+		return nil, err
+	}
+	env, lim, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
+	if err != nil {
+		return nil, err
+	}
+	if w := op.GetWrite(); w != nil && uint64(len(w.GetContent())) > lim.GetMaxFileBytes() {
+		return nil, fmt.Errorf("%w: write of %d bytes exceeds the profile's max_file_bytes %d", store.ErrLimitExceeded, len(w.GetContent()), lim.GetMaxFileBytes())
+	}
+	if r := op.GetRead(); r != nil && r.GetLength() > lim.GetMaxFileBytes() {
+		return nil, fmt.Errorf("%w: read length %d exceeds the profile's max_file_bytes %d", store.ErrLimitExceeded, r.GetLength(), lim.GetMaxFileBytes())
+	}
+	resp, err := h.execute(ctx, env, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_File{File: op}}, fileResponseCap(op, lim))
+	if err != nil {
+		return nil, err
+	}
+	res := resp.GetFile()
+	if !matches(op, res) {
+		return nil, fmt.Errorf("%w: a result of another kind than the operation", ErrProtocol)
+	}
+	return &executionv1.FilesResponse{Result: res}, nil
+}
+
+// StartCommand implements ExecutionProviderService: one foreground command, answered when it
+// ended. Cancelling the call closes the exec stream; the helper then kills the command.
+func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommandRequest) (*executionv1.StartCommandResponse, error) {
+	spec := in.GetCommand()
+	if spec == nil {
+		return nil, fmt.Errorf("%w: command: required", store.ErrInvalidArgument)
+	}
+	if wd := spec.GetWorkingDirectory(); len(wd) > maxPathBytes || bytes.IndexByte(wd, 0) >= 0 {
+		return nil, fmt.Errorf("%w: command.working_directory: at most %d bytes without NUL", store.ErrInvalidArgument, maxPathBytes)
+	}
+	env, lim, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
+	if err != nil {
+		return nil, err
+	}
+	if err := process.Validate(spec, process.Limits{MaxOutputBytes: lim.GetMaxCommandBytes(), MaxDuration: time.Duration(lim.GetMaxCommandMillis()) * time.Millisecond}); err != nil {
+		return nil, helperError(err)
+	}
+	timeout := time.Duration(lim.GetMaxCommandMillis()) * time.Millisecond
+	if t := spec.GetTimeout(); t != nil {
+		timeout = t.AsDuration()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+commandSlack)
+	defer cancel()
+	responseCap := int(min(2*lim.GetMaxCommandBytes()+responseOverhead, uint64(treeResultCap)))
+	resp, err := h.execute(ctx, env, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_Command{Command: spec}}, responseCap)
+	if err != nil {
+		return nil, err
+	}
+	res := resp.GetCommand()
+	if res == nil {
+		return nil, fmt.Errorf("%w: a file result for a command", ErrProtocol)
+	}
+	return &executionv1.StartCommandResponse{Result: res}, nil
+}
+
+// CommandStatus implements ExecutionProviderService: it authorises, then answers
+// UNIMPLEMENTED (commands are foreground).
+func (h *Handler) CommandStatus(ctx context.Context, in *executionv1.CommandStatusRequest) (*executionv1.CommandStatusResponse, error) {
+	if err := h.authoriseCommandID(ctx, in.GetRunGrant(), in.GetEnvironment(), in.GetCommandId()); err != nil {
+		return nil, err
+	}
+	return nil, apierror.ErrUnimplemented
+}
+
+// CancelCommand implements ExecutionProviderService: it authorises, then answers
+// UNIMPLEMENTED (cancel a command by ending its StartCommand call).
+func (h *Handler) CancelCommand(ctx context.Context, in *executionv1.CancelCommandRequest) (*executionv1.CancelCommandResponse, error) {
+	if err := h.authoriseCommandID(ctx, in.GetRunGrant(), in.GetEnvironment(), in.GetCommandId()); err != nil {
+		return nil, err
+	}
+	return nil, apierror.ErrUnimplemented
+}
+
+func (h *Handler) authoriseCommandID(ctx context.Context, g *executionv1.Grant, ref *executionv1.EnvironmentRef, id string) error {
+	if !ident.IsIdentifier(id) {
+		return fmt.Errorf("%w: command_id: must be an identifier", store.ErrInvalidArgument)
+	}
+	_, _, err := h.admit(ctx, g, ref)
+	return err
+}
+
+// admit authorises a data operation: the caller's run grant verified against this gateway's
+// view of the environment, the environment usable and the claim current and unexpired. It
+// returns the environment and the helper limits from its profile. Nothing is written.
+func (h *Handler) admit(ctx context.Context, g *executionv1.Grant, r *executionv1.EnvironmentRef) (*executionv1alpha1.ExecutionEnvironment, *helperv1.Limits, error) {
+	cl, err := client(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	token, err := checkToken("run_grant", g)
+	if err != nil {
+		return nil, nil, err
+	}
+	ref, err := checkRef("environment", r)
+	if err != nil {
+		return nil, nil, err
+	}
+	env, v, err := h.verifyRunGrant(ctx, cl, token, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := store.Usable(env); err != nil {
+		return nil, nil, err
+	}
+	if err := store.ValidateRunClaim(env, claimsOf(v), h.cfg.Now()); err != nil {
+		return nil, nil, err
+	}
+	if env.Status.Pod == nil {
+		return nil, nil, fmt.Errorf("%w: the environment has no executor", store.ErrNotReady)
+	}
+	p, ok := h.b.Profiles.Profile(env.Spec.Profile)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: the environment's profile was withdrawn", store.ErrNotReady)
+	}
+	return env, limitsOf(p), nil
+}
+
+// limitsOf is what the helper enforces: the profile's current limits (the operator's present
+// intent, even when the executor was built from an earlier digest of the profile).
+func limitsOf(p profile.Profile) *helperv1.Limits {
+	return &helperv1.Limits{
+		MaxFileBytes: uint64(p.MaxFileBytes), MaxCommandBytes: uint64(p.MaxCommandBytes),
+		MaxCommandMillis: uint64(p.MaxCommandDuration / time.Millisecond),
+	}
+}
+
+// execute runs req in the environment's executor Pod.
+func (h *Handler) execute(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	req.Version = helperv1.ProtocolVersion_PROTOCOL_VERSION_1
+	req.RequestId = RequestID(ctx)
+	resp, err := h.b.Executor.Execute(ctx, PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}, req, responseCap)
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		h.cfg.Metrics.executor(outcomeUnknown)
+		h.log.Warn("executor stream broke", logging.KeyRequestID, req.RequestId, logging.KeyEnvironment, env.Name, logging.KeyError, err)
+		return nil, err
+	case errors.Is(err, ErrProtocol):
+		h.cfg.Metrics.executor(outcomeProtocol)
+		h.log.Error("executor protocol violation", logging.KeyRequestID, req.RequestId, logging.KeyEnvironment, env.Name, logging.KeyPod, env.Status.Pod.Name, logging.KeyError, err)
+		return nil, err
+	case err != nil:
+		h.cfg.Metrics.executor(outcomeError)
+		return nil, err
+	}
+	if e := resp.GetError(); e != nil {
+		h.cfg.Metrics.executor(outcomeRefused)
+		return nil, helperError(&remoteError{code: e.GetCode(), msg: e.GetMessage()})
+	}
+	h.cfg.Metrics.executor(outcomeOK)
+	return resp, nil
+}
+
+// remoteError is an error the helper answered.
+type remoteError struct {
+	code helperv1.ErrorCode
+	msg  string
+}
+
+func (e *remoteError) Error() string                  { return e.msg }
+func (e *remoteError) HelperCode() helperv1.ErrorCode { return e.code }
+
+// helperCodes translates the helper's refusals into the API's vocabulary. A code outside
+// the table (INTERNAL, UNSUPPORTED_VERSION, or an unknown value from a replaced helper) is an
+// internal error.
+var helperCodes = map[helperv1.ErrorCode]error{
+	helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT:    store.ErrInvalidArgument,
+	helperv1.ErrorCode_ERROR_CODE_NOT_FOUND:           store.ErrNotFound,
+	helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS:      store.ErrAlreadyExists,
+	helperv1.ErrorCode_ERROR_CODE_VERSION_MISMATCH:    apierror.ErrVersionMismatch,
+	helperv1.ErrorCode_ERROR_CODE_PATH_ESCAPE:         apierror.ErrPathEscape,
+	helperv1.ErrorCode_ERROR_CODE_PERMISSION_DENIED:   store.ErrPermissionDenied,
+	helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED:  store.ErrLimitExceeded,
+	helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE:          apierror.ErrWrongType,
+	helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE:         store.ErrNotReady,
+	helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION: nil,
+	helperv1.ErrorCode_ERROR_CODE_INTERNAL:            nil,
+}
+
+// helperError translates a helper refusal (remote, or the shared validation run locally).
+// The message is the executor's, so it is cut and reduced to printable ASCII.
+func helperError(err error) error {
+	var coded interface{ HelperCode() helperv1.ErrorCode }
+	if !errors.As(err, &coded) {
+		return err
+	}
+	sentinel := helperCodes[coded.HelperCode()]
+	if sentinel == nil {
+		return fmt.Errorf("%w: the helper failed: code %d", ErrProtocol, coded.HelperCode())
+	}
+	return fmt.Errorf("%w: %s", sentinel, sanitize(err.Error(), maxHelperMessage))
+}
+
+// sanitize keeps at most limit bytes of s, each printable ASCII (others become '?').
+func sanitize(s string, limit int) string {
+	var b strings.Builder
+	for i := 0; i < len(s) && b.Len() < limit; i++ {
+		if c := s[i]; c >= 0x20 && c < 0x7f {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}
+
+// fileResponseCap is the most a helper's answer to op may weigh.
+func fileResponseCap(op *executionv1.FileOperation, lim *helperv1.Limits) int {
+	switch op.GetOperation().(type) {
+	case *executionv1.FileOperation_Read:
+		return int(lim.GetMaxFileBytes() + responseOverhead)
+	case *executionv1.FileOperation_List, *executionv1.FileOperation_Glob, *executionv1.FileOperation_Grep:
+		return treeResultCap
+	}
+	return responseOverhead
+}
+
+// matches reports whether res is the result of op's kind.
+func matches(op *executionv1.FileOperation, res *executionv1.FileResult) bool {
+	if res == nil {
+		return false
+	}
+	switch op.GetOperation().(type) {
+	case *executionv1.FileOperation_Read:
+		return res.GetRead() != nil
+	case *executionv1.FileOperation_Write:
+		return res.GetWrite() != nil
+	case *executionv1.FileOperation_Stat:
+		return res.GetStat() != nil
+	case *executionv1.FileOperation_List:
+		return res.GetList() != nil
+	case *executionv1.FileOperation_Mkdir:
+		return res.GetMkdir() != nil
+	case *executionv1.FileOperation_Remove:
+		return res.GetRemove() != nil
+	case *executionv1.FileOperation_Rename:
+		return res.GetRename() != nil
+	case *executionv1.FileOperation_Copy:
+		return res.GetCopy() != nil
+	case *executionv1.FileOperation_Glob:
+		return res.GetGlob() != nil
+	case *executionv1.FileOperation_Grep:
+		return res.GetGrep() != nil
+	}
+	return false
+}
+
+// checkPaths refuses paths that no helper would accept (too long, NUL) before anything is
+// sent; where a path resolves is the kernel's business, in the helper.
+func checkPaths(op *executionv1.FileOperation) error {
+	var paths [][]byte
+	switch o := op.GetOperation().(type) {
+	case *executionv1.FileOperation_Read:
+		paths = [][]byte{o.Read.GetPath()}
+	case *executionv1.FileOperation_Write:
+		paths = [][]byte{o.Write.GetPath()}
+	case *executionv1.FileOperation_Stat:
+		paths = [][]byte{o.Stat.GetPath()}
+	case *executionv1.FileOperation_List:
+		paths = [][]byte{o.List.GetPath()}
+	case *executionv1.FileOperation_Mkdir:
+		paths = [][]byte{o.Mkdir.GetPath()}
+	case *executionv1.FileOperation_Remove:
+		paths = [][]byte{o.Remove.GetPath()}
+	case *executionv1.FileOperation_Rename:
+		paths = [][]byte{o.Rename.GetFrom(), o.Rename.GetTo()}
+	case *executionv1.FileOperation_Copy:
+		paths = [][]byte{o.Copy.GetFrom(), o.Copy.GetTo()}
+	case *executionv1.FileOperation_Glob:
+		if len(o.Glob.GetBase()) > 0 {
+			paths = [][]byte{o.Glob.GetBase()}
+		}
+	case *executionv1.FileOperation_Grep:
+		if len(o.Grep.GetPath()) > 0 {
+			paths = [][]byte{o.Grep.GetPath()}
+		}
+	}
+	for _, p := range paths {
+		if len(p) == 0 || len(p) > maxPathBytes || bytes.IndexByte(p, 0) >= 0 {
+			return fmt.Errorf("%w: path: 1..%d bytes without NUL", store.ErrInvalidArgument, maxPathBytes)
+		}
+	}
+	return nil
+}

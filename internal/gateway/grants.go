@@ -1,0 +1,230 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/execplane/execplane/internal/ident"
+	"github.com/execplane/execplane/internal/security"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/grant"
+	"github.com/execplane/execplane/pkg/store"
+	controlv1 "github.com/execplane/execplane/proto/control/v1"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// errStaleClaim: an authentic run grant whose claim is no longer the environment's (released,
+// taken over, expired): ABORTED like a stale epoch.
+var errStaleClaim = fmt.Errorf("%w: the run claim is no longer current", store.ErrStaleEpoch)
+
+// errNotInView: an authentic grant names an environment this gateway does not see (yet). It
+// is waited on like any grant newer than the view; if the environment still is not there
+// after the wait, it is gone, and the answer is NOT_FOUND.
+var errNotInView = fmt.Errorf("%w: the environment is not in this gateway's view", grant.ErrNotObserved)
+
+// settle turns a wait that ended on an absent environment into NOT_FOUND.
+func settle(err error) error {
+	if errors.Is(err, errNotInView) {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+// material returns the current bundle, or ErrUnavailable: no material, no grants.
+func (h *Handler) material() (*security.Bundle, error) {
+	b, ok := h.b.Material()
+	if !ok || b == nil {
+		return nil, security.ErrUnavailable
+	}
+	return b, nil
+}
+
+// checkRef refuses a malformed environment reference before any lookup.
+func checkRef(field string, r *executionv1.EnvironmentRef) (grant.EnvironmentRef, error) {
+	if !ident.IsDNSLabel(r.GetId()) || !ident.IsUUID(r.GetRevision()) {
+		return grant.EnvironmentRef{}, fmt.Errorf("%w: %s: id must be a DNS-1123 label and revision a canonical UUID", store.ErrInvalidArgument, field)
+	}
+	return grant.EnvironmentRef{Name: r.GetId(), UID: r.GetRevision()}, nil
+}
+
+// checkToken refuses an absent grant as malformed input; everything else about a token is the
+// verifier's business.
+func checkToken(field string, g *executionv1.Grant) (string, error) {
+	if g.GetToken() == "" {
+		return "", fmt.Errorf("%w: %s: a grant is required", store.ErrInvalidArgument, field)
+	}
+	return g.GetToken(), nil
+}
+
+// visible returns the cached environment when it is the one ref names and it belongs to the
+// caller; an environment that is absent, re-created (another UID) or another client's is
+// store.ErrNotFound, indistinguishably. An absent one named by an authentic grant is
+// grant.ErrNotObserved: the grant was issued for it, so the view lags.
+func visible(env *executionv1alpha1.ExecutionEnvironment, ref grant.EnvironmentRef, c security.Client, named bool) error {
+	switch {
+	case env == nil && named:
+		return errNotInView
+	case env == nil || string(env.UID) != ref.UID || env.Spec.ClientHash != store.ClientHash(c.Identity):
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// verifyEnvironmentGrant verifies an environment grant presented for ref by the caller
+// against this gateway's view, waiting for the view when the grant is newer.
+func (h *Handler) verifyEnvironmentGrant(ctx context.Context, c security.Client, token string, ref grant.EnvironmentRef) (grant.Verified, error) {
+	b, err := h.material()
+	if err != nil {
+		return grant.Verified{}, err
+	}
+	var v grant.Verified
+	err = h.b.Environments.Await(ctx, ref.Name, h.cfg.ObserveWait, func(env *executionv1alpha1.ExecutionEnvironment) error {
+		var verr error
+		v, verr = b.Verifier().VerifyEnvironmentFunc(token, func(s grant.Subject) (grant.EnvironmentBinding, error) {
+			if err := visible(env, ref, c, s.Environment == ref); err != nil {
+				return grant.EnvironmentBinding{}, err
+			}
+			return grant.EnvironmentBinding{
+				Client: string(c.Identity), OwnerHash: env.Spec.OwnerHash, BindingID: s.BindingID,
+				Environment: ref, GrantGeneration: uint64(env.Status.GrantGeneration),
+			}, nil
+		})
+		return verr
+	})
+	return v, settle(err)
+}
+
+// verifyRunGrant verifies a run grant presented for ref against this gateway's view and
+// returns the environment it was checked against. The claim id expected is the current
+// claim's, so a grant of a released or superseded claim fails as stale.
+func (h *Handler) verifyRunGrant(ctx context.Context, c security.Client, token string, ref grant.EnvironmentRef) (*executionv1alpha1.ExecutionEnvironment, grant.Verified, error) {
+	b, err := h.material()
+	if err != nil {
+		return nil, grant.Verified{}, err
+	}
+	var (
+		v   grant.Verified
+		got *executionv1alpha1.ExecutionEnvironment
+	)
+	err = h.b.Environments.Await(ctx, ref.Name, h.cfg.ObserveWait, func(env *executionv1alpha1.ExecutionEnvironment) error {
+		var verr error
+		v, verr = b.Verifier().VerifyRunFunc(token, func(s grant.Subject) (grant.RunBinding, error) {
+			if err := visible(env, ref, c, s.Environment == ref); err != nil {
+				return grant.RunBinding{}, err
+			}
+			want := grant.RunBinding{
+				EnvironmentBinding: grant.EnvironmentBinding{
+					Client: string(c.Identity), OwnerHash: env.Spec.OwnerHash, BindingID: s.BindingID,
+					Environment: ref, GrantGeneration: uint64(env.Status.GrantGeneration),
+				},
+				Epoch: uint64(env.Status.Epoch), RunID: s.RunID,
+			}
+			// Another binding's or run's claim, or none: the claim id cannot match, and the
+			// verifier reports it after the generation and epoch checks.
+			if run := env.Status.ActiveRun; run != nil && run.BindingID == s.BindingID && run.RunID == s.RunID {
+				want.ClaimID = run.ClaimID
+			}
+			return want, nil
+		})
+		got = env
+		return verr
+	})
+	err = settle(err)
+	var mismatch *grant.MismatchError
+	if errors.As(err, &mismatch) && mismatch.Claim == grant.ClaimClaimID {
+		err = errStaleClaim
+	}
+	if err != nil {
+		return nil, grant.Verified{}, err
+	}
+	return got, v, nil
+}
+
+// verifiedGrant is what the control API receives of a verified grant.
+func verifiedGrant(v grant.Verified) *controlv1.VerifiedGrant {
+	b := v.Binding
+	return &controlv1.VerifiedGrant{
+		BindingId: b.BindingID, Environment: &executionv1.EnvironmentRef{Id: b.Environment.Name, Revision: b.Environment.UID},
+		Epoch: b.Epoch, GrantGeneration: b.GrantGeneration, RunId: b.RunID, ClaimId: b.ClaimID,
+		KeyId: v.KeyID, ExpiresAt: timestamppb.New(v.ExpiresAt),
+	}
+}
+
+// claimsOf is the store's form of a verified run grant.
+func claimsOf(v grant.Verified) store.GrantClaims {
+	b := v.Binding
+	return store.GrantClaims{
+		BindingID: b.BindingID, Environment: store.EnvironmentRef{Name: b.Environment.Name, UID: b.Environment.UID},
+		GrantGeneration: b.GrantGeneration, Epoch: b.Epoch, RunID: b.RunID, ClaimID: b.ClaimID,
+	}
+}
+
+// issueEnvironmentGrant signs an environment grant for the caller's binding on the
+// environment the controller answered with.
+func (h *Handler) issueEnvironmentGrant(c security.Client, binding string, reply *controlv1.EnvironmentReply) (*executionv1.Grant, error) {
+	b, err := h.material()
+	if err != nil {
+		return nil, err
+	}
+	env := reply.GetEnvironment()
+	issued, err := b.Signer(grant.PurposeEnvironment).SignEnvironment(grant.EnvironmentBinding{
+		Client: string(c.Identity), OwnerHash: reply.GetOwnerHash(), BindingID: binding,
+		Environment:     grant.EnvironmentRef{Name: env.GetRef().GetId(), UID: env.GetRef().GetRevision()},
+		GrantGeneration: env.GetGrantGeneration(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.Grant{Token: issued.Token, ExpiresAt: timestamppb.New(issued.ExpiresAt)}, nil
+}
+
+// issueRunGrant signs a run grant for the claim the controller answered with.
+func (h *Handler) issueRunGrant(c security.Client, reply *controlv1.EnvironmentReply) (*executionv1.Grant, error) {
+	b, err := h.material()
+	if err != nil {
+		return nil, err
+	}
+	run, ref := reply.GetRun(), reply.GetEnvironment().GetRef()
+	if run == nil || ref == nil {
+		return nil, errors.New("gateway: the controller answered a run call without its claim")
+	}
+	issued, err := b.Signer(grant.PurposeRun).SignRun(grant.RunBinding{
+		EnvironmentBinding: grant.EnvironmentBinding{
+			Client: string(c.Identity), OwnerHash: reply.GetOwnerHash(), BindingID: run.GetBindingId(),
+			Environment:     grant.EnvironmentRef{Name: ref.GetId(), UID: ref.GetRevision()},
+			GrantGeneration: run.GetGrantGeneration(),
+		},
+		Epoch: run.GetEpoch(), RunID: run.GetRunId(), ClaimID: run.GetClaimId(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.Grant{Token: issued.Token, ExpiresAt: timestamppb.New(issued.ExpiresAt)}, nil
+}
+
+// observe waits, for at most the observation bound, until this gateway's view of the
+// environment satisfies seen: after a control call changed authority (a claim taken or
+// released, grants revoked, an epoch raised), the caller's next call through this gateway
+// is judged by the new state (read-your-writes). It is best effort: on timeout the answer
+// stands, and other gateways observe the change within their own delay (the authority
+// observation metric).
+func (h *Handler) observe(ctx context.Context, ref *executionv1.EnvironmentRef, seen func(*executionv1alpha1.ExecutionEnvironment) bool) {
+	if ref == nil {
+		return
+	}
+	_ = h.b.Environments.Await(ctx, ref.GetId(), h.cfg.ObserveWait, func(env *executionv1alpha1.ExecutionEnvironment) error {
+		if env != nil && string(env.UID) == ref.GetRevision() && seen(env) {
+			return nil
+		}
+		return grant.ErrNotObserved
+	})
+}
+
+// atLeast is seen once the view's epoch and generation reach the environment's.
+func atLeast(e *executionv1.Environment) func(*executionv1alpha1.ExecutionEnvironment) bool {
+	return func(env *executionv1alpha1.ExecutionEnvironment) bool {
+		return uint64(env.Status.Epoch) >= e.GetEpoch() && uint64(env.Status.GrantGeneration) >= e.GetGrantGeneration()
+	}
+}

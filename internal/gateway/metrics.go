@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"strings"
+	"time"
+
+	"github.com/execplane/execplane/internal/security"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the gateway's Prometheus metrics. Every label comes from a bounded set: the
+// service's method names (anything else is "unknown"), gRPC codes, ErrorInfo reasons and the
+// security package's handshake reasons.
+type Metrics struct {
+	rpcs          *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	refusals      *prometheus.CounterVec
+	handshakes    *prometheus.CounterVec
+	observation   prometheus.Histogram
+	executorCalls *prometheus.CounterVec
+}
+
+// methods are the RPC names used as labels; anything else is "unknown".
+var methods = map[string]bool{}
+
+func init() {
+	for _, m := range []string{"ValidateProfile", "EnsureEnvironment", "AttachEnvironment", "ReleaseReference", "Files", "StartCommand",
+		"CommandStatus", "CancelCommand", "AcquireRun", "RenewRun", "ReleaseRun", "ReserveSuccessor", "CommitReference", "AbortReference",
+		"PrepareReferenceDelete", "ConfirmReferenceDelete", "CancelReferenceDelete", "ListReferenceIntents", "RetireEnvironment",
+		"ReplaceExecutor", "RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment",
+		"Check", "Watch", "List", "ServerReflectionInfo"} {
+		methods[m] = true
+	}
+}
+
+// methodLabel is the bounded label of a full gRPC method name.
+func methodLabel(full string) string {
+	m := full[strings.LastIndexByte(full, '/')+1:]
+	if methods[m] {
+		return m
+	}
+	return "unknown"
+}
+
+// NewMetrics registers the gateway's metrics with reg, plus gauges over the limiter.
+func NewMetrics(reg prometheus.Registerer, limiter func() security.LimiterStats) *Metrics {
+	m := &Metrics{
+		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "execplane_gateway_rpcs_total", Help: "RPCs answered, by method and gRPC code.",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "execplane_gateway_rpc_duration_seconds", Help: "RPC latency, by method.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"method"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "execplane_gateway_refusals_total", Help: "RPCs refused, by method and ErrorInfo reason (security refusals included).",
+		}, []string{"method", "reason"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "execplane_gateway_handshake_rejections_total", Help: "TLS handshakes rejected, by reason.",
+		}, []string{"reason"}),
+		observation: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "execplane_gateway_authority_observation_seconds",
+			Help: "Delay between an environment's epoch or grant generation being raised (revocation, new run claim, " +
+				"replacement) and this gateway observing it; from then on it refuses the older grants.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, .75, 1, 2.5, 5, 10},
+		}),
+		executorCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "execplane_gateway_executor_calls_total", Help: "Helper invocations through pods/exec, by outcome.",
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.rpcs, m.duration, m.refusals, m.handshakes, m.observation, m.executorCalls)
+	if limiter != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "execplane_gateway_inflight_rpcs", Help: "RPCs admitted and still running.",
+		}, func() float64 { return float64(limiter().InFlight) }))
+	}
+	return m
+}
+
+// ObserveAuthority records one authority-change observation delay.
+func (m *Metrics) ObserveAuthority(d time.Duration) {
+	if m != nil {
+		m.observation.Observe(d.Seconds())
+	}
+}
+
+// HandshakeRejected counts a rejected TLS handshake.
+func (m *Metrics) HandshakeRejected(r security.Reason) {
+	if m != nil {
+		m.handshakes.WithLabelValues(string(r)).Inc()
+	}
+}
+
+func (m *Metrics) rpc(method, code, reason string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.rpcs.WithLabelValues(method, code).Inc()
+	m.duration.WithLabelValues(method).Observe(d.Seconds())
+	if reason != "" {
+		m.refusals.WithLabelValues(method, reason).Inc()
+	}
+}
+
+// Executor outcomes (label values).
+const (
+	outcomeOK       = "ok"
+	outcomeRefused  = "refused"
+	outcomeProtocol = "protocol_violation"
+	outcomeUnknown  = "outcome_unknown"
+	outcomeError    = "error"
+)
+
+func (m *Metrics) executor(outcome string) {
+	if m != nil {
+		m.executorCalls.WithLabelValues(outcome).Inc()
+	}
+}

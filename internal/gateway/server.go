@@ -1,0 +1,240 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/execplane/execplane/internal/apierror"
+	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Transport bounds of the public server. Each names the abuse it stops (ADVERSARIAL.md,
+// "Load").
+const (
+	// maxConcurrentStreams bounds the calls one connection multiplexes: one identity opening
+	// many streams on one connection still meets the limiter, but the transport's own
+	// per-stream state is bounded first.
+	maxConcurrentStreams = 256
+	// maxHeaderListBytes bounds a call's metadata: ours is a few hundred bytes.
+	maxHeaderListBytes = 16 << 10
+	// keepaliveMinTime refuses clients pinging more often (ping floods get GOAWAY).
+	keepaliveMinTime = 10 * time.Second
+	// maxConnectionIdle closes connections without calls, so thousands of idle connections
+	// do not pin memory forever.
+	maxConnectionIdle = 5 * time.Minute
+	// keepaliveTime and keepaliveTimeout detect dead peers under long commands.
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+	// requestIDHeader carries the gateway's request id back to the caller, for support.
+	requestIDHeader = "x-request-id"
+)
+
+// ServerConfig configures NewServer.
+type ServerConfig struct {
+	// Current returns the current security material (TLS and policy); fail closed without.
+	Current func() (*security.Bundle, bool)
+	// MaxConcurrentRPCs and MaxClientRPCs bound in-flight calls (globally, per client).
+	MaxConcurrentRPCs, MaxClientRPCs int
+	// MaxMessageBytes bounds a received or sent message.
+	MaxMessageBytes int
+	// MaxRPCDeadline caps every call's deadline (and gives one to calls without).
+	MaxRPCDeadline time.Duration
+	Logger         hclog.Logger
+	Metrics        *Metrics
+}
+
+// Server is the public gRPC server: the handler behind authentication, limits, request ids,
+// logging, metrics and panic recovery, plus health and reflection.
+type Server struct {
+	GRPC    *grpc.Server
+	Health  *health.Server
+	Limiter *security.RPCLimiter
+}
+
+// NewServer builds the server around h. Every call, health and reflection included, is
+// authenticated and counted against the limits: nothing is served to a peer outside the
+// policy.
+func NewServer(cfg ServerConfig, h executionv1grpc.ExecutionProviderServiceServer) (*Server, error) {
+	if cfg.Current == nil || h == nil || cfg.MaxRPCDeadline <= 0 || cfg.MaxMessageBytes <= 0 {
+		return nil, errors.New("gateway: a security-material source, a handler, a deadline cap and a message cap are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	auth, err := security.NewPeerAuthenticator(cfg.Current)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := security.NewRPCLimiter(auth, cfg.MaxConcurrentRPCs, cfg.MaxClientRPCs)
+	if err != nil {
+		return nil, err
+	}
+	e := &edge{cfg: cfg, limiter: limiter, log: cfg.Logger.Named("rpc")}
+	var onReject func(security.Reason)
+	if cfg.Metrics != nil {
+		onReject = cfg.Metrics.HandshakeRejected
+	}
+	s := grpc.NewServer(
+		grpc.Creds(security.NewServerCredentials(cfg.Current, onReject)),
+		grpc.ConnectionTimeout(security.HandshakeTimeout),
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: maxConnectionIdle, Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.ChainUnaryInterceptor(e.unary),
+		grpc.ChainStreamInterceptor(e.stream),
+	)
+	executionv1grpc.RegisterExecutionProviderServiceServer(s, h)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	hs.SetServingStatus(executionv1grpc.ExecutionProviderService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
+	reflection.Register(s)
+	return &Server{GRPC: s, Health: hs, Limiter: limiter}, nil
+}
+
+// SetServing sets the health status of the whole server and of the API service.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.Health.SetServingStatus("", st)
+	s.Health.SetServingStatus(executionv1grpc.ExecutionProviderService_ServiceDesc.ServiceName, st)
+}
+
+// edge is the interceptor chain: request id, deadline cap, admission (authentication and
+// limits), panic recovery, then one translation of the outcome into a status, one log line
+// for failures and the metrics.
+type edge struct {
+	cfg     ServerConfig
+	limiter *security.RPCLimiter
+	log     hclog.Logger
+}
+
+type requestIDKey struct{}
+
+// RequestID returns the call's request id ("" outside a call).
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// ContextWithRequestID returns ctx carrying id; the server sets it on every call, tests of
+// the handler may set it directly.
+func ContextWithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// begin gives the call its request id and capped deadline, and admits it.
+func (e *edge) begin(ctx context.Context) (context.Context, context.CancelFunc, func(), error) {
+	id := newRequestID()
+	ctx = ContextWithRequestID(ctx, id)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, id))
+	cancel := context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.cfg.MaxRPCDeadline {
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.MaxRPCDeadline)
+	}
+	admitted, release, err := e.limiter.Admit(ctx)
+	if err != nil {
+		cancel()
+		return ctx, nil, nil, err
+	}
+	return admitted, cancel, release, nil
+}
+
+// finish translates err once, logs what deserves it, and counts the call.
+func (e *edge) finish(ctx context.Context, method string, start time.Time, err error) error {
+	id := RequestID(ctx)
+	out := apierror.Status(err, id)
+	code := status.Code(out)
+	reason := ""
+	if out != nil {
+		reason = apierror.Reason(out)
+		if reason == "" {
+			reason = "UNCLASSIFIED"
+		}
+	}
+	label := methodLabel(method)
+	e.cfg.Metrics.rpc(label, code.String(), reason, time.Since(start))
+	switch {
+	case code == codes.Internal || code == codes.Unknown:
+		e.log.Error("call failed", logging.KeyRPC, label, logging.KeyRequestID, id, logging.KeyCode, code.String(), logging.KeyError, err)
+	case out != nil:
+		e.log.Debug("call refused", logging.KeyRPC, label, logging.KeyRequestID, id, logging.KeyCode, code.String(), logging.KeyReason, reason)
+	}
+	return out
+}
+
+func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	start := time.Now()
+	ctx, cancel, release, err := e.begin(ctx)
+	if err != nil {
+		return nil, e.finish(ctx, info.FullMethod, start, err)
+	}
+	defer cancel()
+	defer release()
+	resp, err = recovered(func() (any, error) { return handler(ctx, req) })
+	if err != nil {
+		return nil, e.finish(ctx, info.FullMethod, start, err)
+	}
+	return resp, e.finish(ctx, info.FullMethod, start, nil)
+}
+
+func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	ctx, cancel, release, err := e.begin(ss.Context())
+	if err != nil {
+		return e.finish(ctx, info.FullMethod, start, err)
+	}
+	defer cancel()
+	defer release()
+	_, err = recovered(func() (any, error) { return nil, handler(srv, &callStream{ServerStream: ss, ctx: ctx}) })
+	return e.finish(ctx, info.FullMethod, start, err)
+}
+
+// errPanic: a handler panicked; the stack goes to the log only.
+var errPanic = errors.New("handler panic")
+
+// recovered runs call, turning a panic into an internal error (logged with its stack by
+// finish through the error's text, never sent to the caller).
+func recovered(call func() (any, error)) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp, err = nil, fmt.Errorf("%w: %v\n%s", errPanic, r, debug.Stack())
+		}
+	}()
+	return call()
+}
+
+// callStream is a server stream with the call's context.
+type callStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *callStream) Context() context.Context { return s.ctx }
