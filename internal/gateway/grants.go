@@ -58,15 +58,18 @@ func checkToken(field string, g *executionv1.Grant) (string, error) {
 	return g.GetToken(), nil
 }
 
-// visible returns the cached environment when it is the one ref names and it belongs to the
-// caller; an environment that is absent, re-created (another UID) or another client's is
-// store.ErrNotFound, indistinguishably. An absent one named by an authentic grant is
-// grant.ErrNotObserved: the grant was issued for it, so the view lags.
-func visible(env *executionv1alpha1.ExecutionEnvironment, ref grant.EnvironmentRef, c security.Client, named bool) error {
+// visible checks an authentic grant naming subject, presented for ref, against the cached
+// environment: a grant for another environment, or an environment that is absent,
+// re-created (another UID) or another client's, is store.ErrNotFound, indistinguishably
+// (a caller learns nothing about environments that are not its own). An absent one that the
+// grant names is grant.ErrNotObserved: the grant was issued for it, so the view lags.
+func visible(env *executionv1alpha1.ExecutionEnvironment, ref, subject grant.EnvironmentRef, c security.Client) error {
 	switch {
-	case env == nil && named:
+	case subject != ref:
+		return store.ErrNotFound
+	case env == nil:
 		return errNotInView
-	case env == nil || string(env.UID) != ref.UID || env.Spec.ClientHash != store.ClientHash(c.Identity):
+	case string(env.UID) != ref.UID || env.Spec.ClientHash != store.ClientHash(c.Identity):
 		return store.ErrNotFound
 	}
 	return nil
@@ -83,7 +86,7 @@ func (h *Handler) verifyEnvironmentGrant(ctx context.Context, c security.Client,
 	err = h.b.Environments.Await(ctx, ref.Name, h.cfg.ObserveWait, func(env *executionv1alpha1.ExecutionEnvironment) error {
 		var verr error
 		v, verr = b.Verifier().VerifyEnvironmentFunc(token, func(s grant.Subject) (grant.EnvironmentBinding, error) {
-			if err := visible(env, ref, c, s.Environment == ref); err != nil {
+			if err := visible(env, ref, s.Environment, c); err != nil {
 				return grant.EnvironmentBinding{}, err
 			}
 			return grant.EnvironmentBinding{
@@ -111,7 +114,7 @@ func (h *Handler) verifyRunGrant(ctx context.Context, c security.Client, token s
 	err = h.b.Environments.Await(ctx, ref.Name, h.cfg.ObserveWait, func(env *executionv1alpha1.ExecutionEnvironment) error {
 		var verr error
 		v, verr = b.Verifier().VerifyRunFunc(token, func(s grant.Subject) (grant.RunBinding, error) {
-			if err := visible(env, ref, c, s.Environment == ref); err != nil {
+			if err := visible(env, ref, s.Environment, c); err != nil {
 				return grant.RunBinding{}, err
 			}
 			want := grant.RunBinding{
