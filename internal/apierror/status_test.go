@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/grant"
 	"github.com/execplane/execplane/pkg/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,6 +28,17 @@ func TestStatus(t *testing.T) {
 		{ErrNotLeader, codes.Unavailable, "UNAVAILABLE"},
 		{security.ErrNotInPolicy, codes.Unauthenticated, "UNAUTHENTICATED"},
 		{errors.New("secret detail from etcd"), codes.Internal, "INTERNAL"},
+		{fmt.Errorf("w: %w", grant.ErrBadSignature), codes.Unauthenticated, "GRANT_INVALID"},
+		{&grant.MismatchError{Claim: grant.ClaimClient}, codes.Unauthenticated, "GRANT_INVALID"},
+		{grant.ErrRevoked, codes.Aborted, "REVOKED"},
+		{grant.ErrStaleEpoch, codes.Aborted, "STALE_EPOCH"},
+		{grant.ErrNotObserved, codes.Unavailable, "UNAVAILABLE"},
+		{ErrNoLeader, codes.Unavailable, "UNAVAILABLE"},
+		{ErrOutcomeUnknown, codes.Unknown, "OUTCOME_UNKNOWN"},
+		{ErrUnimplemented, codes.Unimplemented, "UNIMPLEMENTED"},
+		{ErrPathEscape, codes.PermissionDenied, "PATH_ESCAPE"},
+		{ErrVersionMismatch, codes.Aborted, "VERSION_MISMATCH"},
+		{ErrWrongType, codes.FailedPrecondition, "WRONG_TYPE"},
 		{fmt.Errorf("Get \"https://secret-apiserver/\": %w", context.DeadlineExceeded), codes.DeadlineExceeded, "UNAVAILABLE"},
 	} {
 		err := Status(c.err, "req-1")

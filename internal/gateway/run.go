@@ -27,7 +27,7 @@ const (
 )
 
 // healthPeriod is how often the gRPC health status follows readiness.
-const healthPeriod = 500 * time.Millisecond
+const healthPeriod = 250 * time.Millisecond
 
 // Run is the gateway's entry point: it serves the public API until ctx ends, then drains.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-var controllerBin, gatewayBin string
+var controllerBin, gatewayBin, grpcurlBin, healthProbeBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "e2e-bin-")
@@ -41,6 +41,16 @@ func TestMain(m *testing.M) {
 	controllerBin, gatewayBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway")
 	for bin, pkg := range map[string]string{controllerBin: "./cmd/controller", gatewayBin: "./cmd/gateway"} {
 		cmd := exec.Command("go", "build", "-race", "-o", bin, pkg)
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	// Third-party clients, pinned in hack/tools/go.mod.
+	grpcurlBin, healthProbeBin = filepath.Join(dir, "grpcurl"), filepath.Join(dir, "grpc-health-probe")
+	for bin, pkg := range map[string]string{grpcurlBin: "github.com/fullstorydev/grpcurl/cmd/grpcurl", healthProbeBin: "github.com/grpc-ecosystem/grpc-health-probe"} {
+		cmd := exec.Command("go", "build", "-modfile=hack/tools/go.mod", "-o", bin, pkg)
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
