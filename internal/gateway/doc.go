@@ -2,6 +2,16 @@
 // applies client policy and limits, issues and verifies grants, forwards control operations
 // to the controller leader and serves file and command operations itself through pods/exec.
 //
-// This package currently holds the gateway's configuration and entry point; the server is
-// delivered by the gateway issue (docs/architecture.md).
+// Invariants:
+//   - No handler runs without the edge interceptor's admission: an authenticated identity in
+//     the current policy, within its limits. The Handler refuses a context without a client.
+//   - Every outcome is translated once, by internal/apierror, in the edge interceptor.
+//   - Grants are verified against the informer view of the environment, never trusted for
+//     what they claim; a view older than a grant is waited for (bounded), never guessed.
+//   - "Not yours" and "absent" answer identically.
+//   - The data path writes nothing to the API server; everything the executor answers is
+//     size-capped and strictly decoded, and its text is sanitised before it reaches a caller.
+//   - Tokens, keys and file contents are never logged.
+//
+// docs/gateway.md explains the choices.
 package gateway
