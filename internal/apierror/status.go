@@ -67,7 +67,7 @@ func is(targets ...error) func(error) bool {
 // mappings are checked in order; the first match wins.
 var mappings = []mapping{
 	{is(ErrNotLeader, ErrNoLeader), codes.Unavailable, "UNAVAILABLE", true, ""},
-	{is(ErrOutcomeUnknown), codes.Unknown, "OUTCOME_UNKNOWN", false, ""},
+	{is(ErrOutcomeUnknown), codes.Unknown, "OUTCOME_UNKNOWN", false, "the executor connection broke after the request was sent: the outcome is unknown"},
 	{is(ErrUnimplemented), codes.Unimplemented, "UNIMPLEMENTED", false, ""},
 	{is(ErrPathEscape), codes.PermissionDenied, "PATH_ESCAPE", false, ""},
 	{is(ErrVersionMismatch), codes.Aborted, "VERSION_MISMATCH", false, ""},

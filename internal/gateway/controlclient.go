@@ -27,6 +27,10 @@ const (
 	// controlCallTimeout bounds one attempt when the caller's deadline is further away: a
 	// leader that stopped answering mid-call is abandoned for the next one.
 	controlCallTimeout = 15 * time.Second
+	// retryBudget bounds the time spent retrying, whatever the caller's deadline: a leader
+	// election takes a few seconds; past that the caller hears UNAVAILABLE (retryable) and
+	// its slot is freed rather than held for an hour.
+	retryBudget = 20 * time.Second
 	// maxControlMessage bounds a control answer (64 references and an environment).
 	maxControlMessage = 4 << 20
 )
@@ -57,15 +61,20 @@ func DialControl(address string, files ControlFiles) (controlv1.ControlServiceCl
 // status, or apierror.ErrNoLeader for a transport failure (which has no ErrorInfo).
 func retryControl(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	backoff := retryInitial
+	giveUp := time.Now().Add(retryBudget)
 	for {
 		attempt, cancel := context.WithTimeout(ctx, controlCallTimeout)
 		err := invoker(attempt, method, req, reply, cc, opts...)
+		abandoned := attempt.Err() != nil && ctx.Err() == nil // this attempt timed out, the call did not
 		cancel()
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || !(retryable(err) || abandoned) {
 			return normalise(err)
 		}
+		if abandoned {
+			err = apierror.ErrNoLeader
+		}
 		sleep := backoff/2 + rand.N(backoff/2+1)
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < sleep+retryReserve {
+		if d, ok := ctx.Deadline(); (ok && time.Until(d) < sleep+retryReserve) || time.Now().Add(sleep).After(giveUp) {
 			return normalise(err)
 		}
 		select {

@@ -13,6 +13,7 @@ import (
 	"github.com/execplane/execplane/internal/ident"
 	"github.com/execplane/execplane/internal/logging"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/grant"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/store"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -47,17 +48,18 @@ func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*exe
 	if err := checkPaths(op); err != nil {
 		return nil, err
 	}
-	env, lim, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
+	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {
 		return nil, err
 	}
+	lim := a.limits
 	if w := op.GetWrite(); w != nil && uint64(len(w.GetContent())) > lim.GetMaxFileBytes() {
 		return nil, fmt.Errorf("%w: write of %d bytes exceeds the profile's max_file_bytes %d", store.ErrLimitExceeded, len(w.GetContent()), lim.GetMaxFileBytes())
 	}
 	if r := op.GetRead(); r != nil && r.GetLength() > lim.GetMaxFileBytes() {
 		return nil, fmt.Errorf("%w: read length %d exceeds the profile's max_file_bytes %d", store.ErrLimitExceeded, r.GetLength(), lim.GetMaxFileBytes())
 	}
-	resp, err := h.execute(ctx, env, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_File{File: op}}, fileResponseCap(op, lim))
+	resp, err := h.execute(ctx, a.env, a.claims, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_File{File: op}}, fileResponseCap(op, lim))
 	if err != nil {
 		return nil, err
 	}
@@ -78,10 +80,11 @@ func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommand
 	if wd := spec.GetWorkingDirectory(); len(wd) > maxPathBytes || bytes.IndexByte(wd, 0) >= 0 {
 		return nil, fmt.Errorf("%w: command.working_directory: at most %d bytes without NUL", store.ErrInvalidArgument, maxPathBytes)
 	}
-	env, lim, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
+	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {
 		return nil, err
 	}
+	lim := a.limits
 	if err := process.Validate(spec, process.Limits{MaxOutputBytes: lim.GetMaxCommandBytes(), MaxDuration: time.Duration(lim.GetMaxCommandMillis()) * time.Millisecond}); err != nil {
 		return nil, helperError(err)
 	}
@@ -92,7 +95,7 @@ func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommand
 	ctx, cancel := context.WithTimeout(ctx, timeout+commandSlack)
 	defer cancel()
 	responseCap := int(min(2*lim.GetMaxCommandBytes()+responseOverhead, uint64(treeResultCap)))
-	resp, err := h.execute(ctx, env, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_Command{Command: spec}}, responseCap)
+	resp, err := h.execute(ctx, a.env, a.claims, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_Command{Command: spec}}, responseCap)
 	if err != nil {
 		return nil, err
 	}
@@ -125,44 +128,52 @@ func (h *Handler) authoriseCommandID(ctx context.Context, g *executionv1.Grant, 
 	if !ident.IsIdentifier(id) {
 		return fmt.Errorf("%w: command_id: must be an identifier", store.ErrInvalidArgument)
 	}
-	_, _, err := h.admit(ctx, g, ref)
+	_, err := h.admit(ctx, g, ref)
 	return err
 }
 
 // admit authorises a data operation: the caller's run grant verified against this gateway's
 // view of the environment, the environment usable and the claim current and unexpired. It
 // returns the environment and the helper limits from its profile. Nothing is written.
-func (h *Handler) admit(ctx context.Context, g *executionv1.Grant, r *executionv1.EnvironmentRef) (*executionv1alpha1.ExecutionEnvironment, *helperv1.Limits, error) {
+func (h *Handler) admit(ctx context.Context, g *executionv1.Grant, r *executionv1.EnvironmentRef) (*admitted, error) {
 	cl, err := client(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	token, err := checkToken("run_grant", g)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ref, err := checkRef("environment", r)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	env, v, err := h.verifyRunGrant(ctx, cl, token, ref)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	claims := claimsOf(v)
 	if err := store.Usable(env); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if err := store.ValidateRunClaim(env, claimsOf(v), h.cfg.Now()); err != nil {
-		return nil, nil, err
+	if err := store.ValidateRunClaim(env, claims, h.cfg.Now()); err != nil {
+		return nil, err
 	}
 	if env.Status.Pod == nil {
-		return nil, nil, fmt.Errorf("%w: the environment has no executor", store.ErrNotReady)
+		return nil, fmt.Errorf("%w: the environment has no executor", store.ErrNotReady)
 	}
 	p, ok := h.b.Profiles.Profile(env.Spec.Profile)
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: the environment's profile was withdrawn", store.ErrNotReady)
+		return nil, fmt.Errorf("%w: the environment's profile was withdrawn", store.ErrNotReady)
 	}
-	return env, limitsOf(p), nil
+	return &admitted{env: env, claims: claims, limits: limitsOf(p)}, nil
+}
+
+// admitted is a data call that passed admit.
+type admitted struct {
+	env    *executionv1alpha1.ExecutionEnvironment
+	claims store.GrantClaims
+	limits *helperv1.Limits
 }
 
 // limitsOf is what the helper enforces: the profile's current limits (the operator's present
@@ -174,11 +185,41 @@ func limitsOf(p profile.Profile) *helperv1.Limits {
 	}
 }
 
-// execute runs req in the environment's executor Pod.
-func (h *Handler) execute(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+// errAuthorityLost: the claim a data call was admitted under ended while it ran.
+var errAuthorityLost = fmt.Errorf("%w: the run claim ended during the call (revoked, superseded, released or administered)", apierror.ErrOutcomeUnknown)
+
+// fenced returns ctx cancelled as soon as this gateway's view shows that the claim the call
+// was admitted under is no longer current (grants revoked, the epoch moved, the claim
+// released or taken over, the environment fenced, administered or deleted): the exec stream
+// closes and the helper kills what it runs, so no older grant keeps acting once the change
+// is observed. stop ends the watch.
+func (h *Handler) fenced(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, claims store.GrantClaims) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		err := h.b.Environments.Await(ctx, env.Name, MaxRPCDeadline, func(cur *executionv1alpha1.ExecutionEnvironment) error {
+			if cur == nil || cur.UID != env.UID || store.Usable(cur) != nil || store.ValidateRunClaim(cur, claims, h.cfg.Now()) != nil {
+				return nil
+			}
+			return grant.ErrNotObserved // still current: keep watching
+		})
+		if err == nil {
+			cancel(errAuthorityLost)
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// execute runs req in the environment's executor Pod, for as long as the claim stays current.
+func (h *Handler) execute(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, claims store.GrantClaims, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 	req.Version = helperv1.ProtocolVersion_PROTOCOL_VERSION_1
 	req.RequestId = RequestID(ctx)
+	ctx, stop := h.fenced(ctx, env, claims)
+	defer stop()
 	resp, err := h.b.Executor.Execute(ctx, PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}, req, responseCap)
+	if err != nil && errors.Is(context.Cause(ctx), errAuthorityLost) {
+		h.cfg.Metrics.executor(outcomeUnknown)
+		return nil, errAuthorityLost
+	}
 	switch {
 	case errors.Is(err, ErrOutcomeUnknown):
 		h.cfg.Metrics.executor(outcomeUnknown)

@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/execplane/execplane/internal/security"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
@@ -49,6 +51,9 @@ func NewEnvironments(client versioned.Interface, namespace string, observed func
 	}
 	return e, nil
 }
+
+// errNotSynced: the view has not listed the environments yet; nothing can be judged.
+var errNotSynced = fmt.Errorf("%w: the gateway's environment cache is not synced yet", security.ErrUnavailable)
 
 // Start runs the informer until ctx ends.
 func (e *Environments) Start(ctx context.Context) { e.factory.Start(ctx.Done()) }
@@ -94,6 +99,9 @@ func (e *Environments) Get(name string) *executionv1alpha1.ExecutionEnvironment 
 // ErrNotObserved: the caller answers UNAVAILABLE, retryable.
 func (e *Environments) Await(ctx context.Context, name string, wait time.Duration, check func(*executionv1alpha1.ExecutionEnvironment) error) error {
 	var timeout <-chan time.Time
+	if !e.Synced() {
+		return errNotSynced
+	}
 	for {
 		changed := e.next() // before the read, so no change between them is missed
 		err := check(e.Get(name))
@@ -110,7 +118,7 @@ func (e *Environments) Await(ctx context.Context, name string, wait time.Duratio
 		case <-timeout:
 			return err
 		case <-ctx.Done():
-			return err
+			return ctx.Err() // the caller gave up; nothing was concluded
 		}
 	}
 }

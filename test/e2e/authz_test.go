@@ -50,6 +50,8 @@ func TestAuthorisationMatrix(t *testing.T) {
 		{"other client", otherClient.api, otherClient.owner, otherClient.envG, otherClient.runG},
 		{"no capability", sys.dial(t, plainClient, 0), ownerOf("alice"), nil, nil},
 		{"admin out of scope", sys.dial(t, scopedAdmin, 0), ownerOf("alice"), nil, nil},
+		// Another client that stole the victim's grants: they are bound to the victim's client.
+		{"other client, stolen grants", otherClient.api, ownerOf("alice"), victim.envG, victim.runG},
 	}
 	absent := &executionv1.EnvironmentRef{Id: "xenv-00000000000000000000", Revision: "00000000-0000-4000-8000-000000000000"}
 	epoch, gen := ptr(before.GetEpoch()), ptr(before.GetGrantGeneration())

@@ -123,3 +123,39 @@ func TestRevocationReachesEveryGateway(t *testing.T) {
 		}
 	}
 }
+
+// A command running under a grant that gets revoked is stopped as soon as the gateway
+// observes the revocation: the call ends with OUTCOME_UNKNOWN, and the command never reaches
+// its end (its process group was killed).
+func TestRevocationStopsARunningCommand(t *testing.T) {
+	sys := startSystem(t, 1)
+	admin := sys.dial(t, "admin", 0)
+	s := ensureReady(t, sys.dial(t, "caller", 0), "alice", "conv-1")
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.command(callCtx(t), shell("echo started > started.txt; sleep 20; echo late > late.txt"))
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the command started", func() bool {
+		_, err := s.files(callCtx(t), read("started.txt"))
+		return err == nil
+	})
+	env := s.latest(t)
+	revoked := time.Now()
+	if _, err := admin.RevokeEnvironment(callCtx(t), &executionv1.RevokeEnvironmentRequest{OperationId: op(), Environment: s.envRef,
+		Preconditions: &executionv1.AdminPreconditions{GrantGeneration: ptr(env.GetGrantGeneration())}, Reason: "stop it"}); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	select {
+	case err := <-done:
+		wantCode(t, "the revoked command", err, codes.Unknown, "OUTCOME_UNKNOWN")
+		t.Logf("the command call ended %s after the revoke", time.Since(revoked).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the command kept running 5 s after its grant was revoked")
+	}
+	s.latest(t)
+	s.acquire(t, "run-2")
+	eventually(t, 25*time.Second, "past the command's natural end", func() bool { return time.Since(revoked) > 21*time.Second })
+	_, err := s.files(callCtx(t), read("late.txt"))
+	wantCode(t, "the killed command's late write", err, codes.NotFound, "NOT_FOUND")
+}
