@@ -193,10 +193,15 @@ func TestSessionEveryRPC(t *testing.T) {
 	if err != nil || rs.GetReference().GetState() != executionv1.ReferenceState_REFERENCE_STATE_RESERVED_SUCCESSOR {
 		t.Fatalf("reserve successor: %v %v", rs, err)
 	}
-	intents, err := api.ListReferenceIntents(ctx, &executionv1.ListReferenceIntentsRequest{Owner: s.owner})
-	if err != nil || len(intents.GetIntents()) != 1 || intents.GetIntents()[0].GetReference().GetBindingId() != "conv-2" {
-		t.Fatalf("intents: %v %v", intents, err)
-	}
+	// The intents list is read from the leader's cache: the reservation shows up within its
+	// watch latency.
+	eventually(t, 5*time.Second, "the reservation listed as an intent", func() bool {
+		intents, err := api.ListReferenceIntents(ctx, &executionv1.ListReferenceIntentsRequest{Owner: s.owner})
+		if err != nil {
+			t.Fatalf("intents: %v", err)
+		}
+		return len(intents.GetIntents()) == 1 && intents.GetIntents()[0].GetReference().GetBindingId() == "conv-2"
+	})
 	target := &executionv1.ReferenceTarget{Owner: s.owner, Environment: s.envRef, BindingId: "conv-2"}
 	if _, err := api.CommitReference(ctx, &executionv1.CommitReferenceRequest{OperationId: op(), Target: target}); err != nil {
 		t.Fatalf("commit: %v", err)

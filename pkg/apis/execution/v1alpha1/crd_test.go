@@ -92,6 +92,12 @@ func TestFixtureSetsEveryField(t *testing.T) {
 				}
 				return
 			}
+			if v.Type() == reflect.TypeOf(metav1.MicroTime{}) {
+				if tm := v.Interface().(metav1.MicroTime); tm.IsZero() {
+					t.Errorf("%s is zero", path)
+				}
+				return
+			}
 			for i := range v.NumField() {
 				walk(path+"."+v.Type().Field(i).Name, v.Field(i))
 			}
