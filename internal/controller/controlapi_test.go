@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"strconv"
 	"sync"
 	"syscall"
@@ -42,7 +43,7 @@ func controlClient(t *testing.T, material *devbundle.Result, addr string) contro
 func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 	g := newRig(t)
 	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a")
-	eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.ready)
 	b := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-b")
 	material := securityMaterial(t, g.c.Kubeconfig(), g.ns)
 	caller := &controlv1.Caller{ClientUri: material.Caller.Identity, RequestId: "failover"}
@@ -77,10 +78,10 @@ func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "replica-b leads", b.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-b leads", b.ready)
 	next := controlClient(t, material, b.listen)
 	var intents *executionv1.ListReferenceIntentsResponse
-	eventually(t, 20*time.Second, "both intents listed by the new leader", func() bool {
+	clustertest.Eventually(t, 20*time.Second, "both intents listed by the new leader", func() bool {
 		intents, err = next.ListReferenceIntents(g.ctx, &controlv1.ListReferenceIntentsRequest{Caller: caller,
 			Request: &executionv1.ListReferenceIntentsRequest{Owner: owner}})
 		return err == nil && len(intents.GetIntents()) == 2
@@ -119,7 +120,7 @@ func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 func TestThousandEnsuresThroughTheControlAPI(t *testing.T) {
 	g := newRig(t)
 	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a")
-	eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.ready)
 	material := securityMaterial(t, g.c.Kubeconfig(), g.ns)
 	client := controlClient(t, material, a.listen)
 	owner := &executionv1.Owner{Issuer: "https://issuer.example", Subject: "alice"}
@@ -156,7 +157,7 @@ func TestThousandEnsuresThroughTheControlAPI(t *testing.T) {
 	}
 	// The caller timed out after its Acquire committed, and retries with the same id.
 	env := list.Items[0]
-	eventually(t, 30*time.Second, "Ready", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "Ready", func() bool {
 		e := g.get(t, env.Name)
 		return meta.IsStatusConditionTrue(e.Status.Conditions, v1alpha1.ConditionReady)
 	})

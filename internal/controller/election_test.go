@@ -1,11 +1,9 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,24 +47,8 @@ type replica struct {
 	cmd    *exec.Cmd
 	diag   string
 	listen string
-	log    *syncBuffer
+	log    *clustertest.SyncBuffer
 	done   chan error
-}
-
-// freeAddrs returns n distinct free loopback addresses (all held open while chosen, so
-// none repeats).
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs
 }
 
 func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *replica {
@@ -76,8 +58,8 @@ func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *repli
 		t.Fatal(err)
 	}
 	material := securityMaterial(t, kubeconfig, ns)
-	addrs := freeAddrs(t, 2)
-	r := &replica{id: id, diag: addrs[0], log: &syncBuffer{}, done: make(chan error, 1), listen: addrs[1]}
+	addrs := clustertest.FreeAddrs(t, 2)
+	r := &replica{id: id, diag: addrs[0], log: &clustertest.SyncBuffer{}, done: make(chan error, 1), listen: addrs[1]}
 	r.cmd = exec.Command(controllerBin,
 		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id, "--profiles", profiles,
 		"--security-manifest", material.Manifest, "--gateway-identity", material.Gateway.Identity,
@@ -153,26 +135,6 @@ func (r *replica) writes(t *testing.T) int {
 	return total
 }
 
-// syncBuffer is a log buffer the process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }
-
 // ready reports the replica's /readyz status (false while unreachable).
 func (r *replica) ready() bool {
 	c := http.Client{Timeout: 500 * time.Millisecond}
@@ -183,17 +145,6 @@ func (r *replica) ready() bool {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode == http.StatusOK
-}
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // Two controller processes: exactly one is ready (the leader). The leader stopped (SIGSTOP)
@@ -208,7 +159,7 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	}
 	a := startReplica(t, c.Kubeconfig(), ns, "replica-a")
 	b := startReplica(t, c.Kubeconfig(), ns, "replica-b")
-	eventually(t, 20*time.Second, "one replica ready", func() bool { return a.ready() != b.ready() })
+	clustertest.Eventually(t, 20*time.Second, "one replica ready", func() bool { return a.ready() != b.ready() })
 	leader, follower := a, b
 	if b.ready() {
 		leader, follower = b, a
@@ -236,7 +187,7 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	eventually(t, 15*time.Second, "the follower takes over", follower.ready)
+	clustertest.Eventually(t, 15*time.Second, "the follower takes over", follower.ready)
 	t.Logf("takeover %s after the leader was stopped", time.Since(stopped).Round(10*time.Millisecond))
 	if err := leader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)

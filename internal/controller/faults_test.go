@@ -3,6 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"errors"
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -48,7 +49,7 @@ func (g *rig) converged(t *testing.T, name string, claim types.UID, executors in
 	t.Helper()
 	var env *v1alpha1.ExecutionEnvironment
 	var pods []corev1.Pod
-	eventually(t, 30*time.Second, name+" converged", func() bool {
+	clustertest.Eventually(t, 30*time.Second, name+" converged", func() bool {
 		env = g.get(t, name)
 		pods = g.pods(t, name)
 		if len(pods) != executors || (executors == 1 && (env.Status.Pod == nil || env.Status.Pod.UID != pods[0].UID)) {
@@ -112,7 +113,7 @@ func TestKilledAtFailpointsConverges(t *testing.T) {
 		}
 	}
 	deleted := func(t *testing.T, g *rig, _ types.UID) {
-		eventually(t, 30*time.Second, "the environment and its claim are gone", func() bool {
+		clustertest.Eventually(t, 30*time.Second, "the environment and its claim are gone", func() bool {
 			_, err := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns).Get(g.ctx, "env", metav1.GetOptions{})
 			_, cerr := g.c.Kube().CoreV1().PersistentVolumeClaims(g.ns).Get(g.ctx, "env-workspace", metav1.GetOptions{})
 			return apierrors.IsNotFound(err) && apierrors.IsNotFound(cerr) && len(g.pods(t, "env")) == 0
@@ -160,11 +161,11 @@ func TestKilledAtFailpointsConverges(t *testing.T) {
 func TestStaleLeaderWriteFails(t *testing.T) {
 	g := newRig(t)
 	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a", failpoint.Env+"=before-status-write=stop")
-	eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.ready)
 	b := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-b")
 	g.create(t, "env")
-	eventually(t, 20*time.Second, "replica-a stops itself before its write", func() bool { return processStopped(a.cmd.Process.Pid) })
-	eventually(t, 20*time.Second, "replica-b leads", b.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-a stops itself before its write", func() bool { return processStopped(a.cmd.Process.Pid) })
+	clustertest.Eventually(t, 20*time.Second, "replica-b leads", b.ready)
 	env := g.waitReady(t, "env")
 	if env.Status.Pod == nil || env.Status.PVC == nil {
 		t.Fatalf("the new leader did not record the objects: %+v", env.Status)

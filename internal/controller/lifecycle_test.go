@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +26,7 @@ var opSeq atomic.Int64
 func (g *rig) waitReady(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
 	t.Helper()
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 30*time.Second, name+" Ready", func() bool {
+	clustertest.Eventually(t, 30*time.Second, name+" Ready", func() bool {
 		env = g.get(t, name)
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
 	})
@@ -61,7 +62,7 @@ func (g *rig) request(t *testing.T, name string, kind v1alpha1.LifecycleKind, ed
 func (g *rig) waitCompleted(t *testing.T, name string, kind v1alpha1.LifecycleKind) *v1alpha1.ExecutionEnvironment {
 	t.Helper()
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 30*time.Second, string(kind)+" completed", func() bool {
+	clustertest.Eventually(t, 30*time.Second, string(kind)+" completed", func() bool {
 		env = g.get(t, name)
 		op := env.Status.LifecycleOperation
 		return op != nil && op.Kind == kind && op.Phase == v1alpha1.PhaseCompleted
@@ -103,7 +104,7 @@ func (g *rig) eventReasons(t *testing.T, env *v1alpha1.ExecutionEnvironment) []s
 
 func waitEvents(t *testing.T, g *rig, env *v1alpha1.ExecutionEnvironment, want ...string) {
 	t.Helper()
-	eventually(t, 10*time.Second, "events "+strings.Join(want, ","), func() bool {
+	clustertest.Eventually(t, 10*time.Second, "events "+strings.Join(want, ","), func() bool {
 		got := g.eventReasons(t, env)
 		for _, w := range want {
 			if !slices.Contains(got, w) {
@@ -183,7 +184,7 @@ func TestDeleteRetired(t *testing.T) {
 
 	g.request(t, "env-d", v1alpha1.LifecycleDeleteRetired, nil)
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 10*time.Second, "the operation says why it waits", func() bool {
+	clustertest.Eventually(t, 10*time.Second, "the operation says why it waits", func() bool {
 		env = g.get(t, "env-d")
 		return env.Status.LifecycleOperation.Reason != ""
 	})
@@ -200,7 +201,7 @@ func TestDeleteRetired(t *testing.T) {
 	g.request(t, "env-d", v1alpha1.LifecycleRetire, nil)
 	g.waitCompleted(t, "env-d", v1alpha1.LifecycleRetire)
 	g.request(t, "env-d", v1alpha1.LifecycleDeleteRetired, nil)
-	eventually(t, 30*time.Second, "the environment is gone", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "the environment is gone", func() bool {
 		_, err := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns).Get(g.ctx, "env-d", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -220,7 +221,7 @@ func TestKubectlDeleteOnlyBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 10*time.Second, "DeletionBlocked", func() bool {
+	clustertest.Eventually(t, 10*time.Second, "DeletionBlocked", func() bool {
 		env = g.get(t, "env-k")
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionDeletionBlocked)
 	})
@@ -231,7 +232,7 @@ func TestKubectlDeleteOnlyBlocks(t *testing.T) {
 	g.request(t, "env-k", v1alpha1.LifecycleRetire, nil)
 	g.waitCompleted(t, "env-k", v1alpha1.LifecycleRetire)
 	g.request(t, "env-k", v1alpha1.LifecycleDeleteRetired, nil)
-	eventually(t, 30*time.Second, "the environment is gone", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "the environment is gone", func() bool {
 		_, err := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns).Get(g.ctx, "env-k", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -247,7 +248,7 @@ func TestHandDeletedExecutorIsRecordedNotRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 30*time.Second, "the Pod is released and forgotten", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "the Pod is released and forgotten", func() bool {
 		env = g.get(t, "env-h")
 		return env.Status.Pod == nil && len(g.pods(t, "env-h")) == 0
 	})
@@ -272,7 +273,7 @@ func TestOperationOnUnexpectedExecutorFences(t *testing.T) {
 	before := g.waitReady(t, "env-u")
 	g.request(t, "env-u", v1alpha1.LifecycleReplace, func(op *v1alpha1.LifecycleOperation) { op.ExpectedPodUID = "not-the-recorded-uid" })
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 10*time.Second, "FenceUnknown", func() bool {
+	clustertest.Eventually(t, 10*time.Second, "FenceUnknown", func() bool {
 		env = g.get(t, "env-u")
 		return env.Status.FenceState == v1alpha1.FenceUnknown
 	})
@@ -298,6 +299,6 @@ func TestOrphanedExecutorIsReleased(t *testing.T) {
 	if err := envs.Delete(g.ctx, "env-o", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "no executor left", func() bool { return len(g.pods(t, "env-o")) == 0 })
+	clustertest.Eventually(t, 30*time.Second, "no executor left", func() bool { return len(g.pods(t, "env-o")) == 0 })
 	g.pvcUID(t, "env-o") // still there
 }

@@ -104,7 +104,7 @@ func TestReconcileProvisionsAndThenStaysQuiet(t *testing.T) {
 	g := startReconciler(t, "")
 	g.create(t, "env-a")
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 30*time.Second, "Ready", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "Ready", func() bool {
 		env = g.get(t, "env-a")
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
 	})
@@ -138,7 +138,7 @@ func TestVanishedExecutorFencesAndIsNotRecreated(t *testing.T) {
 	g := startReconciler(t, "")
 	g.create(t, "env-b")
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 30*time.Second, "Ready", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "Ready", func() bool {
 		env = g.get(t, "env-b")
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
 	})
@@ -152,7 +152,7 @@ func TestVanishedExecutorFencesAndIsNotRecreated(t *testing.T) {
 	if err := pods.Delete(g.ctx, env.Status.Pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "FenceUnknown", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "FenceUnknown", func() bool {
 		env = g.get(t, "env-b")
 		return env.Status.FenceState == v1alpha1.FenceUnknown
 	})
@@ -171,7 +171,7 @@ func TestRemovedProfileStopsNewWork(t *testing.T) {
 	g := startReconciler(t, strings.Replace(profilesYAML, "python:", "other:", 1))
 	g.create(t, "env-c")
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 30*time.Second, "ProfileCurrent=False", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "ProfileCurrent=False", func() bool {
 		env = g.get(t, "env-c")
 		c := meta.FindStatusCondition(env.Status.Conditions, v1alpha1.ConditionProfileCurrent)
 		return c != nil && c.Status == metav1.ConditionFalse

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"strings"
 	"sync"
 	"testing"
@@ -96,7 +97,7 @@ func TestRecoverRefusedWhileTheExecutorLives(t *testing.T) {
 	if _, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).UpdateStatus(f.ctx, e, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "fenced", func() bool {
+	clustertest.Eventually(t, 20*time.Second, "fenced", func() bool {
 		env = f.get(t, env.Name)
 		return env.Status.FenceState == v1alpha1.FenceUnknown
 	})
@@ -128,7 +129,7 @@ func TestLostWorkspaceCanOnlyBeDeleted(t *testing.T) {
 	if err := kube.PersistentVolumeClaims(f.ns).Delete(f.ctx, env.Status.PVC.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "fenced", func() bool {
+	clustertest.Eventually(t, 20*time.Second, "fenced", func() bool {
 		env = f.get(t, env.Name)
 		_, err := kube.PersistentVolumeClaims(f.ns).Get(f.ctx, env.Status.PVC.Name, metav1.GetOptions{})
 		return env.Status.FenceState == v1alpha1.FenceUnknown && apierrors.IsNotFound(err)
@@ -142,7 +143,7 @@ func TestLostWorkspaceCanOnlyBeDeleted(t *testing.T) {
 		Preconditions: store.Preconditions{PVCUID: ptrTo(string(env.Status.PVC.UID))}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "deleted", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "deleted", func() bool {
 		_, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).Get(f.ctx, env.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

@@ -117,7 +117,7 @@ func (f *fixture) get(t *testing.T, name string) *v1alpha1.ExecutionEnvironment 
 func (f *fixture) waitReady(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
 	t.Helper()
 	var env *v1alpha1.ExecutionEnvironment
-	eventually(t, 30*time.Second, name+" Ready", func() bool {
+	clustertest.Eventually(t, 30*time.Second, name+" Ready", func() bool {
 		env = f.get(t, name)
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
 	})
@@ -145,17 +145,6 @@ func (f *fixture) snapshot(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return raw
-}
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func ref(env *v1alpha1.ExecutionEnvironment) store.EnvironmentRef {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"sync"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func (f *fixture) intents(t *testing.T, c store.Caller, o *store.Owner) []store.
 func (f *fixture) waitIntents(t *testing.T, c store.Caller, o *store.Owner, n int) []store.Intent {
 	t.Helper()
 	var got []store.Intent
-	eventually(t, 10*time.Second, fmt.Sprintf("%d intents", n), func() bool {
+	clustertest.Eventually(t, 10*time.Second, fmt.Sprintf("%d intents", n), func() bool {
 		got = f.intents(t, c, o)
 		return len(got) == n
 	})
@@ -267,7 +268,7 @@ func TestAdministrativeLifecycle(t *testing.T) {
 	if _, err := f.store.ReplaceExecutor(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: epoch(env), PodUID: podUID}, Reason: "image update"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "replaced and Ready", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "replaced and Ready", func() bool {
 		env = f.get(t, env.Name)
 		op := env.Status.LifecycleOperation
 		return op.Phase == v1alpha1.PhaseCompleted && env.Status.Epoch == 1 && env.Status.Pod != nil && env.Status.Phase == v1alpha1.PhaseReady
@@ -275,7 +276,7 @@ func TestAdministrativeLifecycle(t *testing.T) {
 	if _, err := f.store.Retire(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: epoch(env)}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "retired", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "retired", func() bool {
 		env = f.get(t, env.Name)
 		return env.Status.Phase == v1alpha1.PhaseRetired
 	})
@@ -286,7 +287,7 @@ func TestAdministrativeLifecycle(t *testing.T) {
 	if _, err := f.store.DeleteRetiredEnvironment(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{PVCUID: ptrTo(string(env.Status.PVC.UID))}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "deleted", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "deleted", func() bool {
 		_, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).Get(f.ctx, env.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -338,7 +339,7 @@ func TestRecoverThenReplace(t *testing.T) {
 	if err := pods.Delete(f.ctx, env.Status.Pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "fenced", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "fenced", func() bool {
 		env = f.get(t, env.Name)
 		return env.Status.FenceState == v1alpha1.FenceUnknown
 	})

@@ -211,7 +211,7 @@ func TestHostileExecutorThroughTheGateway(t *testing.T) {
 	for _, name := range names {
 		sys.gateways = append(sys.gateways, sys.startGateway(t, "hostile-"+name, clustertest.HostileDir+name))
 	}
-	eventually(t, 30*time.Second, "the hostile gateways ready", func() bool {
+	clustertest.Eventually(t, 30*time.Second, "the hostile gateways ready", func() bool {
 		for _, p := range sys.gateways {
 			if !p.ready() {
 				return false

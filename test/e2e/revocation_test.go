@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"slices"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func TestRevocationReachesEveryGateway(t *testing.T) {
 	for trial := range trials {
 		old := s.runG
 		for i, g := range gws {
-			eventually(t, 5*time.Second, "the grant authorised on every gateway", func() bool {
+			clustertest.Eventually(t, 5*time.Second, "the grant authorised on every gateway", func() bool {
 				ok, err := authorised(g, old)
 				if err != nil {
 					t.Fatalf("gateway %d: %v", i, err)
@@ -147,7 +148,7 @@ func TestRevocationStopsARunningCommand(t *testing.T) {
 		_, err := s.command(callCtx(t), shell("echo started > started.txt; sleep 20; echo late > late.txt"))
 		done <- err
 	}()
-	eventually(t, 10*time.Second, "the command started", func() bool {
+	clustertest.Eventually(t, 10*time.Second, "the command started", func() bool {
 		_, err := s.files(callCtx(t), read("started.txt"))
 		return err == nil
 	})
@@ -166,7 +167,7 @@ func TestRevocationStopsARunningCommand(t *testing.T) {
 	}
 	s.latest(t)
 	s.acquire(t, "run-2")
-	eventually(t, 25*time.Second, "past the command's natural end", func() bool { return time.Since(revoked) > 21*time.Second })
+	clustertest.Eventually(t, 25*time.Second, "past the command's natural end", func() bool { return time.Since(revoked) > 21*time.Second })
 	_, err := s.files(callCtx(t), read("late.txt"))
 	wantCode(t, "the killed command's late write", err, codes.NotFound, "NOT_FOUND")
 }

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func ensureReady(t *testing.T, api executionv1grpc.ExecutionProviderServiceClien
 
 func (s *session) waitReady(t *testing.T) {
 	t.Helper()
-	eventually(t, 60*time.Second, "environment ready", func() bool {
+	clustertest.Eventually(t, 60*time.Second, "environment ready", func() bool {
 		a, err := s.api.AttachEnvironment(callCtx(t), &executionv1.AttachEnvironmentRequest{Owner: s.owner, BindingId: s.binding, Environment: s.envRef})
 		if err != nil {
 			t.Fatalf("attach: %v", err)
@@ -195,7 +196,7 @@ func TestSessionEveryRPC(t *testing.T) {
 	}
 	// The intents list is read from the leader's cache: the reservation shows up within its
 	// watch latency.
-	eventually(t, 5*time.Second, "the reservation listed as an intent", func() bool {
+	clustertest.Eventually(t, 5*time.Second, "the reservation listed as an intent", func() bool {
 		intents, err := api.ListReferenceIntents(ctx, &executionv1.ListReferenceIntentsRequest{Owner: s.owner})
 		if err != nil {
 			t.Fatalf("intents: %v", err)
@@ -258,7 +259,7 @@ func TestSessionEveryRPC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replace: %v", err)
 	}
-	eventually(t, 60*time.Second, "the replacement done and ready", func() bool {
+	clustertest.Eventually(t, 60*time.Second, "the replacement done and ready", func() bool {
 		env = s.latest(t)
 		return env.GetReady() && env.GetEpoch() > rp.GetEnvironment().GetEpoch()
 	})
@@ -275,7 +276,7 @@ func TestSessionEveryRPC(t *testing.T) {
 		Preconditions: &executionv1.AdminPreconditions{Epoch: ptr(env.GetEpoch())}, Reason: "test"}); err != nil {
 		t.Fatalf("retire: %v", err)
 	}
-	eventually(t, 60*time.Second, "retired", func() bool {
+	clustertest.Eventually(t, 60*time.Second, "retired", func() bool {
 		env = s.latest(t)
 		return env.GetLifecycle() == executionv1.LifecycleState_LIFECYCLE_STATE_RETIRED
 	})
@@ -283,7 +284,7 @@ func TestSessionEveryRPC(t *testing.T) {
 		Preconditions: &executionv1.AdminPreconditions{PvcUid: ptr(env.GetPvcUid())}, Reason: "test"}); err != nil {
 		t.Fatalf("delete retired: %v", err)
 	}
-	eventually(t, 60*time.Second, "the environment gone", func() bool {
+	clustertest.Eventually(t, 60*time.Second, "the environment gone", func() bool {
 		_, err := api.AttachEnvironment(callCtx(t), &executionv1.AttachEnvironmentRequest{Owner: s.owner, BindingId: s.binding, Environment: s.envRef})
 		return status.Code(err) == codes.NotFound
 	})

@@ -4,18 +4,15 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -90,7 +87,7 @@ type process struct {
 	cmd    *exec.Cmd
 	listen string
 	diag   string
-	log    *syncBuffer
+	log    *clustertest.SyncBuffer
 	done   chan error
 }
 
@@ -119,14 +116,14 @@ func startSystem(t *testing.T, n int) *system {
 	if err := os.WriteFile(s.profiles, []byte(profiletest.YAML(50)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addrs := freeAddrs(t, 2)
+	addrs := clustertest.FreeAddrs(t, 2)
 	s.controller = s.start(t, "controller", controllerBin, addrs,
 		"--identity", "controller-0", "--gateway-identity", s.material.Gateway.Identity, "--executor-service-account", "default",
 		"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms")
 	for i := range n {
 		s.gateways = append(s.gateways, s.startGateway(t, fmt.Sprintf("gateway-%d", i), clustertest.HelperPath))
 	}
-	eventually(t, 60*time.Second, "the controller and the gateways ready", func() bool {
+	clustertest.Eventually(t, 60*time.Second, "the controller and the gateways ready", func() bool {
 		for _, p := range append([]*process{s.controller}, s.gateways...) {
 			if !p.ready() {
 				return false
@@ -143,12 +140,12 @@ func (s *system) startGateway(t *testing.T, name, helperPath string, extra ...st
 	args := append([]string{"--controller-address", s.controller.listen, "--controller-server-name", "localhost",
 		"--controller-client-cert", s.material.Gateway.CertFile, "--controller-client-key", s.material.Gateway.KeyFile,
 		"--controller-ca", s.material.CACert, "--helper-path", helperPath}, extra...)
-	return s.start(t, name, gatewayBin, freeAddrs(t, 2), args...)
+	return s.start(t, name, gatewayBin, clustertest.FreeAddrs(t, 2), args...)
 }
 
 func (s *system) start(t *testing.T, name, bin string, addrs []string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, diag: addrs[0], listen: addrs[1], log: &syncBuffer{}, done: make(chan error, 1)}
+	p := &process{name: name, diag: addrs[0], listen: addrs[1], log: &clustertest.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append([]string{"--namespace", s.ns, "--kubeconfig", s.kubeconfig, "--profiles", s.profiles,
 		"--security-manifest", s.material.Manifest, "--listen-address", p.listen, "--diagnostics-address", p.diag,
 		"--log-format", "text", "--log-level", "debug"}, args...)...)
@@ -246,50 +243,6 @@ func (s *system) conn(t *testing.T, name string, i int) *grpc.ClientConn {
 	return conn
 }
 
-// freeAddrs returns n distinct free loopback addresses.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs
-}
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func callCtx(t *testing.T) context.Context {
 	return clustertest.Context(t, 30*time.Second)
-}
-
-// syncBuffer is a log buffer the process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

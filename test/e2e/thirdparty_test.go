@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestThirdPartyClients(t *testing.T) {
 	}
 	// The health status follows readiness within a quarter second.
 	var health []byte
-	eventually(t, 5*time.Second, "grpc-health-probe reporting SERVING", func() bool {
+	clustertest.Eventually(t, 5*time.Second, "grpc-health-probe reporting SERVING", func() bool {
 		var err error
 		health, err = exec.Command(healthProbeBin, "-addr", sys.gateways[0].listen, "-tls", "-tls-ca-cert", sys.material.CACert,
 			"-tls-client-cert", id.CertFile, "-tls-client-key", id.KeyFile, "-tls-server-name", "localhost").CombinedOutput()

@@ -12,13 +12,17 @@
 package clustertest
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -186,3 +190,53 @@ func ExecutorFiles(dir, modRoot string) (map[string]string, error) {
 	}
 	return files, nil
 }
+
+// Eventually polls cond every 50 ms until it holds, failing the test after d.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// FreeAddrs returns n distinct free loopback addresses (all held open while chosen, so none
+// repeats), for the processes a test starts.
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs
+}
+
+// SyncBuffer is a log buffer a child process writes while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Contains reports whether sub was written.
+func (s *SyncBuffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }
