@@ -377,6 +377,20 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// FreeAddrs returns n distinct loopback addresses (host:port) that were free a moment ago,
+// for the processes a test, benchmark or demo starts.
+func FreeAddrs(n int) ([]string, error) {
+	ports, err := freePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]string, len(ports))
+	for i, p := range ports {
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	}
+	return addrs, nil
+}
+
 // poll calls check every pollInterval until it reports done, returns an error, or timeout
 // passes.
 func poll(ctx context.Context, timeout time.Duration, check func() (bool, error), what string) error {

@@ -16,7 +16,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -203,18 +202,12 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// FreeAddrs returns n distinct free loopback addresses (all held open while chosen, so none
-// repeats), for the processes a test starts.
+// FreeAddrs returns n distinct free loopback addresses, for the processes a test starts.
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
+	addrs, err := devcluster.FreeAddrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return addrs
 }

@@ -1,0 +1,359 @@
+package devsystem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/execplane/execplane/internal/devcluster"
+	"github.com/execplane/execplane/internal/kube"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/security/highwater"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Bounds of a system's life.
+const (
+	// readyTimeout bounds Start's wait for every process to be ready: the controller must win
+	// its Lease and sync its caches on a loaded 2-core machine.
+	readyTimeout = 90 * time.Second
+	// stopGrace is how long a process may drain after SIGTERM before it is killed (above the
+	// binaries' own default shutdown grace).
+	stopGrace = 15 * time.Second
+	// probeTimeout bounds one /readyz or /metrics request.
+	probeTimeout = 2 * time.Second
+	// HighWaterConfigMap is the name of the security high-water mark (the binaries' default).
+	HighWaterConfigMap = "execplane-security-high-water"
+)
+
+// Client names of Credentials, beside Options.ExtraClients' names.
+const (
+	Caller        = "caller"
+	Administrator = "admin"
+	Gateway       = "gateway"
+)
+
+// Options configure Start.
+type Options struct {
+	// Kubeconfig is the cluster's admin kubeconfig; Namespace an existing namespace.
+	Kubeconfig, Namespace string
+	// Dir holds the system's files: the security bundle, profiles, logs. It is created.
+	Dir string
+	// ControllerBin and GatewayBin are the binaries to run.
+	ControllerBin, GatewayBin string
+	// Gateways is the number of gateway processes (at least one).
+	Gateways int
+	// HelperPath is the helper's path inside executor images.
+	HelperPath string
+	// Profiles is the profiles YAML.
+	Profiles []byte
+	// ExtraClients are more client identities in the bundle (see devbundle.ExtraClient).
+	ExtraClients []devbundle.ExtraClient
+	// ControllerArgs and GatewayArgs are appended to each process's flags.
+	ControllerArgs, GatewayArgs []string
+	// Logs, when set, receives each process's output; otherwise Dir/<name>.log does.
+	Logs func(name string) io.Writer
+}
+
+// System is a running controller and its gateways.
+type System struct {
+	opts       Options
+	Material   *devbundle.Result
+	Profiles   string
+	Controller *Process
+	Gateways   []*Process
+
+	mu    sync.Mutex
+	procs []*Process
+}
+
+// Process is one running controller or gateway.
+type Process struct {
+	// Name is "controller" or the gateway's name; Listen its gRPC address, Diag its
+	// diagnostics address (/livez, /readyz, /metrics).
+	Name, Listen, Diag string
+	// LogPath is the log file, when the output goes to one.
+	LogPath string
+
+	cmd  *exec.Cmd
+	log  io.Closer
+	done chan struct{}
+	err  error
+}
+
+// Start writes the system's files, starts the controller and opts.Gateways gateways and
+// waits until all are ready.
+func Start(ctx context.Context, opts Options) (_ *System, err error) {
+	if opts.Kubeconfig == "" || opts.Namespace == "" || opts.Dir == "" || opts.ControllerBin == "" || opts.GatewayBin == "" || opts.HelperPath == "" || len(opts.Profiles) == 0 {
+		return nil, errors.New("devsystem: kubeconfig, namespace, dir, binaries, helper path and profiles are required")
+	}
+	opts.Gateways = max(opts.Gateways, 1)
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	s := &System{opts: opts, Profiles: filepath.Join(opts.Dir, "profiles.yaml")}
+	if s.Material, err = devbundle.Generate(filepath.Join(opts.Dir, "security"), devbundle.Options{Extra: opts.ExtraClients}); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(s.Profiles, opts.Profiles, 0o600); err != nil {
+		return nil, err
+	}
+	cfg, err := kube.RESTConfig(kube.ClientOptions{Kubeconfig: opts.Kubeconfig, UserAgent: "execplane-devsystem"})
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := highwater.CreateInitial(ctx, client, opts.Namespace, HighWaterConfigMap); err != nil {
+		return nil, fmt.Errorf("devsystem: the high-water ConfigMap: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	if s.Controller, err = s.start("controller", opts.ControllerBin, append([]string{
+		"--gateway-identity", s.Material.Gateway.Identity, "--executor-service-account", "default"},
+		opts.ControllerArgs...)...); err != nil {
+		return nil, err
+	}
+	for i := range opts.Gateways {
+		if _, err := s.StartGateway(fmt.Sprintf("gateway-%d", i), opts.HelperPath); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.WaitReady(ctx, readyTimeout); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// StartGateway starts one more gateway whose executors run helperPath (which may differ
+// from Options.HelperPath, for hostile executors) and returns without waiting for it.
+func (s *System) StartGateway(name, helperPath string, extra ...string) (*Process, error) {
+	args := []string{"--controller-address", s.Controller.Listen, "--controller-server-name", "localhost",
+		"--controller-client-cert", s.Material.Gateway.CertFile, "--controller-client-key", s.Material.Gateway.KeyFile,
+		"--controller-ca", s.Material.CACert, "--helper-path", helperPath}
+	args = append(append(args, s.opts.GatewayArgs...), extra...)
+	p, err := s.start(name, s.opts.GatewayBin, args...)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.Gateways = append(s.Gateways, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+func (s *System) start(name, bin string, args ...string) (*Process, error) {
+	addrs, err := devcluster.FreeAddrs(2)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{Name: name, Diag: addrs[0], Listen: addrs[1], done: make(chan struct{})}
+	var out io.Writer
+	if s.opts.Logs != nil {
+		out = s.opts.Logs(name)
+	} else {
+		p.LogPath = filepath.Join(s.opts.Dir, name+".log")
+		f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		out, p.log = f, f
+	}
+	p.cmd = exec.Command(bin, append([]string{"--namespace", s.opts.Namespace, "--kubeconfig", s.opts.Kubeconfig,
+		"--profiles", s.Profiles, "--security-manifest", s.Material.Manifest,
+		"--listen-address", p.Listen, "--diagnostics-address", p.Diag}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	if err := p.cmd.Start(); err != nil {
+		p.closeLog()
+		return nil, fmt.Errorf("devsystem: starting %s: %w", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// WaitReady waits until every process reports ready, failing fast when one exits.
+func (s *System) WaitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		procs := append([]*Process(nil), s.procs...)
+		s.mu.Unlock()
+		ready := true
+		for _, p := range procs {
+			if err := p.Exited(); err != nil {
+				return err
+			}
+			ready = ready && p.Ready(ctx)
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devsystem: waiting for the controller and gateways to be ready: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops every process (gateways first, so they drain while the controller serves).
+func (s *System) Stop() {
+	s.mu.Lock()
+	procs := append([]*Process(nil), s.procs...)
+	s.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop()
+	}
+}
+
+// Credentials returns the files of a named client: Caller, Administrator, Gateway or one of
+// Options.ExtraClients.
+func (s *System) Credentials(name string) (devbundle.Client, bool) {
+	switch name {
+	case Caller:
+		return s.Material.Caller, true
+	case Administrator:
+		return s.Material.Administrator, true
+	case Gateway:
+		return s.Material.Gateway, true
+	}
+	c, ok := s.Material.Extra[name]
+	return c, ok
+}
+
+// ClientFiles returns the mTLS files of a named client for dialling the gateways.
+func (s *System) ClientFiles(name string) (security.ClientFiles, error) {
+	c, ok := s.Credentials(name)
+	if !ok {
+		return security.ClientFiles{}, fmt.Errorf("devsystem: no client %q", name)
+	}
+	return security.ClientFiles{CertFile: c.CertFile, KeyFile: c.KeyFile, CAFile: s.Material.CACert, ServerName: "localhost"}, nil
+}
+
+// Dial connects a named client to gateway i.
+func (s *System) Dial(name string, i int, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	files, err := s.ClientFiles(name)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := security.LoadClientTLSConfig(files)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	addr := s.Gateways[i].Listen
+	s.mu.Unlock()
+	return grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, opts...)...)
+}
+
+// Stop sends SIGTERM, waits for the drain and kills the process after stopGrace.
+func (p *Process) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(stopGrace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.closeLog()
+}
+
+// Kill kills the process at once (SIGKILL) and waits for it.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// PID is the process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited returns an error when the process has exited, nil while it runs.
+func (p *Process) Exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("devsystem: %s exited: %v", p.Name, p.err)
+	default:
+		return nil
+	}
+}
+
+func (p *Process) closeLog() {
+	if p.log != nil {
+		p.log.Close()
+	}
+}
+
+// Ready reports the process's /readyz status.
+func (p *Process) Ready(ctx context.Context) bool {
+	_, code, err := p.get(ctx, "/readyz")
+	return err == nil && code == http.StatusOK
+}
+
+// Metric returns the sum of the samples of the metric lines that start with prefix (a
+// metric name, optionally with the opening of its labels).
+func (p *Process) Metric(ctx context.Context, prefix string) (float64, error) {
+	body, code, err := p.get(ctx, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("devsystem: %s /metrics answered %d", p.Name, code)
+	}
+	total := 0.0
+	for line := range strings.SplitSeq(body, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("devsystem: %s /metrics: %q: %w", p.Name, line, err)
+		}
+		total += v
+	}
+	return total, nil
+}
+
+func (p *Process) get(ctx context.Context, path string) (string, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Diag+path, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return string(body), resp.StatusCode, err
+}
