@@ -68,6 +68,10 @@ test-unit: ## Run the unit tests only (no local cluster), with -race.
 bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000)
 
+.PHONY: bench-gateway
+bench-gateway: build ## Gateway overhead: data calls, 5 MiB transfers and RPC/s, each ÷ its raw baseline (docs/benchmarks.md).
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/gateway $(BENCH_ARGS)
+
 .PHONY: cluster-bins
 cluster-bins: ## Build the local cluster's pinned binaries (once; cached by version).
 	@hack/build-cluster-bins.sh

@@ -1,0 +1,422 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/execplane/execplane/internal/devcluster"
+	"github.com/execplane/execplane/internal/devsystem"
+	"github.com/execplane/execplane/internal/gateway"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The benchmark's profile: files up to 8 MiB, so that the 5 MiB transfer fits one call.
+const (
+	profileName  = "bench"
+	profilesYAML = `profiles:
+  bench:
+    image: registry.example/bench:1
+    storageClass: kwok-volume
+    storageSize: 1Gi
+    memoryLimit: 256Mi
+    tmpSizeLimit: 16Mi
+    maxFileBytes: 8388608
+    maxCommandBytes: 65536
+    maxCommandDuration: 1m
+    maxEnvironments: 10
+`
+)
+
+// Sizes of the transfers the issue names.
+const (
+	smallFile = 4 << 10
+	largeFile = 5 << 20
+	// echoPayload is about the size of a ValidateProfile answer.
+	echoPayload = 256
+	// runTTL and renewEvery keep the run claim alive for the whole benchmark.
+	runTTL     = 5 * time.Minute
+	renewEvery = time.Minute
+)
+
+type options struct {
+	n, nLarge, concurrency, rounds int
+	duration                       time.Duration
+	controller, gateway, helper    string
+}
+
+func run(ctx context.Context, args []string) error {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	var o options
+	fs := flag.NewFlagSet("bench/gateway", flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 300, "samples per side for the small operations")
+	fs.IntVar(&o.nLarge, "n-large", 30, "samples per side for the 5 MiB transfers")
+	fs.IntVar(&o.concurrency, "concurrency", 50, "concurrent callers for the throughput comparison")
+	fs.IntVar(&o.rounds, "rounds", 3, "alternating rounds of the throughput comparison (the median is reported)")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of one throughput round")
+	fs.StringVar(&o.controller, "controller", filepath.Join(root, "bin/controller"), "controller binary (make build)")
+	fs.StringVar(&o.gateway, "gateway", filepath.Join(root, "bin/gateway"), "gateway binary (make build)")
+	fs.StringVar(&o.helper, "helper", filepath.Join(root, "bin/helper"), "static helper binary (make build)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, bin := range []string{o.controller, o.gateway, o.helper} {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("%w (run make build first)", err)
+		}
+	}
+
+	dir, err := os.MkdirTemp("", "bench-gateway-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logf("starting the local cluster")
+	c, err := devcluster.Start(ctx, devcluster.Options{StateDir: filepath.Join(dir, "cluster"),
+		ImageFiles: map[string]string{devcluster.HelperImagePath: o.helper}})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/crds")); err != nil {
+		return err
+	}
+	ns, err := c.CreateNamespace(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	logf("starting the controller and a gateway")
+	sys, err := devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(dir, "system"),
+		ControllerBin: o.controller, GatewayBin: o.gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
+		Profiles: []byte(profilesYAML)})
+	if err != nil {
+		return err
+	}
+	defer sys.Stop()
+
+	// The default receive cap (4 MiB) is below a 5 MiB read: callers that move large files
+	// raise it to the gateway's own bound, as the SDK does.
+	conn, err := sys.Dial(devsystem.Caller, 0, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	api := executionv1grpc.NewExecutionProviderServiceClient(conn)
+	s, err := openSession(ctx, api)
+	if err != nil {
+		return err
+	}
+	go s.renew(ctx)
+
+	restCfg := c.RESTConfig()
+	restCfg.QPS, restCfg.Burst = 1000, 2000
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	envs, err := versioned.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	env, err := envs.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, s.ref.GetId(), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if env.Status.Pod == nil {
+		return errors.New("the environment records no executor Pod")
+	}
+	raw := rawExec{rest: restCfg, kube: kube, namespace: ns, pod: env.Status.Pod.Name}
+
+	executor, err := gateway.NewPodExecutor(gateway.PodExecutorConfig{HelperPath: devcluster.HelperImagePath}, restCfg, ns)
+	if err != nil {
+		return err
+	}
+	leg := &helperLeg{executor: executor, pod: gateway.PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}}
+	pairs, err := measureData(ctx, o, s, leg, raw)
+	if err != nil {
+		return err
+	}
+	logf("throughput: %d callers, %d rounds of %s per side", o.concurrency, o.rounds, o.duration)
+	tp, err := measureThroughput(ctx, o, sys, api)
+	if err != nil {
+		return err
+	}
+	report(os.Stdout, o, pairs, tp)
+	return nil
+}
+
+// session is the benchmark's environment and run.
+type session struct {
+	api executionv1grpc.ExecutionProviderServiceClient
+	ref *executionv1.EnvironmentRef
+	// runGrant is replaced by each renewal.
+	runGrant atomic.Pointer[executionv1.Grant]
+	seq      atomic.Int64
+}
+
+func (s *session) op() string { return fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), s.seq.Add(1)) }
+
+func openSession(ctx context.Context, api executionv1grpc.ExecutionProviderServiceClient) (*session, error) {
+	s := &session{api: api}
+	owner := &executionv1.Owner{Issuer: "https://idp.example", Subject: "bench"}
+	ens, err := api.EnsureEnvironment(ctx, &executionv1.EnsureEnvironmentRequest{OperationId: s.op(), Owner: owner, BindingId: "bench", Profile: profileName})
+	if err != nil {
+		return nil, fmt.Errorf("ensure: %w", err)
+	}
+	s.ref = ens.GetEnvironment().GetRef()
+	if _, err := api.CommitReference(ctx, &executionv1.CommitReferenceRequest{OperationId: s.op(),
+		Target: &executionv1.ReferenceTarget{Owner: owner, Environment: s.ref, BindingId: "bench"}}); err != nil {
+		return nil, fmt.Errorf("commit reference: %w", err)
+	}
+	logf("waiting for the environment to be ready")
+	var envGrant *executionv1.Grant
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		a, err := api.AttachEnvironment(ctx, &executionv1.AttachEnvironmentRequest{Owner: owner, BindingId: "bench", Environment: s.ref})
+		if err != nil {
+			return nil, fmt.Errorf("attach: %w", err)
+		}
+		if a.GetEnvironment().GetReady() {
+			envGrant = a.GetEnvironmentGrant()
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.New("the environment did not become ready in 2 minutes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	acq, err := api.AcquireRun(ctx, &executionv1.AcquireRunRequest{OperationId: s.op(), EnvironmentGrant: envGrant, Environment: s.ref,
+		RunId: "bench", Ttl: durationpb.New(runTTL)})
+	if err != nil {
+		return nil, fmt.Errorf("acquire: %w", err)
+	}
+	s.runGrant.Store(acq.GetRunGrant())
+	return s, nil
+}
+
+// renew keeps the run claim alive until ctx ends.
+func (s *session) renew(ctx context.Context) {
+	t := time.NewTicker(renewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r, err := s.api.RenewRun(ctx, &executionv1.RenewRunRequest{OperationId: s.op(), RunGrant: s.runGrant.Load(), Environment: s.ref, Ttl: durationpb.New(runTTL)})
+		if err != nil {
+			logf("renew: %v", err)
+			continue
+		}
+		s.runGrant.Store(r.GetRunGrant())
+	}
+}
+
+func (s *session) files(ctx context.Context, op *executionv1.FileOperation) (*executionv1.FileResult, error) {
+	r, err := s.api.Files(ctx, &executionv1.FilesRequest{RunGrant: s.runGrant.Load(), Environment: s.ref, Operation: op})
+	return r.GetResult(), err
+}
+
+func (s *session) command(ctx context.Context, spec *executionv1.CommandSpec) error {
+	r, err := s.api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: s.runGrant.Load(), Environment: s.ref, Command: spec})
+	if err == nil && r.GetResult().GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
+		err = fmt.Errorf("the command ended %s", r.GetResult().GetState())
+	}
+	return err
+}
+
+func (s *session) write(ctx context.Context, path string, content []byte) error {
+	_, err := s.files(ctx, writeOp(path, content))
+	return err
+}
+
+func (s *session) read(ctx context.Context, path string, want []byte) error {
+	r, err := s.files(ctx, readOp(path))
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(r.GetRead().GetContent(), want) {
+		return fmt.Errorf("read %s: %d bytes, not the %d written", path, len(r.GetRead().GetContent()), len(want))
+	}
+	return nil
+}
+
+// measureData compares the data plane with its exec leg and with raw exec on the same Pod.
+func measureData(ctx context.Context, o options, s *session, leg *helperLeg, raw rawExec) ([]comparison, error) {
+	small, large := random(smallFile), random(largeFile)
+	if err := s.write(ctx, "bench-4k", small); err != nil {
+		return nil, fmt.Errorf("writing the 4 KiB file: %w", err)
+	}
+	if err := s.write(ctx, "bench-5m", large); err != nil {
+		return nil, fmt.Errorf("writing the 5 MiB file: %w", err)
+	}
+	cat := func(path string, want []byte) func(context.Context) error {
+		return func(ctx context.Context) error {
+			out, err := raw.run(ctx, nil, "cat", path)
+			if err == nil && !bytes.Equal(out, want) {
+				err = fmt.Errorf("raw cat %s: %d bytes, not the %d written", path, len(out), len(want))
+			}
+			return err
+		}
+	}
+	trueCmd := &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"true"}}}}
+	cases := []struct {
+		name, baseline string
+		n              int
+		gateway, raw   func(context.Context) error
+		op             func() *helperv1.Request
+	}{
+		{"Files read 4 KiB", "exec `cat`", o.n,
+			func(ctx context.Context) error { return s.read(ctx, "bench-4k", small) }, cat("bench-4k", small),
+			func() *helperv1.Request { return fileRequest(readOp("bench-4k")) }},
+		{"StartCommand `true`", "exec `true`", o.n,
+			func(ctx context.Context) error { return s.command(ctx, trueCmd) },
+			func(ctx context.Context) error { _, err := raw.run(ctx, nil, "true"); return err },
+			func() *helperv1.Request { return commandRequest(trueCmd) }},
+		{"Files write 5 MiB", "exec `sh -c 'cat > f'`", o.nLarge,
+			func(ctx context.Context) error { return s.write(ctx, "bench-5m", large) },
+			func(ctx context.Context) error {
+				_, err := raw.run(ctx, large, "sh", "-c", "cat > bench-5m.raw")
+				return err
+			},
+			func() *helperv1.Request { return fileRequest(writeOp("bench-5m.leg", large)) }},
+		{"Files read 5 MiB", "exec `cat`", o.nLarge,
+			func(ctx context.Context) error { return s.read(ctx, "bench-5m", large) }, cat("bench-5m", large),
+			func() *helperv1.Request { return fileRequest(readOp("bench-5m")) }},
+	}
+	var out []comparison
+	for _, c := range cases {
+		logf("%s: %d samples per side", c.name, c.n)
+		legCall := func(ctx context.Context) error { return leg.call(ctx, c.op()) }
+		samples, err := measure(ctx, c.n, max(c.n/10, 3), c.gateway, legCall, c.raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.name, err)
+		}
+		out = append(out, comparison{name: c.name, baseline: c.baseline, gateway: samples[0], leg: samples[1], raw: samples[2]})
+	}
+	return out, nil
+}
+
+// measureThroughput compares authorised ValidateProfile calls through the gateway with a
+// bare mTLS echo server, alternating rounds, each side on one connection.
+func measureThroughput(ctx context.Context, o options, sys *devsystem.System, api executionv1grpc.ExecutionProviderServiceClient) (rates, error) {
+	m := sys.Material
+	self, err := os.Executable()
+	if err != nil {
+		return rates{}, err
+	}
+	cmd := exec.CommandContext(ctx, self, echoServerCommand, "-cert", m.ServerCert, "-key", m.ServerKey, "-ca", m.CACert)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return rates{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return rates{}, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return rates{}, fmt.Errorf("echo server address: %w", err)
+	}
+	files, err := sys.ClientFiles(devsystem.Caller)
+	if err != nil {
+		return rates{}, err
+	}
+	tlsCfg, err := security.LoadClientTLSConfig(files)
+	if err != nil {
+		return rates{}, err
+	}
+	echoConn, err := grpc.NewClient(strings.TrimSpace(addr), grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		return rates{}, err
+	}
+	defer echoConn.Close()
+
+	payload := wrapperspb.Bytes(random(echoPayload))
+	echo := func(ctx context.Context) error {
+		return echoConn.Invoke(ctx, echoMethod, payload, new(wrapperspb.BytesValue))
+	}
+	validate := func(ctx context.Context) error {
+		_, err := api.ValidateProfile(ctx, &executionv1.ValidateProfileRequest{Profile: profileName})
+		return err
+	}
+	// Warm both connections (handshakes, HTTP/2 windows).
+	for _, f := range []func(context.Context) error{echo, validate} {
+		if _, err := throughput(ctx, o.concurrency, time.Second, f); err != nil {
+			return rates{}, err
+		}
+	}
+	var r rates
+	for range o.rounds {
+		g, err := throughput(ctx, o.concurrency, o.duration, validate)
+		if err != nil {
+			return r, fmt.Errorf("gateway throughput: %w", err)
+		}
+		b, err := throughput(ctx, o.concurrency, o.duration, echo)
+		if err != nil {
+			return r, fmt.Errorf("echo throughput: %w", err)
+		}
+		r.gateway, r.baseline = append(r.gateway, g), append(r.baseline, b)
+	}
+	return r, nil
+}
+
+func report(w io.Writer, o options, cs []comparison, tp rates) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+	fmt.Fprintf(w, "\n| operation | samples per side | gateway p50 / p90 (ms) | exec leg alone p50 / p90 (ms) | baseline | baseline p50 / p90 (ms) | **gateway ÷ baseline** | gateway ÷ exec leg |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|\n")
+	for _, c := range cs {
+		fmt.Fprintf(w, "| %s | %d | %s / %s | %s / %s | %s | %s / %s | **%.2f** | %.2f |\n", c.name, len(c.gateway),
+			ms(c.gateway.quantile(0.5)), ms(c.gateway.quantile(0.9)), ms(c.leg.quantile(0.5)), ms(c.leg.quantile(0.9)),
+			c.baseline, ms(c.raw.quantile(0.5)), ms(c.raw.quantile(0.9)), c.ratio(), c.overhead())
+	}
+	g, b := median(tp.gateway), median(tp.baseline)
+	fmt.Fprintf(w, "\n| throughput at concurrency %d | rounds | median RPC/s | every round |\n|---|---|---|---|\n", o.concurrency)
+	fmt.Fprintf(w, "| gateway: authorised ValidateProfile | %d × %s | %.0f | %s |\n", len(tp.gateway), o.duration, g, join(tp.gateway))
+	fmt.Fprintf(w, "| baseline: bare grpc-go mTLS echo | %d × %s | %.0f | %s |\n", len(tp.baseline), o.duration, b, join(tp.baseline))
+	fmt.Fprintf(w, "| **gateway ÷ baseline** | | **%.2f** | |\n", g/b)
+}
+
+func join(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(s, ", ")
+}
+
+func random(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
