@@ -141,15 +141,21 @@ func isOurs(err error) bool {
 }
 
 // Reason returns the ErrorInfo reason of a status error ("" when there is none).
-func Reason(err error) string {
+func Reason(err error) string { return info(err).GetReason() }
+
+// Retryable reports whether a status error says the same call may succeed later.
+func Retryable(err error) bool { return info(err).GetMetadata()["retryable"] == "true" }
+
+// info returns the status error's execplane ErrorInfo, or nil.
+func info(err error) *errdetails.ErrorInfo {
 	st, ok := status.FromError(err)
 	if !ok {
-		return ""
+		return nil
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
-			return info.Reason
+			return info
 		}
 	}
-	return ""
+	return nil
 }

@@ -26,6 +26,9 @@ const (
 	// maxKubeQPS bounds the client-side rate limit: every data operation is one pods/exec
 	// request, so the gateway's default is higher than the controller's.
 	maxKubeQPS = 5000
+	// maxEnvironmentCalls bounds --max-environment-calls: more concurrent helpers than this
+	// in one executor Pod is a fork bomb by configuration.
+	maxEnvironmentCalls = 1024
 )
 
 // Config is the gateway's configuration, from flags.
@@ -57,6 +60,9 @@ type Config struct {
 	// MaxConcurrentRPCs bounds in-flight RPCs on this replica; MaxClientRPCs per client.
 	MaxConcurrentRPCs int
 	MaxClientRPCs     int
+	// MaxEnvironmentCalls bounds concurrent data calls (Files, StartCommand) into one
+	// environment on this replica, so one caller cannot crowd an executor Pod with helpers.
+	MaxEnvironmentCalls int
 	// MaxMessageBytes bounds a received or sent gRPC message.
 	MaxMessageBytes int
 	// MaxRPCDeadline caps the deadline of any call.
@@ -73,23 +79,24 @@ type Config struct {
 // DefaultConfig returns the configuration the Helm chart's defaults render.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddress:      ":8443",
-		DiagnosticsAddress: ":9090",
-		SecurityManifest:   "/etc/execplane/security/manifest.yaml",
-		HighWaterConfigMap: "execplane-security-high-water",
-		ProfilesFile:       "/etc/execplane/profiles/profiles.yaml",
-		ControllerCert:     "/etc/execplane/control/tls.crt",
-		ControllerKey:      "/etc/execplane/control/tls.key",
-		ControllerCA:       "/etc/execplane/control/ca.crt",
-		HelperPath:         "/execplane/helper",
-		MaxConcurrentRPCs:  2000,
-		MaxClientRPCs:      200,
-		MaxMessageBytes:    32 << 20,
-		MaxRPCDeadline:     time.Hour,
-		ShutdownGrace:      30 * time.Second,
-		KubeQPS:            500,
-		KubeBurst:          1000,
-		Log:                logging.Options{Format: logging.FormatJSON, Level: "info"},
+		ListenAddress:       ":8443",
+		DiagnosticsAddress:  ":9090",
+		SecurityManifest:    "/etc/execplane/security/manifest.yaml",
+		HighWaterConfigMap:  "execplane-security-high-water",
+		ProfilesFile:        "/etc/execplane/profiles/profiles.yaml",
+		ControllerCert:      "/etc/execplane/control/tls.crt",
+		ControllerKey:       "/etc/execplane/control/tls.key",
+		ControllerCA:        "/etc/execplane/control/ca.crt",
+		HelperPath:          "/execplane/helper",
+		MaxConcurrentRPCs:   2000,
+		MaxClientRPCs:       200,
+		MaxEnvironmentCalls: DefaultMaxEnvironmentCalls,
+		MaxMessageBytes:     32 << 20,
+		MaxRPCDeadline:      time.Hour,
+		ShutdownGrace:       30 * time.Second,
+		KubeQPS:             500,
+		KubeBurst:           1000,
+		Log:                 logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}
 }
 
@@ -110,6 +117,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HelperPath, "helper-path", c.HelperPath, "helper path inside executor containers")
 	fs.IntVar(&c.MaxConcurrentRPCs, "max-concurrent-rpcs", c.MaxConcurrentRPCs, "in-flight RPCs on this replica")
 	fs.IntVar(&c.MaxClientRPCs, "max-client-rpcs", c.MaxClientRPCs, "in-flight RPCs per client on this replica")
+	fs.IntVar(&c.MaxEnvironmentCalls, "max-environment-calls", c.MaxEnvironmentCalls, "concurrent data calls into one environment on this replica")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest gRPC message received or sent")
 	fs.DurationVar(&c.MaxRPCDeadline, "max-rpc-deadline", c.MaxRPCDeadline, "cap on any call's deadline")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "drain time for in-flight calls on shutdown")
@@ -141,6 +149,7 @@ func (c Config) Validate() error {
 	if c.MaxClientRPCs > c.MaxConcurrentRPCs {
 		p.Addf("max-client-rpcs", "%d exceeds --max-concurrent-rpcs %d", c.MaxClientRPCs, c.MaxConcurrentRPCs)
 	}
+	p.IntBetween("max-environment-calls", c.MaxEnvironmentCalls, 1, maxEnvironmentCalls)
 	p.IntBetween("max-message-bytes", c.MaxMessageBytes, minMessageBytes, MaxMessageBytesCeiling)
 	p.DurationBetween("max-rpc-deadline", c.MaxRPCDeadline, time.Second, MaxRPCDeadline)
 	p.DurationBetween("shutdown-grace", c.ShutdownGrace, 0, maxShutdownGrace)

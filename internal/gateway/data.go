@@ -211,6 +211,11 @@ func (h *Handler) fenced(ctx context.Context, env *executionv1alpha1.ExecutionEn
 
 // execute runs req in the environment's executor Pod, for as long as the claim stays current.
 func (h *Handler) execute(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, claims store.GrantClaims, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	release, err := h.calls.acquire(env.UID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	req.Version = helperv1.ProtocolVersion_PROTOCOL_VERSION_1
 	req.RequestId = RequestID(ctx)
 	ctx, stop := h.fenced(ctx, env, claims)

@@ -55,6 +55,9 @@ type Backend struct {
 type HandlerConfig struct {
 	// ObserveWait bounds the wait for the cache to catch up with a grant (DefaultObserveWait).
 	ObserveWait time.Duration
+	// MaxEnvironmentCalls bounds concurrent data calls into one environment
+	// (DefaultMaxEnvironmentCalls when 0); the next is refused RESOURCE_EXHAUSTED at once.
+	MaxEnvironmentCalls int
 	// Now is the clock (time.Now).
 	Now    func() time.Time
 	Logger hclog.Logger
@@ -71,6 +74,8 @@ type Handler struct {
 	cfg HandlerConfig
 	b   Backend
 	log hclog.Logger
+	// calls counts data calls in flight per environment.
+	calls *callSlots
 }
 
 var _ executionv1grpc.ExecutionProviderServiceServer = (*Handler)(nil)
@@ -86,10 +91,13 @@ func NewHandler(cfg HandlerConfig, b Backend) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxEnvironmentCalls <= 0 {
+		cfg.MaxEnvironmentCalls = DefaultMaxEnvironmentCalls
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Handler{cfg: cfg, b: b, log: cfg.Logger.Named("handler")}, nil
+	return &Handler{cfg: cfg, b: b, log: cfg.Logger.Named("handler"), calls: newCallSlots(cfg.MaxEnvironmentCalls)}, nil
 }
 
 // errNoClient: a call reached the handler without the authentication interceptor. It never

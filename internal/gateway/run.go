@@ -89,7 +89,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	handler, err := NewHandler(HandlerConfig{Logger: logger, Metrics: metrics}, Backend{
+	handler, err := NewHandler(HandlerConfig{MaxEnvironmentCalls: cfg.MaxEnvironmentCalls, Logger: logger, Metrics: metrics}, Backend{
 		Control: control, Environments: envs, Executor: executor, Profiles: profiles, Material: manager.Current,
 	})
 	if err != nil {

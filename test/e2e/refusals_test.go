@@ -247,3 +247,44 @@ func TestHostileExecutorThroughTheGateway(t *testing.T) {
 		t.Logf("%s: %s/%s after %s", name, code, apierror.Reason(err), elapsed.Round(time.Millisecond))
 	}
 }
+
+// One environment takes at most --max-environment-calls data calls at once on a gateway: the
+// next is refused at once (RESOURCE_EXHAUSTED, retryable) without reaching the Pod, another
+// environment on the same gateway is still served, and the slots come back when the calls end.
+func TestEnvironmentCallLimit(t *testing.T) {
+	sys := startSystem(t, 1)
+	limited := sys.startGateway(t, "limited", clustertest.HelperPath, "--max-environment-calls", "2")
+	sys.gateways = append(sys.gateways, limited)
+	clustertest.Eventually(t, 30*time.Second, "the limited gateway ready", limited.ready)
+	api := sys.dial(t, "caller", 1)
+	busy := ensureReady(t, api, "alice", "conv-busy")
+	other := ensureReady(t, api, "alice", "conv-other")
+
+	inflight := limited.metric(t, "execplane_gateway_inflight_rpcs")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := busy.command(callCtx(t), shell("sleep 3"))
+			errs <- err
+		}()
+	}
+	clustertest.Eventually(t, 10*time.Second, "two commands in flight", func() bool {
+		return limited.metric(t, "execplane_gateway_inflight_rpcs") >= inflight+2
+	})
+	_, err := busy.files(callCtx(t), write("refused.txt", "x"))
+	wantCode(t, "a third call into the busy environment", err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
+	if !apierror.Retryable(err) {
+		t.Errorf("the refusal is not retryable: %v", err)
+	}
+	if _, err := other.files(callCtx(t), write("ok.txt", "x")); err != nil {
+		t.Fatalf("another environment on the same gateway: %v", err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a command within the limit: %v", err)
+		}
+	}
+	// The slots are back, and the refused write never happened.
+	_, err = busy.files(callCtx(t), read("refused.txt"))
+	wantCode(t, "the refused write's file", err, codes.NotFound, "NOT_FOUND")
+}
