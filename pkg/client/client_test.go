@@ -1,0 +1,244 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// fakeGateway answers from a script: a narrow stand-in for the gateway's wire behaviour
+// (codes, ErrorInfo, the request-id header), to test the SDK's retry and error handling.
+// The end-to-end tests run the SDK against the real processes.
+type fakeGateway struct {
+	executionv1grpc.UnimplementedExecutionProviderServiceServer
+	mu      sync.Mutex
+	calls   map[string][]string // method → operation ids (or "" when the call has none)
+	answers map[string][]error  // method → errors to answer in turn, then success
+}
+
+func (f *fakeGateway) next(ctx context.Context, method, op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[method] = append(f.calls[method], op)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, "req-1"))
+	if a := f.answers[method]; len(a) > 0 {
+		f.answers[method] = a[1:]
+		return a[0]
+	}
+	return nil
+}
+
+func (f *fakeGateway) count(method string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls[method]...)
+}
+
+var testEnv = &executionv1.Environment{Ref: &executionv1.EnvironmentRef{Id: "env-1", Revision: "5f0e1a1e-0000-4000-8000-000000000001"}, Ready: true}
+
+func (f *fakeGateway) EnsureEnvironment(ctx context.Context, r *executionv1.EnsureEnvironmentRequest) (*executionv1.EnsureEnvironmentResponse, error) {
+	if err := f.next(ctx, "Ensure", r.GetOperationId()); err != nil {
+		return nil, err
+	}
+	return &executionv1.EnsureEnvironmentResponse{Environment: testEnv, EnvironmentGrant: &executionv1.Grant{Token: "env"}, Created: true}, nil
+}
+
+func (f *fakeGateway) AcquireRun(ctx context.Context, r *executionv1.AcquireRunRequest) (*executionv1.AcquireRunResponse, error) {
+	if err := f.next(ctx, "AcquireRun", r.GetOperationId()); err != nil {
+		return nil, err
+	}
+	return &executionv1.AcquireRunResponse{Environment: testEnv, RunGrant: &executionv1.Grant{Token: "run"}, Run: &executionv1.RunClaim{RunId: r.GetRunId()}}, nil
+}
+
+func (f *fakeGateway) AttachEnvironment(ctx context.Context, _ *executionv1.AttachEnvironmentRequest) (*executionv1.AttachEnvironmentResponse, error) {
+	if err := f.next(ctx, "Attach", ""); err != nil {
+		return nil, err
+	}
+	return &executionv1.AttachEnvironmentResponse{Environment: testEnv, EnvironmentGrant: &executionv1.Grant{Token: "env-2"}}, nil
+}
+
+func (f *fakeGateway) Files(ctx context.Context, r *executionv1.FilesRequest) (*executionv1.FilesResponse, error) {
+	method := "Files"
+	if r.GetOperation().GetWrite() != nil {
+		method = "Write"
+	}
+	if err := f.next(ctx, method, ""); err != nil {
+		return nil, err
+	}
+	if r.GetOperation().GetWrite() != nil {
+		return &executionv1.FilesResponse{Result: &executionv1.FileResult{Result: &executionv1.FileResult_Write{Write: &executionv1.WriteFileResult{Info: &executionv1.FileInfo{Version: "v1"}}}}}, nil
+	}
+	return &executionv1.FilesResponse{Result: &executionv1.FileResult{Result: &executionv1.FileResult_Stat{Stat: &executionv1.StatFileResult{Info: &executionv1.FileInfo{Path: []byte("a")}}}}}, nil
+}
+
+func (f *fakeGateway) StartCommand(ctx context.Context, _ *executionv1.StartCommandRequest) (*executionv1.StartCommandResponse, error) {
+	if err := f.next(ctx, "StartCommand", ""); err != nil {
+		return nil, err
+	}
+	return &executionv1.StartCommandResponse{Result: &executionv1.CommandResult{State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED}}, nil
+}
+
+// answer is a status as the gateway's edge builds it.
+func answer(code codes.Code, reason string, retryable bool) error {
+	st, _ := status.New(code, "scripted").WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain,
+		Metadata: map[string]string{"retryable": map[bool]string{true: "true", false: "false"}[retryable]}})
+	return st.Err()
+}
+
+func start(t *testing.T, answers map[string][]error) (*Client, *fakeGateway) {
+	t.Helper()
+	f := &fakeGateway{calls: map[string][]string{}, answers: answers}
+	l := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	executionv1grpc.RegisterExecutionProviderServiceServer(srv, f)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return l.DialContext(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewFromConn(conn, Config{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	return c, f
+}
+
+func acquired(t *testing.T, c *Client) *Run {
+	t.Helper()
+	ctx := t.Context()
+	env, err := c.Ensure(ctx, EnsureRequest{Owner: Owner{Issuer: "i", Subject: "s"}, BindingID: "b", Profile: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := env.Acquire(ctx, AcquireOptions{RunID: "r", NoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func TestRetryReusesTheOperationID(t *testing.T) {
+	unavailable := answer(codes.Unavailable, "UNAVAILABLE", true)
+	c, f := start(t, map[string][]error{"Ensure": {unavailable, unavailable}})
+	if _, err := c.Ensure(t.Context(), EnsureRequest{Owner: Owner{Issuer: "i", Subject: "s"}, BindingID: "b", Profile: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	ops := f.count("Ensure")
+	if len(ops) != 3 || ops[0] != ops[1] || ops[1] != ops[2] || ops[0] == "" {
+		t.Fatalf("attempts with operation ids %q, want 3 with one id", ops)
+	}
+	// A second logical call gets another id.
+	if _, err := c.Ensure(t.Context(), EnsureRequest{Owner: Owner{Issuer: "i", Subject: "s"}, BindingID: "b", Profile: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if ops = f.count("Ensure"); ops[3] == ops[0] {
+		t.Fatal("two logical calls shared an operation id")
+	}
+}
+
+func TestRetriesAreBounded(t *testing.T) {
+	u := answer(codes.Unavailable, "UNAVAILABLE", true)
+	c, f := start(t, map[string][]error{"Ensure": {u, u, u, u, u, u}})
+	_, err := c.Ensure(t.Context(), EnsureRequest{BindingID: "b"})
+	if !errors.Is(err, ErrUnavailable) || len(f.count("Ensure")) != 4 {
+		t.Fatalf("%v after %d attempts, want ErrUnavailable after 4", err, len(f.count("Ensure")))
+	}
+}
+
+func TestWhatIsNeverRetried(t *testing.T) {
+	transport := status.Error(codes.Unavailable, "connection reset") // no ErrorInfo: no answer from execplane
+	cases := []struct {
+		name, method string
+		answers      []error
+		call         func(context.Context, *Run) error
+		attempts     int
+		want         error
+	}{
+		{"a refusal", "Files", []error{answer(codes.NotFound, "NOT_FOUND", false)},
+			func(ctx context.Context, r *Run) error { _, err := r.Stat(ctx, "a"); return err }, 1, ErrNotFound},
+		{"an unknown outcome", "StartCommand", []error{answer(codes.Unknown, "OUTCOME_UNKNOWN", false)},
+			func(ctx context.Context, r *Run) error { _, err := r.Run(ctx, Command{Args: []string{"true"}}); return err }, 1, ErrOutcomeUnknown},
+		{"a transport failure of a write", "Write", []error{transport},
+			func(ctx context.Context, r *Run) error { _, err := r.WriteFile(ctx, "a", nil); return err }, 1, ErrUnavailable},
+		{"a transport failure of a command", "StartCommand", []error{transport},
+			func(ctx context.Context, r *Run) error { _, err := r.Run(ctx, Command{Shell: "true"}); return err }, 1, ErrUnavailable},
+		{"a cut call of a write, even if flagged retryable", "Write", []error{answer(codes.Canceled, "UNAVAILABLE", true)},
+			func(ctx context.Context, r *Run) error { _, err := r.WriteFile(ctx, "a", nil); return err }, 1, context.Canceled},
+		// Retried: a transport failure of a read; a refusal the server says did nothing.
+		{"a transport failure of a stat", "Files", []error{transport},
+			func(ctx context.Context, r *Run) error { _, err := r.Stat(ctx, "a"); return err }, 2, nil},
+		{"a busy environment", "StartCommand", []error{answer(codes.ResourceExhausted, "LIMIT_EXCEEDED", true)},
+			func(ctx context.Context, r *Run) error { _, err := r.Run(ctx, Command{Shell: "true"}); return err }, 2, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, f := start(t, map[string][]error{tc.method: tc.answers})
+			err := tc.call(t.Context(), acquired(t, c))
+			if got := len(f.count(tc.method)); got != tc.attempts {
+				t.Errorf("%d attempts, want %d", got, tc.attempts)
+			}
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestErrorsCarryReasonAndRequestID(t *testing.T) {
+	c, _ := start(t, map[string][]error{"Write": {answer(codes.Aborted, "VERSION_MISMATCH", false)}})
+	_, err := acquired(t, c).WriteFile(t.Context(), "a", []byte("x"), IfVersion("v0"))
+	var e *Error
+	if !errors.As(err, &e) || e.RequestID != "req-1" || e.Reason != "VERSION_MISMATCH" || e.Retryable {
+		t.Fatalf("%#v", err)
+	}
+	for _, k := range []error{ErrVersionMismatch, ErrConflict} {
+		if !errors.Is(err, k) {
+			t.Errorf("not %v", k)
+		}
+	}
+	for _, k := range []error{ErrStaleEpoch, ErrNotFound, ErrFenced} {
+		if errors.Is(err, k) {
+			t.Errorf("is %v", k)
+		}
+	}
+}
+
+func TestAcquireRefreshesAnExpiredEnvironmentGrant(t *testing.T) {
+	c, f := start(t, map[string][]error{"AcquireRun": {answer(codes.Unauthenticated, "GRANT_INVALID", false)}})
+	acquired(t, c)
+	if got := len(f.count("Attach")); got != 1 {
+		t.Fatalf("%d attaches, want one refresh", got)
+	}
+	ops := f.count("AcquireRun")
+	if len(ops) != 2 || ops[0] == ops[1] {
+		t.Fatalf("acquire attempts %q: want two, the second with a fresh operation id", ops)
+	}
+}
+
+func TestClosedRunRefusesCalls(t *testing.T) {
+	c, f := start(t, nil)
+	run := acquired(t, c)
+	// The fake does not implement ReleaseRun: Close reports it, and the run is closed anyway.
+	if err := run.Close(t.Context()); !errors.Is(err, ErrUnimplemented) {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := run.Stat(t.Context(), "a"); !errors.Is(err, errRunClosed) {
+		t.Fatalf("stat after close: %v", err)
+	}
+	if n := len(f.count("Files")); n != 0 {
+		t.Fatalf("%d file calls reached the gateway after close", n)
+	}
+}

@@ -1,0 +1,139 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// errorDomain is the ErrorInfo domain of execplane's answers.
+const errorDomain = "execplane.dev"
+
+// Error is an answer of the execplane API that is not success.
+type Error struct {
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Reason is the machine-readable reason (ErrorReason without its prefix: "NOT_FOUND",
+	// "STALE_EPOCH", ...); empty when the answer carried none (a transport failure).
+	Reason string
+	// Message is the server's message.
+	Message string
+	// Retryable is the server's statement that the same call may succeed later and that
+	// nothing was done.
+	Retryable bool
+	// RequestID is the gateway's request id (for the operator's logs), when known.
+	RequestID string
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("execplane: %s", e.Code)
+	if e.Reason != "" {
+		s += "/" + e.Reason
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.RequestID != "" {
+		s += " (request " + e.RequestID + ")"
+	}
+	return s
+}
+
+// GRPCStatus lets status.FromError see the original status.
+func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+
+// Is matches the package's sentinel errors by code and, for the finer ones, reason.
+// A DEADLINE_EXCEEDED or CANCELLED answer also matches context.DeadlineExceeded or
+// context.Canceled.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case context.DeadlineExceeded:
+		return e.Code == codes.DeadlineExceeded
+	case context.Canceled:
+		return e.Code == codes.Canceled
+	}
+	k, ok := target.(*kind)
+	return ok && k.match(e)
+}
+
+// kind is a class of answers, for errors.Is.
+type kind struct {
+	name   string
+	codes  []codes.Code
+	reason string // "" matches any reason of the codes
+}
+
+func (k *kind) Error() string { return "execplane: " + k.name }
+
+func (k *kind) match(e *Error) bool {
+	for _, c := range k.codes {
+		if c == e.Code && (k.reason == "" || k.reason == e.Reason) {
+			return true
+		}
+	}
+	return false
+}
+
+// Classes of errors, for errors.Is. The coarse ones follow the gRPC code; the fine ones
+// (ErrStaleEpoch, ErrFenced, ...) the reason as well.
+var (
+	ErrInvalidArgument  error = &kind{name: "invalid argument", codes: []codes.Code{codes.InvalidArgument}}
+	ErrUnauthenticated  error = &kind{name: "unauthenticated", codes: []codes.Code{codes.Unauthenticated}}
+	ErrGrantInvalid     error = &kind{name: "grant invalid", codes: []codes.Code{codes.Unauthenticated}, reason: "GRANT_INVALID"}
+	ErrPermissionDenied error = &kind{name: "permission denied", codes: []codes.Code{codes.PermissionDenied}}
+	ErrPathEscape       error = &kind{name: "path escapes the workspace", codes: []codes.Code{codes.PermissionDenied}, reason: "PATH_ESCAPE"}
+	// ErrNotFound: absent, or not yours (the two are indistinguishable by design).
+	ErrNotFound      error = &kind{name: "not found", codes: []codes.Code{codes.NotFound}}
+	ErrAlreadyExists error = &kind{name: "already exists", codes: []codes.Code{codes.AlreadyExists}}
+	// ErrConflict: any ABORTED answer — a compare-and-swap lost, a stale epoch, a revoked
+	// grant, a version mismatch, a precondition mismatch, a run claim held by another.
+	ErrConflict           error = &kind{name: "conflict", codes: []codes.Code{codes.Aborted}}
+	ErrStaleEpoch         error = &kind{name: "stale epoch", codes: []codes.Code{codes.Aborted}, reason: "STALE_EPOCH"}
+	ErrRevoked            error = &kind{name: "revoked", codes: []codes.Code{codes.Aborted}, reason: "REVOKED"}
+	ErrVersionMismatch    error = &kind{name: "version mismatch", codes: []codes.Code{codes.Aborted}, reason: "VERSION_MISMATCH"}
+	ErrRunClaimHeld       error = &kind{name: "run claim held", codes: []codes.Code{codes.Aborted}, reason: "RUN_CLAIM_HELD"}
+	ErrOperationIDReused  error = &kind{name: "operation id reused", codes: []codes.Code{codes.Aborted}, reason: "OPERATION_ID_REUSED"}
+	ErrPreconditionFailed error = &kind{name: "precondition mismatch", codes: []codes.Code{codes.Aborted, codes.FailedPrecondition}, reason: "PRECONDITION_MISMATCH"}
+	// ErrFenced: the environment's last outcome is unproven; an administrator must recover it.
+	ErrFenced    error = &kind{name: "fenced", codes: []codes.Code{codes.FailedPrecondition}, reason: "FENCED"}
+	ErrNotReady  error = &kind{name: "not ready", codes: []codes.Code{codes.FailedPrecondition}, reason: "NOT_READY"}
+	ErrWrongType error = &kind{name: "wrong file type", codes: []codes.Code{codes.FailedPrecondition}, reason: "WRONG_TYPE"}
+	// ErrExhausted: a rate, concurrency, size or capacity limit.
+	ErrExhausted error = &kind{name: "limit exceeded", codes: []codes.Code{codes.ResourceExhausted}}
+	// ErrUnavailable: the gateway, its security material or the controller leader is
+	// unavailable for now.
+	ErrUnavailable error = &kind{name: "unavailable", codes: []codes.Code{codes.Unavailable}}
+	// ErrOutcomeUnknown: the executor connection broke after the request was sent; a command
+	// may have run. Never retried.
+	ErrOutcomeUnknown error = &kind{name: "outcome unknown", codes: []codes.Code{codes.Unknown}, reason: "OUTCOME_UNKNOWN"}
+	ErrUnimplemented  error = &kind{name: "unimplemented", codes: []codes.Code{codes.Unimplemented}}
+	ErrInternal       error = &kind{name: "internal", codes: []codes.Code{codes.Internal}}
+)
+
+// asError converts a gRPC status error into an *Error; other errors (nil, a context error
+// from before the call) are returned as they are.
+func asError(err error, requestID string) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	e = &Error{Code: st.Code(), Message: st.Message(), RequestID: requestID}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			e.Reason = info.GetReason()
+			e.Retryable = info.GetMetadata()["retryable"] == "true"
+		}
+	}
+	return e
+}

@@ -1,0 +1,311 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"iter"
+	"time"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// listPageSize is the page size List asks for (the server allows 1..1000).
+const listPageSize = 500
+
+// FileInfo describes one object beneath the workspace root. Paths are bytes on the wire
+// (any name the file system holds); a Go string carries them unchanged.
+type FileInfo struct {
+	// Path is relative to the workspace root (for List: the entry's name).
+	Path string
+	Type executionv1.FileType
+	// Size in bytes (for a symlink, the length of its target).
+	Size    int64
+	Mode    fs.FileMode
+	ModTime time.Time
+	// Version is the content version of a regular file (for compare-and-swap writes).
+	Version       string
+	SymlinkTarget string
+}
+
+// IsDir reports whether the object is a directory.
+func (f FileInfo) IsDir() bool { return f.Type == executionv1.FileType_FILE_TYPE_DIRECTORY }
+
+func fileInfo(p *executionv1.FileInfo) FileInfo {
+	return FileInfo{Path: string(p.GetPath()), Type: p.GetType(), Size: int64(p.GetSize()), Mode: fs.FileMode(p.GetMode()) & fs.ModePerm,
+		ModTime: p.GetModifiedAt().AsTime(), Version: p.GetVersion(), SymlinkTarget: string(p.GetSymlinkTarget())}
+}
+
+// files runs one file operation under the run's grant.
+func (r *Run) files(ctx context.Context, s safety, op *executionv1.FileOperation) (*executionv1.FileResult, error) {
+	g, err := r.runGrant()
+	if err != nil {
+		return nil, err
+	}
+	req := &executionv1.FilesRequest{RunGrant: g, Environment: r.env.Ref(), Operation: op}
+	resp, err := call(ctx, r.env.c, s, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.FilesResponse, error) {
+		return r.env.c.api.Files(ctx, req, opts...)
+	})
+	return resp.GetResult(), err
+}
+
+// Chunk is one read of a file: content, the file's info when read, and whether more follows.
+type Chunk struct {
+	Content []byte
+	Info    FileInfo
+	More    bool
+}
+
+// ReadRange reads up to length bytes at offset (0 means as much as one call carries: the
+// profile's maxFileBytes).
+func (r *Run) ReadRange(ctx context.Context, path string, offset, length uint64) (Chunk, error) {
+	res, err := r.files(ctx, idempotent, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{
+		Path: []byte(path), Offset: offset, Length: length}}})
+	if err != nil {
+		return Chunk{}, err
+	}
+	rd := res.GetRead()
+	return Chunk{Content: rd.GetContent(), Info: fileInfo(rd.GetInfo()), More: rd.GetMore()}, nil
+}
+
+// ReadFile reads a whole regular file, in as many calls as its size needs. If the file
+// changes between calls it fails with ErrConflict rather than return a mix of versions.
+func (r *Run) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	var buf bytes.Buffer
+	var version string
+	for {
+		c, err := r.ReadRange(ctx, path, uint64(buf.Len()), 0)
+		if err != nil {
+			return nil, err
+		}
+		if buf.Len() > 0 && c.Info.Version != version {
+			return nil, &Error{Code: codes.Aborted, Reason: "VERSION_MISMATCH", Message: fmt.Sprintf("%s changed while it was read", path)}
+		}
+		version = c.Info.Version
+		buf.Write(c.Content)
+		if !c.More || len(c.Content) == 0 {
+			return buf.Bytes(), nil
+		}
+	}
+}
+
+// WriteOption refines WriteFile.
+type WriteOption func(*executionv1.WriteFile)
+
+// CreateOnly fails the write with ErrAlreadyExists when the path exists.
+func CreateOnly() WriteOption {
+	return func(w *executionv1.WriteFile) { w.Mode = executionv1.WriteMode_WRITE_MODE_CREATE_ONLY }
+}
+
+// IfVersion writes only if the file's content version is still version (compare-and-swap);
+// otherwise it fails with ErrVersionMismatch and the file is unchanged.
+func IfVersion(version string) WriteOption {
+	return func(w *executionv1.WriteFile) {
+		w.Mode, w.ExpectedVersion = executionv1.WriteMode_WRITE_MODE_COMPARE_AND_SWAP, version
+	}
+}
+
+// WithMode sets the permission bits of a created file.
+func WithMode(m fs.FileMode) WriteOption {
+	return func(w *executionv1.WriteFile) { w.FileMode = uint32(m.Perm()) }
+}
+
+// CreateParents creates missing parent directories.
+func CreateParents() WriteOption { return func(w *executionv1.WriteFile) { w.CreateParents = true } }
+
+// WriteFile replaces the file's content atomically (the old content stays intact on any
+// failure) and returns its new info. By default it overwrites; see CreateOnly and IfVersion.
+func (r *Run) WriteFile(ctx context.Context, path string, content []byte, opts ...WriteOption) (FileInfo, error) {
+	w := &executionv1.WriteFile{Path: []byte(path), Content: content, Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}
+	for _, o := range opts {
+		o(w)
+	}
+	res, err := r.files(ctx, serverSaysSo, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: w}})
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return fileInfo(res.GetWrite().GetInfo()), nil
+}
+
+// Stat returns the object's info without following a final symlink.
+func (r *Run) Stat(ctx context.Context, path string) (FileInfo, error) {
+	res, err := r.files(ctx, idempotent, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Stat{Stat: &executionv1.StatFile{Path: []byte(path)}}})
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return fileInfo(res.GetStat().GetInfo()), nil
+}
+
+// List iterates over a directory's entries sorted by name, fetching pages as it goes. An
+// error ends the iteration (yielded once).
+func (r *Run) List(ctx context.Context, dir string) iter.Seq2[FileInfo, error] {
+	return func(yield func(FileInfo, error) bool) {
+		var token []byte
+		for {
+			res, err := r.files(ctx, idempotent, &executionv1.FileOperation{Operation: &executionv1.FileOperation_List{List: &executionv1.ListDirectory{
+				Path: []byte(dir), PageSize: listPageSize, PageToken: token}}})
+			if err != nil {
+				yield(FileInfo{}, err)
+				return
+			}
+			for _, e := range res.GetList().GetEntries() {
+				if !yield(fileInfo(e), nil) {
+					return
+				}
+			}
+			if token = res.GetList().GetNextPageToken(); len(token) == 0 {
+				return
+			}
+		}
+	}
+}
+
+// Mkdir creates a directory; MkdirAll creates missing parents too and accepts an existing
+// directory.
+func (r *Run) Mkdir(ctx context.Context, path string) (FileInfo, error) {
+	return r.mkdir(ctx, path, false)
+}
+
+// MkdirAll is Mkdir with parents.
+func (r *Run) MkdirAll(ctx context.Context, path string) (FileInfo, error) {
+	return r.mkdir(ctx, path, true)
+}
+
+func (r *Run) mkdir(ctx context.Context, path string, parents bool) (FileInfo, error) {
+	res, err := r.files(ctx, serverSaysSo, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Mkdir{Mkdir: &executionv1.MakeDirectory{
+		Path: []byte(path), Parents: parents}}})
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return fileInfo(res.GetMkdir().GetInfo()), nil
+}
+
+// Remove removes a file or an empty directory.
+func (r *Run) Remove(ctx context.Context, path string) error {
+	_, err := r.remove(ctx, path, false, false)
+	return err
+}
+
+// RemoveAll removes a path and everything beneath it, and accepts an absent path. It
+// returns the number of objects removed.
+func (r *Run) RemoveAll(ctx context.Context, path string) (uint64, error) {
+	return r.remove(ctx, path, true, true)
+}
+
+func (r *Run) remove(ctx context.Context, path string, recursive, missingOK bool) (uint64, error) {
+	res, err := r.files(ctx, serverSaysSo, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Remove{Remove: &executionv1.RemovePath{
+		Path: []byte(path), Recursive: recursive, MissingOk: missingOK}}})
+	return res.GetRemove().GetRemoved(), err
+}
+
+// MoveOption refines Rename and Copy.
+type MoveOption func(*moveOptions)
+
+type moveOptions struct{ overwrite, recursive bool }
+
+// Overwrite replaces an existing destination (a file, or an empty directory).
+func Overwrite() MoveOption { return func(o *moveOptions) { o.overwrite = true } }
+
+// Recursive copies a directory tree (Copy only).
+func Recursive() MoveOption { return func(o *moveOptions) { o.recursive = true } }
+
+func moveOpts(opts []MoveOption) moveOptions {
+	var o moveOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Rename moves a path within the workspace.
+func (r *Run) Rename(ctx context.Context, from, to string, opts ...MoveOption) (FileInfo, error) {
+	o := moveOpts(opts)
+	res, err := r.files(ctx, serverSaysSo, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Rename{Rename: &executionv1.RenamePath{
+		From: []byte(from), To: []byte(to), Overwrite: o.overwrite}}})
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return fileInfo(res.GetRename().GetInfo()), nil
+}
+
+// CopyResult reports a copy.
+type CopyResult struct {
+	Info           FileInfo
+	Bytes, Entries uint64
+}
+
+// Copy copies a file (or, with Recursive, a tree) within the workspace.
+func (r *Run) Copy(ctx context.Context, from, to string, opts ...MoveOption) (CopyResult, error) {
+	o := moveOpts(opts)
+	res, err := r.files(ctx, serverSaysSo, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Copy{Copy: &executionv1.CopyPath{
+		From: []byte(from), To: []byte(to), Overwrite: o.overwrite, Recursive: o.recursive}}})
+	if err != nil {
+		return CopyResult{}, err
+	}
+	c := res.GetCopy()
+	return CopyResult{Info: fileInfo(c.GetInfo()), Bytes: c.GetCopiedBytes(), Entries: c.GetCopiedEntries()}, nil
+}
+
+// GlobResult lists matching paths (relative to the workspace root, sorted).
+type GlobResult struct {
+	Paths []string
+	// Truncated: more matched than were returned, or the walk hit its bound.
+	Truncated bool
+}
+
+// Glob matches pattern ('*', '?', '[...]' per component, '**' for any depth) beneath base
+// ("" for the root).
+func (r *Run) Glob(ctx context.Context, pattern, base string) (GlobResult, error) {
+	res, err := r.files(ctx, idempotent, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Glob{Glob: &executionv1.Glob{
+		Pattern: []byte(pattern), Base: []byte(base)}}})
+	if err != nil {
+		return GlobResult{}, err
+	}
+	g := GlobResult{Truncated: res.GetGlob().GetTruncated()}
+	for _, p := range res.GetGlob().GetPaths() {
+		g.Paths = append(g.Paths, string(p))
+	}
+	return g, nil
+}
+
+// GrepRequest searches regular files for an RE2 expression, line by line.
+type GrepRequest struct {
+	Pattern string
+	// Path is a file or directory ("" for the root); Include a shell pattern on file names.
+	Path, Include string
+	IgnoreCase    bool
+	// MaxMatches is 1..10000 (1000 when 0).
+	MaxMatches uint32
+}
+
+// GrepMatch is one matching line.
+type GrepMatch struct {
+	Path string
+	Line uint64
+	Text string
+}
+
+// GrepResult lists matches.
+type GrepResult struct {
+	Matches                     []GrepMatch
+	Truncated                   bool
+	FilesSearched, FilesSkipped uint64
+}
+
+// Grep searches the workspace.
+func (r *Run) Grep(ctx context.Context, q GrepRequest) (GrepResult, error) {
+	res, err := r.files(ctx, idempotent, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Grep{Grep: &executionv1.Grep{
+		Pattern: q.Pattern, Path: []byte(q.Path), Include: []byte(q.Include), IgnoreCase: q.IgnoreCase, MaxMatches: q.MaxMatches}}})
+	if err != nil {
+		return GrepResult{}, err
+	}
+	g := res.GetGrep()
+	out := GrepResult{Truncated: g.GetTruncated(), FilesSearched: g.GetFilesSearched(), FilesSkipped: g.GetFilesSkipped()}
+	for _, m := range g.GetMatches() {
+		out.Matches = append(out.Matches, GrepMatch{Path: string(m.GetPath()), Line: m.GetLineNumber(), Text: string(m.GetLine())})
+	}
+	return out, nil
+}

@@ -1,0 +1,120 @@
+package client
+
+import (
+	"context"
+	"iter"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/grpc"
+)
+
+// withEnvironment is every reference RPC's response.
+type withEnvironment interface {
+	GetEnvironment() *executionv1.Environment
+}
+
+// mutate runs one reference RPC for this binding with a fresh operation id (reused by its
+// retries) and records the environment it answers.
+func mutate[T withEnvironment](ctx context.Context, e *Environment, rpc func(context.Context, string, *executionv1.ReferenceTarget, ...grpc.CallOption) (T, error)) error {
+	opID, target := newOperationID(), &executionv1.ReferenceTarget{Owner: e.owner.proto(), Environment: e.Ref(), BindingId: e.binding}
+	resp, err := call(ctx, e.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (T, error) {
+		return rpc(ctx, opID, target, opts...)
+	})
+	if err != nil {
+		return err
+	}
+	e.set(resp.GetEnvironment(), nil)
+	return nil
+}
+
+// CommitReference publishes the binding's pending reference (after the caller recorded the
+// environment on its side).
+func (e *Environment) CommitReference(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.CommitReferenceResponse, error) {
+		return e.c.api.CommitReference(ctx, &executionv1.CommitReferenceRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// AbortReference drops the binding's pending reference (the caller did not record it).
+func (e *Environment) AbortReference(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.AbortReferenceResponse, error) {
+		return e.c.api.AbortReference(ctx, &executionv1.AbortReferenceRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// ReleaseReference removes the binding's published reference in one step.
+func (e *Environment) ReleaseReference(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.ReleaseReferenceResponse, error) {
+		return e.c.api.ReleaseReference(ctx, &executionv1.ReleaseReferenceRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// PrepareReferenceDelete marks the binding's reference PENDING_DELETE (first phase of a
+// two-phase removal); ConfirmReferenceDelete removes it, CancelReferenceDelete restores it.
+func (e *Environment) PrepareReferenceDelete(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.PrepareReferenceDeleteResponse, error) {
+		return e.c.api.PrepareReferenceDelete(ctx, &executionv1.PrepareReferenceDeleteRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// ConfirmReferenceDelete removes a reference prepared for deletion.
+func (e *Environment) ConfirmReferenceDelete(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.ConfirmReferenceDeleteResponse, error) {
+		return e.c.api.ConfirmReferenceDelete(ctx, &executionv1.ConfirmReferenceDeleteRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// CancelReferenceDelete publishes again a reference prepared for deletion.
+func (e *Environment) CancelReferenceDelete(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.CancelReferenceDeleteResponse, error) {
+		return e.c.api.CancelReferenceDelete(ctx, &executionv1.CancelReferenceDeleteRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// ReserveSuccessor reserves a successor binding (a fork of this binding's conversation, say)
+// on the same environment: a pending reference that remembers this binding as its source.
+// The successor commits it through its own handle (Client.Attach with successorBindingID).
+func (e *Environment) ReserveSuccessor(ctx context.Context, successorBindingID string) error {
+	req := &executionv1.ReserveSuccessorRequest{OperationId: newOperationID(), Owner: e.owner.proto(), Environment: e.Ref(),
+		SourceBindingId: e.binding, SuccessorBindingId: successorBindingID}
+	resp, err := call(ctx, e.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.ReserveSuccessorResponse, error) {
+		return e.c.api.ReserveSuccessor(ctx, req, opts...)
+	})
+	if err != nil {
+		return err
+	}
+	e.set(resp.GetEnvironment(), nil)
+	return nil
+}
+
+// ReferenceIntent is a reference left unfinished (pending create, pending delete, reserved
+// successor): the crash-recovery feed a platform reconciles at start-up.
+type ReferenceIntent struct {
+	Environment *executionv1.EnvironmentRef
+	Reference   *executionv1.Reference
+}
+
+// ListReferenceIntents iterates over the owner's unfinished references, page by page.
+func (c *Client) ListReferenceIntents(ctx context.Context, owner Owner) iter.Seq2[ReferenceIntent, error] {
+	return func(yield func(ReferenceIntent, error) bool) {
+		token := ""
+		for {
+			req := &executionv1.ListReferenceIntentsRequest{Owner: owner.proto(), PageToken: token}
+			resp, err := call(ctx, c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.ListReferenceIntentsResponse, error) {
+				return c.api.ListReferenceIntents(ctx, req, opts...)
+			})
+			if err != nil {
+				yield(ReferenceIntent{}, err)
+				return
+			}
+			for _, in := range resp.GetIntents() {
+				if !yield(ReferenceIntent{Environment: in.GetEnvironment(), Reference: in.GetReference()}, nil) {
+					return
+				}
+			}
+			if token = resp.GetNextPageToken(); token == "" {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package client
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+// requestIDHeader is the gateway's request id response header.
+const requestIDHeader = "x-request-id"
+
+// safety says which failures a call may be retried after.
+type safety int
+
+const (
+	// serverSaysSo: only answers the server marks retryable (nothing was done). For calls
+	// that must not run twice and carry no operation id (writes, commands).
+	serverSaysSo safety = iota
+	// idempotent: also transport failures (UNAVAILABLE without an answer), because running
+	// the call twice is harmless — reads, or mutations that carry an operation id.
+	idempotent
+)
+
+type retryPolicy struct {
+	attempts         int
+	initial, ceiling time.Duration
+}
+
+func newRetryPolicy(cfg Config) retryPolicy {
+	p := retryPolicy{attempts: cfg.MaxAttempts, initial: cfg.InitialBackoff, ceiling: cfg.MaxBackoff}
+	if p.attempts <= 0 {
+		p.attempts = DefaultMaxAttempts
+	}
+	if p.initial <= 0 {
+		p.initial = DefaultInitialBackoff
+	}
+	if p.ceiling <= 0 {
+		p.ceiling = DefaultMaxBackoff
+	}
+	return p
+}
+
+// call runs one logical call, retrying per its safety within the policy and ctx. f receives
+// the call options that capture the request id; every attempt sends the same request (and so
+// the same operation id).
+func call[T any](ctx context.Context, c *Client, s safety, f func(context.Context, ...grpc.CallOption) (T, error)) (T, error) {
+	var zero T
+	backoff := c.retry.initial
+	for attempt := 1; ; attempt++ {
+		var header metadata.MD
+		resp, err := f(ctx, grpc.Header(&header))
+		if err == nil {
+			return resp, nil
+		}
+		var requestID string
+		if v := header.Get(requestIDHeader); len(v) > 0 {
+			requestID = v[0]
+		}
+		err = asError(err, requestID)
+		if attempt >= c.retry.attempts || !retryable(err, s) || ctx.Err() != nil {
+			return zero, err
+		}
+		// Full jitter: spread retries of many callers after a shared failure.
+		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
+		backoff = min(backoff*2, c.retry.ceiling)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, err
+		case <-t.C:
+		}
+	}
+}
+
+func retryable(err error, s safety) bool {
+	e, ok := err.(*Error)
+	if !ok {
+		return false
+	}
+	if s == serverSaysSo && (e.Code == codes.Canceled || e.Code == codes.DeadlineExceeded) {
+		// The gateway's own call ended midway: a write or command may have happened.
+		return false
+	}
+	if e.Reason != "" {
+		return e.Retryable
+	}
+	// No answer from execplane: the connection failed. Only a call that is harmless twice
+	// may go again.
+	return s == idempotent && e.Code == codes.Unavailable
+}

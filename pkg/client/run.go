@@ -1,0 +1,190 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Bounds of a run claim's TTL (the server's): renewal runs at a third of it, so two
+// renewals may fail before the claim lapses.
+const (
+	MinRunTTL     = 30 * time.Second
+	MaxRunTTL     = 5 * time.Minute
+	DefaultRunTTL = time.Minute
+	// releaseTimeout bounds Close's release when the caller's context has no deadline.
+	releaseTimeout = 10 * time.Second
+)
+
+// AcquireOptions configure Acquire.
+type AcquireOptions struct {
+	// RunID names the caller's run (an agent turn, a CI job). Required.
+	RunID string
+	// TTL is how long the claim lasts without renewal: MinRunTTL..MaxRunTTL, DefaultRunTTL
+	// when 0.
+	TTL time.Duration
+	// NoRenew disables the background renewal (the caller calls Renew itself).
+	NoRenew bool
+}
+
+// Acquire takes the environment's run claim — execution authority, fencing any earlier
+// holder — and, unless NoRenew, renews it in the background until Close.
+func (e *Environment) Acquire(ctx context.Context, o AcquireOptions) (*Run, error) {
+	if o.TTL == 0 {
+		o.TTL = DefaultRunTTL
+	}
+	acquire := func() (*executionv1.AcquireRunResponse, error) {
+		req := &executionv1.AcquireRunRequest{OperationId: newOperationID(), EnvironmentGrant: e.environmentGrant(), Environment: e.Ref(),
+			RunId: o.RunID, Ttl: durationpb.New(o.TTL)}
+		return call(ctx, e.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.AcquireRunResponse, error) {
+			return e.c.api.AcquireRun(ctx, req, opts...)
+		})
+	}
+	resp, err := acquire()
+	if errors.Is(err, ErrGrantInvalid) {
+		// The environment grant expired (or the handle is old): attach again, then retry.
+		// The refused attempt did nothing, so a fresh operation id is right.
+		if err = e.Refresh(ctx); err == nil {
+			resp, err = acquire()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.set(resp.GetEnvironment(), nil)
+	r := &Run{env: e, id: o.RunID, ttl: o.TTL, grant: resp.GetRunGrant(), claim: resp.GetRun(), done: make(chan struct{})}
+	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r.stop = stop
+	if o.NoRenew {
+		close(r.done)
+	} else {
+		go r.renewLoop(renewCtx)
+	}
+	return r, nil
+}
+
+// Run is a held run claim: the authority to read and write files and run commands in the
+// environment. It is safe for concurrent use.
+type Run struct {
+	env *Environment
+	id  string
+	ttl time.Duration
+
+	mu    sync.Mutex
+	grant *executionv1.Grant
+	claim *executionv1.RunClaim
+	lost  error
+
+	stop      context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ID is the run id; Environment the environment it runs in.
+func (r *Run) ID() string                { return r.id }
+func (r *Run) Environment() *Environment { return r.env }
+
+// Claim returns the claim as last granted (a copy): claim id, epoch, expiry.
+func (r *Run) Claim() *executionv1.RunClaim {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return proto.Clone(r.claim).(*executionv1.RunClaim)
+}
+
+// Err returns why the run ended (a renewal refused for good: revoked, superseded by another
+// claim, fenced), or nil while it holds.
+func (r *Run) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
+}
+
+// runGrant returns the current run grant, or why the run ended.
+func (r *Run) runGrant() (*executionv1.Grant, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.grant, r.lost
+}
+
+// Renew extends the claim by its TTL and refreshes the run grant.
+func (r *Run) Renew(ctx context.Context) error {
+	g, err := r.runGrant()
+	if err != nil {
+		return err
+	}
+	req := &executionv1.RenewRunRequest{OperationId: newOperationID(), RunGrant: g, Environment: r.env.Ref(), Ttl: durationpb.New(r.ttl)}
+	resp, err := call(ctx, r.env.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.RenewRunResponse, error) {
+		return r.env.c.api.RenewRun(ctx, req, opts...)
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && !e.Retryable && e.Reason != "" {
+			r.lost = err // refused for good: later calls fail the same way
+		}
+		return err
+	}
+	r.grant, r.claim = resp.GetRunGrant(), resp.GetRun()
+	return nil
+}
+
+func (r *Run) renewLoop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		callCtx, cancel := context.WithTimeout(ctx, r.ttl/3)
+		_ = r.Renew(callCtx)
+		cancel()
+		if r.Err() != nil {
+			return
+		}
+	}
+}
+
+// Close stops the renewal and releases the claim. It is idempotent; a run that was already
+// lost is not released again.
+func (r *Run) Close(ctx context.Context) error {
+	r.closeOnce.Do(func() {
+		r.stop()
+		<-r.done
+		g, err := r.runGrant()
+		if err != nil {
+			return
+		}
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
+			defer cancel()
+		}
+		req := &executionv1.ReleaseRunRequest{OperationId: newOperationID(), RunGrant: g, Environment: r.env.Ref()}
+		resp, err := call(ctx, r.env.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.ReleaseRunResponse, error) {
+			return r.env.c.api.ReleaseRun(ctx, req, opts...)
+		})
+		r.mu.Lock()
+		r.lost = errRunClosed
+		r.mu.Unlock()
+		if err != nil {
+			r.closeErr = err
+			return
+		}
+		r.env.set(resp.GetEnvironment(), nil)
+	})
+	return r.closeErr
+}
+
+// errRunClosed is what calls on a closed Run return.
+var errRunClosed = errors.New("execplane: the run was closed")
