@@ -170,7 +170,10 @@ func TestWhatIsNeverRetried(t *testing.T) {
 		{"a refusal", "Files", []error{answer(codes.NotFound, "NOT_FOUND", false)},
 			func(ctx context.Context, r *Run) error { _, err := r.Stat(ctx, "a"); return err }, 1, ErrNotFound},
 		{"an unknown outcome", "StartCommand", []error{answer(codes.Unknown, "OUTCOME_UNKNOWN", false)},
-			func(ctx context.Context, r *Run) error { _, err := r.Run(ctx, Command{Args: []string{"true"}}); return err }, 1, ErrOutcomeUnknown},
+			func(ctx context.Context, r *Run) error {
+				_, err := r.Run(ctx, Command{Args: []string{"true"}})
+				return err
+			}, 1, ErrOutcomeUnknown},
 		{"a transport failure of a write", "Write", []error{transport},
 			func(ctx context.Context, r *Run) error { _, err := r.WriteFile(ctx, "a", nil); return err }, 1, ErrUnavailable},
 		{"a transport failure of a command", "StartCommand", []error{transport},
