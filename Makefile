@@ -16,8 +16,6 @@ LDFLAGS   := -s -w -X github.com/execplane/execplane/internal/version.Version=$(
              -X github.com/execplane/execplane/internal/version.Commit=$(COMMIT)
 BINARIES  := gateway controller execctl helper
 GO_TEST_FLAGS ?=
-# The local cluster's state (kubeconfig, logs) for cluster-up and demo.
-CLUSTER_STATE ?= .state/cluster
 # Builds the cluster binaries on first use (cached by version) and prints their directory.
 CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
 
@@ -76,29 +74,32 @@ bench-gateway: build ## Gateway overhead: data calls, 5 MiB transfers and RPC/s,
 cluster-bins: ## Build the local cluster's pinned binaries (once; cached by version).
 	@hack/build-cluster-bins.sh
 
+# The development stack of make demo / cluster-up (execctl dev; docs/quickstart.md).
+DEV_STATE ?= .state/dev
+DEV_UP = bin/execctl dev up --state-dir $(DEV_STATE) --helper bin/helper
+
 .PHONY: cluster-up
-cluster-up: build bin/devcluster ## Start the local cluster in the background (KUBECONFIG in .state/cluster).
-	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) bin/devcluster --state-dir $(CLUSTER_STATE) --helper bin/helper up
+cluster-up: build ## Start the local cluster alone in the background (KUBECONFIG printed).
+	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(DEV_UP)
 
 .PHONY: cluster-down
-cluster-down: bin/devcluster ## Stop the local cluster started by cluster-up.
-	@bin/devcluster --state-dir $(CLUSTER_STATE) down
-
-.PHONY: bin/devcluster
-bin/devcluster:
-	@mkdir -p bin
-	@$(GO) build -o bin/devcluster ./hack/devcluster
+cluster-down: ## Stop what cluster-up or demo started.
+	@bin/execctl dev down --state-dir $(DEV_STATE)
 
 .PHONY: demo
-demo: cluster-up ## Build what is needed, start the local cluster and run the demo (see README).
-	@echo "execplane $(VERSION): the local cluster is up; the gateway and controller are not"
-	@echo "implemented yet, so the walkthrough grows with them. Try:"
-	@echo "  export KUBECONFIG=$(CURDIR)/$(CLUSTER_STATE)/kubeconfig"
-	@echo "  $$(hack/build-cluster-bins.sh)/kubectl get nodes"
+demo: build ## Build, start the local cluster with a controller and a gateway, and walk a client through a session.
+	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(DEV_UP) --controller bin/controller --gateway bin/gateway
+	@bin/execctl dev demo --state-dir $(DEV_STATE)
+	@echo
+	@echo "The stack keeps running. Try it by hand:"
+	@echo "  source $(DEV_STATE)/caller.env      # EXECPLANE_ADDRESS, _CA, _CERT, _KEY; KUBECONFIG"
+	@echo "  bin/execctl dev demo                # the walkthrough again"
+	@echo "  kubectl get executionenvironments -A   # kubectl: bin/execctl dev status"
 	@echo "Stop it with: make demo-down"
 
 .PHONY: demo-down
-demo-down: cluster-down ## Stop everything make demo started.
+demo-down: ## Stop everything make demo started.
+	@bin/execctl dev down --state-dir $(DEV_STATE)
 
 .PHONY: clean
 clean: ## Remove build output (the cached cluster binaries are kept; see docs/development.md).

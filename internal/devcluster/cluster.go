@@ -377,6 +377,10 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// HelperImagePath is where executor images carry the helper (the chart's default
+// --helper-path).
+const HelperImagePath = "/execplane/helper"
+
 // FreeAddrs returns n distinct loopback addresses (host:port) that were free a moment ago,
 // for the processes a test, benchmark or demo starts.
 func FreeAddrs(n int) ([]string, error) {

@@ -85,13 +85,6 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 	return cert
 }
 
-func TestWithoutCommandKeepsFlags(t *testing.T) {
-	got := withoutCommand([]string{"--state-dir", "/s", "up", "--nodes", "2"})
-	if !slices.Equal(got, []string{"--state-dir", "/s", "--nodes", "2"}) {
-		t.Fatalf("got %v", got)
-	}
-}
-
 func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
 	err := checkBinaries(t.TempDir())
 	if err == nil {

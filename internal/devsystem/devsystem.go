@@ -221,6 +221,21 @@ func (s *System) WaitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
+// Namespace is the system's namespace.
+func (s *System) Namespace() string { return s.opts.Namespace }
+
+// Exited returns an error when a process of the system has exited.
+func (s *System) Exited() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		if err := p.Exited(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Stop stops every process (gateways first, so they drain while the controller serves).
 func (s *System) Stop() {
 	s.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/devstack"
 	"github.com/execplane/execplane/internal/version"
 )
 
@@ -23,6 +24,25 @@ type command struct {
 // commands lists the subcommands. Later issues add the API commands here.
 var commands = map[string]command{
 	"version": {summary: "print the client's version", run: runVersion},
+	"dev":     {summary: "the local development stack: up, down, status, demo ('execctl dev help')", run: runDev},
+}
+
+// devCommands are execctl dev's subcommands run by devstack.
+var devCommands = map[string]bool{"up": true, "down": true, "status": true, "serve": true}
+
+// runDev runs `execctl dev <command> [flags]` (or, as the detached daemon re-runs itself,
+// `execctl dev [flags] serve`).
+func runDev(ctx context.Context, cfg Config, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "help" {
+		args = []string{"-h"}
+	}
+	if args[0] == "demo" {
+		return runDemo(ctx, cfg, args[1:], stdout)
+	}
+	if len(args) > 0 && devCommands[args[0]] {
+		args = append(args[1:len(args):len(args)], args[0])
+	}
+	return devstack.RunCommand(ctx, []string{"dev"}, args, stdout, os.Stderr)
 }
 
 // Run is execctl's entry point: global flags, then a subcommand and its arguments.

@@ -22,7 +22,10 @@ import (
 	"google.golang.org/grpc"
 )
 
-var controllerBin, gatewayBin, grpcurlBin, healthProbeBin string
+var controllerBin, gatewayBin, execctlBin, grpcurlBin, healthProbeBin string
+
+// helperBin is the local helper the executors run.
+var helperBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "e2e-bin-")
@@ -30,8 +33,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	controllerBin, gatewayBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway")
-	for bin, pkg := range map[string]string{controllerBin: "./cmd/controller", gatewayBin: "./cmd/gateway"} {
+	controllerBin, gatewayBin, execctlBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway"), filepath.Join(dir, "execctl")
+	for bin, pkg := range map[string]string{controllerBin: "./cmd/controller", gatewayBin: "./cmd/gateway", execctlBin: "./cmd/execctl"} {
 		cmd := exec.Command("go", "build", "-race", "-o", bin, pkg)
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -54,6 +57,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	helperBin = files[clustertest.HelperPath]
 	code := clustertest.Main(m, clustertest.Options{ImageFiles: files})
 	os.RemoveAll(dir)
 	os.Exit(code)

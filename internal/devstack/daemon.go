@@ -1,0 +1,432 @@
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/devcluster"
+	"github.com/execplane/execplane/internal/devsystem"
+)
+
+// Files in a stack's state directory.
+const (
+	pidFile   = "devstack.pid"
+	logFile   = "devstack.log"
+	readyFile = "ready"
+	// InfoFile describes a ready stack (Info, JSON).
+	InfoFile = "stack.json"
+)
+
+// Timeouts.
+const (
+	// startTimeout covers a cold build of the cluster binaries (~7–15 min on 2 cores) plus
+	// start.
+	startTimeout = 20 * time.Minute
+	// stopTimeout covers the gateway's drain, the controller's and the cluster's stop.
+	stopTimeout = 60 * time.Second
+	// healthInterval is how often serve checks that every process still runs.
+	healthInterval = time.Second
+)
+
+// DemoProfile is the profile the stack serves: small limits fit for trying things out.
+const (
+	DemoProfile  = "sandbox"
+	demoProfiles = `profiles:
+  sandbox:
+    image: registry.example/sandbox:1
+    storageClass: kwok-volume
+    storageSize: 1Gi
+    memoryLimit: 256Mi
+    tmpSizeLimit: 64Mi
+    maxFileBytes: 8388608
+    maxCommandBytes: 1048576
+    maxCommandDuration: 10m
+    maxEnvironments: 100
+`
+)
+
+// Options configure a stack.
+type Options struct {
+	StateDir string
+	Nodes    int
+	// Helper is the local helper binary served as the executor images' helper.
+	Helper string
+	// Controller and Gateway are the binaries to run; both empty runs the cluster alone.
+	Controller, Gateway string
+	// CRDs is the directory of the CRD manifests.
+	CRDs string
+}
+
+func (o Options) system() bool { return o.Controller != "" || o.Gateway != "" }
+
+// Info describes a ready stack: how to reach it.
+type Info struct {
+	// Kubeconfig is the cluster's admin kubeconfig; KubectlDir holds kubectl.
+	Kubeconfig, KubectlDir string
+	// Namespace, GatewayAddress, ServerName and CAFile are empty for a cluster alone.
+	Namespace, GatewayAddress, ServerName, CAFile string
+	// Caller may attest owners; Admin administers every environment.
+	Caller, Admin Credentials
+	// Profile is the profile the stack serves.
+	Profile string
+	// ClusterStartup and SystemStartup are how long each took to become ready.
+	ClusterStartup, SystemStartup string
+}
+
+// Credentials are a client's certificate and key files.
+type Credentials struct {
+	Identity, CertFile, KeyFile string
+}
+
+// LoadInfo reads a ready stack's Info from its state directory.
+func LoadInfo(stateDir string) (Info, error) {
+	var info Info
+	data, err := os.ReadFile(filepath.Join(stateDir, InfoFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return info, fmt.Errorf("no stack is running in %s (start one with: execctl dev up, or make demo)", stateDir)
+	}
+	if err != nil {
+		return info, err
+	}
+	if err := json.Unmarshal(data, &info); err != nil {
+		return info, fmt.Errorf("%s: %w", filepath.Join(stateDir, InfoFile), err)
+	}
+	return info, nil
+}
+
+// RunCommand is the entry point of `execctl dev` (prefix ["dev"]): `up` starts a stack that
+// keeps running in the background, `down` stops it, `status` reports it, `serve` runs one in
+// the foreground until interrupted.
+func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(strings.Join(prefix, " "), flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o Options
+	fs.StringVar(&o.StateDir, "state-dir", ".state/dev", "directory for the stack's state, logs, kubeconfig and development keys")
+	fs.IntVar(&o.Nodes, "nodes", 1, "number of fake nodes")
+	fs.StringVar(&o.Helper, "helper", "", "local helper binary, served as "+devcluster.HelperImagePath+" inside executor images")
+	fs.StringVar(&o.Controller, "controller", "", "controller binary (with --gateway: run execplane on the cluster)")
+	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
+	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/crds", "directory of the CRD manifests")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: execctl %s up|down|status [flags]\n       execctl %s demo [--state-dir DIR]\n\n", strings.Join(prefix, " "), strings.Join(prefix, " "))
+		fmt.Fprintln(stderr, "Starts the local Kubernetes cluster (and, with --controller and --gateway, execplane on it)")
+		fmt.Fprintln(stderr, "in the background; `make demo` does this with the binaries of `make build`, then runs")
+		fmt.Fprintln(stderr, "`demo`: a real client walked through ensure, acquire, files, a command, release, retire")
+		fmt.Fprintln(stderr, "and delete-retired. `down` stops everything `up` started.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return cli.Usagef("want exactly one of up, down, status, serve")
+	}
+	var err error
+	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
+		return err
+	}
+	for _, p := range []*string{&o.Helper, &o.Controller, &o.Gateway, &o.CRDs} {
+		if *p != "" {
+			if *p, err = filepath.Abs(*p); err != nil {
+				return err
+			}
+		}
+	}
+	if (o.Controller == "") != (o.Gateway == "") {
+		return cli.Usagef("--controller and --gateway go together")
+	}
+	if o.system() && o.Helper == "" {
+		return cli.Usagef("--helper is required to run execplane (the executors run it)")
+	}
+	switch fs.Arg(0) {
+	case "serve":
+		return serve(ctx, o, stderr)
+	case "up":
+		return up(ctx, o, append(append([]string(nil), prefix...), withoutCommand(args)...), stdout, stderr)
+	case "down":
+		return down(o.StateDir, stdout)
+	case "status":
+		return status(o.StateDir, stdout)
+	default:
+		return cli.Usagef("unknown command %q: want up, down, status or serve", fs.Arg(0))
+	}
+}
+
+// serve runs a stack in the foreground until ctx ends or a process of it exits.
+func serve(ctx context.Context, o Options, stderr io.Writer) error {
+	logf := func(f string, a ...any) { fmt.Fprintf(stderr, time.Now().Format("15:04:05 ")+f+"\n", a...) }
+	for _, f := range []string{readyFile, InfoFile} {
+		_ = os.Remove(filepath.Join(o.StateDir, f))
+	}
+	copts := devcluster.Options{StateDir: filepath.Join(o.StateDir, "cluster"), Nodes: o.Nodes, Logf: logf}
+	if o.Helper != "" {
+		copts.ImageFiles = map[string]string{devcluster.HelperImagePath: o.Helper}
+	}
+	c, err := devcluster.Start(ctx, copts)
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	info := Info{Kubeconfig: c.Kubeconfig(), KubectlDir: c.BinDir(), ClusterStartup: c.StartupTime.Round(time.Millisecond).String()}
+	var sys *devsystem.System
+	if o.system() {
+		start := time.Now()
+		if sys, err = startSystem(ctx, c, o, logf); err != nil {
+			return err
+		}
+		defer sys.Stop()
+		m := sys.Material
+		info.Namespace, info.GatewayAddress, info.ServerName, info.CAFile = sys.Namespace(), sys.Gateways[0].Listen, "localhost", m.CACert
+		info.Caller = Credentials{Identity: m.Caller.Identity, CertFile: m.Caller.CertFile, KeyFile: m.Caller.KeyFile}
+		info.Admin = Credentials{Identity: m.Administrator.Identity, CertFile: m.Administrator.CertFile, KeyFile: m.Administrator.KeyFile}
+		info.Profile = DemoProfile
+		info.SystemStartup = time.Since(start).Round(time.Millisecond).String()
+		logf("execplane ready in %s: gateway %s, namespace %s", info.SystemStartup, info.GatewayAddress, info.Namespace)
+	}
+	if err := writeInfo(o.StateDir, info); err != nil {
+		return err
+	}
+	tick := time.NewTicker(healthInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logf("stopping")
+			return nil
+		case <-tick.C:
+			if err := c.Healthy(); err != nil {
+				return err
+			}
+			if sys != nil {
+				if err := sys.Exited(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func startSystem(ctx context.Context, c *devcluster.Cluster, o Options, logf func(string, ...any)) (*devsystem.System, error) {
+	logf("installing the CRD from %s", o.CRDs)
+	if _, err := c.InstallCRDs(ctx, o.CRDs); err != nil {
+		return nil, err
+	}
+	ns, err := c.CreateNamespace(ctx, "execplane")
+	if err != nil {
+		return nil, err
+	}
+	logf("starting the controller and a gateway in namespace %s", ns)
+	return devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(o.StateDir, "system"),
+		ControllerBin: o.Controller, GatewayBin: o.Gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
+		Profiles: []byte(demoProfiles), ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"}})
+}
+
+// writeInfo writes the Info and the shell files, then marks the stack ready.
+func writeInfo(dir string, info Info) error {
+	data, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, InfoFile), append(data, '\n'), 0o600); err != nil {
+		return err
+	}
+	if info.GatewayAddress != "" {
+		for name, who := range map[string]Credentials{"caller.env": info.Caller, "admin.env": info.Admin} {
+			env := fmt.Sprintf("export EXECPLANE_ADDRESS=%s\nexport EXECPLANE_SERVER_NAME=%s\nexport EXECPLANE_CA=%s\nexport EXECPLANE_CERT=%s\nexport EXECPLANE_KEY=%s\nexport KUBECONFIG=%s\n",
+				info.GatewayAddress, info.ServerName, info.CAFile, who.CertFile, who.KeyFile, info.Kubeconfig)
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(env), 0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, readyFile), nil, 0o600)
+}
+
+// up starts `serve` as a detached process and waits until its stack is ready.
+func up(ctx context.Context, o Options, serveArgs []string, stdout, stderr io.Writer) error {
+	if pid, alive := daemonPID(o.StateDir); alive {
+		fmt.Fprintf(stdout, "already running (pid %d)\n", pid)
+		return describe(o.StateDir, stdout)
+	}
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(o.StateDir, logFile)
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(self, append(serveArgs, "serve")...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	_ = os.Remove(filepath.Join(o.StateDir, readyFile))
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(filepath.Join(o.StateDir, pidFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	what := "the local cluster"
+	if o.system() {
+		what += " and execplane"
+	}
+	fmt.Fprintf(stderr, "starting %s (log: %s)\n", what, logPath)
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	progress := newProgress(logPath, stderr)
+	for {
+		select {
+		case err := <-exited:
+			tail, _ := os.ReadFile(logPath)
+			return fmt.Errorf("the stack exited during start-up (%v):\n%s", err, lastLines(string(tail), 20))
+		case <-ctx.Done():
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			return fmt.Errorf("the stack did not become ready: %w (log: %s)", ctx.Err(), logPath)
+		case <-tick.C:
+			progress.show()
+			if _, err := os.Stat(filepath.Join(o.StateDir, readyFile)); err == nil {
+				progress.show()
+				fmt.Fprintf(stdout, "ready (pid %d)\n", pid)
+				return describe(o.StateDir, stdout)
+			}
+		}
+	}
+}
+
+// progress relays the daemon's log lines to the terminal while up waits.
+type progress struct {
+	path string
+	seen int
+	w    io.Writer
+}
+
+func newProgress(path string, w io.Writer) *progress { return &progress{path: path, w: w} }
+
+func (p *progress) show() {
+	data, err := os.ReadFile(p.path)
+	if err != nil || len(data) <= p.seen {
+		return
+	}
+	chunk := data[p.seen:]
+	if i := strings.LastIndexByte(string(chunk), '\n'); i >= 0 {
+		chunk = chunk[:i+1]
+		p.seen += i + 1
+		for line := range strings.SplitSeq(strings.TrimRight(string(chunk), "\n"), "\n") {
+			fmt.Fprintln(p.w, "  "+line)
+		}
+	}
+}
+
+// describe prints how to reach a ready stack.
+func describe(dir string, w io.Writer) error {
+	info, err := LoadInfo(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "export KUBECONFIG=%s   # kubectl is in %s\n", info.Kubeconfig, info.KubectlDir)
+	if info.GatewayAddress != "" {
+		fmt.Fprintf(w, "gateway %s, namespace %s, profile %q\n", info.GatewayAddress, info.Namespace, info.Profile)
+		fmt.Fprintf(w, "as the caller:        source %s\n", filepath.Join(dir, "caller.env"))
+		fmt.Fprintf(w, "as the administrator: source %s\n", filepath.Join(dir, "admin.env"))
+	}
+	return nil
+}
+
+func status(dir string, stdout io.Writer) error {
+	pid, alive := daemonPID(dir)
+	if !alive {
+		return fmt.Errorf("nothing running in %s", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, readyFile)); err != nil {
+		fmt.Fprintf(stdout, "starting (pid %d)\n", pid)
+		return nil
+	}
+	fmt.Fprintf(stdout, "running (pid %d)\n", pid)
+	return describe(dir, stdout)
+}
+
+// down stops the daemon started by up and waits until it has exited.
+func down(dir string, stdout io.Writer) error {
+	pid, alive := daemonPID(dir)
+	clean := func() {
+		for _, f := range []string{pidFile, readyFile, InfoFile} {
+			_ = os.Remove(filepath.Join(dir, f))
+		}
+	}
+	if !alive {
+		fmt.Fprintln(stdout, "nothing running")
+		clean()
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(stopTimeout)
+	for time.Now().Before(deadline) {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			clean()
+			fmt.Fprintln(stdout, "stopped")
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	clean()
+	return fmt.Errorf("the stack (pid %d) did not stop within %s; killed its process group", pid, stopTimeout)
+}
+
+// daemonPID returns the recorded daemon PID and whether that process is alive.
+func daemonPID(dir string) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, syscall.Kill(pid, 0) == nil
+}
+
+// withoutCommand drops the positional command from args, keeping the flags.
+func withoutCommand(args []string) []string {
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		switch a {
+		case "up", "down", "serve", "status":
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
