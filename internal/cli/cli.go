@@ -43,7 +43,8 @@ func Execute(run RunFunc, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err := run(ctx, args, stdout, stderr)
 	code := ExitCode(err)
-	if err != nil && code != ExitOK {
+	var quiet interface{ Quiet() bool }
+	if err != nil && code != ExitOK && !(errors.As(err, &quiet) && quiet.Quiet()) {
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	if code == ExitFailure && ctx.Err() != nil {
@@ -52,9 +53,13 @@ func Execute(run RunFunc, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// ExitCode maps an error from a RunFunc to the process exit code.
+// ExitCode maps an error from a RunFunc to the process exit code: an error with an
+// ExitCode() method (anywhere in its chain) chooses its own.
 func ExitCode(err error) int {
+	var coded interface{ ExitCode() int }
 	switch {
+	case errors.As(err, &coded):
+		return coded.ExitCode()
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case errors.Is(err, ErrUsage), errors.Is(err, ErrInvalidConfig):

@@ -105,3 +105,20 @@ func TestProblemsCollectsAll(t *testing.T) {
 		}
 	}
 }
+
+type codedErr struct{ quiet bool }
+
+func (codedErr) Error() string { return "coded" }
+func (codedErr) ExitCode() int { return 42 }
+func (e codedErr) Quiet() bool { return e.quiet }
+
+func TestErrorsChooseTheirExitCode(t *testing.T) {
+	if got := ExitCode(fmt.Errorf("wrapped: %w", codedErr{})); got != 42 {
+		t.Fatalf("got %d", got)
+	}
+	var stderr strings.Builder
+	code := Execute(func(context.Context, []string, io.Writer, io.Writer) error { return codedErr{quiet: true} }, nil, io.Discard, &stderr)
+	if code != 42 || stderr.Len() != 0 {
+		t.Fatalf("quiet error: code %d, stderr %q", code, stderr.String())
+	}
+}

@@ -57,6 +57,12 @@ const (
 `
 )
 
+// The owner the shell files name, for trying execctl by hand.
+const (
+	DemoIssuer = "https://idp.example"
+	DemoOwner  = "demo-user"
+)
+
 // Options configure a stack.
 type Options struct {
 	StateDir string
@@ -246,8 +252,10 @@ func writeInfo(dir string, info Info) error {
 	}
 	if info.GatewayAddress != "" {
 		for name, who := range map[string]Credentials{"caller.env": info.Caller, "admin.env": info.Admin} {
-			env := fmt.Sprintf("export EXECPLANE_ADDRESS=%s\nexport EXECPLANE_SERVER_NAME=%s\nexport EXECPLANE_CA=%s\nexport EXECPLANE_CERT=%s\nexport EXECPLANE_KEY=%s\nexport KUBECONFIG=%s\n",
-				info.GatewayAddress, info.ServerName, info.CAFile, who.CertFile, who.KeyFile, info.Kubeconfig)
+			env := fmt.Sprintf("export EXECPLANE_ADDRESS=%s\nexport EXECPLANE_SERVER_NAME=%s\nexport EXECPLANE_CA=%s\nexport EXECPLANE_CERT=%s\nexport EXECPLANE_KEY=%s\n"+
+				"export EXECPLANE_ISSUER=%s\nexport EXECPLANE_OWNER=%s\nexport EXECPLANE_STATE_DIR=%s\nexport KUBECONFIG=%s\nexport PATH=%s:$PATH\n",
+				info.GatewayAddress, info.ServerName, info.CAFile, who.CertFile, who.KeyFile, DemoIssuer, DemoOwner,
+				filepath.Join(dir, "execctl"), info.Kubeconfig, info.KubectlDir)
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(env), 0o600); err != nil {
 				return err
 			}

@@ -19,7 +19,7 @@ const demoTimeout = 3 * time.Minute
 
 // runDemo walks a real client through a session against the stack of `execctl dev up`:
 // ensure → wait Ready → acquire → write → run → read → release → retire → delete-retired.
-func runDemo(ctx context.Context, _ Config, args []string, stdout io.Writer) error {
+func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("execctl dev demo", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	stateDir := fs.String("state-dir", ".state/dev", "the stack's state directory (execctl dev up)")
@@ -59,7 +59,7 @@ func runDemo(ctx context.Context, _ Config, args []string, stdout io.Writer) err
 	}); err != nil {
 		return err
 	}
-	owner := client.Owner{Issuer: "https://idp.example", Subject: "demo-user"}
+	owner := client.Owner{Issuer: devstack.DemoIssuer, Subject: devstack.DemoOwner}
 	binding := fmt.Sprintf("demo-%d", time.Now().Unix())
 	var env *client.Environment
 	if err := s.do("ensure the binding's environment", func() (string, error) {

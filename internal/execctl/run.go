@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 
 	"github.com/execplane/execplane/internal/cli"
@@ -15,39 +14,16 @@ import (
 	"github.com/execplane/execplane/internal/version"
 )
 
-// command is one execctl subcommand.
-type command struct {
-	summary string
-	run     func(ctx context.Context, cfg Config, args []string, stdout io.Writer) error
-}
+// groups are the API's nouns, in the order help shows them.
+var groups = []*group{profilesGroup, envGroup, runGroup, fsGroup, execGroup, refsGroup, adminGroup}
 
-// commands lists the subcommands. Later issues add the API commands here.
-var commands = map[string]command{
-	"version": {summary: "print the client's version", run: runVersion},
-	"dev":     {summary: "the local development stack: up, down, status, demo ('execctl dev help')", run: runDev},
-}
-
-// devCommands are execctl dev's subcommands run by devstack.
-var devCommands = map[string]bool{"up": true, "down": true, "status": true, "serve": true}
-
-// runDev runs `execctl dev <command> [flags]` (or, as the detached daemon re-runs itself,
-// `execctl dev [flags] serve`).
-func runDev(ctx context.Context, cfg Config, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] == "help" {
-		args = []string{"-h"}
-	}
-	if args[0] == "demo" {
-		return runDemo(ctx, cfg, args[1:], stdout)
-	}
-	if len(args) > 0 && devCommands[args[0]] {
-		args = append(args[1:len(args):len(args)], args[0])
-	}
-	return devstack.RunCommand(ctx, []string{"dev"}, args, stdout, os.Stderr)
-}
-
-// Run is execctl's entry point: global flags, then a subcommand and its arguments.
+// Run is execctl's entry point: global flags, then a command and its arguments.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := DefaultConfig(os.Getenv)
+	return run(ctx, args, stdout, stderr, os.Getenv)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	cfg := DefaultConfig(getenv)
 	fs := flag.NewFlagSet("execctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.RegisterFlags(fs)
@@ -62,43 +38,104 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		usage(fs, stderr)
 		return cli.Usagef("no command given")
 	}
-	name := fs.Arg(0)
-	if name == "help" {
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	switch name {
+	case "help":
 		usage(fs, stdout)
 		return nil
+	case "version":
+		return runVersion(cfg, rest, stdout)
+	case "dev":
+		return runDev(ctx, rest, stdout, stderr)
 	}
-	cmd, ok := commands[name]
-	if !ok {
-		return cli.Usagef("unknown command %q (run 'execctl help')", name)
+	for _, g := range groups {
+		if g.name != name {
+			continue
+		}
+		if len(g.leaves) == 1 && g.leaves[0].name == "" {
+			return classify(runLeaf(ctx, cfg, g, g.leaves[0], rest, stdout, stderr, getenv))
+		}
+		if len(rest) == 0 || rest[0] == "help" || rest[0] == "-h" || rest[0] == "--help" {
+			groupUsage(g, stdout)
+			if len(rest) == 0 {
+				return cli.Usagef("execctl %s: no command given", name)
+			}
+			return nil
+		}
+		for _, l := range g.leaves {
+			if l.name == rest[0] {
+				return classify(runLeaf(ctx, cfg, g, l, rest[1:], stdout, stderr, getenv))
+			}
+		}
+		groupUsage(g, stderr)
+		return cli.Usagef("execctl %s: unknown command %q", name, rest[0])
 	}
-	return cmd.run(ctx, cfg, fs.Args()[1:], stdout)
+	return cli.Usagef("unknown command %q (run 'execctl help')", name)
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var b strings.Builder
-	b.WriteString("execctl: the execplane command-line client\n\nUsage: execctl [global flags] <command> [arguments]\n\nCommands:\n")
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-10s %s\n", n, commands[n].summary)
+	b.WriteString(`execctl: the execplane command-line client
+
+Usage: execctl [global flags] <command> [arguments] [flags]
+
+Commands:
+`)
+	for _, g := range groups {
+		fmt.Fprintf(&b, "  %-10s %s\n", g.name, g.summary)
 	}
-	b.WriteString("  help       show this help\n\nGlobal flags:\n")
+	b.WriteString(`  dev        the local development stack: up, down, status, demo
+  version    print the client's version
+  help       show this help
+
+A session by hand (after 'make demo': source .state/dev/caller.env):
+  execctl env ensure conv-1 --owner alice --issuer https://idp.example --profile sandbox
+  execctl run acquire conv-1 ENV --revision REV --owner alice --issuer https://idp.example --run-id turn-1
+  execctl fs put ENV ./main.sh main.sh
+  execctl exec ENV -- sh main.sh
+  execctl run release ENV
+
+Exit codes: 0 ok, 1 failure, 2 usage or invalid argument (nothing was done), 3 not found,
+4 conflict (stale epoch, version mismatch, claim held, exists), 5 failed precondition (fenced,
+not ready), 6 try again later (unavailable, limits, deadline), 7 denied, 8 outcome unknown
+(a command may have run), 130 interrupted. 'exec' exits with the remote command's status.
+
+Environment: EXECPLANE_ADDRESS, EXECPLANE_CA, EXECPLANE_CERT, EXECPLANE_KEY,
+EXECPLANE_SERVER_NAME (the connection); EXECPLANE_ISSUER, EXECPLANE_OWNER (the owner);
+EXECPLANE_STATE_DIR (where held runs are kept, default ~/.local/state/execctl).
+
+Global flags:
+`)
 	fmt.Fprint(w, b.String())
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
 
-func runVersion(_ context.Context, cfg Config, args []string, stdout io.Writer) error {
+// devCommands are execctl dev's subcommands run by devstack.
+var devCommands = map[string]bool{"up": true, "down": true, "status": true, "serve": true}
+
+// runDev runs `execctl dev <command> [flags]` (or, as the detached daemon re-runs itself,
+// `execctl dev [flags] serve`).
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" {
+		args = []string{"-h"}
+	}
+	if args[0] == "demo" {
+		return runDemo(ctx, args[1:], stdout)
+	}
+	if devCommands[args[0]] {
+		args = append(args[1:len(args):len(args)], args[0])
+	}
+	return devstack.RunCommand(ctx, []string{"dev"}, args, stdout, stderr)
+}
+
+func runVersion(cfg Config, args []string, stdout io.Writer) error {
 	if len(args) > 0 {
 		return cli.Usagef("version takes no arguments")
 	}
 	info := version.Get()
 	if cfg.Output == OutputJSON {
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(info)
+		return json.NewEncoder(stdout).Encode(info)
 	}
 	_, err := fmt.Fprintf(stdout, "execctl %s\n", info)
 	return err

@@ -80,6 +80,13 @@ func (c *Client) Attach(ctx context.Context, r AttachRequest) (*Environment, err
 	return env, nil
 }
 
+// Handle returns a handle on an environment without a call: for reference operations on a
+// binding whose reference is not usable yet (pending, reserved), where Attach would refuse.
+// Status is nil until Refresh.
+func (c *Client) Handle(r AttachRequest) *Environment {
+	return &Environment{c: c, owner: r.Owner, binding: r.BindingID, ref: &executionv1.EnvironmentRef{Id: r.ID, Revision: r.Revision}}
+}
+
 // Environment is a handle on one binding's environment. It is safe for concurrent use.
 type Environment struct {
 	c       *Client
@@ -112,6 +119,9 @@ func (e *Environment) Ref() *executionv1.EnvironmentRef {
 func (e *Environment) Status() *executionv1.Environment {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.state == nil {
+		return nil // a resumed run's environment: not looked at yet
+	}
 	return proto.Clone(e.state).(*executionv1.Environment)
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Bounds of a run claim's TTL (the server's): renewal runs at a third of it, so two
@@ -95,6 +96,9 @@ func (r *Run) Environment() *Environment { return r.env }
 func (r *Run) Claim() *executionv1.RunClaim {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.claim == nil {
+		return nil // a resumed run: the claim is known to the server only
+	}
 	return proto.Clone(r.claim).(*executionv1.RunClaim)
 }
 
@@ -188,3 +192,35 @@ func (r *Run) Close(ctx context.Context) error {
 
 // errRunClosed is what calls on a closed Run return.
 var errRunClosed = errors.New("execplane: the run was closed")
+
+// RunState is what another process needs to act under a held run claim: the environment,
+// the run and its current grant. It carries a bearer credential bound to this client's
+// identity (useless to any other client): store it like a key (mode 0600), never log it.
+type RunState struct {
+	EnvironmentID, Revision string
+	RunID                   string
+	Grant                   string
+	ExpiresAt               time.Time
+}
+
+// State exports the run (for Client.ResumeRun in another process).
+func (r *Run) State() RunState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ref := r.env.Ref()
+	return RunState{EnvironmentID: ref.GetId(), Revision: ref.GetRevision(), RunID: r.id, Grant: r.grant.GetToken(), ExpiresAt: r.grant.GetExpiresAt().AsTime()}
+}
+
+// ResumeRun returns a Run from a state exported by Run.State, without a call and without
+// background renewal (the caller renews it, or lets it lapse). ttl is what Renew asks for
+// (DefaultRunTTL when 0).
+func (c *Client) ResumeRun(s RunState, ttl time.Duration) *Run {
+	if ttl == 0 {
+		ttl = DefaultRunTTL
+	}
+	env := &Environment{c: c, ref: &executionv1.EnvironmentRef{Id: s.EnvironmentID, Revision: s.Revision}}
+	r := &Run{env: env, id: s.RunID, ttl: ttl, grant: &executionv1.Grant{Token: s.Grant, ExpiresAt: timestamppb.New(s.ExpiresAt)},
+		done: make(chan struct{}), stop: func() {}}
+	close(r.done)
+	return r
+}
