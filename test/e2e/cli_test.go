@@ -77,7 +77,7 @@ func TestCLISession(t *testing.T) {
 	caller.must(3, "profiles", "get", "absent")
 
 	var env struct {
-		Ref struct{ ID, Revision string }
+		Ref           struct{ ID, Revision string }
 		Epoch, PvcUID string
 		Lifecycle     string
 		Ready         bool
