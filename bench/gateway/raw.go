@@ -14,12 +14,11 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/streaming/pkg/httpstream"
 )
 
 // rawExec is the baseline: a plain client-go remotecommand exec into the executor Pod —
-// WebSocket with the SPDY fallback, as the gateway's PodExecutor does — with no gateway, no
-// grant and no helper.
+// the same WebSocket-with-SPDY-fallback executor the gateway's PodExecutor uses — with no
+// gateway, no grant and no helper.
 type rawExec struct {
 	rest      *rest.Config
 	kube      kubernetes.Interface
@@ -32,17 +31,7 @@ func (r rawExec) run(ctx context.Context, stdin []byte, argv ...string) ([]byte,
 	opts := &corev1.PodExecOptions{Container: executor.ContainerName, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true}
 	url := r.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(r.namespace).Name(r.pod).SubResource("exec").
 		VersionedParams(opts, scheme.ParameterCodec).URL()
-	ws, err := remotecommand.NewWebSocketExecutor(r.rest, "GET", url.String())
-	if err != nil {
-		return nil, err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(r.rest, "POST", url)
-	if err != nil {
-		return nil, err
-	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	exec, err := gateway.StreamExecutor(r.rest, url)
 	if err != nil {
 		return nil, err
 	}

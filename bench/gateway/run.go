@@ -13,20 +13,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/execplane/execplane/internal/devcluster"
 	"github.com/execplane/execplane/internal/devsystem"
 	"github.com/execplane/execplane/internal/gateway"
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/client"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -55,9 +54,6 @@ const (
 	largeFile = 5 << 20
 	// echoPayload is about the size of a ValidateProfile answer.
 	echoPayload = 256
-	// runTTL and renewEvery keep the run claim alive for the whole benchmark.
-	runTTL     = 5 * time.Minute
-	renewEvery = time.Minute
 )
 
 type options struct {
@@ -126,11 +122,17 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer conn.Close()
 	api := executionv1grpc.NewExecutionProviderServiceClient(conn)
-	s, err := openSession(ctx, api)
+	sdk := client.NewFromConn(conn, client.Config{})
+	logf("ensuring an environment and waiting until it is ready")
+	e, err := sdk.Ensure(ctx, client.EnsureRequest{Owner: client.Owner{Issuer: "https://idp.example", Subject: "bench"}, BindingID: "bench", Profile: profileName})
 	if err != nil {
 		return err
 	}
-	go s.renew(ctx)
+	s, err := e.Acquire(ctx, client.AcquireOptions{RunID: "bench", TTL: client.MaxRunTTL})
+	if err != nil {
+		return err
+	}
+	defer s.Close(context.WithoutCancel(ctx))
 
 	restCfg := c.RESTConfig()
 	restCfg.QPS, restCfg.Burst = 1000, 2000
@@ -142,7 +144,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	env, err := envs.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, s.ref.GetId(), metav1.GetOptions{})
+	env, err := envs.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, e.ID(), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -169,111 +171,26 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// session is the benchmark's environment and run.
-type session struct {
-	api executionv1grpc.ExecutionProviderServiceClient
-	ref *executionv1.EnvironmentRef
-	// runGrant is replaced by each renewal.
-	runGrant atomic.Pointer[executionv1.Grant]
-	seq      atomic.Int64
-}
-
-func (s *session) op() string { return fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), s.seq.Add(1)) }
-
-func openSession(ctx context.Context, api executionv1grpc.ExecutionProviderServiceClient) (*session, error) {
-	s := &session{api: api}
-	owner := &executionv1.Owner{Issuer: "https://idp.example", Subject: "bench"}
-	ens, err := api.EnsureEnvironment(ctx, &executionv1.EnsureEnvironmentRequest{OperationId: s.op(), Owner: owner, BindingId: "bench", Profile: profileName})
-	if err != nil {
-		return nil, fmt.Errorf("ensure: %w", err)
-	}
-	s.ref = ens.GetEnvironment().GetRef()
-	if _, err := api.CommitReference(ctx, &executionv1.CommitReferenceRequest{OperationId: s.op(),
-		Target: &executionv1.ReferenceTarget{Owner: owner, Environment: s.ref, BindingId: "bench"}}); err != nil {
-		return nil, fmt.Errorf("commit reference: %w", err)
-	}
-	logf("waiting for the environment to be ready")
-	var envGrant *executionv1.Grant
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		a, err := api.AttachEnvironment(ctx, &executionv1.AttachEnvironmentRequest{Owner: owner, BindingId: "bench", Environment: s.ref})
-		if err != nil {
-			return nil, fmt.Errorf("attach: %w", err)
-		}
-		if a.GetEnvironment().GetReady() {
-			envGrant = a.GetEnvironmentGrant()
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, errors.New("the environment did not become ready in 2 minutes")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	acq, err := api.AcquireRun(ctx, &executionv1.AcquireRunRequest{OperationId: s.op(), EnvironmentGrant: envGrant, Environment: s.ref,
-		RunId: "bench", Ttl: durationpb.New(runTTL)})
-	if err != nil {
-		return nil, fmt.Errorf("acquire: %w", err)
-	}
-	s.runGrant.Store(acq.GetRunGrant())
-	return s, nil
-}
-
-// renew keeps the run claim alive until ctx ends.
-func (s *session) renew(ctx context.Context) {
-	t := time.NewTicker(renewEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		r, err := s.api.RenewRun(ctx, &executionv1.RenewRunRequest{OperationId: s.op(), RunGrant: s.runGrant.Load(), Environment: s.ref, Ttl: durationpb.New(runTTL)})
-		if err != nil {
-			logf("renew: %v", err)
-			continue
-		}
-		s.runGrant.Store(r.GetRunGrant())
-	}
-}
-
-func (s *session) files(ctx context.Context, op *executionv1.FileOperation) (*executionv1.FileResult, error) {
-	r, err := s.api.Files(ctx, &executionv1.FilesRequest{RunGrant: s.runGrant.Load(), Environment: s.ref, Operation: op})
-	return r.GetResult(), err
-}
-
-func (s *session) command(ctx context.Context, spec *executionv1.CommandSpec) error {
-	r, err := s.api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: s.runGrant.Load(), Environment: s.ref, Command: spec})
-	if err == nil && r.GetResult().GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
-		err = fmt.Errorf("the command ended %s", r.GetResult().GetState())
-	}
-	return err
-}
-
-func (s *session) write(ctx context.Context, path string, content []byte) error {
-	_, err := s.files(ctx, writeOp(path, content))
-	return err
-}
-
-func (s *session) read(ctx context.Context, path string, want []byte) error {
-	r, err := s.files(ctx, readOp(path))
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(r.GetRead().GetContent(), want) {
-		return fmt.Errorf("read %s: %d bytes, not the %d written", path, len(r.GetRead().GetContent()), len(want))
-	}
-	return nil
-}
-
 // measureData compares the data plane with its exec leg and with raw exec on the same Pod.
-func measureData(ctx context.Context, o options, s *session, leg *helperLeg, raw rawExec) ([]comparison, error) {
+func measureData(ctx context.Context, o options, s *client.Run, leg *helperLeg, raw rawExec) ([]comparison, error) {
 	small, large := random(smallFile), random(largeFile)
-	if err := s.write(ctx, "bench-4k", small); err != nil {
+	if _, err := s.WriteFile(ctx, "bench-4k", small); err != nil {
 		return nil, fmt.Errorf("writing the 4 KiB file: %w", err)
 	}
-	if err := s.write(ctx, "bench-5m", large); err != nil {
+	if _, err := s.WriteFile(ctx, "bench-5m", large); err != nil {
 		return nil, fmt.Errorf("writing the 5 MiB file: %w", err)
+	}
+	read := func(path string, want []byte) func(context.Context) error {
+		return func(ctx context.Context) error {
+			got, err := s.ReadFile(ctx, path)
+			if err == nil && !bytes.Equal(got, want) {
+				err = fmt.Errorf("read %s: %d bytes, not the %d written", path, len(got), len(want))
+			}
+			return err
+		}
+	}
+	write := func(path string, content []byte) func(context.Context) error {
+		return func(ctx context.Context) error { _, err := s.WriteFile(ctx, path, content); return err }
 	}
 	cat := func(path string, want []byte) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -292,21 +209,27 @@ func measureData(ctx context.Context, o options, s *session, leg *helperLeg, raw
 		op             func() *helperv1.Request
 	}{
 		{"Files read 4 KiB", "exec `cat`", o.n,
-			func(ctx context.Context) error { return s.read(ctx, "bench-4k", small) }, cat("bench-4k", small),
+			read("bench-4k", small), cat("bench-4k", small),
 			func() *helperv1.Request { return fileRequest(readOp("bench-4k")) }},
 		{"StartCommand `true`", "exec `true`", o.n,
-			func(ctx context.Context) error { return s.command(ctx, trueCmd) },
+			func(ctx context.Context) error {
+				r, err := s.Run(ctx, client.Command{Args: []string{"true"}})
+				if err == nil && !r.Succeeded() {
+					err = fmt.Errorf("true ended %s", r.State)
+				}
+				return err
+			},
 			func(ctx context.Context) error { _, err := raw.run(ctx, nil, "true"); return err },
 			func() *helperv1.Request { return commandRequest(trueCmd) }},
 		{"Files write 5 MiB", "exec `sh -c 'cat > f'`", o.nLarge,
-			func(ctx context.Context) error { return s.write(ctx, "bench-5m", large) },
+			write("bench-5m", large),
 			func(ctx context.Context) error {
 				_, err := raw.run(ctx, large, "sh", "-c", "cat > bench-5m.raw")
 				return err
 			},
 			func() *helperv1.Request { return fileRequest(writeOp("bench-5m.leg", large)) }},
 		{"Files read 5 MiB", "exec `cat`", o.nLarge,
-			func(ctx context.Context) error { return s.read(ctx, "bench-5m", large) }, cat("bench-5m", large),
+			read("bench-5m", large), cat("bench-5m", large),
 			func() *helperv1.Request { return fileRequest(readOp("bench-5m")) }},
 	}
 	var out []comparison

@@ -39,6 +39,16 @@ func handleFlags(fs *flag.FlagSet, in *invocation) func(binding, id string) (cli
 	}
 }
 
+// connect resolves a binding's environment from the arguments and flags, and dials.
+func (in *invocation) connect(handle func(binding, id string) (client.AttachRequest, error)) (client.AttachRequest, *client.Client, error) {
+	r, err := handle(in.args[0], in.args[1])
+	if err != nil {
+		return r, nil, err
+	}
+	c, err := in.dial()
+	return r, c, err
+}
+
 var profilesGroup = &group{name: "profiles", summary: "executor profiles as the gateway has them loaded", leaves: []*leaf{{
 	name: "get", args: "NAME", nargs: 1, summary: "show a profile's digest and limits",
 	example: "execctl profiles get sandbox\nexecctl profiles get sandbox --digest sha256:â€¦ -o json   # fails (exit 5) if it changed",
@@ -106,11 +116,7 @@ var envGroup = &group{name: "env", summary: "a binding's environment: ensure, at
 		setup: func(fs *flag.FlagSet, in *invocation) func() error {
 			handle := handleFlags(fs, in)
 			return func() error {
-				r, err := handle(in.args[0], in.args[1])
-				if err != nil {
-					return err
-				}
-				c, err := in.dial()
+				r, c, err := in.connect(handle)
 				if err != nil {
 					return err
 				}
@@ -161,11 +167,7 @@ func referenceLeaf(op func(context.Context, *client.Environment) error) func(fs 
 	return func(fs *flag.FlagSet, in *invocation) func() error {
 		handle := handleFlags(fs, in)
 		return func() error {
-			r, err := handle(in.args[0], in.args[1])
-			if err != nil {
-				return err
-			}
-			c, err := in.dial()
+			r, c, err := in.connect(handle)
 			if err != nil {
 				return err
 			}
@@ -233,11 +235,7 @@ var refsGroup = &group{name: "refs", summary: "reference intents: the binding â†
 		setup: func(fs *flag.FlagSet, in *invocation) func() error {
 			handle := handleFlags(fs, in)
 			return func() error {
-				r, err := handle(in.args[0], in.args[1])
-				if err != nil {
-					return err
-				}
-				c, err := in.dial()
+				r, c, err := in.connect(handle)
 				if err != nil {
 					return err
 				}

@@ -18,11 +18,7 @@ var runGroup = &group{name: "run", summary: "the run claim: execution authority 
 			runID := fs.String("run-id", "", "names the caller's run (required)")
 			ttl := fs.Duration("ttl", client.DefaultRunTTL, "how long the claim lasts unless renewed (30s..5m)")
 			return func() error {
-				r, err := handle(in.args[0], in.args[1])
-				if err != nil {
-					return err
-				}
-				c, err := in.dial()
+				r, c, err := in.connect(handle)
 				if err != nil {
 					return err
 				}

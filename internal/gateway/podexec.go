@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,22 @@ func NewPodExecutor(cfg PodExecutorConfig, restCfg *rest.Config, namespace strin
 	return &PodExecutor{cfg: cfg, rest: restCfg, kube: kube, namespace: namespace}, nil
 }
 
+// StreamExecutor returns the executor of one pods/exec call to url: WebSocket, falling back
+// to SPDY only when the upgrade itself failed (so a command never runs twice).
+func StreamExecutor(cfg *rest.Config, url *url.URL) (remotecommand.Executor, error) {
+	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url.String())
+	if err != nil {
+		return nil, err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(cfg, "POST", url)
+	if err != nil {
+		return nil, err
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+}
+
 // Execute sends req to the helper in pod and returns its Response, read with at most
 // responseCap bytes per frame (the caller derives it from the profile's limits). The call
 // ends when ctx does: the stream is closed, and the helper, seeing stdin end, kills what it
@@ -92,17 +109,7 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath}, Stdin: true, Stdout: true, Stderr: true}
 	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
 		VersionedParams(opts, scheme.ParameterCodec).URL()
-	ws, err := remotecommand.NewWebSocketExecutor(e.rest, "GET", url.String())
-	if err != nil {
-		return nil, err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(e.rest, "POST", url)
-	if err != nil {
-		return nil, err
-	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	exec, err := StreamExecutor(e.rest, url)
 	if err != nil {
 		return nil, err
 	}
