@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -61,6 +62,9 @@ type Client struct {
 	conn  *grpc.ClientConn
 	api   executionv1grpc.ExecutionProviderServiceClient
 	retry retryPolicy
+	// closed ends every Run's background renewal when the Client closes.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // Dial returns a Client for cfg. It does not wait for the connection: the first call does.
@@ -93,11 +97,15 @@ func Dial(cfg Config) (*Client, error) {
 // NewFromConn returns a Client on an existing connection (its retry settings from cfg);
 // Close closes conn.
 func NewFromConn(conn *grpc.ClientConn, cfg Config) *Client {
-	return &Client{conn: conn, api: executionv1grpc.NewExecutionProviderServiceClient(conn), retry: newRetryPolicy(cfg)}
+	return &Client{conn: conn, api: executionv1grpc.NewExecutionProviderServiceClient(conn), retry: newRetryPolicy(cfg), closed: make(chan struct{})}
 }
 
-// Close closes the connection. Runs still open are not released (their claims expire).
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection and stops the renewal of Runs still open; they are not
+// released (their claims expire after their TTL).
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.conn.Close()
+}
 
 // API is the generated client on the same connection, for what the SDK does not wrap.
 func (c *Client) API() executionv1grpc.ExecutionProviderServiceClient { return c.api }

@@ -245,3 +245,21 @@ func TestClosedRunRefusesCalls(t *testing.T) {
 		t.Fatalf("%d file calls reached the gateway after close", n)
 	}
 }
+
+func TestRenewalEndsWithTheClient(t *testing.T) {
+	c, _ := start(t, nil)
+	env, err := c.Ensure(t.Context(), EnsureRequest{BindingID: "b", NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := env.Acquire(t.Context(), AcquireOptions{RunID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	select {
+	case <-run.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the renewal goroutine outlived its client")
+	}
+}

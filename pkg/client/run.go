@@ -148,6 +148,8 @@ func (r *Run) renewLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.env.c.closed:
+			return
 		case <-t.C:
 		}
 		callCtx, cancel := context.WithTimeout(ctx, r.ttl/3)
