@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -175,9 +176,17 @@ func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Wr
 // serve runs a stack in the foreground until ctx ends or a process of it exits.
 func serve(ctx context.Context, o Options, stderr io.Writer) error {
 	logf := func(f string, a ...any) { fmt.Fprintf(stderr, time.Now().Format("15:04:05 ")+f+"\n", a...) }
-	for _, f := range []string{readyFile, InfoFile} {
-		_ = os.Remove(filepath.Join(o.StateDir, f))
+	// A stack starts afresh: new development material, no runs of an earlier stack.
+	for _, f := range []string{readyFile, InfoFile, "system", "execctl", "caller.env", "admin.env"} {
+		if err := os.RemoveAll(filepath.Join(o.StateDir, f)); err != nil {
+			return err
+		}
 	}
+	defer func() {
+		for _, f := range []string{readyFile, InfoFile} {
+			_ = os.Remove(filepath.Join(o.StateDir, f))
+		}
+	}()
 	copts := devcluster.Options{StateDir: filepath.Join(o.StateDir, "cluster"), Nodes: o.Nodes, Logf: logf}
 	if o.Helper != "" {
 		copts.ImageFiles = map[string]string{devcluster.HelperImagePath: o.Helper}
@@ -254,8 +263,8 @@ func writeInfo(dir string, info Info) error {
 		for name, who := range map[string]Credentials{"caller.env": info.Caller, "admin.env": info.Admin} {
 			env := fmt.Sprintf("export EXECPLANE_ADDRESS=%s\nexport EXECPLANE_SERVER_NAME=%s\nexport EXECPLANE_CA=%s\nexport EXECPLANE_CERT=%s\nexport EXECPLANE_KEY=%s\n"+
 				"export EXECPLANE_ISSUER=%s\nexport EXECPLANE_OWNER=%s\nexport EXECPLANE_STATE_DIR=%s\nexport KUBECONFIG=%s\nexport PATH=%s:$PATH\n",
-				info.GatewayAddress, info.ServerName, info.CAFile, who.CertFile, who.KeyFile, DemoIssuer, DemoOwner,
-				filepath.Join(dir, "execctl"), info.Kubeconfig, info.KubectlDir)
+				shq(info.GatewayAddress), shq(info.ServerName), shq(info.CAFile), shq(who.CertFile), shq(who.KeyFile), shq(DemoIssuer), shq(DemoOwner),
+				shq(filepath.Join(dir, "execctl")), shq(info.Kubeconfig), shq(info.KubectlDir))
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(env), 0o600); err != nil {
 				return err
 			}
@@ -283,7 +292,8 @@ func up(ctx context.Context, o Options, serveArgs []string, stdout, stderr io.Wr
 		return err
 	}
 	defer log.Close()
-	cmd := exec.Command(self, append(serveArgs, "serve")...)
+	// The absolute state directory last: daemonPID recognises the daemon by it.
+	cmd := exec.Command(self, append(serveArgs, "--state-dir", o.StateDir, "serve")...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	_ = os.Remove(filepath.Join(o.StateDir, readyFile))
@@ -412,10 +422,20 @@ func daemonPID(dir string) (int, bool) {
 		return 0, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 {
+	if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return 0, false
 	}
-	return pid, syscall.Kill(pid, 0) == nil
+	// The PID may have been reused since a crash: only our own daemon counts (its command
+	// line ends in "serve" with this state directory), so down never signals a stranger.
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return 0, false
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if len(args) == 0 || args[len(args)-1] != "serve" || !slices.Contains(args, dir) {
+		return 0, false
+	}
+	return pid, true
 }
 
 // withoutCommand drops the positional command from args, keeping the flags.
@@ -430,6 +450,9 @@ func withoutCommand(args []string) []string {
 	}
 	return out
 }
+
+// shq quotes s for a POSIX shell.
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")

@@ -7,8 +7,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/pkg/client"
@@ -23,10 +25,11 @@ func underRun(register func(fs *flag.FlagSet) func(ctx context.Context, in *invo
 	return func(fs *flag.FlagSet, in *invocation) func() error {
 		do := register(fs)
 		return func() error {
-			run, _, err := in.resume(in.args[0])
+			run, store, err := in.resume(in.args[0])
 			if err != nil {
 				return err
 			}
+			in.store = store
 			ctx, cancel := in.callContext()
 			defer cancel()
 			return do(ctx, in, run)
@@ -65,11 +68,7 @@ var fsGroup = &group{name: "fs", summary: "files in the workspace, under the run
 		example: "execctl fs cat xenv-… src/main.py",
 		setup: underRun(func(*flag.FlagSet) func(context.Context, *invocation, *client.Run) error {
 			return func(ctx context.Context, in *invocation, run *client.Run) error {
-				data, err := run.ReadFile(ctx, in.args[1])
-				if err != nil {
-					return err
-				}
-				_, err = in.out.Write(data)
+				_, err := run.ReadFileTo(ctx, in.args[1], in.out) // streamed: memory stays bounded
 				return err
 			}
 		}),
@@ -79,15 +78,29 @@ var fsGroup = &group{name: "fs", summary: "files in the workspace, under the run
 		example: "execctl fs get xenv-… out/report.txt ./report.txt",
 		setup: underRun(func(*flag.FlagSet) func(context.Context, *invocation, *client.Run) error {
 			return func(ctx context.Context, in *invocation, run *client.Run) error {
-				data, err := run.ReadFile(ctx, in.args[1])
+				if in.args[2] == "-" {
+					_, err := run.ReadFileTo(ctx, in.args[1], in.out)
+					return err
+				}
+				// Into a temporary file beside the target, renamed once complete: a failed
+				// copy never leaves a partial file under the target's name.
+				f, err := os.CreateTemp(filepath.Dir(in.args[2]), "."+filepath.Base(in.args[2])+"-*")
 				if err != nil {
 					return err
 				}
-				if in.args[2] == "-" {
-					_, err = in.out.Write(data)
+				defer os.Remove(f.Name())
+				if _, err := run.ReadFileTo(ctx, in.args[1], f); err != nil {
+					f.Close()
 					return err
 				}
-				return os.WriteFile(in.args[2], data, 0o644)
+				if err := f.Chmod(0o644); err != nil {
+					f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+				return os.Rename(f.Name(), in.args[2])
 			}
 		}),
 	},
@@ -302,14 +315,13 @@ var execGroup = &group{name: "exec", summary: "run a command in the workspace, u
 				}
 				c.Stdin = data
 			}
-			// The command's own deadline, not --timeout's (which bounds the calls around it).
-			ctx = context.WithoutCancel(ctx)
-			ctx, cancel := context.WithCancel(ctx)
+			// The command's own deadline, not --timeout's (which bounds the calls around it);
+			// Ctrl-C ends the call, and the helper kills the command.
+			ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 			defer cancel()
-			go func() {
-				<-in.ctx.Done() // Ctrl-C: end the call, and the helper kills the command
-				cancel()
-			}()
+			defer context.AfterFunc(in.ctx, cancel)()
+			// The claim must outlive the command: renew it while the command runs.
+			defer in.keepAlive(ctx, run)()
 			res, err := run.Run(ctx, c)
 			if err != nil {
 				return err
@@ -333,6 +345,35 @@ var execGroup = &group{name: "exec", summary: "run a command in the workspace, u
 		}
 	}),
 }}}
+
+// keepAlive renews the run every third of its TTL until stop, saving each new grant.
+func (in *invocation) keepAlive(ctx context.Context, run *client.Run) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(client.DefaultRunTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := run.Renew(ctx); err != nil {
+				fmt.Fprintln(in.stderr, "execctl: renewing the run:", err)
+				if run.Err() != nil {
+					return
+				}
+				continue
+			}
+			if err := in.store.save(run.State()); err != nil {
+				fmt.Fprintln(in.stderr, "execctl: saving the renewed run:", err)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
 
 func readLocal(name string) ([]byte, error) {
 	var r io.Reader = os.Stdin

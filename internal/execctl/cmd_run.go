@@ -1,6 +1,7 @@
 package execctl
 
 import (
+	"errors"
 	"flag"
 	"time"
 
@@ -77,14 +78,29 @@ var runGroup = &group{name: "run", summary: "the run claim: execution authority 
 				}
 				ctx, cancel := in.callContext()
 				defer cancel()
-				if err := run.Close(ctx); err != nil {
-					return err
+				err = run.Close(ctx)
+				if err != nil && !endedClaim(err) {
+					return err // kept: the release may be retried
 				}
-				return store.remove(in.args[0])
+				if rmErr := store.remove(in.args[0]); rmErr != nil {
+					return rmErr
+				}
+				return err
 			}
 		},
 	},
 }}
+
+// endedClaim reports an answer proving the saved claim is gone (superseded, revoked,
+// expired grant, environment absent): its state file is of no more use.
+func endedClaim(err error) bool {
+	for _, k := range []error{client.ErrStaleEpoch, client.ErrRevoked, client.ErrGrantInvalid, client.ErrNotFound} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
+}
 
 // emitRun shows a held run; the grant itself is never printed.
 func (in *invocation) emitRun(st client.RunState, store runStore) error {

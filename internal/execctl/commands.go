@@ -41,6 +41,8 @@ type invocation struct {
 	args   []string
 	getenv func(string) string
 	client *client.Client
+	// store holds the run a command acts under (set by underRun).
+	store runStore
 }
 
 // dial connects to the gateway of the global flags (once).

@@ -54,8 +54,10 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 
 	var p client.Profile
 	if err := s.do("validate the profile", func() (string, error) {
-		p, err = caller.ValidateProfile(ctx, info.Profile, "")
-		return fmt.Sprintf("%s %s, files ≤ %d bytes, commands ≤ %s", p.Name, p.Digest[:19]+"…", p.MaxFileBytes, p.MaxCommandDuration), err
+		if p, err = caller.ValidateProfile(ctx, info.Profile, ""); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s %s, files ≤ %d bytes, commands ≤ %s", p.Name, short(p.Digest), p.MaxFileBytes, p.MaxCommandDuration), nil
 	}); err != nil {
 		return err
 	}
@@ -190,8 +192,8 @@ func (s *steps) do(what string, f func() (string, error)) error {
 func (s *steps) elapsed() time.Duration { return time.Since(s.start) }
 
 func short(s string) string {
-	if len(s) > 13 {
-		return s[:13] + "…"
+	if len(s) > 19 {
+		return s[:19] + "…"
 	}
 	return s
 }

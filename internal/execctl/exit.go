@@ -42,11 +42,19 @@ func (e *exitError) Quiet() bool   { return e.quiet }
 // classify gives an API error its exit code; other errors keep theirs.
 func classify(err error) error {
 	var e *client.Error
-	if err == nil || !errors.As(err, &e) {
+	if err == nil {
+		return nil
+	}
+	if !errors.As(err, &e) {
+		if errors.Is(err, context.DeadlineExceeded) { // e.g. waiting until Ready
+			return &exitError{code: ExitRetryLater, err: err}
+		}
 		return err
 	}
 	code := cli.ExitFailure
 	switch {
+	case errors.Is(err, client.ErrOutcomeUnknown): // before the deadline: a cut write or command
+		code = ExitUnknown
 	case errors.Is(err, client.ErrInvalidArgument):
 		code = cli.ExitUsage
 	case errors.Is(err, client.ErrNotFound):
@@ -59,8 +67,6 @@ func classify(err error) error {
 		code = ExitRetryLater
 	case errors.Is(err, client.ErrUnauthenticated), errors.Is(err, client.ErrPermissionDenied):
 		code = ExitDenied
-	case errors.Is(err, client.ErrOutcomeUnknown):
-		code = ExitUnknown
 	}
 	return &exitError{code: code, err: err}
 }

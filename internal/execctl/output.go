@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/execplane/execplane/pkg/client"
@@ -119,12 +120,16 @@ func fileValue(f client.FileInfo) fileJSON {
 
 func trimEnum(s, prefix string) string { return strings.TrimPrefix(s, prefix) }
 
-// escape shows a workspace name safely on a terminal: control characters and invalid UTF-8
-// are quoted, never written raw.
+// escape shows a workspace name safely on a terminal: a name with control characters (C0,
+// C1), bidirectional overrides, other unprintable runes or invalid UTF-8 is quoted, never
+// written raw.
 func escape(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
-			return strconv.Quote(s)
+		if !unicode.IsPrint(r) && r != ' ' || unicode.Is(unicode.Bidi_Control, r) {
+			return strconv.QuoteToASCII(s)
 		}
 	}
 	return s
@@ -145,24 +150,32 @@ func profileValue(p client.Profile) profileJSON {
 		MaxCommandDuration: p.MaxCommandDuration.String(), Capabilities: p.Capabilities}
 }
 
-// outputJSON is a captured stream for -o json: the kept bytes as text when they are valid
-// UTF-8, else base64.
+// outputJSON is a captured stream for -o json: its head and (when it overflowed the cap)
+// tail, each as text when valid UTF-8, else as base64 — never altered.
 type outputJSON struct {
-	Text       *string `json:"text,omitempty"`
-	Base64     []byte  `json:"base64,omitempty"`
+	Head       *string `json:"head,omitempty"`
+	HeadBase64 []byte  `json:"headBase64,omitempty"`
+	Tail       *string `json:"tail,omitempty"`
+	TailBase64 []byte  `json:"tailBase64,omitempty"`
 	TotalBytes uint64  `json:"totalBytes"`
 	Truncated  bool    `json:"truncated"`
 }
 
 func outputValue(o client.Output) outputJSON {
 	v := outputJSON{TotalBytes: o.Total, Truncated: o.Truncated}
-	kept := o.String()
-	if utf8.ValidString(kept) {
-		v.Text = &kept
-	} else {
-		v.Base64 = []byte(kept)
+	v.Head, v.HeadBase64 = textOrBytes(o.Head)
+	if len(o.Tail) > 0 {
+		v.Tail, v.TailBase64 = textOrBytes(o.Tail)
 	}
 	return v
+}
+
+func textOrBytes(b []byte) (*string, []byte) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	return nil, b
 }
 
 // commandJSON is a command's result for -o json.

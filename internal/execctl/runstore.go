@@ -52,15 +52,31 @@ func (s runStore) save(st client.RunState) error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
+	if err := os.Chmod(s.dir, 0o700); err != nil { // an existing directory too
+		return err
+	}
 	data, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	// A unique temporary file, synced, then renamed: concurrent saves never mix.
+	f, err := os.CreateTemp(s.dir, "."+st.EnvironmentID+"-*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, p)
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), p)
 }
 
 func (s runStore) load(envID string) (client.RunState, error) {

@@ -70,6 +70,20 @@ func (f *fakeGateway) AttachEnvironment(ctx context.Context, _ *executionv1.Atta
 	return &executionv1.AttachEnvironmentResponse{Environment: testEnv, EnvironmentGrant: &executionv1.Grant{Token: "env-2"}}, nil
 }
 
+func (f *fakeGateway) RenewRun(ctx context.Context, _ *executionv1.RenewRunRequest) (*executionv1.RenewRunResponse, error) {
+	if err := f.next(ctx, "RenewRun", ""); err != nil {
+		return nil, err
+	}
+	return &executionv1.RenewRunResponse{RunGrant: &executionv1.Grant{Token: "run-2"}, Run: &executionv1.RunClaim{RunId: "r"}}, nil
+}
+
+func (f *fakeGateway) ReleaseRun(ctx context.Context, _ *executionv1.ReleaseRunRequest) (*executionv1.ReleaseRunResponse, error) {
+	if err := f.next(ctx, "ReleaseRun", ""); err != nil {
+		return nil, err
+	}
+	return &executionv1.ReleaseRunResponse{Environment: testEnv}, nil
+}
+
 func (f *fakeGateway) Files(ctx context.Context, r *executionv1.FilesRequest) (*executionv1.FilesResponse, error) {
 	method := "Files"
 	if r.GetOperation().GetWrite() != nil {
@@ -234,15 +248,49 @@ func TestAcquireRefreshesAnExpiredEnvironmentGrant(t *testing.T) {
 func TestClosedRunRefusesCalls(t *testing.T) {
 	c, f := start(t, nil)
 	run := acquired(t, c)
-	// The fake does not implement ReleaseRun: Close reports it, and the run is closed anyway.
-	if err := run.Close(t.Context()); !errors.Is(err, ErrUnimplemented) {
+	// Released even though the caller's context has ended (defer run.Close(ctx) after an
+	// aborted turn).
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := run.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
+	}
+	if n := len(f.count("ReleaseRun")); n != 1 {
+		t.Fatalf("%d releases, want 1", n)
+	}
+	if err := run.Close(t.Context()); err != nil || len(f.count("ReleaseRun")) != 1 {
+		t.Fatalf("a second close released again (%v)", err)
 	}
 	if _, err := run.Stat(t.Context(), "a"); !errors.Is(err, errRunClosed) {
 		t.Fatalf("stat after close: %v", err)
 	}
 	if n := len(f.count("Files")); n != 0 {
 		t.Fatalf("%d file calls reached the gateway after close", n)
+	}
+}
+
+func TestOnlyAnEndedClaimEndsTheRun(t *testing.T) {
+	c, f := start(t, map[string][]error{"RenewRun": {answer(codes.Internal, "INTERNAL", false), answer(codes.Aborted, "STALE_EPOCH", false)}})
+	run := acquired(t, c)
+	if err := run.Renew(t.Context()); !errors.Is(err, ErrInternal) || run.Err() != nil {
+		t.Fatalf("a transient failure: %v, run error %v", err, run.Err())
+	}
+	if err := run.Renew(t.Context()); !errors.Is(err, ErrStaleEpoch) || !errors.Is(run.Err(), ErrStaleEpoch) {
+		t.Fatalf("a superseded claim: %v, run error %v", err, run.Err())
+	}
+	if _, err := run.Stat(t.Context(), "a"); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("a call on the ended run: %v", err)
+	}
+	if err := run.Close(t.Context()); err != nil || len(f.count("ReleaseRun")) != 0 {
+		t.Fatalf("an ended claim was released (%v)", err)
+	}
+}
+
+func TestACutWriteIsAnUnknownOutcome(t *testing.T) {
+	c, _ := start(t, map[string][]error{"Write": {status.Error(codes.DeadlineExceeded, "context deadline exceeded")}})
+	_, err := acquired(t, c).WriteFile(t.Context(), "a", []byte("x"))
+	if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v", err)
 	}
 }
 

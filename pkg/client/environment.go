@@ -50,7 +50,7 @@ func (c *Client) Ensure(ctx context.Context, r EnsureRequest) (*Environment, err
 	env.Created = resp.GetCreated()
 	if !r.KeepReferencePending && env.referenceState() == executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE {
 		if err := env.CommitReference(ctx); err != nil {
-			return nil, err
+			return env, err // the environment exists: the handle lets the caller retry the commit
 		}
 	}
 	if r.NoWait {

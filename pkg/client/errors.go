@@ -109,7 +109,8 @@ var (
 	ErrUnavailable error = &kind{name: "unavailable", codes: []codes.Code{codes.Unavailable}}
 	// ErrOutcomeUnknown: the executor connection broke after the request was sent; a command
 	// may have run. Never retried.
-	ErrOutcomeUnknown error = &kind{name: "outcome unknown", codes: []codes.Code{codes.Unknown}, reason: "OUTCOME_UNKNOWN"}
+	// Also a write or command whose call ended on the caller's side (deadline, cancel).
+	ErrOutcomeUnknown error = &kind{name: "outcome unknown", codes: []codes.Code{codes.Unknown, codes.DeadlineExceeded, codes.Canceled}, reason: "OUTCOME_UNKNOWN"}
 	ErrUnimplemented  error = &kind{name: "unimplemented", codes: []codes.Code{codes.Unimplemented}}
 	ErrInternal       error = &kind{name: "internal", codes: []codes.Code{codes.Internal}}
 )

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"iter"
 	"time"
@@ -71,23 +72,39 @@ func (r *Run) ReadRange(ctx context.Context, path string, offset, length uint64)
 	return Chunk{Content: rd.GetContent(), Info: fileInfo(rd.GetInfo()), More: rd.GetMore()}, nil
 }
 
-// ReadFile reads a whole regular file, in as many calls as its size needs. If the file
-// changes between calls it fails with ErrConflict rather than return a mix of versions.
+// ReadFile reads a whole regular file into memory (ReadFileTo streams it). If the file
+// changes between calls it fails with ErrVersionMismatch rather than return a mix of
+// versions.
 func (r *Run) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	var buf bytes.Buffer
+	if _, err := r.ReadFileTo(ctx, path, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ReadFileTo writes a whole regular file to w, one call's worth (the profile's
+// maxFileBytes) at a time, and returns the bytes written. If the file changes between calls
+// it fails with ErrVersionMismatch; what was written by then is a prefix of one version.
+func (r *Run) ReadFileTo(ctx context.Context, path string, w io.Writer) (int64, error) {
+	var n int64
 	var version string
 	for {
-		c, err := r.ReadRange(ctx, path, uint64(buf.Len()), 0)
+		c, err := r.ReadRange(ctx, path, uint64(n), 0)
 		if err != nil {
-			return nil, err
+			return n, err
 		}
-		if buf.Len() > 0 && c.Info.Version != version {
-			return nil, &Error{Code: codes.Aborted, Reason: "VERSION_MISMATCH", Message: fmt.Sprintf("%s changed while it was read", path)}
+		if n > 0 && c.Info.Version != version {
+			return n, &Error{Code: codes.Aborted, Reason: "VERSION_MISMATCH", Message: fmt.Sprintf("%s changed while it was read", path)}
 		}
 		version = c.Info.Version
-		buf.Write(c.Content)
+		m, err := w.Write(c.Content)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
 		if !c.More || len(c.Content) == 0 {
-			return buf.Bytes(), nil
+			return n, nil
 		}
 	}
 }

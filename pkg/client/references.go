@@ -94,12 +94,16 @@ type ReferenceIntent struct {
 	Reference   *executionv1.Reference
 }
 
-// ListReferenceIntents iterates over the owner's unfinished references, page by page.
+// ListReferenceIntents iterates over the client's unfinished references, page by page: one
+// owner's, or every owner's when owner is the zero Owner.
 func (c *Client) ListReferenceIntents(ctx context.Context, owner Owner) iter.Seq2[ReferenceIntent, error] {
 	return func(yield func(ReferenceIntent, error) bool) {
 		token := ""
 		for {
-			req := &executionv1.ListReferenceIntentsRequest{Owner: owner.proto(), PageToken: token}
+			req := &executionv1.ListReferenceIntentsRequest{PageToken: token}
+			if owner != (Owner{}) {
+				req.Owner = owner.proto()
+			}
 			resp, err := call(ctx, c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.ListReferenceIntentsResponse, error) {
 				return c.api.ListReferenceIntents(ctx, req, opts...)
 			})

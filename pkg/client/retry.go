@@ -61,6 +61,11 @@ func call[T any](ctx context.Context, c *Client, s safety, f func(context.Contex
 			requestID = v[0]
 		}
 		err = asError(err, requestID)
+		if e, ok := err.(*Error); ok && s == serverSaysSo && e.Reason == "" && (e.Code == codes.DeadlineExceeded || e.Code == codes.Canceled) {
+			// The call ended on this side while the gateway may have been writing or running:
+			// what happened is unknown, and a blind retry could do it twice.
+			e.Reason = "OUTCOME_UNKNOWN"
+		}
 		if attempt >= c.retry.attempts || !retryable(err, s) || ctx.Err() != nil {
 			return zero, err
 		}

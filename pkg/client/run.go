@@ -130,8 +130,7 @@ func (r *Run) Renew(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		var e *Error
-		if errors.As(err, &e) && !e.Retryable && e.Reason != "" {
+		if ended(err) {
 			r.lost = err // refused for good: later calls fail the same way
 		}
 		return err
@@ -161,21 +160,20 @@ func (r *Run) renewLoop(ctx context.Context) {
 	}
 }
 
-// Close stops the renewal and releases the claim. It is idempotent; a run that was already
-// lost is not released again.
+// Close stops the renewal and releases the claim, within releaseTimeout even if ctx has
+// ended. It is idempotent; a run whose claim is known to be gone is not released again.
 func (r *Run) Close(ctx context.Context) error {
 	r.closeOnce.Do(func() {
 		r.stop()
 		<-r.done
 		g, err := r.runGrant()
 		if err != nil {
-			return
+			return // the claim is already gone
 		}
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
-			defer cancel()
-		}
+		// Release even when the caller's context ended (defer run.Close(ctx) after an
+		// aborted turn): an unreleased claim blocks the next Acquire until its TTL runs out.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
 		req := &executionv1.ReleaseRunRequest{OperationId: newOperationID(), RunGrant: g, Environment: r.env.Ref()}
 		resp, err := call(ctx, r.env.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.ReleaseRunResponse, error) {
 			return r.env.c.api.ReleaseRun(ctx, req, opts...)
@@ -190,6 +188,18 @@ func (r *Run) Close(ctx context.Context) error {
 		r.env.set(resp.GetEnvironment(), nil)
 	})
 	return r.closeErr
+}
+
+// ended reports an answer that proves the claim is gone: superseded or released (stale
+// epoch), revoked, held by another, the environment absent or fenced, the grant dead. Any
+// other failure (a transient INTERNAL, a limit, the network) leaves the run as it was.
+func ended(err error) bool {
+	for _, k := range []error{ErrStaleEpoch, ErrRevoked, ErrRunClaimHeld, ErrNotFound, ErrFenced, ErrGrantInvalid} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // errRunClosed is what calls on a closed Run return.

@@ -75,6 +75,7 @@ func TestCLISession(t *testing.T) {
 		t.Fatalf("profiles get: %+v %v", profile, err)
 	}
 	caller.must(3, "profiles", "get", "absent")
+	caller.must(0, "refs", "list") // every owner's intents (no --owner)
 
 	var env struct {
 		Ref           struct{ ID, Revision string }
@@ -107,9 +108,9 @@ func TestCLISession(t *testing.T) {
 	caller.must(124, "exec", id, "--timeout", "1s", "--", "sleep", "10")
 	var result struct {
 		State  string
-		Stdout struct{ Text string }
+		Stdout struct{ Head string }
 	}
-	if err := json.Unmarshal([]byte(caller.must(0, "exec", id, "-o", "json", "--shell", "pwd >/dev/null; echo ok")), &result); err != nil || result.State != "SUCCEEDED" || result.Stdout.Text != "ok\n" {
+	if err := json.Unmarshal([]byte(caller.must(0, "exec", id, "-o", "json", "--shell", "pwd >/dev/null; echo ok")), &result); err != nil || result.State != "SUCCEEDED" || result.Stdout.Head != "ok\n" {
 		t.Fatalf("exec -o json: %+v %v", result, err)
 	}
 	caller.must(0, "run", "release", id)

@@ -68,6 +68,12 @@ func TestSDKSession(t *testing.T) {
 		t.Fatalf("attach by the recorded id and revision: %v", err)
 	}
 
+	for in, err := range c.ListReferenceIntents(ctx, client.Owner{}) { // every owner's
+		if err != nil {
+			t.Fatalf("list every owner's intents: %v", err)
+		}
+		t.Logf("intent %v", in.Reference)
+	}
 	run, err := env.Acquire(ctx, client.AcquireOptions{RunID: "turn-1", TTL: client.MinRunTTL})
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
