@@ -15,7 +15,8 @@ import (
 
 // The stack `make demo` starts: `execctl dev up` with the controller and gateway binaries
 // brings up a cluster of its own and execplane on it in the background, `execctl dev demo`
-// walks a real client through the session, and `execctl dev down` leaves nothing running.
+// walks a real client through the session, `execctl dev down` leaves nothing running, and a
+// new stack in the same directory starts afresh.
 func TestDemoStack(t *testing.T) {
 	clustertest.Cluster(t) // skipped under -short, like every test that starts a cluster
 	state := filepath.Join(t.TempDir(), "dev")
@@ -66,6 +67,12 @@ func TestDemoStack(t *testing.T) {
 	if down := execctl(time.Minute, "dev", "down", "--state-dir", state); !strings.Contains(down, "stopped") {
 		t.Fatalf("down:\n%s", down)
 	}
+	// A second stack in the same directory starts afresh (new material, no stale state).
+	execctl(3*time.Minute, "dev", "up", "--state-dir", state, "--helper", helper, "--controller", controllerBin, "--gateway", gatewayBin)
+	if again := execctl(3*time.Minute, "dev", "demo", "--state-dir", state); !strings.Contains(again, "done in") {
+		t.Fatalf("the walkthrough on a second stack:\n%s", again)
+	}
+	execctl(time.Minute, "dev", "down", "--state-dir", state)
 	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
 	if err != nil {
 		t.Fatal(err)
