@@ -84,7 +84,7 @@ Commands:
 	for _, g := range groups {
 		fmt.Fprintf(&b, "  %-10s %s\n", g.name, g.summary)
 	}
-	b.WriteString(`  dev        the local development stack: up, down, status, demo
+	b.WriteString(`  dev        the local development stack: up, down, status, demo; bundle (development security material)
   version    print the client's version
   help       show this help
 
@@ -120,8 +120,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(args) == 0 || args[0] == "help" {
 		args = []string{"-h"}
 	}
-	if args[0] == "demo" {
+	switch args[0] {
+	case "demo":
 		return runDemo(ctx, args[1:], stdout)
+	case "bundle":
+		return runBundle(args[1:], stdout, stderr)
 	}
 	if devCommands[args[0]] {
 		args = append(args[1:len(args):len(args)], args[0])
