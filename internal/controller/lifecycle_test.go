@@ -293,10 +293,13 @@ func TestOrphanedExecutorIsReleased(t *testing.T) {
 	g.create(t, "env-o")
 	g.waitReady(t, "env-o")
 	envs := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns)
-	if _, err := envs.Patch(g.ctx, "env-o", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+	// Delete, then strip the finalizer, as an operator forcing removal does. (Stripping first
+	// races the reconciler, which rightly puts its finalizer back on a live object; once the
+	// object is being deleted no finalizer can be added.)
+	if err := envs.Delete(g.ctx, "env-o", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := envs.Delete(g.ctx, "env-o", metav1.DeleteOptions{}); err != nil {
+	if _, err := envs.Patch(g.ctx, "env-o", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, 30*time.Second, "no executor left", func() bool { return len(g.pods(t, "env-o")) == 0 })

@@ -198,10 +198,23 @@ func TestGRPCUnavailableWithoutBundle(t *testing.T) {
 func TestGRPCHandshakeRejectionsReported(t *testing.T) {
 	g := newGRPCFixture(t)
 	_ = check(t, g.dial(t, g.issueClient("spiffe://execplane.test/client/stranger")))
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.rejects) == 0 || g.rejects[0] != ReasonNotInPolicy {
-		t.Fatalf("rejections %v; want [%s ...]", g.rejects, ReasonNotInPolicy)
+	// The server records the rejection once its side of the handshake returns, which can be
+	// just after the client has seen the alert: poll.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g.mu.Lock()
+		rejects := append([]Reason(nil), g.rejects...)
+		g.mu.Unlock()
+		if len(rejects) > 0 {
+			if rejects[0] != ReasonNotInPolicy {
+				t.Fatalf("rejections %v; want [%s ...]", rejects, ReasonNotInPolicy)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no rejection reported; want [%s ...]", ReasonNotInPolicy)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
