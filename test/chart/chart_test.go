@@ -1,0 +1,216 @@
+// Package chart_test checks the Helm chart (deploy/helm/execplane) with the pinned helm
+// (hack/tools/go.mod): lint, golden renders of the default and a production-like values
+// file, the values schema's refusals, least-privilege RBAC, and that the binaries accept
+// exactly the arguments the chart renders.
+package chart_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const (
+	chartDir   = "../../deploy/helm/execplane"
+	production = chartDir + "/ci/production-values.yaml"
+	// kubeVersion is the local cluster's (the chart requires >= 1.30).
+	kubeVersion = "1.37.2"
+)
+
+var helmBin, gatewayBin, controllerBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping the chart tests under -short (they build helm)")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "chart-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	helmBin, gatewayBin, controllerBin = filepath.Join(dir, "helm"), filepath.Join(dir, "gateway"), filepath.Join(dir, "controller")
+	builds := [][]string{
+		{"build", "-modfile=hack/tools/go.mod", "-o", helmBin, "helm.sh/helm/v3/cmd/helm"},
+		{"build", "-o", gatewayBin, "./cmd/gateway"},
+		{"build", "-o", controllerBin, "./cmd/controller"},
+	}
+	for _, args := range builds {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go %s: %v\n%s", strings.Join(args, " "), err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func render(t *testing.T, values ...string) string {
+	t.Helper()
+	args := []string{"template", "execplane", chartDir, "--namespace", "execplane", "--kube-version", kubeVersion}
+	for _, v := range values {
+		args = append(args, "-f", v)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	return out
+}
+
+func TestLint(t *testing.T) {
+	for _, values := range [][]string{nil, {production}} {
+		args := []string{"lint", chartDir, "--strict", "--kube-version", kubeVersion}
+		for _, v := range values {
+			args = append(args, "-f", v)
+		}
+		out, err := helm(t, args...)
+		if err != nil || strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") {
+			t.Errorf("helm lint %v: %v\n%s", values, err, out)
+		}
+	}
+}
+
+func TestTemplateGolden(t *testing.T) {
+	for name, values := range map[string][]string{"default.yaml": nil, "production.yaml": {production}} {
+		got := render(t, values...)
+		path := filepath.Join("testdata", name)
+		if *update {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run with -update)", err)
+		}
+		if got != string(want) {
+			t.Errorf("%s differs from the render (check, then run with -update)", path)
+		}
+	}
+}
+
+// The schema refuses bad values before anything renders, saying where and why.
+func TestSchemaRefusesBadValues(t *testing.T) {
+	cases := []struct{ set, want string }{
+		{"gateway.replicas=1", "/gateway/replicas': minimum: got 1, want 2"},
+		{"gateway.bogus=1", "additional properties 'bogus' not allowed"},
+		{"controller.leaderElection.leaseDuration=soon", "'soon' does not match pattern"},
+		{"log.level=loud", "/log/level"},
+		{"gateway.maxMessageBytes=1", "/gateway/maxMessageBytes"},
+		{"gateway.maxEnvironmentCalls=0", "/gateway/maxEnvironmentCalls"},
+		{"security.highWaterConfigMap=Bad_Name", "/security/highWaterConfigMap"},
+		{"helperPath=relative/helper", "/helperPath"},
+		{"controller.gatewayIdentities[0]=gateway", "/controller/gatewayIdentities/0"},
+		{"profiles.Bad=null", "/profiles"},
+	}
+	for _, tc := range cases {
+		out, err := helm(t, "template", "execplane", chartDir, "--kube-version", kubeVersion, "--set", tc.set)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("--set %s: err %v, want a refusal containing %q:\n%s", tc.set, err, tc.want, out)
+		}
+	}
+}
+
+// documents splits a render into objects of one kind.
+func documents[T any](t *testing.T, render, kind string) []T {
+	t.Helper()
+	var out []T
+	for doc := range strings.SplitSeq(render, "\n---\n") {
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("%v in:\n%s", err, doc)
+		}
+		if head.Kind != kind {
+			continue
+		}
+		var v T
+		if err := yaml.UnmarshalStrict([]byte(doc), &v); err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Least privilege: namespaced Roles only; no wildcard, no Secrets, exec only for the
+// gateway; the executor account mounts no token.
+func TestRBAC(t *testing.T) {
+	for _, values := range [][]string{nil, {production}} {
+		r := render(t, values...)
+		if strings.Contains(r, "kind: ClusterRole") {
+			t.Error("a cluster-wide role")
+		}
+		for _, role := range documents[rbacv1.Role](t, r, "Role") {
+			for _, rule := range role.Rules {
+				for _, s := range slices.Concat(rule.Verbs, rule.Resources, rule.APIGroups) {
+					if s == "*" {
+						t.Errorf("%s: a wildcard in %+v", role.Name, rule)
+					}
+				}
+				if slices.Contains(rule.Resources, "secrets") {
+					t.Errorf("%s: access to Secrets", role.Name)
+				}
+				if slices.Contains(rule.Resources, "pods/exec") && !strings.HasSuffix(role.Name, "-gateway") {
+					t.Errorf("%s: pods/exec outside the gateway", role.Name)
+				}
+			}
+		}
+		if !strings.Contains(r, "automountServiceAccountToken: false") {
+			t.Error("the executor ServiceAccount mounts a token")
+		}
+	}
+}
+
+// The binaries accept exactly the arguments the chart renders (a flag they do not know
+// fails here, not in a cluster).
+func TestRenderedArgsAreAccepted(t *testing.T) {
+	for _, values := range [][]string{nil, {production}} {
+		deployments := documents[appsv1.Deployment](t, render(t, values...), "Deployment")
+		if len(deployments) != 2 {
+			t.Fatalf("%d Deployments", len(deployments))
+		}
+		for _, d := range deployments {
+			c := d.Spec.Template.Spec.Containers[0]
+			bin := map[string]string{"gateway": gatewayBin, "controller": controllerBin}[c.Name]
+			if bin == "" {
+				t.Fatalf("container %q", c.Name)
+			}
+			args := make([]string, 0, len(c.Args)+1)
+			for _, a := range c.Args {
+				a = strings.ReplaceAll(a, "$(POD_NAMESPACE)", "execplane")
+				args = append(args, strings.ReplaceAll(a, "$(POD_NAME)", "execplane-controller-0"))
+			}
+			out, err := exec.Command(bin, append(args, "--check-config")...).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s %v: %v\n%s", c.Name, values, err, out)
+			}
+		}
+	}
+}
