@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execplane/execplane/internal/devcluster/clustertest"
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -34,7 +35,7 @@ var helmBin, gatewayBin, controllerBin string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
-		fmt.Println("skipping the chart tests under -short (they build helm)")
+		fmt.Println("skipping the chart tests under -short (they build helm and use the local cluster)")
 		os.Exit(0)
 	}
 	dir, err := os.MkdirTemp("", "chart-test-")
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := m.Run()
+	code := clustertest.Main(m, clustertest.Options{})
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -210,6 +211,81 @@ func TestRenderedArgsAreAccepted(t *testing.T) {
 			out, err := exec.Command(bin, append(args, "--check-config")...).CombinedOutput()
 			if err != nil {
 				t.Errorf("%s %v: %v\n%s", c.Name, values, err, out)
+			}
+		}
+	}
+}
+
+// The rendered manifests applied for real (server-side apply) to the local cluster; then each
+// account's effective permissions, as the API server computes them, equal the reviewed golden
+// lists — and the refusals that matter are spelled out: no exec outside the namespace, no
+// Secrets, no exec for the controller, nothing for executors.
+func TestEffectivePermissions(t *testing.T) {
+	c := clustertest.Cluster(t)
+	if _, err := c.InstallCRDs(t.Context(), chartDir+"/crds"); err != nil {
+		t.Fatal(err)
+	}
+	ns := clustertest.Namespace(t)
+	out, err := helm(t, "template", "execplane", chartDir, "--namespace", ns, "--kube-version", kubeVersion, "-f", production,
+		"--set", "metrics.serviceMonitor.enabled=false") // the local cluster has no Prometheus operator
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	manifests := filepath.Join(t.TempDir(), "manifests.yaml")
+	if err := os.WriteFile(manifests, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(c.BinDir(), "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+	if out, err := kubectl("apply", "--server-side", "--field-manager=execplane-chart-test", "-n", ns, "-f", manifests); err != nil {
+		t.Fatalf("server-side apply: %v\n%s", err, out)
+	}
+	accounts := map[string]string{"controller": "execplane-controller", "gateway": "execplane-gateway", "executor": "execplane-executor"}
+	for name, sa := range accounts {
+		as := fmt.Sprintf("--as=system:serviceaccount:%s:%s", ns, sa)
+		list, err := kubectl("auth", "can-i", "--list", "-n", ns, as)
+		if err != nil {
+			t.Fatalf("%s: can-i --list: %v\n%s", name, err, list)
+		}
+		got := strings.ReplaceAll(list, ns, "NAMESPACE")
+		path := filepath.Join("testdata", "permissions-"+name+".txt")
+		if *update {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run with -update)", err)
+		}
+		if got != string(want) {
+			t.Errorf("%s's effective permissions differ from %s:\n%s", name, path, got)
+		}
+		for _, verb := range []string{"*", "escalate", "bind", "impersonate"} {
+			if strings.Contains(got, "["+verb+"]") {
+				t.Errorf("%s may %s", name, verb)
+			}
+		}
+		// (kubectl reads "pods/exec" as a Pod named exec: the subresource is a flag.)
+		denied := [][]string{
+			{"create", "pods", "--subresource=exec", "-n", "default"},
+			{"create", "pods", "--subresource=exec", "--all-namespaces"},
+			{"list", "secrets", "-n", ns},
+			{"get", "secrets", "-n", ns},
+			{"list", "executionenvironments.execution.mecatl.dev", "-n", "default"},
+		}
+		if name != "gateway" {
+			denied = append(denied, []string{"create", "pods", "--subresource=exec", "-n", ns})
+		} else if out, _ := kubectl("auth", "can-i", "create", "pods", "--subresource=exec", "-n", ns, as); strings.TrimSpace(out) != "yes" {
+			t.Errorf("the gateway cannot exec into its own namespace's Pods: %q", out)
+		}
+		for _, d := range denied {
+			out, err := kubectl(append(append([]string{"auth", "can-i"}, d...), as)...)
+			if strings.TrimSpace(out) != "no" || err == nil {
+				t.Errorf("%s: can-i %v = %q, want no", name, d, strings.TrimSpace(out))
 			}
 		}
 	}
