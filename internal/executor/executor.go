@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"path"
 	"strconv"
 
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
@@ -193,7 +194,39 @@ func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOpti
 	for _, s := range spec.ImagePullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
+	if spec.HelperImage != "" {
+		installHelper(pod, spec.HelperImage)
+	}
 	return pod, nil
+}
+
+// Installing the helper from a helper image: an init container copies it (the helper's own
+// --install, no shell needed) into a small volume that the executor container mounts,
+// read-only, as the helper's directory.
+const (
+	helperVolume        = "helper"
+	helperInstallDir    = "/execplane-install"
+	helperVolumeSizeMax = "64Mi" // the static helper is about 5 MiB
+)
+
+func installHelper(pod *corev1.Pod, image string) {
+	dir := path.Dir(profile.DefaultHelperPath)
+	limit := resource.MustParse(helperVolumeSizeMax)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: helperVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}})
+	main := &pod.Spec.Containers[0]
+	main.VolumeMounts = append(main.VolumeMounts, corev1.VolumeMount{Name: helperVolume, MountPath: dir, ReadOnly: true})
+	small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")}
+	pod.Spec.InitContainers = []corev1.Container{{
+		Name:                     "install-helper",
+		Image:                    image,
+		ImagePullPolicy:          corev1.PullIfNotPresent,
+		Command:                  []string{profile.DefaultHelperPath, "--install", path.Join(helperInstallDir, path.Base(profile.DefaultHelperPath))},
+		Resources:                corev1.ResourceRequirements{Requests: small, Limits: small},
+		SecurityContext:          main.SecurityContext.DeepCopy(),
+		VolumeMounts:             []corev1.VolumeMount{{Name: helperVolume, MountPath: helperInstallDir}},
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}}
 }
 
 func resources(spec profile.ProfileSpec) corev1.ResourceRequirements {

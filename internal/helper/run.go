@@ -29,6 +29,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if done, err := cli.Load("helper", &cfg, args, stdout, stderr); done {
 		return err
 	}
+	if cfg.Install != "" {
+		return Install(cfg.Install)
+	}
 	if cfg.Pause {
 		return Pause(ctx)
 	}

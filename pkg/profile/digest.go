@@ -51,6 +51,7 @@ func canonicalEncoding(s *ProfileSpec) ([]byte, error) {
 	}
 	putString(doc, "storageClass", s.StorageClass)
 	putString(doc, "runtimeClassName", s.RuntimeClassName)
+	putString(doc, "helperImage", s.HelperImage)
 	putBytes(doc, "storageSize", s.StorageSize)
 	putMillicores(doc, "cpuRequest", s.CPURequest)
 	putMillicores(doc, "cpuLimit", s.CPULimit)

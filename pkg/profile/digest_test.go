@@ -151,6 +151,7 @@ func TestDigestChangesWithEveryField(t *testing.T) {
 		"maxCommandDuration":      func(s *ProfileSpec) { s.MaxCommandDuration.Duration += time.Second },
 		"maxEnvironments":         func(s *ProfileSpec) { s.MaxEnvironments++ },
 		"helperPath":              func(s *ProfileSpec) { s.HelperPath = "/execplane/helper2" },
+		"helperImage":             func(s *ProfileSpec) { s.HelperImage, s.HelperPath = "registry.example/helper:2", "" },
 		"capabilities":            func(s *ProfileSpec) { s.Capabilities = s.Capabilities[:1] },
 		// Each field of a toleration.
 		"tolerations.key": func(s *ProfileSpec) { s.Tolerations[0].Key = "pool2" },

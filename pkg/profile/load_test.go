@@ -107,6 +107,8 @@ func TestParseStrict(t *testing.T) {
 		{"map for list", doc("\n    imagePullSecrets: {a: b}"), "cannot unmarshal object"},
 		{"scalar for list", doc("\n    tolerations: a"), "cannot unmarshal string"},
 		{"bad quantity", doc("\n    cpuLimit: lots"), "profiles.p.cpuLimit"},
+		{"bad helper image", doc("\n    helperImage: \"not an image\""), "profiles.p.helperImage"},
+		{"helper image with another helper path", doc("\n    helperImage: registry.example/helper:1\n    helperPath: /opt/helper"), "profiles.p.helperPath: must be /execplane/helper"},
 		{"long quantity", doc("\n    cpuLimit: \"" + strings.Repeat("1", 65) + "\""), "profiles.p.cpuLimit"},
 		{"huge negative exponent", doc("\n    cpuLimit: 1e-2000000000"), "profiles.p.cpuLimit"},
 		{"huge positive exponent", docSet("storageSize", "1e400"), "profiles.p.storageSize"},

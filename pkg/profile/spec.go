@@ -76,6 +76,11 @@ type ProfileSpec struct {
 	// HelperPath is the helper binary's absolute path inside the image; empty means
 	// DefaultHelperPath. A loaded registry always holds the effective value.
 	HelperPath string `json:"helperPath,omitempty"`
+	// HelperImage, when set, is an image carrying the helper at DefaultHelperPath: an init
+	// container copies it into a volume the executor container mounts at the helper's
+	// directory, so any executor image works without the helper baked in. HelperPath must
+	// then be DefaultHelperPath (or empty).
+	HelperImage string `json:"helperImage,omitempty"`
 	// Capabilities the profile grants, such as CapabilityNetworkEgress. A loaded registry
 	// holds them sorted.
 	Capabilities []string `json:"capabilities,omitempty"`

@@ -132,6 +132,12 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 	if s.HelperPath != "" {
 		checkHelperPath(p, field("helperPath"), s.HelperPath)
 	}
+	if s.HelperImage != "" {
+		checkImage(p, field("helperImage"), s.HelperImage, o.RequireDigestPinnedImages)
+		if s.HelperPath != "" && s.HelperPath != DefaultHelperPath {
+			p.Add(field("helperPath"), "must be %s (or empty) with helperImage: the helper is installed there", DefaultHelperPath)
+		}
+	}
 	if len(s.Capabilities) > MaxCapabilities {
 		p.Add(field("capabilities"), "has %d entries, more than %d", len(s.Capabilities), MaxCapabilities)
 	}
