@@ -290,3 +290,47 @@ func TestEffectivePermissions(t *testing.T) {
 		}
 	}
 }
+
+// The images the chart names exist as targets of deploy/images/Dockerfile, build every
+// binary, put the helper where profiles and the chart expect it, and run as the non-root
+// user the Pods require. (No container runtime here: this reads the Dockerfile.)
+func TestImagesMatchTheChart(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/images/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(data)
+	targets := map[string]bool{}
+	for line := range strings.SplitSeq(df, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "FROM" && strings.EqualFold(f[2], "AS") {
+			targets[f[3]] = true
+		}
+	}
+	r := render(t)
+	for _, name := range []string{"gateway", "controller"} {
+		if !targets[name] {
+			t.Errorf("no %s target", name)
+		}
+		if !strings.Contains(r, "image: ghcr.io/execplane/"+name+":") {
+			t.Errorf("the chart does not run the %s image", name)
+		}
+	}
+	for _, want := range []string{"AS helper", "/out/helper /execplane/helper", `ENTRYPOINT ["/execplane/helper"]`, "USER 65532:65532",
+		`ENTRYPOINT ["/execplane/helper", "--pause"]`} {
+		if !strings.Contains(df, want) {
+			t.Errorf("the Dockerfile lacks %q", want)
+		}
+	}
+	if !strings.Contains(r, "--helper-path=/execplane/helper") {
+		t.Error("the chart's helper path differs from the helper image's")
+	}
+	cmds, err := os.ReadDir("../../cmd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if !strings.Contains(df, " "+c.Name()+" ") && !strings.Contains(df, " "+c.Name()+";") {
+			t.Errorf("the Dockerfile does not build cmd/%s", c.Name())
+		}
+	}
+}
