@@ -57,7 +57,13 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := clustertest.Main(m, clustertest.Options{})
+	// Executors run the real helper (for the session through chart-rendered processes).
+	files, err := clustertest.ExecutorFiles(dir, "../..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := clustertest.Main(m, clustertest.Options{ImageFiles: files})
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
