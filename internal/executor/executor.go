@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
@@ -42,13 +43,16 @@ const (
 	LabelManagedBy      = "app.kubernetes.io/managed-by"
 	LabelEnvironment    = "execution.mecatl.dev/environment"
 	LabelEnvironmentUID = "execution.mecatl.dev/environment-uid"
-	AnnotationProfile   = "execution.mecatl.dev/profile"
-	AnnotationDigest    = "execution.mecatl.dev/profile-digest"
-	AnnotationOrdinal   = "execution.mecatl.dev/executor-ordinal"
-	componentExecutor   = "executor"
-	componentWorkspace  = "workspace"
-	appName             = "execplane"
-	managedBy           = "execplane-controller"
+	// LabelNetworkEgress marks executors whose profile grants CapabilityNetworkEgress: the
+	// chart's NetworkPolicies deny every executor's egress, and allow it for these only.
+	LabelNetworkEgress = "execution.mecatl.dev/network-egress"
+	AnnotationProfile  = "execution.mecatl.dev/profile"
+	AnnotationDigest   = "execution.mecatl.dev/profile-digest"
+	AnnotationOrdinal  = "execution.mecatl.dev/executor-ordinal"
+	componentExecutor  = "executor"
+	componentWorkspace = "workspace"
+	appName            = "execplane"
+	managedBy          = "execplane-controller"
 )
 
 // PVCName is the workspace claim's name.
@@ -190,6 +194,9 @@ func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOpti
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(spec.TmpSizeLimit.DeepCopy())}}},
 			},
 		},
+	}
+	if slices.Contains(spec.Capabilities, profile.CapabilityNetworkEgress) {
+		pod.Labels[LabelNetworkEgress] = "allowed"
 	}
 	for _, s := range spec.ImagePullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
