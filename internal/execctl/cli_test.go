@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/golden"
 	"github.com/execplane/execplane/internal/security/devbundle"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
@@ -251,7 +252,7 @@ func TestGolden(t *testing.T) {
 	if strings.Contains(all.String(), "secret-run-grant") {
 		t.Fatal("a run grant reached the output")
 	}
-	golden(t, "session.golden", all.String())
+	checkGolden(t, "session.golden", all.String())
 }
 
 func TestHelpGolden(t *testing.T) {
@@ -261,7 +262,7 @@ func TestHelpGolden(t *testing.T) {
 		stdout, stderr, code := h.execctl(t, args...)
 		all.WriteString("$ execctl " + strings.Join(args, " ") + "\n" + stdout + stderr + "[exit " + itoa(code) + "]\n\n")
 	}
-	golden(t, "help.golden", all.String())
+	checkGolden(t, "help.golden", all.String())
 }
 
 func TestDevBundle(t *testing.T) {
@@ -296,21 +297,9 @@ func TestRunStateIsPrivate(t *testing.T) {
 	}
 }
 
-func golden(t *testing.T, name, got string) {
+func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (run with -update after checking):\n--- got ---\n%s", name, got)
-	}
+	golden.Check(t, filepath.Join("testdata", name), got, *update)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/golden"
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -106,20 +107,7 @@ func TestLint(t *testing.T) {
 
 func TestTemplateGolden(t *testing.T) {
 	for name, values := range map[string][]string{"default.yaml": nil, "production.yaml": {production}} {
-		got := render(t, values...)
-		path := filepath.Join("testdata", name)
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run with -update)", err)
-		}
-		if got != string(want) {
-			t.Errorf("%s differs from the render (check, then run with -update)", path)
-		}
+		golden.Check(t, filepath.Join("testdata", name), render(t, values...), *update)
 	}
 }
 
@@ -257,19 +245,7 @@ func TestEffectivePermissions(t *testing.T) {
 			t.Fatalf("%s: can-i --list: %v\n%s", name, err, list)
 		}
 		got := strings.ReplaceAll(list, ns, "NAMESPACE")
-		path := filepath.Join("testdata", "permissions-"+name+".txt")
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run with -update)", err)
-		}
-		if got != string(want) {
-			t.Errorf("%s's effective permissions differ from %s:\n%s", name, path, got)
-		}
+		golden.Check(t, filepath.Join("testdata", "permissions-"+name+".txt"), got, *update)
 		for _, verb := range []string{"*", "escalate", "bind", "impersonate"} {
 			if strings.Contains(got, "["+verb+"]") {
 				t.Errorf("%s may %s", name, verb)
