@@ -32,6 +32,9 @@ var (
 	// ErrOutcomeUnknown: the executor connection broke after a request was sent; a command
 	// may have run. UNKNOWN, never retried automatically.
 	ErrOutcomeUnknown = errors.New("executor outcome unknown")
+	// ErrExecutorUnreachable: the exec stream was never established (the API server refused
+	// the upgrade: the Pod is gone, exec is forbidden): nothing ran. UNAVAILABLE, retryable.
+	ErrExecutorUnreachable = errors.New("the executor could not be reached: nothing ran")
 	// ErrUnimplemented: CommandStatus and CancelCommand (commands are foreground).
 	ErrUnimplemented = errors.New("not implemented: commands are foreground; cancel by ending the call")
 	// ErrPathEscape: a path resolves outside the workspace root.
@@ -68,6 +71,7 @@ func is(targets ...error) func(error) bool {
 var mappings = []mapping{
 	{is(ErrNotLeader, ErrNoLeader), codes.Unavailable, "UNAVAILABLE", true, ""},
 	{is(ErrOutcomeUnknown), codes.Unknown, "OUTCOME_UNKNOWN", false, "the executor connection broke after the request was sent: the outcome is unknown"},
+	{is(ErrExecutorUnreachable), codes.Unavailable, "UNAVAILABLE", true, "the executor could not be reached: nothing ran"},
 	{is(ErrUnimplemented), codes.Unimplemented, "UNIMPLEMENTED", false, ""},
 	{is(ErrPathEscape), codes.PermissionDenied, "PATH_ESCAPE", false, ""},
 	{is(ErrVersionMismatch), codes.Aborted, "VERSION_MISMATCH", false, ""},

@@ -35,6 +35,7 @@ func TestStatus(t *testing.T) {
 		{grant.ErrNotObserved, codes.Unavailable, "UNAVAILABLE"},
 		{ErrNoLeader, codes.Unavailable, "UNAVAILABLE"},
 		{ErrOutcomeUnknown, codes.Unknown, "OUTCOME_UNKNOWN"},
+		{fmt.Errorf("exec: %w", ErrExecutorUnreachable), codes.Unavailable, "UNAVAILABLE"},
 		{ErrUnimplemented, codes.Unimplemented, "UNIMPLEMENTED"},
 		{ErrPathEscape, codes.PermissionDenied, "PATH_ESCAPE"},
 		{ErrVersionMismatch, codes.Aborted, "VERSION_MISMATCH"},

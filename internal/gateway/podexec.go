@@ -34,6 +34,9 @@ var (
 	// ErrOutcomeUnknown: the exec stream broke after the request was sent; a command may
 	// have run. Reported honestly as UNKNOWN, never retried.
 	ErrOutcomeUnknown = apierror.ErrOutcomeUnknown
+	// ErrExecutorUnreachable: the API server refused the exec upgrade (the Pod is gone,
+	// exec is forbidden, the node is unreachable): no stream, so nothing ran.
+	ErrExecutorUnreachable = apierror.ErrExecutorUnreachable
 )
 
 // stderrCap bounds what the helper's stderr may hold in memory (for the log, never the
@@ -120,8 +123,14 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	stdinR, stdinW := io.Pipe()
 	stdinDone := make(chan struct{})
 	closeStdin := sync.OnceFunc(func() { close(stdinDone) })
+	// delivered says whether the exec stream took the whole request: the transport reads
+	// stdin only once the stream is up, and the helper acts only on a whole frame, so an
+	// undelivered request proves that nothing ran.
+	delivered := make(chan bool, 1)
 	go func() {
-		if _, err := stdinW.Write(request.Bytes()); err == nil {
+		_, err := stdinW.Write(request.Bytes())
+		delivered <- err == nil
+		if err == nil {
 			select {
 			case <-stdinDone:
 			case <-ctx.Done():
@@ -135,7 +144,8 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	stderr := &capped{limit: stderrCap}
 	streamErr := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: stderr})
 	stdoutW.CloseWithError(io.EOF)
-	stdinR.Close()
+	stdinR.Close() // ends a Write still waiting for a reader
+	sent := <-delivered
 	res := <-read
 
 	var code utilexec.CodeExitError
@@ -144,6 +154,8 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 		return nil, res.err
 	case streamErr != nil && errors.As(streamErr, &code):
 		return nil, fmt.Errorf("%w: the helper exited with %d", ErrProtocol, code.Code)
+	case res.resp == nil && streamErr != nil && !sent:
+		return nil, fmt.Errorf("%w: %v", ErrExecutorUnreachable, streamErr)
 	case res.resp == nil && streamErr != nil:
 		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, streamErr)
 	case res.resp == nil:

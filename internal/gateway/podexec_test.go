@@ -117,6 +117,21 @@ func TestExecuteRealHelper(t *testing.T) {
 	}
 }
 
+// An exec the API server refuses (here: the Pod does not exist) never started anything: it
+// is ErrExecutorUnreachable (retryable), never an unknown outcome.
+func TestExecuteRefusedUpgradeRanNothing(t *testing.T) {
+	ns, _ := executorPod(t)
+	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := fileRequest("r1", &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{Path: []byte("x")}}})
+	_, err = e.Execute(clustertest.Context(t, time.Minute), PodRef{Name: "no-such-pod"}, read, 0)
+	if !errors.Is(err, ErrExecutorUnreachable) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("got %v", err)
+	}
+}
+
 // Hostile executors are refused as protocol violations, within the call's deadline and
 // with bounded memory (a 4 GiB length prefix allocates nothing).
 func TestExecuteHostileHelpers(t *testing.T) {
