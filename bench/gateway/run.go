@@ -18,9 +18,9 @@ import (
 	"github.com/execplane/execplane/internal/devcluster"
 	"github.com/execplane/execplane/internal/devsystem"
 	"github.com/execplane/execplane/internal/gateway"
+	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/client"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -28,7 +28,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // The benchmark's profile: files up to 8 MiB, so that the 5 MiB transfer fits one call.
@@ -134,24 +133,19 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer s.Close(context.WithoutCancel(ctx))
 
-	restCfg := c.RESTConfig()
-	restCfg.QPS, restCfg.Burst = 1000, 2000
-	kube, err := kubernetes.NewForConfig(restCfg)
+	clients, err := kube.NewClients(kube.ClientOptions{Kubeconfig: c.Kubeconfig(), UserAgent: "bench-gateway", QPS: 1000, Burst: 2000})
 	if err != nil {
 		return err
 	}
-	envs, err := versioned.NewForConfig(restCfg)
-	if err != nil {
-		return err
-	}
-	env, err := envs.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, e.ID(), metav1.GetOptions{})
+	restCfg := clients.REST
+	env, err := clients.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, e.ID(), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	if env.Status.Pod == nil {
 		return errors.New("the environment records no executor Pod")
 	}
-	raw := rawExec{rest: restCfg, kube: kube, namespace: ns, pod: env.Status.Pod.Name}
+	raw := rawExec{rest: restCfg, kube: clients.Kube, namespace: ns, pod: env.Status.Pod.Name}
 
 	executor, err := gateway.NewPodExecutor(gateway.PodExecutorConfig{HelperPath: devcluster.HelperImagePath}, restCfg, ns)
 	if err != nil {

@@ -15,14 +15,12 @@ import (
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/version"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Readiness reasons: a bounded set, safe for probes and metric labels.
@@ -91,21 +89,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logging.RouteKlog(logger)
 	requests := kube.RequestsCounter("execplane_controller")
-	restCfg, err := kube.RESTConfig(kube.ClientOptions{
+	clients, err := kube.NewClients(kube.ClientOptions{
 		Kubeconfig: cfg.Kubeconfig, UserAgent: "execplane-controller/" + version.Get().Version,
 		QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst, Requests: requests,
 	})
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return err
-	}
-	execClient, err := versioned.NewForConfig(restCfg)
-	if err != nil {
-		return err
-	}
+	client, execClient := clients.Kube, clients.Execution
 	profiles, err := profile.LoadProfiles(cfg.ProfilesFile)
 	if err != nil {
 		return err

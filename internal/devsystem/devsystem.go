@@ -22,7 +22,6 @@ import (
 	"github.com/execplane/execplane/internal/security/highwater"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Bounds of a system's life.
@@ -111,15 +110,11 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 	if err := os.WriteFile(s.Profiles, opts.Profiles, 0o600); err != nil {
 		return nil, err
 	}
-	cfg, err := kube.RESTConfig(kube.ClientOptions{Kubeconfig: opts.Kubeconfig, UserAgent: "execplane-devsystem"})
+	clients, err := kube.NewClients(kube.ClientOptions{Kubeconfig: opts.Kubeconfig, UserAgent: "execplane-devsystem"})
 	if err != nil {
 		return nil, err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := highwater.CreateInitial(ctx, client, opts.Namespace, HighWaterConfigMap); err != nil {
+	if err := highwater.CreateInitial(ctx, clients.Kube, opts.Namespace, HighWaterConfigMap); err != nil {
 		return nil, fmt.Errorf("devsystem: the high-water ConfigMap: %w", err)
 	}
 	defer func() {

@@ -192,7 +192,7 @@ func (h *harness) execctl(t *testing.T, args ...string) (stdout, stderr string, 
 	code = cli.ExitCode(err)
 	if err != nil && code != cli.ExitOK {
 		var quiet interface{ Quiet() bool }
-		if !errorsAs(err, &quiet) || !quiet.Quiet() {
+		if !errors.As(err, &quiet) || !quiet.Quiet() {
 			errOut.WriteString("error: " + err.Error() + "\n")
 		}
 	}
@@ -303,5 +303,3 @@ func checkGolden(t *testing.T, name, got string) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-func errorsAs(err error, target any) bool { return errors.As(err, target) }

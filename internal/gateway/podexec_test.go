@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"testing"
@@ -25,21 +24,7 @@ const (
 	hostileDir = clustertest.HostileDir
 )
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gateway-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	files, err := clustertest.ExecutorFiles(dir, "../..")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := clustertest.Main(m, clustertest.Options{ImageFiles: files})
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(clustertest.MainWithExecutors(m, "../..")) }
 
 // executorPod starts an executor Pod (built as the controller builds it) on a claim and
 // waits until it runs.

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -73,6 +74,30 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, requests: o.Requests} })
 	}
 	return cfg, nil
+}
+
+// Clients are the typed clients of one REST configuration.
+type Clients struct {
+	REST      *rest.Config
+	Kube      kubernetes.Interface
+	Execution versioned.Interface
+}
+
+// NewClients loads the REST configuration (RESTConfig) and builds the core and the
+// ExecutionEnvironment clientsets on it: the wiring every binary needs.
+func NewClients(o ClientOptions) (Clients, error) {
+	cfg, err := RESTConfig(o)
+	if err != nil {
+		return Clients{}, err
+	}
+	c := Clients{REST: cfg}
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return Clients{}, err
+	}
+	if c.Execution, err = versioned.NewForConfig(cfg); err != nil {
+		return Clients{}, err
+	}
+	return c, nil
 }
 
 // RequestsCounter is the counter RESTConfig fills: requests to the API server by method.

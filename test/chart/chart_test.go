@@ -45,26 +45,18 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	helmBin, gatewayBin, controllerBin = filepath.Join(dir, "helm"), filepath.Join(dir, "gateway"), filepath.Join(dir, "controller")
-	builds := [][]string{
-		{"build", "-modfile=hack/tools/go.mod", "-o", helmBin, "helm.sh/helm/v3/cmd/helm"},
-		{"build", "-o", gatewayBin, "./cmd/gateway"},
-		{"build", "-o", controllerBin, "./cmd/controller"},
-	}
-	for _, args := range builds {
-		cmd := exec.Command("go", args...)
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go %s: %v\n%s", strings.Join(args, " "), err, out)
+	for _, b := range [][]string{
+		{helmBin, "helm.sh/helm/v3/cmd/helm", "-modfile=hack/tools/go.mod"},
+		{gatewayBin, "./cmd/gateway"},
+		{controllerBin, "./cmd/controller"},
+	} {
+		if err := clustertest.GoBuild("../..", b[0], b[1], b[2:]...); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
 	// Executors run the real helper (for the session through chart-rendered processes).
-	files, err := clustertest.ExecutorFiles(dir, "../..")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := clustertest.Main(m, clustertest.Options{ImageFiles: files})
+	code := clustertest.MainWithExecutors(m, "../..")
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -27,7 +27,7 @@ func (s *system) cli(t *testing.T, name string) *cli {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cli{t: t, env: append(os.Environ(), "EXECPLANE_ADDRESS="+s.gateways[0].listen, "EXECPLANE_CA="+files.CAFile,
+	return &cli{t: t, env: append(os.Environ(), "EXECPLANE_ADDRESS="+s.gateways[0].Listen, "EXECPLANE_CA="+files.CAFile,
 		"EXECPLANE_CERT="+files.CertFile, "EXECPLANE_KEY="+files.KeyFile, "EXECPLANE_SERVER_NAME=localhost",
 		"EXECPLANE_ISSUER=https://idp.example", "EXECPLANE_OWNER=alice", "EXECPLANE_STATE_DIR="+t.TempDir())}
 }

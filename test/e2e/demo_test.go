@@ -39,7 +39,7 @@ func TestDemoStack(t *testing.T) {
 		}
 		return string(out)
 	}
-	helper := helperBin
+	helper := clustertest.LocalHelper
 	defer func() {
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(state, "devstack.log"))

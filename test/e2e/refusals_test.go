@@ -189,7 +189,7 @@ func TestRefusalClasses(t *testing.T) {
 
 func wantTransportRefusal(t *testing.T, sys *system, cfg *tls.Config) {
 	t.Helper()
-	conn, err := grpc.NewClient(sys.gateways[0].listen, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	conn, err := grpc.NewClient(sys.gateways[0].Listen, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func (s *system) sdk(t *testing.T, name string, i int) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(client.Config{Address: s.gateways[i].listen, CAFile: files.CAFile, CertFile: files.CertFile,
+	c, err := client.Dial(client.Config{Address: s.gateways[i].Listen, CAFile: files.CAFile, CertFile: files.CertFile,
 		KeyFile: files.KeyFile, ServerName: files.ServerName})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -24,9 +23,6 @@ import (
 
 var controllerBin, gatewayBin, execctlBin, grpcurlBin, healthProbeBin string
 
-// helperBin is the local helper the executors run.
-var helperBin string
-
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "e2e-bin-")
 	if err != nil {
@@ -34,31 +30,25 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	controllerBin, gatewayBin, execctlBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway"), filepath.Join(dir, "execctl")
-	for bin, pkg := range map[string]string{controllerBin: "./cmd/controller", gatewayBin: "./cmd/gateway", execctlBin: "./cmd/execctl"} {
-		cmd := exec.Command("go", "build", "-race", "-o", bin, pkg)
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
-	}
-	// Third-party clients, pinned in hack/tools/go.mod.
 	grpcurlBin, healthProbeBin = filepath.Join(dir, "grpcurl"), filepath.Join(dir, "grpc-health-probe")
-	for bin, pkg := range map[string]string{grpcurlBin: "github.com/fullstorydev/grpcurl/cmd/grpcurl", healthProbeBin: "github.com/grpc-ecosystem/grpc-health-probe"} {
-		cmd := exec.Command("go", "build", "-modfile=hack/tools/go.mod", "-o", bin, pkg)
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
+	builds := []struct {
+		out, pkg string
+		flags    []string
+	}{
+		{controllerBin, "./cmd/controller", []string{"-race"}},
+		{gatewayBin, "./cmd/gateway", []string{"-race"}},
+		{execctlBin, "./cmd/execctl", []string{"-race"}},
+		// Third-party clients, pinned in hack/tools/go.mod.
+		{grpcurlBin, "github.com/fullstorydev/grpcurl/cmd/grpcurl", []string{"-modfile=hack/tools/go.mod"}},
+		{healthProbeBin, "github.com/grpc-ecosystem/grpc-health-probe", []string{"-modfile=hack/tools/go.mod"}},
+	}
+	for _, b := range builds {
+		if err := clustertest.GoBuild("../..", b.out, b.pkg, b.flags...); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
-	files, err := clustertest.ExecutorFiles(dir, "../..")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	helperBin = files[clustertest.HelperPath]
-	code := clustertest.Main(m, clustertest.Options{ImageFiles: files})
+	code := clustertest.MainWithExecutors(m, "../..")
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -84,7 +74,6 @@ type system struct {
 // process is a controller or gateway process of a system.
 type process struct {
 	*devsystem.Process
-	listen string
 }
 
 // startSystem starts a controller and n gateways (real helper) in a fresh namespace and waits
@@ -132,9 +121,9 @@ func startSystem(t *testing.T, n int) *system {
 		t.Fatal(err)
 	}
 	s.System, s.material = sys, sys.Material
-	s.controller = &process{Process: sys.Controller, listen: sys.Controller.Listen}
+	s.controller = &process{Process: sys.Controller}
 	for _, g := range sys.Gateways {
-		s.gateways = append(s.gateways, &process{Process: g, listen: g.Listen})
+		s.gateways = append(s.gateways, &process{Process: g})
 	}
 	return s
 }
@@ -147,7 +136,7 @@ func (s *system) startGateway(t *testing.T, name, helperPath string, extra ...st
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &process{Process: g, listen: g.Listen}
+	return &process{Process: g}
 }
 
 // ready reports the process's /readyz status.

@@ -23,15 +23,15 @@ func TestThirdPartyClients(t *testing.T) {
 		}
 		return string(out)
 	}
-	list := run(grpcurlBin, append(tlsArgs, sys.gateways[0].listen, "list")...)
+	list := run(grpcurlBin, append(tlsArgs, sys.gateways[0].Listen, "list")...)
 	if !strings.Contains(list, "execution.v1.ExecutionProviderService") || !strings.Contains(list, "grpc.health.v1.Health") {
 		t.Fatalf("grpcurl list: %s", list)
 	}
-	desc := run(grpcurlBin, append(tlsArgs, sys.gateways[0].listen, "describe", "execution.v1.ExecutionProviderService")...)
+	desc := run(grpcurlBin, append(tlsArgs, sys.gateways[0].Listen, "describe", "execution.v1.ExecutionProviderService")...)
 	if !strings.Contains(desc, "rpc StartCommand") {
 		t.Fatalf("grpcurl describe: %s", desc)
 	}
-	vp := run(grpcurlBin, append(tlsArgs, "-d", `{"profile":"python"}`, sys.gateways[0].listen, "execution.v1.ExecutionProviderService/ValidateProfile")...)
+	vp := run(grpcurlBin, append(tlsArgs, "-d", `{"profile":"python"}`, sys.gateways[0].Listen, "execution.v1.ExecutionProviderService/ValidateProfile")...)
 	if !strings.Contains(vp, `"digest": "sha256:`) || !strings.Contains(vp, `"maxFileBytes": "1048576"`) {
 		t.Fatalf("grpcurl ValidateProfile: %s", vp)
 	}
@@ -39,13 +39,13 @@ func TestThirdPartyClients(t *testing.T) {
 	var health []byte
 	clustertest.Eventually(t, 5*time.Second, "grpc-health-probe reporting SERVING", func() bool {
 		var err error
-		health, err = exec.Command(healthProbeBin, "-addr", sys.gateways[0].listen, "-tls", "-tls-ca-cert", sys.material.CACert,
+		health, err = exec.Command(healthProbeBin, "-addr", sys.gateways[0].Listen, "-tls", "-tls-ca-cert", sys.material.CACert,
 			"-tls-client-cert", id.CertFile, "-tls-client-key", id.KeyFile, "-tls-server-name", "localhost").CombinedOutput()
 		return err == nil && strings.Contains(string(health), "status: SERVING")
 	})
 	t.Logf("grpc-health-probe: %s", strings.TrimSpace(string(health)))
 	// Without a client certificate, nothing: not even reflection.
-	if out, err := exec.Command(grpcurlBin, "-cacert", sys.material.CACert, "-servername", "localhost", sys.gateways[0].listen, "list").CombinedOutput(); err == nil {
+	if out, err := exec.Command(grpcurlBin, "-cacert", sys.material.CACert, "-servername", "localhost", sys.gateways[0].Listen, "list").CombinedOutput(); err == nil {
 		t.Fatalf("grpcurl without a client certificate listed the services:\n%s", out)
 	}
 }

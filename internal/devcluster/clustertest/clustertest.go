@@ -190,6 +190,39 @@ func ExecutorFiles(dir, modRoot string) (map[string]string, error) {
 	return files, nil
 }
 
+// GoBuild builds pkg into out with `go build flags...`, run in modRoot, for the binaries a
+// test package runs as processes.
+func GoBuild(modRoot, out, pkg string, flags ...string) error {
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", out, pkg)...)
+	cmd.Dir = modRoot
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// LocalHelper is the helper binary executors run, once MainWithExecutors has prepared it.
+var LocalHelper string
+
+// MainWithExecutors is Main with ExecutorFiles (the real helper at HelperPath, the hostile
+// stand-ins under HostileDir) in a temporary directory removed afterwards. modRoot is the
+// module root, relative to the test package.
+func MainWithExecutors(m *testing.M, modRoot string) int {
+	dir, err := os.MkdirTemp("", "executor-files-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	files, err := ExecutorFiles(dir, modRoot)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest:", err)
+		return 1
+	}
+	LocalHelper = files[HelperPath]
+	return Main(m, Options{ImageFiles: files})
+}
+
 // Eventually polls cond every 50 ms until it holds, failing the test after d.
 func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
