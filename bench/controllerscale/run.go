@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/controller"
-	"github.com/execplane/execplane/internal/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/internal/security/highwater"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"

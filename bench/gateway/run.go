@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/execplane/execplane/internal/devcluster"
-	"github.com/execplane/execplane/internal/devsystem"
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devsystem"
 	"github.com/execplane/execplane/internal/gateway"
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/security"

@@ -2,7 +2,7 @@ package cli
 
 import (
 	"errors"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"net"
 	"path/filepath"
 	"strconv"

@@ -1,7 +1,7 @@
 package controller_test
 
 import (
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"strconv"
 	"sync"
 	"syscall"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"

@@ -3,7 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"errors"
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"os"
 	"os/exec"
 	"strconv"

@@ -1,7 +1,7 @@
 package controller_test
 
 import (
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"slices"
 	"strconv"
 	"strings"

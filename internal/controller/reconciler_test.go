@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/controller"
-	"github.com/execplane/execplane/internal/devcluster"
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/executor"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"

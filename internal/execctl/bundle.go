@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 )
 
 // runBundle writes a development security bundle: a CA, a server certificate, a caller, an

@@ -17,7 +17,7 @@ import (
 
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/golden"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"

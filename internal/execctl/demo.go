@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/devstack"
+	"github.com/execplane/execplane/internal/dev/devstack"
 	"github.com/execplane/execplane/pkg/client"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/devstack"
+	"github.com/execplane/execplane/internal/dev/devstack"
 	"github.com/execplane/execplane/internal/version"
 )
 

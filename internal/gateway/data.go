@@ -10,7 +10,7 @@ import (
 
 	"github.com/execplane/execplane/internal/apierror"
 	"github.com/execplane/execplane/internal/helper/process"
-	"github.com/execplane/execplane/internal/ident"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/internal/logging"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/grant"

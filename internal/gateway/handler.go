@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/execplane/execplane/internal/ident"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/internal/security"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/profile"

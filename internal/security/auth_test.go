@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 )
 
 // The tests of this file are ADVERSARIAL.md "Authentication", one per case, over real TLS 1.3

@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"io"
 	"os"
 	"path/filepath"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 )
 
 func TestLoadBundleFileCaps(t *testing.T) {

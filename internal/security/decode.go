@@ -2,9 +2,9 @@ package security
 
 import (
 	"encoding/json"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 
-	"github.com/execplane/execplane/internal/strictyaml"
+	"github.com/execplane/execplane/pkg/strictyaml"
 	kjson "sigs.k8s.io/json"
 )
 

@@ -11,7 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"slices"
 	"time"
 )

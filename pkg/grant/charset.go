@@ -3,7 +3,7 @@ package grant
 import (
 	"strings"
 
-	"github.com/execplane/execplane/internal/ident"
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // The character-set checks of this file are hand-written loops rather than regular

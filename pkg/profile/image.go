@@ -1,7 +1,7 @@
 package profile
 
 import (
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"regexp"
 	"strings"
 )

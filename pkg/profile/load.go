@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"io"
 	"os"
 	"reflect"
@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/execplane/execplane/internal/strictyaml"
+	"github.com/execplane/execplane/pkg/strictyaml"
 	"k8s.io/apimachinery/pkg/api/resource"
 	kjson "sigs.k8s.io/json"
 )

@@ -2,7 +2,7 @@ package profile
 
 import (
 	"errors"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/util/validation"

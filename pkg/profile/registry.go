@@ -3,7 +3,7 @@ package profile
 import (
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"slices"
 	"sort"
 	"strings"

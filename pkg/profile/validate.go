@@ -2,7 +2,7 @@ package profile
 
 import (
 	"fmt"
-	"github.com/execplane/execplane/internal/problem"
+	"github.com/execplane/execplane/pkg/problem"
 	"math"
 	"path"
 	"sort"

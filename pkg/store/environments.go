@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
-	"github.com/execplane/execplane/internal/ident"
+	"github.com/execplane/execplane/pkg/ident"
 	"slices"
 
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"

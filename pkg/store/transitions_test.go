@@ -3,7 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"sync"
 	"testing"
 	"time"

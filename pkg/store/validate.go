@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/execplane/execplane/internal/ident"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/internal/security"
 )
 

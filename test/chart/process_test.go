@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/devcluster"
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/pkg/client"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"

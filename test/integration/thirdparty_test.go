@@ -1,7 +1,7 @@
-package e2e_test
+package integration_test
 
 import (
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"os/exec"
 	"strings"
 	"testing"

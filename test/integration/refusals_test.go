@@ -1,4 +1,4 @@
-package e2e_test
+package integration_test
 
 import (
 	"crypto/tls"
@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 )
 
 func TestGenerateLoads(t *testing.T) {

@@ -1,9 +1,9 @@
-package e2e_test
+package integration_test
 
 import (
 	"context"
 	"fmt"
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"sync/atomic"
 	"testing"
 	"time"

@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 

@@ -1,7 +1,7 @@
-// Package e2e_test runs the whole system as it is deployed: the local cluster (real
+// Package integration_test runs the whole system as it is deployed: the local cluster (real
 // kube-apiserver, etcd, controller-manager, scheduler; KWOK nodes whose pods/exec runs the
 // real helper), a controller process and gateway processes, and callers over mTLS.
-package e2e_test
+package integration_test
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/devsystem"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devsystem"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	"google.golang.org/grpc"

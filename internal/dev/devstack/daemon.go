@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/devcluster"
-	"github.com/execplane/execplane/internal/devsystem"
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devsystem"
 )
 
 // Files in a stack's state directory.

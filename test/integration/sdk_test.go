@@ -1,4 +1,4 @@
-package e2e_test
+package integration_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/pkg/client"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 )
 
 // certLifetime is long enough for any test run or demo session and short enough that a

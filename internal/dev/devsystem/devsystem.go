@@ -15,10 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/execplane/execplane/internal/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/security/devbundle"
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/internal/security/highwater"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
