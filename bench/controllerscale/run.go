@@ -19,15 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/execplane/execplane/internal/controller"
-	"github.com/execplane/execplane/internal/dev/devcluster"
-	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/internal/dev/devbundle"
-	"github.com/execplane/execplane/internal/security/highwater"
-	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
-	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
-	"github.com/execplane/execplane/pkg/profile"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +27,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/execplane/execplane/internal/controller"
+	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/security/highwater"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
+	"github.com/execplane/execplane/pkg/profile"
 )
 
 // The benchmark's profile: tiny requests, so that node capacity never limits the fleet.

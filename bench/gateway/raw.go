@@ -5,15 +5,16 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/internal/gateway"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/gateway"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 // rawExec is the baseline: a plain client-go remotecommand exec into the executor Pod —

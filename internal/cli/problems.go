@@ -2,11 +2,12 @@ package cli
 
 import (
 	"errors"
-	"github.com/execplane/execplane/pkg/problem"
 	"net"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 )
 
 // ErrInvalidConfig wraps every configuration problem reported by a Validate method.

@@ -7,14 +7,17 @@ import (
 	"slices"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/authority"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Config configures a Server.
@@ -59,6 +62,10 @@ func printable(s string) bool {
 	return true
 }
 
+// ErrNotLeader is answered by a controller replica that does not lead: UNAVAILABLE,
+// retryable, so the gateway tries again (the Service routes to the leader).
+var ErrNotLeader = fmt.Errorf("%w: this controller replica is not the leader", apierror.ErrUnavailable)
+
 // errNotGateway refuses a caller that authenticated but is not a gateway.
 var errNotGateway = fmt.Errorf("%w: only gateways may call the control API", security.ErrUnauthenticated)
 
@@ -70,15 +77,15 @@ func (s *Server) begin(ctx context.Context, c *controlv1.Caller) (*store.Store, 
 		return nil, store.Caller{}, errNotGateway
 	}
 	if id := c.GetRequestId(); len(id) > maxRequestID || !printable(id) {
-		return nil, store.Caller{}, fmt.Errorf("%w: caller.request_id: at most %d bytes of printable ASCII", store.ErrInvalidArgument, maxRequestID)
+		return nil, store.Caller{}, fmt.Errorf("%w: caller.request_id: at most %d bytes of printable ASCII", apierror.ErrInvalidArgument, maxRequestID)
 	}
 	st := s.cfg.Store()
 	if st == nil {
-		return nil, store.Caller{}, apierror.ErrNotLeader
+		return nil, store.Caller{}, ErrNotLeader
 	}
 	id, err := security.ParseClientIdentity(c.GetClientUri())
 	if err != nil {
-		return nil, store.Caller{}, fmt.Errorf("%w: caller.client_uri: must be a canonical client identity", store.ErrInvalidArgument)
+		return nil, store.Caller{}, fmt.Errorf("%w: caller.client_uri: must be a canonical client identity", apierror.ErrInvalidArgument)
 	}
 	b, ok := s.cfg.Current()
 	if !ok || b == nil {
@@ -88,7 +95,16 @@ func (s *Server) begin(ctx context.Context, c *controlv1.Caller) (*store.Store, 
 	if !ok {
 		return nil, store.Caller{}, security.ErrNotInPolicy
 	}
-	return st, store.Caller{Client: id, Policy: policy}, nil
+	return st, callerOf(id, policy), nil
+}
+
+// callerOf is the store's input of an authenticated client and its policy.
+func callerOf(id security.ClientIdentity, p security.ClientPolicy) store.Caller {
+	c := store.Caller{Client: string(id), Capabilities: store.Capabilities{MayAttestOwner: p.MayAttestOwner, Administrator: p.Administrator}}
+	for _, a := range p.AdministratorFor {
+		c.Capabilities.AdministratorFor = append(c.Capabilities.AdministratorFor, string(a))
+	}
+	return c
 }
 
 // reply runs one single-environment call and translates its outcome.
@@ -109,7 +125,7 @@ func (s *Server) status(rpc string, c *controlv1.Caller, err error) error {
 		rid = "" // never echo what was refused as malformed
 	}
 	out := apierror.Status(err, rid)
-	if apierror.Reason(out) == "INTERNAL" {
+	if apierror.IsInternal(out) {
 		s.log.Error("control call failed", logging.KeyRPC, rpc, logging.KeyRequestID, rid, logging.KeyError, err)
 	}
 	return out
@@ -130,16 +146,16 @@ func owner(o *executionv1.Owner) store.Owner {
 	return store.Owner{Issuer: o.GetIssuer(), Subject: o.GetSubject()}
 }
 
-func envRef(r *executionv1.EnvironmentRef) store.EnvironmentRef {
-	return store.EnvironmentRef{Name: r.GetId(), UID: r.GetRevision()}
+func envRef(r *executionv1.EnvironmentRef) ident.EnvironmentRef {
+	return ident.EnvironmentRef{Name: r.GetId(), UID: r.GetRevision()}
 }
 
 func target(t *executionv1.ReferenceTarget, caller store.Caller, opID string) store.ReferenceInput {
 	return store.ReferenceInput{Caller: caller, OperationID: opID, Owner: owner(t.GetOwner()), Environment: envRef(t.GetEnvironment()), BindingID: t.GetBindingId()}
 }
 
-func grantOf(g *controlv1.VerifiedGrant) store.GrantClaims {
-	return store.GrantClaims{BindingID: g.GetBindingId(), Environment: envRef(g.GetEnvironment()), GrantGeneration: g.GetGrantGeneration(),
+func grantOf(g *controlv1.VerifiedGrant) authority.GrantClaims {
+	return authority.GrantClaims{BindingID: g.GetBindingId(), Environment: envRef(g.GetEnvironment()), GrantGeneration: g.GetGrantGeneration(),
 		Epoch: g.GetEpoch(), RunID: g.GetRunId(), ClaimID: g.GetClaimId()}
 }
 

@@ -9,22 +9,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/internal/control"
-	"github.com/execplane/execplane/internal/controller"
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/dev/devbundle"
-	"github.com/execplane/execplane/internal/security/highwater"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
-	"github.com/execplane/execplane/pkg/profile/profiletest"
-	"github.com/execplane/execplane/pkg/store"
-	controlv1 "github.com/execplane/execplane/proto/control/v1"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+
+	"github.com/execplane/execplane/internal/control"
+	"github.com/execplane/execplane/internal/controller"
+	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/security/highwater"
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	"github.com/execplane/execplane/pkg/ident"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
+	"github.com/execplane/execplane/pkg/store"
+	controlv1 "github.com/execplane/execplane/proto/control/v1"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
@@ -96,7 +98,7 @@ func start(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.Creds(security.NewServerCredentials(mgr.Current, nil)), grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor()))
+	g := grpc.NewServer(grpc.Creds(security.NewServerCredentials(mgr.Current, nil)), grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor(func(err error) error { return apierror.Status(err, "") })))
 	controlv1.RegisterControlServiceServer(g, srv)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -149,7 +151,7 @@ func TestControlAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := reply.GetEnvironment()
-	if !reply.GetChanged() || env.GetRef().GetRevision() == "" || reply.GetClientHash() != store.ClientHash(security.ClientIdentity(caller)) ||
+	if !reply.GetChanged() || env.GetRef().GetRevision() == "" || reply.GetClientHash() != ident.ClientHash(caller) ||
 		reply.GetReference().GetState() != executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE {
 		t.Fatalf("reply %v", reply)
 	}

@@ -1,10 +1,11 @@
 package control
 
 import (
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/meta"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // maxMessage bounds Environment.message (the proto's bound).

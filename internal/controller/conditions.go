@@ -1,10 +1,11 @@
 package controller
 
 import (
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 )
 
 // observed is what one reconcile pass saw; every condition is a pure function of it.

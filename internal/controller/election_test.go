@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,12 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/dev/devbundle"
-	"github.com/execplane/execplane/internal/security/highwater"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/security/highwater"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 )
 
 var controllerBin string
@@ -104,10 +106,22 @@ func securityMaterial(t *testing.T, kubeconfig, ns string) *devbundle.Result {
 	return actual.(*devbundle.Result)
 }
 
-// writes scrapes the replica's own count of API writes (POST, PUT, PATCH, DELETE) to what
-// the leader manages: environments, Pods, claims and Events. (Every replica may campaign for
-// the Lease and raise the security material's high-water mark.)
-func (r *replica) writes(t *testing.T) int {
+// request is one series of the replica's count of its API requests.
+type request struct{ method, resource string }
+
+// Series of that count the election test follows: the Lease reads every campaign attempt
+// makes, and the Lease updates by which the leader renews.
+var (
+	leaseReads   = request{"GET", "leases"}
+	leaseRenewal = request{"PUT", "leases"}
+)
+
+// requestSeries is one line of that count in the text exposition format.
+var requestSeries = regexp.MustCompile(`^execplane_controller_kube_requests_total\{method="([A-Z]+)",resource="([a-z]+)"\} (\S+)$`)
+
+// requests scrapes the replica's own count of its API requests
+// (execplane_controller_kube_requests_total), by method and resource.
+func (r *replica) requests(t *testing.T) map[request]int {
 	t.Helper()
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + r.diag + "/metrics")
@@ -119,18 +133,31 @@ func (r *replica) writes(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0
+	counts := map[request]int{}
 	for line := range strings.SplitSeq(string(body), "\n") {
-		if !strings.HasPrefix(line, "execplane_controller_kube_requests_total{") || strings.Contains(line, `method="GET"`) ||
-			strings.Contains(line, `resource="leases"`) || strings.Contains(line, `resource="configmaps"`) {
+		m := requestSeries.FindStringSubmatch(line)
+		if m == nil {
 			continue
 		}
-		f := strings.Fields(line)
-		n, err := strconv.ParseFloat(f[len(f)-1], 64)
+		n, err := strconv.ParseFloat(m[3], 64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		total += int(n)
+		counts[request{m[1], m[2]}] = int(n)
+	}
+	return counts
+}
+
+// writes is the replica's count of API writes (POST, PUT, PATCH, DELETE) to what the leader
+// manages: environments, Pods, claims and Events. (Every replica may campaign for the Lease
+// and raise the security material's high-water mark.)
+func (r *replica) writes(t *testing.T) int {
+	t.Helper()
+	total := 0
+	for req, n := range r.requests(t) {
+		if req.method != "GET" && req.resource != "leases" && req.resource != "configmaps" {
+			total += n
+		}
 	}
 	return total
 }
@@ -164,7 +191,14 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	if b.ready() {
 		leader, follower = b, a
 	}
-	time.Sleep(time.Second)
+	// Readiness follows the Lease, not a moment: the follower campaigns again and finds the
+	// Lease held, and the leader renews it, each seen in the replica's own request count.
+	// Each loop runs one attempt at a time and counts a request as it starts, so two more
+	// mean an attempt that began after this point has finished.
+	reads, renewals := follower.requests(t)[leaseReads], leader.requests(t)[leaseRenewal]
+	clustertest.Eventually(t, 10*time.Second, "the follower campaigns and the leader renews", func() bool {
+		return follower.requests(t)[leaseReads] >= reads+2 && leader.requests(t)[leaseRenewal] >= renewals+2
+	})
 	if !leader.ready() || follower.ready() {
 		t.Fatal("readiness is not exactly the leader's")
 	}

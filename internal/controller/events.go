@@ -3,14 +3,15 @@ package controller
 import (
 	"context"
 
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	execscheme "github.com/execplane/execplane/pkg/generated/clientset/versioned/scheme"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	execscheme "github.com/execplane/execplane/pkg/generated/clientset/versioned/scheme"
 )
 
 // Event reasons the controller records on an ExecutionEnvironment: a fixed vocabulary that

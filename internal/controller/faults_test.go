@@ -3,7 +3,6 @@ package controller_test
 import (
 	"bytes"
 	"errors"
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/internal/failpoint"
-	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/failpoint"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 )
 
 // waitKilled waits for the replica to die by SIGKILL (its armed failpoint).
@@ -69,8 +71,24 @@ func (g *rig) converged(t *testing.T, name string, claim types.UID, executors in
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(claims.Items) != 1 || (claim != "" && claims.Items[0].UID != claim) || env.Status.PVC == nil || env.Status.PVC.UID != claims.Items[0].UID {
-		t.Fatalf("claims %d (want exactly the first, %s); recorded %+v", len(claims.Items), claim, env.Status.PVC)
+	// Exactly one claim, the first one when the test knows it, and the one recorded.
+	type workspace struct {
+		Live     []types.UID
+		Recorded types.UID
+	}
+	got := workspace{}
+	for _, c := range claims.Items {
+		got.Live = append(got.Live, c.UID)
+	}
+	if env.Status.PVC != nil {
+		got.Recorded = env.Status.PVC.UID
+	}
+	first := claim
+	if first == "" && len(got.Live) == 1 {
+		first = got.Live[0]
+	}
+	if diff := cmp.Diff(workspace{Live: []types.UID{first}, Recorded: first}, got); diff != "" {
+		t.Fatalf("workspace claims (-want +got):\n%s", diff)
 	}
 	return env
 }

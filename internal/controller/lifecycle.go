@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/execplane/execplane/internal/failpoint"
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/execplane/execplane/internal/failpoint"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 )
 
 // EnvironmentFinalizer keeps an ExecutionEnvironment until DeleteRetired has removed its

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/controller"
-	"github.com/execplane/execplane/internal/executor"
-	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/execplane/execplane/internal/controller"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/executor"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 )
 
 var opSeq atomic.Int64
@@ -125,25 +127,56 @@ func TestRetireStopsExecutorAndKeepsWorkspace(t *testing.T) {
 	g.request(t, "env-r", v1alpha1.LifecycleRetire, nil)
 	env := g.waitCompleted(t, "env-r", v1alpha1.LifecycleRetire)
 
-	proof := env.Status.TerminationProof
-	if proof == nil || proof.PodUID != before.Status.Pod.UID || proof.PodPhase != string(corev1.PodSucceeded) || proof.ExitCode == nil || *proof.ExitCode != 0 {
-		t.Fatalf("termination proof %+v", proof)
+	want := retired{
+		ProofPodUID: before.Status.Pod.UID, ProofPhase: string(corev1.PodSucceeded), ExitCode: ptrTo[int32](0),
+		Phase: v1alpha1.PhaseRetired, Ready: metav1.ConditionFalse, ExecutorReason: "Retired",
+		RecordedPVC: pvc, LivePVC: pvc,
 	}
-	if env.Status.Pod != nil || env.Status.Phase != v1alpha1.PhaseRetired || meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady) {
-		t.Fatalf("retired status %+v", env.Status)
-	}
-	if c := meta.FindStatusCondition(env.Status.Conditions, v1alpha1.ConditionExecutorReady); c == nil || c.Reason != "Retired" {
-		t.Fatalf("ExecutorReady %+v", c)
-	}
-	if g.pvcUID(t, "env-r") != pvc || env.Status.PVC == nil || env.Status.PVC.UID != pvc {
-		t.Fatal("the workspace claim changed")
+	if diff := cmp.Diff(want, retiredOf(t, g, env)); diff != "" {
+		t.Fatalf("after Retire (-want +got):\n%s", diff)
 	}
 	waitEvents(t, g, env, controller.EventStoppingExecutor, controller.EventTerminationRecorded, controller.EventRetired)
-	time.Sleep(2 * time.Second)
+	// Completing the Retire was the last write; a pass now recreates nothing.
+	g.idlePass(t, "env-r")
 	if pods := g.pods(t, "env-r"); len(pods) != 0 {
 		t.Fatalf("a retired environment has executor %s", pods[0].Name)
 	}
 }
+
+// retired is what TestRetireStopsExecutorAndKeepsWorkspace checks after a Retire: the
+// termination proof, the status, and the workspace claim as recorded and as it lives.
+type retired struct {
+	ProofPodUID    types.UID
+	ProofPhase     string
+	ExitCode       *int32
+	PodRecorded    bool
+	Phase          v1alpha1.Phase
+	Ready          metav1.ConditionStatus
+	ExecutorReason string
+	RecordedPVC    types.UID
+	LivePVC        types.UID
+}
+
+func retiredOf(t *testing.T, g *rig, env *v1alpha1.ExecutionEnvironment) retired {
+	t.Helper()
+	st := env.Status
+	got := retired{PodRecorded: st.Pod != nil, Phase: st.Phase, LivePVC: g.pvcUID(t, env.Name)}
+	if p := st.TerminationProof; p != nil {
+		got.ProofPodUID, got.ProofPhase, got.ExitCode = p.PodUID, p.PodPhase, p.ExitCode
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c != nil {
+		got.Ready = c.Status
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionExecutorReady); c != nil {
+		got.ExecutorReason = c.Reason
+	}
+	if st.PVC != nil {
+		got.RecordedPVC = st.PVC.UID
+	}
+	return got
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // Replace stops the executor and starts a new one on the same claim, at epoch + 1.
 func TestReplaceKeepsWorkspaceAndRaisesEpoch(t *testing.T) {
@@ -156,14 +189,28 @@ func TestReplaceKeepsWorkspaceAndRaisesEpoch(t *testing.T) {
 	env := g.waitReady(t, "env-p")
 
 	st := env.Status
-	if st.Epoch != before.Status.Epoch+1 || st.Pod == nil || st.Pod.UID == before.Status.Pod.UID || st.Pod.Name != "env-p-x1" {
-		t.Fatalf("after replace: epoch %d pod %+v", st.Epoch, st.Pod)
+	if st.Pod == nil || st.Pod.UID == before.Status.Pod.UID {
+		t.Fatalf("after replace: pod %+v (before: %+v)", st.Pod, before.Status.Pod)
 	}
-	if r := st.LastReplacement; r == nil || r.OldPodUID != before.Status.Pod.UID || r.NewPodUID != st.Pod.UID || r.Epoch != st.Epoch {
-		t.Fatalf("last replacement %+v", r)
+	type replaced struct {
+		Epoch       int64
+		PodName     string
+		Replacement v1alpha1.Replacement
+		ProofPodUID types.UID
 	}
-	if st.TerminationProof == nil || st.TerminationProof.PodUID != before.Status.Pod.UID {
-		t.Fatalf("termination proof %+v", st.TerminationProof)
+	want := replaced{Epoch: before.Status.Epoch + 1, PodName: "env-p-x1",
+		Replacement: v1alpha1.Replacement{OldPodUID: before.Status.Pod.UID, NewPodUID: st.Pod.UID, Epoch: before.Status.Epoch + 1},
+		ProofPodUID: before.Status.Pod.UID}
+	got := replaced{Epoch: st.Epoch, PodName: st.Pod.Name}
+	if r := st.LastReplacement; r != nil {
+		got.Replacement = *r
+		got.Replacement.CompletedAt = metav1.Time{} // the reconciler's clock
+	}
+	if st.TerminationProof != nil {
+		got.ProofPodUID = st.TerminationProof.PodUID
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("after replace (-want +got):\n%s", diff)
 	}
 	if g.pvcUID(t, "env-p") != pvc {
 		t.Fatal("the workspace claim changed")
@@ -188,14 +235,21 @@ func TestDeleteRetired(t *testing.T) {
 		env = g.get(t, "env-d")
 		return env.Status.LifecycleOperation.Reason != ""
 	})
-	if env.Status.LifecycleOperation.Phase != v1alpha1.PhaseRequested || g.pvcUID(t, "env-d") != pvc || len(g.pods(t, "env-d")) != 1 {
-		t.Fatalf("a blocked DeleteRetired acted: %+v", env.Status.LifecycleOperation)
+	type untouched struct {
+		Phase     v1alpha1.LifecyclePhase
+		PVC       types.UID
+		Executors int
+	}
+	if diff := cmp.Diff(untouched{v1alpha1.PhaseRequested, pvc, 1},
+		untouched{env.Status.LifecycleOperation.Phase, g.pvcUID(t, "env-d"), len(g.pods(t, "env-d"))}); diff != "" {
+		t.Fatalf("a blocked DeleteRetired acted (-want +got):\n%s", diff)
 	}
 	waitEvents(t, g, env, controller.EventOperationBlocked)
-	rv := env.ResourceVersion
-	time.Sleep(2 * time.Second)
-	if g.get(t, "env-d").ResourceVersion != rv {
-		t.Fatal("a waiting operation kept writing")
+	// The reason was the one write the wait costs: nothing since, and a pass now (the
+	// operation still blocked) writes nothing.
+	if read := g.idlePass(t, "env-d"); read.ResourceVersion != env.ResourceVersion {
+		t.Fatalf("a waiting operation kept writing (resourceVersion %s -> %s); status (-then +now):\n%s",
+			env.ResourceVersion, read.ResourceVersion, cmp.Diff(env.Status, read.Status))
 	}
 
 	g.request(t, "env-d", v1alpha1.LifecycleRetire, nil)
@@ -225,8 +279,14 @@ func TestKubectlDeleteOnlyBlocks(t *testing.T) {
 		env = g.get(t, "env-k")
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionDeletionBlocked)
 	})
-	if !slices.Contains(env.Finalizers, controller.EnvironmentFinalizer) || g.pvcUID(t, "env-k") != pvc || len(g.pods(t, "env-k")) != 1 {
-		t.Fatal("a plain delete removed something")
+	type kept struct {
+		Finalizer bool
+		PVC       types.UID
+		Executors int
+	}
+	if diff := cmp.Diff(kept{true, pvc, 1},
+		kept{slices.Contains(env.Finalizers, controller.EnvironmentFinalizer), g.pvcUID(t, "env-k"), len(g.pods(t, "env-k"))}); diff != "" {
+		t.Fatalf("a plain delete removed something (-want +got):\n%s", diff)
 	}
 	waitEvents(t, g, env, controller.EventDeletionBlocked)
 	g.request(t, "env-k", v1alpha1.LifecycleRetire, nil)
@@ -252,10 +312,19 @@ func TestHandDeletedExecutorIsRecordedNotRecreated(t *testing.T) {
 		env = g.get(t, "env-h")
 		return env.Status.Pod == nil && len(g.pods(t, "env-h")) == 0
 	})
-	if env.Status.FenceState != v1alpha1.FenceHealthy || env.Status.TerminationProof == nil || env.Status.TerminationProof.PodUID != before.Status.Pod.UID {
-		t.Fatalf("status %+v", env.Status)
+	type accounted struct {
+		Fence       v1alpha1.FenceState
+		ProofPodUID types.UID
 	}
-	time.Sleep(2 * time.Second)
+	got := accounted{Fence: env.Status.FenceState}
+	if p := env.Status.TerminationProof; p != nil {
+		got.ProofPodUID = p.PodUID
+	}
+	if diff := cmp.Diff(accounted{v1alpha1.FenceHealthy, before.Status.Pod.UID}, got); diff != "" {
+		t.Fatalf("after the hand delete (-want +got):\n%s", diff)
+	}
+	// Forgetting the Pod was the last write; a pass now recreates nothing.
+	g.idlePass(t, "env-h")
 	if pods := g.pods(t, "env-h"); len(pods) != 0 {
 		t.Fatal("the executor was recreated without a Replace")
 	}
@@ -277,9 +346,16 @@ func TestOperationOnUnexpectedExecutorFences(t *testing.T) {
 		env = g.get(t, "env-u")
 		return env.Status.FenceState == v1alpha1.FenceUnknown
 	})
-	pods := g.pods(t, "env-u")
-	if len(pods) != 1 || pods[0].UID != before.Status.Pod.UID || pods[0].DeletionTimestamp != nil {
-		t.Fatal("the fenced operation touched the executor")
+	type liveExecutor struct {
+		UID      types.UID
+		Deleting bool
+	}
+	var live []liveExecutor
+	for _, p := range g.pods(t, "env-u") {
+		live = append(live, liveExecutor{p.UID, p.DeletionTimestamp != nil})
+	}
+	if diff := cmp.Diff([]liveExecutor{{UID: before.Status.Pod.UID}}, live); diff != "" {
+		t.Fatalf("the fenced operation touched the executor (-want +got):\n%s", diff)
 	}
 	if env.Status.LifecycleOperation.Phase != v1alpha1.PhaseRequested {
 		t.Fatalf("phase %s", env.Status.LifecycleOperation.Phase)

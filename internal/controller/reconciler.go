@@ -9,14 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/internal/failpoint"
-	"github.com/execplane/execplane/internal/logging"
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
-	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
-	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/profile"
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -33,6 +25,15 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/failpoint"
+	"github.com/execplane/execplane/internal/logging"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
+	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/profile"
 )
 
 // Fence reasons recorded in status.

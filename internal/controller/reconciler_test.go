@@ -6,6 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
 	"github.com/execplane/execplane/internal/controller"
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -14,10 +22,6 @@ import (
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 )
 
 type rig struct {
@@ -26,6 +30,9 @@ type rig struct {
 	exec  *versioned.Clientset
 	entry profile.Entry
 	ctx   context.Context
+	// r is the reconciler startReconciler runs in this process (nil when the test runs
+	// controller processes instead).
+	r *controller.Reconciler
 }
 
 // newRig installs the CRDs into a fresh namespace, with no controller running.
@@ -71,7 +78,60 @@ func startReconciler(t *testing.T, profiles string) *rig {
 		t.Fatal(err)
 	}
 	go r.Run(g.ctx, 2)
+	g.r = r
 	return g
+}
+
+// cacheCatchUp bounds the wait for the reconciler's informer to show what the API server
+// holds: a watch event normally arrives within milliseconds.
+const cacheCatchUp = 10 * time.Second
+
+// idlePass proves that the reconciler, processing the environment now, does nothing —
+// observed, not waited for. Once the reconciler's cache holds the API server's current
+// version of the environment, the test runs one pass itself: the same Reconcile the workers
+// run for an event or a resync, on the same caches. A pass is synchronous, so whatever it
+// writes or creates has landed when it returns. idlePass fails the test if the pass wrote
+// the environment (the status it computed differed from the one it read) and returns the
+// environment as the pass read it; what the pass may have created the caller lists.
+// Only the environment cache is visible from here; the Pod and claim caches are shown
+// current by what the caller waited for — a status the reconciler wrote from them.
+func (g *rig) idlePass(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
+	t.Helper()
+	var read *v1alpha1.ExecutionEnvironment
+	err := wait.PollUntilContextTimeout(g.ctx, 20*time.Millisecond, cacheCatchUp, true, func(context.Context) (bool, error) {
+		read = g.get(t, name)
+		cached, err := g.r.Environments().ExecutionEnvironments(g.ns).Get(name)
+		return err == nil && cached.ResourceVersion == read.ResourceVersion, nil
+	})
+	if err != nil {
+		t.Fatalf("the reconciler's cache never showed %s at resourceVersion %s: %v", name, read.ResourceVersion, err)
+	}
+	err = g.r.Reconcile(g.ctx, g.ns+"/"+name)
+	after := g.get(t, name)
+	switch {
+	case apierrors.IsConflict(err):
+		// Our pass tried to write and a worker's pass wrote first: not idle either.
+		t.Fatalf("the environment was written during a pass over it (resourceVersion %s -> %s); status (-read +written):\n%s",
+			read.ResourceVersion, after.ResourceVersion, cmp.Diff(read.Status, after.Status))
+	case err != nil:
+		t.Fatalf("reconcile %s: %v", name, err)
+	case after.ResourceVersion != read.ResourceVersion:
+		t.Fatalf("a pass over an idle environment wrote it (resourceVersion %s -> %s); status (-read +written):\n%s",
+			read.ResourceVersion, after.ResourceVersion, cmp.Diff(read.Status, after.Status))
+	}
+	return read
+}
+
+// provisioned is what the provisioning tests check of a status: the printer column, the
+// fence, and whether a claim and an executor are recorded.
+type provisioned struct {
+	Phase                    v1alpha1.Phase
+	Fence                    v1alpha1.FenceState
+	PVCRecorded, PodRecorded bool
+}
+
+func provisionedOf(st v1alpha1.ExecutionEnvironmentStatus) provisioned {
+	return provisioned{Phase: st.Phase, Fence: st.FenceState, PVCRecorded: st.PVC != nil, PodRecorded: st.Pod != nil}
 }
 
 func (g *rig) create(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
@@ -108,24 +168,45 @@ func TestReconcileProvisionsAndThenStaysQuiet(t *testing.T) {
 		env = g.get(t, "env-a")
 		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
 	})
-	if env.Status.PVC == nil || env.Status.Pod == nil || env.Status.Phase != v1alpha1.PhaseReady || env.Status.FenceState != v1alpha1.FenceHealthy {
-		t.Fatalf("status %+v", env.Status)
+	want := provisioned{Phase: v1alpha1.PhaseReady, Fence: v1alpha1.FenceHealthy, PVCRecorded: true, PodRecorded: true}
+	if diff := cmp.Diff(want, provisionedOf(env.Status)); diff != "" {
+		t.Fatalf("status (-want +got):\n%s", diff)
+	}
+	// The recorded objects are the live ones: the claim outlives the environment (no owner),
+	// the Pod is controlled by it.
+	type objects struct {
+		PVCUID, PodUID, PodController types.UID
+		PVCOwners                     int
 	}
 	pvc, err := g.c.Kube().CoreV1().PersistentVolumeClaims(g.ns).Get(g.ctx, env.Status.PVC.Name, metav1.GetOptions{})
-	if err != nil || pvc.UID != env.Status.PVC.UID || len(pvc.OwnerReferences) != 0 {
-		t.Fatalf("claim %v %v", pvc, err)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
 	}
 	pod, err := g.c.Kube().CoreV1().Pods(g.ns).Get(g.ctx, env.Status.Pod.Name, metav1.GetOptions{})
-	if err != nil || pod.UID != env.Status.Pod.UID || metav1.GetControllerOf(pod).UID != env.UID {
-		t.Fatalf("pod %v %v", pod, err)
+	if err != nil {
+		t.Fatalf("pod: %v", err)
 	}
-	rv := env.ResourceVersion
-	time.Sleep(3 * time.Second)
-	if now := g.get(t, "env-a").ResourceVersion; now != rv {
-		t.Fatalf("the reconciler kept writing while idle (resourceVersion %s -> %s)", rv, now)
+	got := objects{PVCUID: pvc.UID, PodUID: pod.UID, PVCOwners: len(pvc.OwnerReferences)}
+	if c := metav1.GetControllerOf(pod); c != nil {
+		got.PodController = c.UID
 	}
-	pods, _ := g.c.Kube().CoreV1().Pods(g.ns).List(g.ctx, metav1.ListOptions{})
-	pvcs, _ := g.c.Kube().CoreV1().PersistentVolumeClaims(g.ns).List(g.ctx, metav1.ListOptions{})
+	if diff := cmp.Diff(objects{PVCUID: env.Status.PVC.UID, PodUID: env.Status.Pod.UID, PodController: env.UID}, got); diff != "" {
+		t.Fatalf("live objects against the record (-want +got):\n%s", diff)
+	}
+	// Idle: nothing was written since Ready, and a pass over the environment writes nothing
+	// and creates nothing.
+	if read := g.idlePass(t, "env-a"); read.ResourceVersion != env.ResourceVersion {
+		t.Fatalf("the reconciler kept writing after Ready (resourceVersion %s -> %s); status (-ready +now):\n%s",
+			env.ResourceVersion, read.ResourceVersion, cmp.Diff(env.Status, read.Status))
+	}
+	pods, err := g.c.Kube().CoreV1().Pods(g.ns).List(g.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvcs, err := g.c.Kube().CoreV1().PersistentVolumeClaims(g.ns).List(g.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(pods.Items) != 1 || len(pvcs.Items) != 1 {
 		t.Fatalf("%d pods and %d claims for one environment", len(pods.Items), len(pvcs.Items))
 	}
@@ -159,8 +240,13 @@ func TestVanishedExecutorFencesAndIsNotRecreated(t *testing.T) {
 	if !meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionFenced) || meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady) {
 		t.Fatalf("conditions %+v", env.Status.Conditions)
 	}
-	time.Sleep(2 * time.Second)
-	list, _ := pods.List(g.ctx, metav1.ListOptions{})
+	// The fence write was the reconciler's answer to the vanished Pod; a pass now, on caches
+	// that have seen both, writes nothing more and creates no executor.
+	g.idlePass(t, "env-b")
+	list, err := pods.List(g.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(list.Items) != 0 {
 		t.Fatalf("a fenced environment got a new executor: %s", list.Items[0].Name)
 	}
@@ -176,10 +262,14 @@ func TestRemovedProfileStopsNewWork(t *testing.T) {
 		c := meta.FindStatusCondition(env.Status.Conditions, v1alpha1.ConditionProfileCurrent)
 		return c != nil && c.Status == metav1.ConditionFalse
 	})
-	if env.Status.PVC != nil || env.Status.Pod != nil || env.Status.Phase != v1alpha1.PhaseDegraded {
-		t.Fatalf("objects created for a removed profile: %+v", env.Status)
+	want := provisioned{Phase: v1alpha1.PhaseDegraded, Fence: v1alpha1.FenceHealthy}
+	if diff := cmp.Diff(want, provisionedOf(env.Status)); diff != "" {
+		t.Fatalf("objects recorded for a removed profile (-want +got):\n%s", diff)
 	}
-	pods, _ := g.c.Kube().CoreV1().Pods(g.ns).List(g.ctx, metav1.ListOptions{LabelSelector: executor.LabelEnvironment + "=env-c"})
+	pods, err := g.c.Kube().CoreV1().Pods(g.ns).List(g.ctx, metav1.ListOptions{LabelSelector: executor.LabelEnvironment + "=env-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(pods.Items) != 0 {
 		t.Fatal("an executor was created for a removed profile")
 	}

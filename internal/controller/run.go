@@ -8,6 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/control"
 	"github.com/execplane/execplane/internal/diagnostics"
@@ -15,12 +20,10 @@ import (
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/version"
+	"github.com/execplane/execplane/pkg/apierror"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
 )
 
 // Readiness reasons: a bounded set, safe for probes and metric labels.
@@ -54,7 +57,7 @@ func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer
 		grpc.Creds(security.NewServerCredentials(manager.Current, nil)),
 		grpc.ConnectionTimeout(security.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(controlMaxMessage),
-		grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor()),
+		grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor(func(err error) error { return apierror.Status(err, "") })),
 	)
 	controlv1.RegisterControlServiceServer(s, srv)
 	return s, nil
@@ -72,8 +75,8 @@ func stopGRPC(s *grpc.Server) {
 }
 
 // Run is the controller's entry point: it campaigns for the Lease and, while it leads,
-// reconciles environments and reports ready once its caches are synced. The control API is
-// delivered by the store issue.
+// reconciles environments, serves the control API through the store and reports ready once
+// its caches are synced.
 // It returns kube.ErrLeadershipLost (exit 1) when leadership is lost, so that a replica
 // never keeps acting on authority it no longer holds: the kubelet restarts it as a follower.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -157,20 +160,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return ""
 	}}, registry)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	diagErr := make(chan error, 1)
-	go func() { diagErr <- diag.Serve(ctx) }()
-	go manager.Run(ctx)
-	grpcErr := make(chan error, 1)
-	go func() { grpcErr <- grpcServer.Serve(listener) }()
-	defer func() {
-		stopGRPC(grpcServer)
-		<-grpcErr
-	}()
-
-	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyReplica, cfg.Identity)
-	err = kube.RunElection(ctx, kube.Election{
+	election := kube.Election{
 		Client: client, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 		Lead: func(ctx context.Context) {
@@ -207,12 +197,35 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			r.Run(ctx, cfg.Workers)
 		},
 		OnNewLeader: func(identity string) { logger.Info("leader observed", logging.KeyLeader, identity) },
-	})
-	leading.Store(false)
-	cancel()
-	if dErr := <-diagErr; dErr != nil && err == nil {
-		err = dErr
 	}
+	// The first server to fail ends the election, and the election's end ends the servers:
+	// they outlive it so that on shutdown the Lease is released before the probes and the
+	// control API go away.
+	g, ctx := errgroup.WithContext(ctx)
+	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	g.Go(func() error { return diag.Serve(serving) })
+	g.Go(func() error { manager.Run(serving); return nil })
+	g.Go(func() error {
+		// ErrServerStopped: the servers were stopped before Serve began, so nothing failed.
+		if err := grpcServer.Serve(listener); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-serving.Done()
+		stopGRPC(grpcServer)
+		return nil
+	})
+
+	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyReplica, cfg.Identity)
+	g.Go(func() error {
+		defer stopServing()
+		defer leading.Store(false)
+		return kube.RunElection(ctx, election)
+	})
+	err = g.Wait()
 	if errors.Is(err, kube.ErrLeadershipLost) {
 		logger.Error("leadership lost: exiting so that a restart rejoins as a follower")
 	}

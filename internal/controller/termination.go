@@ -4,11 +4,12 @@ import (
 	"context"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/internal/failpoint"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // failBeforeRelease fires after a termination proof is persisted and before the Pod's

@@ -10,23 +10,26 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/golden"
-	"github.com/execplane/execplane/internal/dev/devbundle"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/golden"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -53,6 +56,14 @@ var (
 	odd   = &executionv1.FileInfo{Path: []byte("bad\x1b[31mname"), Type: executionv1.FileType_FILE_TYPE_REGULAR, Mode: 0o600, ModifiedAt: at, Version: "v1-def"}
 )
 
+// provisioning is fixedEnv before it is Ready: Ensure answers it for the bindings "slow"
+// (whose next poll, an Attach, answers Ready) and "never" (whose polls never do).
+func provisioning() *executionv1.Environment {
+	e := proto.CloneOf(fixedEnv)
+	e.Lifecycle, e.Ready = executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING, false
+	return e
+}
+
 func refusal(code codes.Code, reason string) error {
 	st, _ := status.New(code, "scripted "+strings.ToLower(reason)).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomainForTest,
 		Metadata: map[string]string{"retryable": "false"}})
@@ -73,12 +84,18 @@ func (scripted) EnsureEnvironment(_ context.Context, r *executionv1.EnsureEnviro
 	if r.GetBindingId() == "denied" {
 		return nil, refusal(codes.PermissionDenied, "PERMISSION_DENIED")
 	}
+	if r.GetBindingId() == "slow" || r.GetBindingId() == "never" {
+		return &executionv1.EnsureEnvironmentResponse{Environment: provisioning(), EnvironmentGrant: &executionv1.Grant{Token: "env-grant"}, Created: true}, nil
+	}
 	return &executionv1.EnsureEnvironmentResponse{Environment: fixedEnv, EnvironmentGrant: &executionv1.Grant{Token: "env-grant"}, Created: true}, nil
 }
 
 func (scripted) AttachEnvironment(_ context.Context, r *executionv1.AttachEnvironmentRequest) (*executionv1.AttachEnvironmentResponse, error) {
 	if r.GetEnvironment().GetId() != fixedEnv.GetRef().GetId() {
 		return nil, refusal(codes.NotFound, "NOT_FOUND")
+	}
+	if r.GetBindingId() == "never" {
+		return &executionv1.AttachEnvironmentResponse{Environment: provisioning(), EnvironmentGrant: &executionv1.Grant{Token: "env-grant"}}, nil
 	}
 	return &executionv1.AttachEnvironmentResponse{Environment: fixedEnv, EnvironmentGrant: &executionv1.Grant{Token: "env-grant"}}, nil
 }
@@ -100,8 +117,12 @@ func (scripted) Files(_ context.Context, r *executionv1.FilesRequest) (*executio
 		return nil, refusal(codes.NotFound, "NOT_FOUND")
 	case op.GetStat() != nil:
 		res.Result = &executionv1.FileResult_Stat{Stat: &executionv1.StatFileResult{Info: fileA}}
-	case op.GetList() != nil:
+	case op.GetList() != nil && len(op.GetList().GetPath()) == 0:
+		return nil, refusal(codes.InvalidArgument, "INVALID_ARGUMENT") // as the gateway does: "." names the root
+	case op.GetList() != nil && string(op.GetList().GetPath()) == ".":
 		res.Result = &executionv1.FileResult_List{List: &executionv1.ListDirectoryResult{Entries: []*executionv1.FileInfo{fileA, odd, dirB}}}
+	case op.GetList() != nil:
+		res.Result = &executionv1.FileResult_List{List: &executionv1.ListDirectoryResult{Entries: []*executionv1.FileInfo{fileA}}}
 	case op.GetRead() != nil:
 		res.Result = &executionv1.FileResult_Read{Read: &executionv1.ReadFileResult{Content: []byte("print('hi')\n"), Info: fileA}}
 	case op.GetWrite() != nil && op.GetWrite().GetExpectedVersion() == "stale":
@@ -218,6 +239,7 @@ func TestGolden(t *testing.T) {
 		{"run-acquire", []string{"run", "acquire", "conv-1", env, "--revision", "5f0e1a1e-0000-4000-8000-000000000001", "--run-id", "turn-1"}, 0},
 		{"fs-ls", []string{"fs", "ls", env}, 0},
 		{"fs-ls-json", []string{"fs", "ls", env, "-o", "json"}, 0},
+		{"fs-ls-dir", []string{"fs", "ls", env, "src"}, 0},
 		{"fs-stat-missing", []string{"fs", "stat", env, "missing"}, ExitNotFound},
 		{"fs-cat", []string{"fs", "cat", env, "main.py"}, 0},
 		{"fs-put-stale", []string{"fs", "put", env, "-", "main.py", "--if-version", "stale"}, ExitConflict},
@@ -258,11 +280,61 @@ func TestGolden(t *testing.T) {
 func TestHelpGolden(t *testing.T) {
 	h := &harness{env: map[string]string{}, state: "/nonexistent"} // no EXECPLANE_* defaults in the text
 	var all strings.Builder
-	for _, args := range [][]string{{"help"}, {"fs", "put", "-h"}, {"exec", "-h"}, {"admin", "help"}} {
+	for _, args := range [][]string{{"help"}, {"fs", "put", "-h"}, {"fs", "ls", "-h"}, {"exec", "-h"}, {"admin", "help"}} {
 		stdout, stderr, code := h.execctl(t, args...)
 		all.WriteString("$ execctl " + strings.Join(args, " ") + "\n" + stdout + stderr + "[exit " + itoa(code) + "]\n\n")
 	}
 	checkGolden(t, "help.golden", all.String())
+}
+
+// env ensure's wait for Ready: stdout holds the table alone (what a script parses), stderr
+// the progress, in whole lines (nothing else can land on a line left open).
+func TestEnsureWaitProgress(t *testing.T) {
+	h := newHarness(t)
+	const table = "ID                         REVISION                              BINDING  PROFILE  LIFECYCLE  READY  FENCE    EPOCH  GENERATION  RUN\n" +
+		"xenv-0123456789abcdef0123  5f0e1a1e-0000-4000-8000-000000000001  conv-1   sandbox  READY      true   HEALTHY  2      1           -\n"
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr []*regexp.Regexp // one per line
+	}{{
+		name: "ready on the first poll", args: []string{"env", "ensure", "slow", "--profile", "sandbox"}, stdout: table,
+		stderr: []*regexp.Regexp{
+			regexp.MustCompile(`^waiting for xenv-0123456789abcdef0123 to be ready \(up to 5m0s\)$`),
+			regexp.MustCompile(`^xenv-0123456789abcdef0123 is ready after [0-9.]+(ms|s)$`),
+		},
+	}, {
+		name: "never ready", args: []string{"env", "ensure", "never", "--profile", "sandbox", "--wait", "300ms"}, code: ExitRetryLater,
+		stderr: []*regexp.Regexp{
+			regexp.MustCompile(`^waiting for xenv-0123456789abcdef0123 to be ready \(up to 300ms\)$`),
+			regexp.MustCompile(`^error: .*deadline`),
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr, code := h.execctl(t, c.args...)
+			if code != c.code {
+				t.Errorf("exit %d, want %d", code, c.code)
+			}
+			if stdout != c.stdout {
+				t.Errorf("stdout:\n got %q\nwant %q", stdout, c.stdout)
+			}
+			if !strings.HasSuffix(stderr, "\n") {
+				t.Errorf("stderr does not end its last line: %q", stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			if len(lines) != len(c.stderr) {
+				t.Fatalf("stderr: %d lines, want %d: %q", len(lines), len(c.stderr), stderr)
+			}
+			for i, re := range c.stderr {
+				if !re.MatchString(lines[i]) {
+					t.Errorf("stderr line %d: %q does not match %s", i+1, lines[i], re)
+				}
+			}
+		})
+	}
 }
 
 func TestDevBundle(t *testing.T) {

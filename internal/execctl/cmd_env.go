@@ -7,10 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/pkg/client"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // ownerFlags registers --issuer and --owner (defaults $EXECPLANE_ISSUER, $EXECPLANE_OWNER).
@@ -137,27 +138,32 @@ var envGroup = &group{name: "env", summary: "a binding's environment: ensure, at
 	},
 }}
 
-// waitReady waits with progress on stderr.
+// progressInterval is how often a long wait says it is still waiting: often enough to show
+// it is alive, rarely enough that the five-minute default prints some thirty lines.
+const progressInterval = 10 * time.Second
+
+// waitReady waits with progress on stderr, whole lines only: a line never stays open while
+// waiting, so nothing else written to the terminal (the table on stdout, a ^C, a log line)
+// can land on it, however the wait ends.
 func (in *invocation) waitReady(env *client.Environment, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(in.ctx, wait)
 	defer cancel()
-	fmt.Fprintf(in.stderr, "waiting for %s to be ready", env.ID())
+	fmt.Fprintf(in.stderr, "waiting for %s to be ready (up to %s)\n", env.ID(), wait)
 	done := make(chan error, 1)
 	go func() { done <- env.WaitReady(ctx) }()
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(progressInterval)
 	defer tick.Stop()
 	start := time.Now()
 	for {
 		select {
 		case err := <-done:
 			if err != nil {
-				fmt.Fprintln(in.stderr, " failed")
-				return err
+				return err // the error, printed on its own line by the caller, says why
 			}
-			fmt.Fprintf(in.stderr, " ready after %s\n", time.Since(start).Round(100*time.Millisecond))
+			fmt.Fprintf(in.stderr, "%s is ready after %s\n", env.ID(), time.Since(start).Round(100*time.Millisecond))
 			return nil
 		case <-tick.C:
-			fmt.Fprint(in.stderr, ".")
+			fmt.Fprintf(in.stderr, "still waiting for %s (%s)\n", env.ID(), time.Since(start).Round(time.Second))
 		}
 	}
 }

@@ -43,11 +43,11 @@ func (in *invocation) emitFile(f client.FileInfo) error {
 
 var fsGroup = &group{name: "fs", summary: "files in the workspace, under the run held on ENV (run acquire)", leaves: []*leaf{
 	{
-		name: "ls", args: "ENV [DIR]", nargs: -1, minArgs: 1, summary: "list a directory (the root by default)",
-		example: "execctl fs ls xenv-…\nexecctl fs ls xenv-… src -o json",
+		name: "ls", args: "ENV [DIR]", nargs: -1, minArgs: 1, summary: "list a directory (DIR defaults to the workspace root)",
+		example: "execctl fs ls xenv-…   # the workspace root\nexecctl fs ls xenv-… src -o json",
 		setup: underRun(func(*flag.FlagSet) func(context.Context, *invocation, *client.Run) error {
 			return func(ctx context.Context, in *invocation, run *client.Run) error {
-				dir := ""
+				dir := client.WorkspaceRoot
 				if len(in.args) > 1 {
 					dir = in.args[1]
 				}

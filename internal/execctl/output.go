@@ -11,10 +11,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/execplane/execplane/pkg/client"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/execplane/execplane/pkg/client"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // emit prints a result: as JSON (value) with -o json, else as a table.

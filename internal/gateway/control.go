@@ -3,12 +3,13 @@ package gateway
 import (
 	"context"
 
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/execplane/execplane/internal/security"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 )
 
 // The control RPCs: authenticated here, authorised and applied by the controller leader from
@@ -18,7 +19,7 @@ import (
 
 // EnsureEnvironment implements ExecutionProviderService.
 func (h *Handler) EnsureEnvironment(ctx context.Context, in *executionv1.EnsureEnvironmentRequest) (*executionv1.EnsureEnvironmentResponse, error) {
-	c, cl, err := h.begin(ctx)
+	c, cl, err := h.beginGranting(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +37,7 @@ func (h *Handler) EnsureEnvironment(ctx context.Context, in *executionv1.EnsureE
 
 // AttachEnvironment implements ExecutionProviderService.
 func (h *Handler) AttachEnvironment(ctx context.Context, in *executionv1.AttachEnvironmentRequest) (*executionv1.AttachEnvironmentResponse, error) {
-	c, cl, err := h.begin(ctx)
+	c, cl, err := h.beginGranting(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +309,17 @@ func (h *Handler) begin(ctx context.Context) (*controlv1.Caller, security.Client
 		return nil, cl, err
 	}
 	return &controlv1.Caller{ClientUri: string(cl.Identity), RequestId: RequestID(ctx)}, cl, nil
+}
+
+// beginGranting is begin for a call that answers with a grant it signs: without security
+// material it could sign none, so it refuses before the controller acts (a refusal leaves
+// nothing behind).
+func (h *Handler) beginGranting(ctx context.Context) (*controlv1.Caller, security.Client, error) {
+	c, cl, err := h.begin(ctx)
+	if err == nil {
+		_, err = h.material()
+	}
+	return c, cl, err
 }
 
 // forward makes one control call for the authenticated caller.

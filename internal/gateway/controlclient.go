@@ -3,18 +3,19 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/internal/security"
-	controlv1 "github.com/execplane/execplane/proto/control/v1"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/apierror"
+	controlv1 "github.com/execplane/execplane/proto/control/v1"
 )
 
 // Retry bounds of control calls. Every control call is idempotent (an operation id, or a
@@ -57,8 +58,12 @@ func DialControl(address string, files ControlFiles) (controlv1.ControlServiceCl
 	return controlv1.NewControlServiceClient(conn), conn.Close, nil
 }
 
+// ErrNoLeader is the answer when no controller leader answered within the call's deadline:
+// UNAVAILABLE, retryable.
+var ErrNoLeader = fmt.Errorf("%w: no controller leader answers", apierror.ErrUnavailable)
+
 // retryControl retries retryable answers until the deadline, then answers with the last
-// status, or apierror.ErrNoLeader for a transport failure (which has no ErrorInfo).
+// status, or ErrNoLeader for a transport failure (which has no ErrorInfo).
 func retryControl(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	backoff := retryInitial
 	giveUp := time.Now().Add(retryBudget)
@@ -71,7 +76,7 @@ func retryControl(ctx context.Context, method string, req, reply any, cc *grpc.C
 			return normalise(err)
 		}
 		if abandoned {
-			err = apierror.ErrNoLeader
+			err = ErrNoLeader
 		}
 		sleep := backoff/2 + rand.N(backoff/2+1)
 		if d, ok := ctx.Deadline(); (ok && time.Until(d) < sleep+retryReserve) || time.Now().Add(sleep).After(giveUp) {
@@ -96,12 +101,7 @@ func retryable(err error) bool {
 	if st.Code() == codes.Unavailable {
 		return true
 	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == apierror.Domain {
-			return info.GetMetadata()["retryable"] == "true" && st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled
-		}
-	}
-	return false
+	return apierror.Retryable(err) && st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled
 }
 
 // normalise keeps the controller's statuses (they carry the API's reasons) and turns
@@ -112,7 +112,7 @@ func normalise(err error) error {
 	}
 	switch status.Code(err) {
 	case codes.Unavailable:
-		return apierror.ErrNoLeader
+		return ErrNoLeader
 	case codes.DeadlineExceeded:
 		return context.DeadlineExceeded
 	case codes.Canceled:

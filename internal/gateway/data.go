@@ -8,28 +8,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/internal/helper/process"
-	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/protocol"
+	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
 	"github.com/execplane/execplane/pkg/grant"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/profile"
-	"github.com/execplane/execplane/pkg/store"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 // Bounds of the data plane.
 const (
-	// maxPathBytes is the API's bound on a path (execution.v1 conventions).
-	maxPathBytes = 4096
-	// responseOverhead is room for a result's own fields beside its payload (FileInfo,
-	// counts, framing) when a response cap is derived from a profile's limits.
-	responseOverhead = 1 << 20
-	// treeResultCap bounds a list, glob or grep result: the helper keeps their payload under
-	// 16 MiB (1000 entries of 4 KiB names and link targets for list), plus per-entry fields.
-	treeResultCap = 20 << 20
 	// maxHelperMessage bounds what of a helper's error text reaches the caller; the text is
 	// the executor's, so it is also reduced to printable ASCII.
 	maxHelperMessage = 256
@@ -42,29 +34,26 @@ const (
 // gateway's view, and the helper performs the operation in the executor Pod.
 func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*executionv1.FilesResponse, error) {
 	op := in.GetOperation()
-	if op.GetOperation() == nil {
-		return nil, fmt.Errorf("%w: operation: exactly one file operation is required", store.ErrInvalidArgument)
+	file, err := protocol.DescribeFile(op)
+	if err == nil {
+		err = file.Validate()
 	}
-	if err := checkPaths(op); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, helperError(err)
 	}
 	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {
 		return nil, err
 	}
-	lim := a.limits
-	if w := op.GetWrite(); w != nil && uint64(len(w.GetContent())) > lim.GetMaxFileBytes() {
-		return nil, fmt.Errorf("%w: write of %d bytes exceeds the profile's max_file_bytes %d", store.ErrLimitExceeded, len(w.GetContent()), lim.GetMaxFileBytes())
+	if err := file.WithinLimits(a.limits); err != nil {
+		return nil, helperError(err)
 	}
-	if r := op.GetRead(); r != nil && r.GetLength() > lim.GetMaxFileBytes() {
-		return nil, fmt.Errorf("%w: read length %d exceeds the profile's max_file_bytes %d", store.ErrLimitExceeded, r.GetLength(), lim.GetMaxFileBytes())
-	}
-	resp, err := h.execute(ctx, a.env, a.claims, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_File{File: op}}, fileResponseCap(op, lim))
+	resp, err := h.execute(ctx, a, &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_File{File: op}}, file.ResponseCap(a.limits))
 	if err != nil {
 		return nil, err
 	}
 	res := resp.GetFile()
-	if !matches(op, res) {
+	if !file.Matches(res) {
 		return nil, fmt.Errorf("%w: a result of another kind than the operation", ErrProtocol)
 	}
 	return &executionv1.FilesResponse{Result: res}, nil
@@ -75,27 +64,22 @@ func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*exe
 func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommandRequest) (*executionv1.StartCommandResponse, error) {
 	spec := in.GetCommand()
 	if spec == nil {
-		return nil, fmt.Errorf("%w: command: required", store.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: command: required", apierror.ErrInvalidArgument)
 	}
-	if wd := spec.GetWorkingDirectory(); len(wd) > maxPathBytes || bytes.IndexByte(wd, 0) >= 0 {
-		return nil, fmt.Errorf("%w: command.working_directory: at most %d bytes without NUL", store.ErrInvalidArgument, maxPathBytes)
+	if wd := spec.GetWorkingDirectory(); len(wd) > protocol.MaxPathBytes || bytes.IndexByte(wd, 0) >= 0 {
+		return nil, fmt.Errorf("%w: command.working_directory: at most %d bytes without NUL", apierror.ErrInvalidArgument, protocol.MaxPathBytes)
 	}
 	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {
 		return nil, err
 	}
-	lim := a.limits
-	if err := process.Validate(spec, process.Limits{MaxOutputBytes: lim.GetMaxCommandBytes(), MaxDuration: time.Duration(lim.GetMaxCommandMillis()) * time.Millisecond}); err != nil {
+	_, timeout, err := protocol.ValidateCommand(spec, protocol.CommandLimitsOf(a.limits))
+	if err != nil {
 		return nil, helperError(err)
-	}
-	timeout := time.Duration(lim.GetMaxCommandMillis()) * time.Millisecond
-	if t := spec.GetTimeout(); t != nil {
-		timeout = t.AsDuration()
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+commandSlack)
 	defer cancel()
-	responseCap := int(min(2*lim.GetMaxCommandBytes()+responseOverhead, uint64(treeResultCap)))
-	resp, err := h.execute(ctx, a.env, a.claims, &helperv1.Request{Limits: lim, Operation: &helperv1.Request_Command{Command: spec}}, responseCap)
+	resp, err := h.execute(ctx, a, &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_Command{Command: spec}}, protocol.CommandResponseCap(a.limits))
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +110,7 @@ func (h *Handler) CancelCommand(ctx context.Context, in *executionv1.CancelComma
 
 func (h *Handler) authoriseCommandID(ctx context.Context, g *executionv1.Grant, ref *executionv1.EnvironmentRef, id string) error {
 	if !ident.IsIdentifier(id) {
-		return fmt.Errorf("%w: command_id: must be an identifier", store.ErrInvalidArgument)
+		return fmt.Errorf("%w: command_id: must be an identifier", apierror.ErrInvalidArgument)
 	}
 	_, err := h.admit(ctx, g, ref)
 	return err
@@ -153,18 +137,18 @@ func (h *Handler) admit(ctx context.Context, g *executionv1.Grant, r *executionv
 		return nil, err
 	}
 	claims := claimsOf(v)
-	if err := store.Usable(env); err != nil {
+	if err := authority.Usable(env); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateRunClaim(env, claims, h.cfg.Now()); err != nil {
+	if err := authority.ValidateRunClaim(env, claims, h.cfg.Now()); err != nil {
 		return nil, err
 	}
 	if env.Status.Pod == nil {
-		return nil, fmt.Errorf("%w: the environment has no executor", store.ErrNotReady)
+		return nil, fmt.Errorf("%w: the environment has no executor", apierror.ErrNotReady)
 	}
 	p, ok := h.b.Profiles.Profile(env.Spec.Profile)
 	if !ok {
-		return nil, fmt.Errorf("%w: the environment's profile was withdrawn", store.ErrNotReady)
+		return nil, fmt.Errorf("%w: the environment's profile was withdrawn", apierror.ErrNotReady)
 	}
 	return &admitted{env: env, claims: claims, limits: limitsOf(p)}, nil
 }
@@ -172,7 +156,7 @@ func (h *Handler) admit(ctx context.Context, g *executionv1.Grant, r *executionv
 // admitted is a data call that passed admit.
 type admitted struct {
 	env    *executionv1alpha1.ExecutionEnvironment
-	claims store.GrantClaims
+	claims authority.GrantClaims
 	limits *helperv1.Limits
 }
 
@@ -193,11 +177,11 @@ var errAuthorityLost = fmt.Errorf("%w: the run claim ended during the call (revo
 // released or taken over, the environment fenced, administered or deleted): the exec stream
 // closes and the helper kills what it runs, so no older grant keeps acting once the change
 // is observed. stop ends the watch.
-func (h *Handler) fenced(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, claims store.GrantClaims) (context.Context, func()) {
+func (h *Handler) fenced(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, claims authority.GrantClaims) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		err := h.b.Environments.Await(ctx, env.Name, MaxRPCDeadline, func(cur *executionv1alpha1.ExecutionEnvironment) error {
-			if cur == nil || cur.UID != env.UID || store.Usable(cur) != nil || store.ValidateRunClaim(cur, claims, h.cfg.Now()) != nil {
+			if cur == nil || cur.UID != env.UID || authority.Usable(cur) != nil || authority.ValidateRunClaim(cur, claims, h.cfg.Now()) != nil {
 				return nil
 			}
 			return grant.ErrNotObserved // still current: keep watching
@@ -210,7 +194,8 @@ func (h *Handler) fenced(ctx context.Context, env *executionv1alpha1.ExecutionEn
 }
 
 // execute runs req in the environment's executor Pod, for as long as the claim stays current.
-func (h *Handler) execute(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, claims store.GrantClaims, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+func (h *Handler) execute(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	env := a.env
 	release, err := h.calls.acquire(env.UID)
 	if err != nil {
 		return nil, err
@@ -218,7 +203,7 @@ func (h *Handler) execute(ctx context.Context, env *executionv1alpha1.ExecutionE
 	defer release()
 	req.Version = helperv1.ProtocolVersion_PROTOCOL_VERSION_1
 	req.RequestId = RequestID(ctx)
-	ctx, stop := h.fenced(ctx, env, claims)
+	ctx, stop := h.fenced(ctx, env, a.claims)
 	defer stop()
 	resp, err := h.b.Executor.Execute(ctx, PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}, req, responseCap)
 	if err != nil && errors.Is(context.Cause(ctx), errAuthorityLost) {
@@ -240,34 +225,25 @@ func (h *Handler) execute(ctx context.Context, env *executionv1alpha1.ExecutionE
 	}
 	if e := resp.GetError(); e != nil {
 		h.cfg.Metrics.executor(outcomeRefused)
-		return nil, helperError(&remoteError{code: e.GetCode(), msg: e.GetMessage()})
+		return nil, helperError(&protocol.Error{Code: e.GetCode(), Msg: e.GetMessage()})
 	}
 	h.cfg.Metrics.executor(outcomeOK)
 	return resp, nil
 }
 
-// remoteError is an error the helper answered.
-type remoteError struct {
-	code helperv1.ErrorCode
-	msg  string
-}
-
-func (e *remoteError) Error() string                  { return e.msg }
-func (e *remoteError) HelperCode() helperv1.ErrorCode { return e.code }
-
 // helperCodes translates the helper's refusals into the API's vocabulary. A code outside
 // the table (INTERNAL, UNSUPPORTED_VERSION, or an unknown value from a replaced helper) is an
 // internal error.
 var helperCodes = map[helperv1.ErrorCode]error{
-	helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT:    store.ErrInvalidArgument,
-	helperv1.ErrorCode_ERROR_CODE_NOT_FOUND:           store.ErrNotFound,
-	helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS:      store.ErrAlreadyExists,
+	helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT:    apierror.ErrInvalidArgument,
+	helperv1.ErrorCode_ERROR_CODE_NOT_FOUND:           apierror.ErrNotFound,
+	helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS:      apierror.ErrAlreadyExists,
 	helperv1.ErrorCode_ERROR_CODE_VERSION_MISMATCH:    apierror.ErrVersionMismatch,
 	helperv1.ErrorCode_ERROR_CODE_PATH_ESCAPE:         apierror.ErrPathEscape,
-	helperv1.ErrorCode_ERROR_CODE_PERMISSION_DENIED:   store.ErrPermissionDenied,
-	helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED:  store.ErrLimitExceeded,
+	helperv1.ErrorCode_ERROR_CODE_PERMISSION_DENIED:   apierror.ErrPermissionDenied,
+	helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED:  apierror.ErrLimitExceeded,
 	helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE:          apierror.ErrWrongType,
-	helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE:         store.ErrNotReady,
+	helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE:         apierror.ErrNotReady,
 	helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION: nil,
 	helperv1.ErrorCode_ERROR_CODE_INTERNAL:            nil,
 }
@@ -275,13 +251,13 @@ var helperCodes = map[helperv1.ErrorCode]error{
 // helperError translates a helper refusal (remote, or the shared validation run locally).
 // The message is the executor's, so it is cut and reduced to printable ASCII.
 func helperError(err error) error {
-	var coded interface{ HelperCode() helperv1.ErrorCode }
+	var coded *protocol.Error
 	if !errors.As(err, &coded) {
 		return err
 	}
-	sentinel := helperCodes[coded.HelperCode()]
+	sentinel := helperCodes[coded.Code]
 	if sentinel == nil {
-		return fmt.Errorf("%w: the helper failed: code %d", ErrProtocol, coded.HelperCode())
+		return fmt.Errorf("%w: the helper failed: code %d", ErrProtocol, coded.Code)
 	}
 	return fmt.Errorf("%w: %s", sentinel, sanitize(err.Error(), maxHelperMessage))
 }
@@ -297,83 +273,4 @@ func sanitize(s string, limit int) string {
 		}
 	}
 	return b.String()
-}
-
-// fileResponseCap is the most a helper's answer to op may weigh.
-func fileResponseCap(op *executionv1.FileOperation, lim *helperv1.Limits) int {
-	switch op.GetOperation().(type) {
-	case *executionv1.FileOperation_Read:
-		return int(lim.GetMaxFileBytes() + responseOverhead)
-	case *executionv1.FileOperation_List, *executionv1.FileOperation_Glob, *executionv1.FileOperation_Grep:
-		return treeResultCap
-	}
-	return responseOverhead
-}
-
-// matches reports whether res is the result of op's kind.
-func matches(op *executionv1.FileOperation, res *executionv1.FileResult) bool {
-	if res == nil {
-		return false
-	}
-	switch op.GetOperation().(type) {
-	case *executionv1.FileOperation_Read:
-		return res.GetRead() != nil
-	case *executionv1.FileOperation_Write:
-		return res.GetWrite() != nil
-	case *executionv1.FileOperation_Stat:
-		return res.GetStat() != nil
-	case *executionv1.FileOperation_List:
-		return res.GetList() != nil
-	case *executionv1.FileOperation_Mkdir:
-		return res.GetMkdir() != nil
-	case *executionv1.FileOperation_Remove:
-		return res.GetRemove() != nil
-	case *executionv1.FileOperation_Rename:
-		return res.GetRename() != nil
-	case *executionv1.FileOperation_Copy:
-		return res.GetCopy() != nil
-	case *executionv1.FileOperation_Glob:
-		return res.GetGlob() != nil
-	case *executionv1.FileOperation_Grep:
-		return res.GetGrep() != nil
-	}
-	return false
-}
-
-// checkPaths refuses paths that no helper would accept (too long, NUL) before anything is
-// sent; where a path resolves is the kernel's business, in the helper.
-func checkPaths(op *executionv1.FileOperation) error {
-	var paths [][]byte
-	switch o := op.GetOperation().(type) {
-	case *executionv1.FileOperation_Read:
-		paths = [][]byte{o.Read.GetPath()}
-	case *executionv1.FileOperation_Write:
-		paths = [][]byte{o.Write.GetPath()}
-	case *executionv1.FileOperation_Stat:
-		paths = [][]byte{o.Stat.GetPath()}
-	case *executionv1.FileOperation_List:
-		paths = [][]byte{o.List.GetPath()}
-	case *executionv1.FileOperation_Mkdir:
-		paths = [][]byte{o.Mkdir.GetPath()}
-	case *executionv1.FileOperation_Remove:
-		paths = [][]byte{o.Remove.GetPath()}
-	case *executionv1.FileOperation_Rename:
-		paths = [][]byte{o.Rename.GetFrom(), o.Rename.GetTo()}
-	case *executionv1.FileOperation_Copy:
-		paths = [][]byte{o.Copy.GetFrom(), o.Copy.GetTo()}
-	case *executionv1.FileOperation_Glob:
-		if len(o.Glob.GetBase()) > 0 {
-			paths = [][]byte{o.Glob.GetBase()}
-		}
-	case *executionv1.FileOperation_Grep:
-		if len(o.Grep.GetPath()) > 0 {
-			paths = [][]byte{o.Grep.GetPath()}
-		}
-	}
-	for _, p := range paths {
-		if len(p) == 0 || len(p) > maxPathBytes || bytes.IndexByte(p, 0) >= 0 {
-			return fmt.Errorf("%w: path: 1..%d bytes without NUL", store.ErrInvalidArgument, maxPathBytes)
-		}
-	}
-	return nil
 }

@@ -7,13 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
+
 	"github.com/execplane/execplane/internal/security"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
 	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/grant"
-	"k8s.io/client-go/tools/cache"
 )
 
 // Environments is the gateway's view of the namespace's ExecutionEnvironments: an informer

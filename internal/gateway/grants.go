@@ -5,19 +5,21 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/execplane/execplane/pkg/ident"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
 	"github.com/execplane/execplane/pkg/grant"
-	"github.com/execplane/execplane/pkg/store"
+	"github.com/execplane/execplane/pkg/ident"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // errStaleClaim: an authentic run grant whose claim is no longer the environment's (released,
 // taken over, expired): ABORTED like a stale epoch.
-var errStaleClaim = fmt.Errorf("%w: the run claim is no longer current", store.ErrStaleEpoch)
+var errStaleClaim = fmt.Errorf("%w: the run claim is no longer current", apierror.ErrStaleEpoch)
 
 // errNotInView: an authentic grant names an environment this gateway does not see (yet). It
 // is waited on like any grant newer than the view; if the environment still is not there
@@ -27,7 +29,7 @@ var errNotInView = fmt.Errorf("%w: the environment is not in this gateway's view
 // settle turns a wait that ended on an absent environment into NOT_FOUND.
 func settle(err error) error {
 	if errors.Is(err, errNotInView) {
-		return store.ErrNotFound
+		return apierror.ErrNotFound
 	}
 	return err
 }
@@ -42,42 +44,42 @@ func (h *Handler) material() (*security.Bundle, error) {
 }
 
 // checkRef refuses a malformed environment reference before any lookup.
-func checkRef(field string, r *executionv1.EnvironmentRef) (grant.EnvironmentRef, error) {
+func checkRef(field string, r *executionv1.EnvironmentRef) (ident.EnvironmentRef, error) {
 	if !ident.IsDNSLabel(r.GetId()) || !ident.IsUUID(r.GetRevision()) {
-		return grant.EnvironmentRef{}, fmt.Errorf("%w: %s: id must be a DNS-1123 label and revision a canonical UUID", store.ErrInvalidArgument, field)
+		return ident.EnvironmentRef{}, fmt.Errorf("%w: %s: id must be a DNS-1123 label and revision a canonical UUID", apierror.ErrInvalidArgument, field)
 	}
-	return grant.EnvironmentRef{Name: r.GetId(), UID: r.GetRevision()}, nil
+	return ident.EnvironmentRef{Name: r.GetId(), UID: r.GetRevision()}, nil
 }
 
 // checkToken refuses an absent grant as malformed input; everything else about a token is the
 // verifier's business.
 func checkToken(field string, g *executionv1.Grant) (string, error) {
 	if g.GetToken() == "" {
-		return "", fmt.Errorf("%w: %s: a grant is required", store.ErrInvalidArgument, field)
+		return "", fmt.Errorf("%w: %s: a grant is required", apierror.ErrInvalidArgument, field)
 	}
 	return g.GetToken(), nil
 }
 
 // visible checks an authentic grant naming subject, presented for ref, against the cached
 // environment: a grant for another environment, or an environment that is absent,
-// re-created (another UID) or another client's, is store.ErrNotFound, indistinguishably
+// re-created (another UID) or another client's, is apierror.ErrNotFound, indistinguishably
 // (a caller learns nothing about environments that are not its own). An absent one that the
 // grant names is grant.ErrNotObserved: the grant was issued for it, so the view lags.
-func visible(env *executionv1alpha1.ExecutionEnvironment, ref, subject grant.EnvironmentRef, c security.Client) error {
+func visible(env *executionv1alpha1.ExecutionEnvironment, ref, subject ident.EnvironmentRef, c security.Client) error {
 	switch {
 	case subject != ref:
-		return store.ErrNotFound
+		return apierror.ErrNotFound
 	case env == nil:
 		return errNotInView
-	case string(env.UID) != ref.UID || env.Spec.ClientHash != store.ClientHash(c.Identity):
-		return store.ErrNotFound
+	case string(env.UID) != ref.UID || env.Spec.ClientHash != ident.ClientHash(string(c.Identity)):
+		return apierror.ErrNotFound
 	}
 	return nil
 }
 
 // verifyEnvironmentGrant verifies an environment grant presented for ref by the caller
 // against this gateway's view, waiting for the view when the grant is newer.
-func (h *Handler) verifyEnvironmentGrant(ctx context.Context, c security.Client, token string, ref grant.EnvironmentRef) (grant.Verified, error) {
+func (h *Handler) verifyEnvironmentGrant(ctx context.Context, c security.Client, token string, ref ident.EnvironmentRef) (grant.Verified, error) {
 	b, err := h.material()
 	if err != nil {
 		return grant.Verified{}, err
@@ -102,7 +104,7 @@ func (h *Handler) verifyEnvironmentGrant(ctx context.Context, c security.Client,
 // verifyRunGrant verifies a run grant presented for ref against this gateway's view and
 // returns the environment it was checked against. The claim id expected is the current
 // claim's, so a grant of a released or superseded claim fails as stale.
-func (h *Handler) verifyRunGrant(ctx context.Context, c security.Client, token string, ref grant.EnvironmentRef) (*executionv1alpha1.ExecutionEnvironment, grant.Verified, error) {
+func (h *Handler) verifyRunGrant(ctx context.Context, c security.Client, token string, ref ident.EnvironmentRef) (*executionv1alpha1.ExecutionEnvironment, grant.Verified, error) {
 	b, err := h.material()
 	if err != nil {
 		return nil, grant.Verified{}, err
@@ -155,11 +157,11 @@ func verifiedGrant(v grant.Verified) *controlv1.VerifiedGrant {
 	}
 }
 
-// claimsOf is the store's form of a verified run grant.
-func claimsOf(v grant.Verified) store.GrantClaims {
+// claimsOf is what the ledger's predicates read of a verified run grant.
+func claimsOf(v grant.Verified) authority.GrantClaims {
 	b := v.Binding
-	return store.GrantClaims{
-		BindingID: b.BindingID, Environment: store.EnvironmentRef{Name: b.Environment.Name, UID: b.Environment.UID},
+	return authority.GrantClaims{
+		BindingID: b.BindingID, Environment: b.Environment,
 		GrantGeneration: b.GrantGeneration, Epoch: b.Epoch, RunID: b.RunID, ClaimID: b.ClaimID,
 	}
 }
@@ -174,7 +176,7 @@ func (h *Handler) issueEnvironmentGrant(c security.Client, binding string, reply
 	env := reply.GetEnvironment()
 	issued, err := b.Signer(grant.PurposeEnvironment).SignEnvironment(grant.EnvironmentBinding{
 		Client: string(c.Identity), OwnerHash: reply.GetOwnerHash(), BindingID: binding,
-		Environment:     grant.EnvironmentRef{Name: env.GetRef().GetId(), UID: env.GetRef().GetRevision()},
+		Environment:     ident.EnvironmentRef{Name: env.GetRef().GetId(), UID: env.GetRef().GetRevision()},
 		GrantGeneration: env.GetGrantGeneration(),
 	})
 	if err != nil {
@@ -196,7 +198,7 @@ func (h *Handler) issueRunGrant(c security.Client, reply *controlv1.EnvironmentR
 	issued, err := b.Signer(grant.PurposeRun).SignRun(grant.RunBinding{
 		EnvironmentBinding: grant.EnvironmentBinding{
 			Client: string(c.Identity), OwnerHash: reply.GetOwnerHash(), BindingID: run.GetBindingId(),
-			Environment:     grant.EnvironmentRef{Name: ref.GetId(), UID: ref.GetRevision()},
+			Environment:     ident.EnvironmentRef{Name: ref.GetId(), UID: ref.GetRevision()},
 			GrantGeneration: run.GetGrantGeneration(),
 		},
 		Epoch: run.GetEpoch(), RunID: run.GetRunId(), ClaimID: run.GetClaimId(),

@@ -6,17 +6,18 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/execplane/execplane/pkg/ident"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/profile"
-	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
-	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // DefaultObserveWait is how long a call waits for this gateway's view of an environment to
@@ -122,17 +123,17 @@ func (h *Handler) ValidateProfile(ctx context.Context, in *executionv1.ValidateP
 	}
 	name := in.GetProfile()
 	if !ident.IsDNSLabel(name) {
-		return nil, fmt.Errorf("%w: profile: must be a DNS-1123 label", store.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: profile: must be a DNS-1123 label", apierror.ErrInvalidArgument)
 	}
 	if d := in.GetExpectedDigest(); d != "" && !ident.IsDigest(d) {
-		return nil, fmt.Errorf("%w: expected_digest: must be sha256: and 64 lowercase hex digits", store.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: expected_digest: must be sha256: and 64 lowercase hex digits", apierror.ErrInvalidArgument)
 	}
 	p, ok := h.b.Profiles.Profile(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: no such profile", store.ErrNotFound)
+		return nil, fmt.Errorf("%w: no such profile", apierror.ErrNotFound)
 	}
 	if d := in.GetExpectedDigest(); d != "" && d != p.Digest {
-		return nil, fmt.Errorf("%w: the profile's digest differs from expected_digest", store.ErrProfileMismatch)
+		return nil, fmt.Errorf("%w: the profile's digest differs from expected_digest", apierror.ErrProfileMismatch)
 	}
 	return &executionv1.ValidateProfileResponse{Profile: profileView(p)}, nil
 }

@@ -4,8 +4,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/execplane/execplane/internal/security"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/execplane/execplane/internal/security"
 )
 
 // Metrics are the gateway's Prometheus metrics. Every label comes from a bounded set: the

@@ -11,10 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/internal/helper/frame"
-	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +19,11 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/streaming/pkg/httpstream"
+
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/protocol"
+	"github.com/execplane/execplane/pkg/apierror"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 // Errors of the data plane's exec leg.
@@ -102,11 +103,11 @@ func StreamExecutor(cfg *rest.Config, url *url.URL) (remotecommand.Executor, err
 // ends when ctx does: the stream is closed, and the helper, seeing stdin end, kills what it
 // runs.
 func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
-	if responseCap <= 0 || responseCap > frame.MaxResponseBytes {
-		responseCap = frame.MaxResponseBytes
+	if responseCap <= 0 || responseCap > protocol.MaxResponseBytes {
+		responseCap = protocol.MaxResponseBytes
 	}
 	var request bytes.Buffer
-	if err := frame.Write(&request, req, frame.MaxRequestBytes); err != nil {
+	if err := protocol.WriteFrame(&request, req, protocol.MaxRequestBytes); err != nil {
 		return nil, err
 	}
 	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath}, Stdin: true, Stdout: true, Stderr: true}
@@ -185,7 +186,7 @@ func readResponse(r io.Reader, responseCap int, closeStdin, abort func()) readRe
 	defer io.Copy(io.Discard, io.LimitReader(r, 1<<20)) //nolint:errcheck // drain so the stream can finish
 	for {
 		var f helperv1.Frame
-		err := frame.Read(r, &f, responseCap)
+		err := protocol.ReadFrame(r, &f, responseCap)
 		switch {
 		case errors.Is(err, io.EOF):
 			return readResult{}

@@ -2,9 +2,15 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/diagnostics"
@@ -13,9 +19,6 @@ import (
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/version"
 	"github.com/execplane/execplane/pkg/profile"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
 )
 
 // Readiness reasons: a bounded set, safe for probes.
@@ -111,33 +114,29 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ""
 	}
 	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: ready}, registry)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	diagErr := make(chan error, 1)
-	go func() { diagErr <- diag.Serve(ctx) }()
-	go manager.Run(ctx)
+	// The first server to fail ends the others; ctx ending ends them all, gracefully.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return diag.Serve(ctx) })
+	g.Go(func() error { manager.Run(ctx); return nil })
 	envs.Start(ctx)
-	go followReadiness(ctx, server, ready)
-	grpcErr := make(chan error, 1)
-	go func() { grpcErr <- server.GRPC.Serve(listener) }()
+	g.Go(func() error {
+		followReadiness(ctx, server, ready)
+		// Drain only once the follower has stopped, so that NOT_SERVING is the last word:
+		// balancers stop sending new calls, then in-flight ones get the grace.
+		server.SetServing(false)
+		stop(server.GRPC, cfg.ShutdownGrace)
+		return nil
+	})
+	g.Go(func() error {
+		// ErrServerStopped: the drain ran before Serve began, so nothing failed.
+		if err := server.GRPC.Serve(listener); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	})
 	logger.Info("serving", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyAddress, listener.Addr().String())
 
-	select {
-	case <-ctx.Done():
-	case err = <-grpcErr:
-		cancel()
-	}
-	server.SetServing(false)
-	stop(server.GRPC, cfg.ShutdownGrace)
-	if err == nil {
-		err = <-grpcErr
-	}
-	if dErr := <-diagErr; dErr != nil && err == nil {
-		err = dErr
-	}
-	if err == grpc.ErrServerStopped {
-		err = nil
-	}
+	err = g.Wait()
 	logger.Info("stopped")
 	return err
 }

@@ -9,10 +9,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/internal/logging"
-	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +18,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 // Transport bounds of the public server. Each names the abuse it stops (ADVERSARIAL.md,

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/execplane/execplane/internal/security"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/execplane/execplane/internal/security"
 )
 
 // DefaultMaxEnvironmentCalls is the default bound on concurrent data calls into one

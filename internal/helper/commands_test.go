@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/helper/frame"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/execplane/execplane/internal/helper/process"
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func withTimeout(spec *executionv1.CommandSpec, d time.Duration) *executionv1.CommandSpec {
@@ -466,7 +467,7 @@ func TestBrokenOutputPipeCancelsAndKillsEverything(t *testing.T) {
 	must(t, cmd.Start())
 	req := &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, Limits: limits(),
 		Operation: &helperv1.Request_Command{Command: shell(`sleep ` + marker + ` & sleep ` + marker)}}
-	must(t, frame.Write(stdin, req, frame.MaxRequestBytes))
+	must(t, protocol.WriteFrame(stdin, req, protocol.MaxRequestBytes))
 	time.Sleep(200 * time.Millisecond)
 	stdout.Close() // the reader goes away
 	done := make(chan error, 1)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/helper/frame"
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -103,7 +103,7 @@ func call(t testing.TB, root string, req *helperv1.Request, o callOptions) resul
 	}
 	if o.rawRequest != nil {
 		_, _ = stdin.Write(o.rawRequest)
-	} else if err := frame.Write(stdin, req, frame.MaxRequestBytes); err != nil {
+	} else if err := protocol.WriteFrame(stdin, req, protocol.MaxRequestBytes); err != nil {
 		t.Fatal(err)
 	}
 	if o.closeStdinAfter > 0 {
@@ -112,7 +112,7 @@ func call(t testing.TB, root string, req *helperv1.Request, o callOptions) resul
 	var res result
 	for {
 		var fr helperv1.Frame
-		err := frame.Read(stdout, &fr, frame.MaxResponseBytes)
+		err := protocol.ReadFrame(stdout, &fr, protocol.MaxResponseBytes)
 		if errors.Is(err, io.EOF) {
 			break
 		}

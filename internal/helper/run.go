@@ -11,13 +11,14 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/helper/fileops"
-	"github.com/execplane/execplane/internal/helper/frame"
 	"github.com/execplane/execplane/internal/helper/process"
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
-	"golang.org/x/sys/unix"
 )
 
 // maxRequestIDBytes bounds the echoed request id (the protocol documents 64).
@@ -49,7 +50,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) error {
 	out := &frameWriter{w: stdout}
 	var req helperv1.Request
-	if err := frame.Read(stdin, &req, frame.MaxRequestBytes); err != nil {
+	if err := protocol.ReadFrame(stdin, &req, protocol.MaxRequestBytes); err != nil {
 		return out.error("", helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bad request frame: "+err.Error())
 	}
 	id := req.GetRequestId()
@@ -131,7 +132,7 @@ func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1
 	}()
 	maxMillis := lim.GetMaxCommandMillis()
 	if maxMillis > uint64(process.MaxDurationCeiling/time.Millisecond) {
-		return nil, &process.Error{Code: helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, Msg: "max_command_millis above the helper's ceiling"}
+		return nil, protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_command_millis above the helper's ceiling")
 	}
 	return process.Run(spec, process.Options{
 		Limits: process.Limits{
@@ -152,7 +153,7 @@ type frameWriter struct {
 func (f *frameWriter) frame(fr *helperv1.Frame) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return frame.Write(f.w, fr, frame.MaxResponseBytes)
+	return protocol.WriteFrame(f.w, fr, protocol.MaxResponseBytes)
 }
 
 func (f *frameWriter) response(r *helperv1.Response) error {

@@ -18,14 +18,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 )
 
 // Client-side rate limits: generous enough for a reconcile burst over thousands of

@@ -75,7 +75,7 @@ func BenchmarkLimiterUnary(b *testing.B) {
 	info := AuthInfo{Identity: ClientIdentity(f.res.Caller.Identity)}
 	info.State.PeerCertificates = []*x509.Certificate{cert.Leaf}
 	ctx := peer.NewContext(context.Background(), &peer.Peer{AuthInfo: info})
-	interceptor := l.UnaryInterceptor()
+	interceptor := l.UnaryInterceptor(translate)
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	b.Run("serial", func(b *testing.B) {
 		for b.Loop() {

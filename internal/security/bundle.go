@@ -4,12 +4,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/execplane/execplane/pkg/problem"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 
 	"github.com/execplane/execplane/pkg/grant"
 )

@@ -14,6 +14,7 @@ import (
 
 	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/pkg/grant"
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 func TestLoadBundleDevBundle(t *testing.T) {
@@ -56,7 +57,7 @@ func TestBundleGrantsRoundTrip(t *testing.T) {
 			Client:          "spiffe://execplane.test/client/caller",
 			OwnerHash:       strings.Repeat("ab", 32),
 			BindingID:       "binding-1",
-			Environment:     grant.EnvironmentRef{Name: "env-1", UID: "0b6c3f0e-8a4d-4a53-9d0e-6f2a1c2b3d4e"},
+			Environment:     ident.EnvironmentRef{Name: "env-1", UID: "0b6c3f0e-8a4d-4a53-9d0e-6f2a1c2b3d4e"},
 			GrantGeneration: 3,
 		},
 		Epoch: 2, RunID: "run-1", ClaimID: "claim-1",

@@ -2,10 +2,12 @@ package security
 
 import (
 	"encoding/json"
+
 	"github.com/execplane/execplane/pkg/problem"
 
-	"github.com/execplane/execplane/pkg/strictyaml"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/execplane/execplane/pkg/strictyaml"
 )
 
 // The manifest decoder shares pkg/profile's approach: internal/strictyaml parses exactly one

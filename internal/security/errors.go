@@ -3,6 +3,8 @@ package security
 import (
 	"errors"
 	"fmt"
+
+	"github.com/execplane/execplane/pkg/apierror"
 )
 
 // Errors about client identities (IdentityFromCertificate, ParseClientIdentity). Messages
@@ -19,10 +21,10 @@ var (
 )
 
 // Errors of authentication, at the handshake and on every RPC. Every one of them matches
-// ErrUnauthenticated with errors.Is, and Status maps them to codes.Unauthenticated.
+// ErrUnauthenticated with errors.Is: the vocabulary's class (pkg/apierror), UNAUTHENTICATED.
 var (
 	// ErrUnauthenticated: the peer is not an authenticated client in the current policy.
-	ErrUnauthenticated = errors.New("security: unauthenticated")
+	ErrUnauthenticated = apierror.ErrUnauthenticated
 	// ErrNoClientCertificate: the peer presented no client certificate.
 	ErrNoClientCertificate = fmt.Errorf("%w: no client certificate", ErrUnauthenticated)
 	// ErrCertificateRejected: a presented certificate breaks a rule checked before chain
@@ -39,14 +41,15 @@ var (
 )
 
 // ErrUnavailable: there is no valid security material (no bundle loaded, or the current one
-// was withdrawn). Handshakes fail and RPCs answer codes.Unavailable: the service fails closed.
-var ErrUnavailable = errors.New("security: security material unavailable")
+// was withdrawn). Handshakes fail and RPCs answer UNAVAILABLE: the service fails closed.
+var ErrUnavailable = fmt.Errorf("%w: security material", apierror.ErrUnavailable)
 
-// Errors of the RPC limiter. Both match ErrResourceExhausted.
+// Errors of the RPC limiter. Both match ErrResourceExhausted, the vocabulary's ErrBusy
+// (RESOURCE_EXHAUSTED, retryable).
 var (
 	// ErrResourceExhausted: a concurrency limit is reached; the call was refused without
 	// waiting.
-	ErrResourceExhausted = errors.New("security: concurrency limit reached")
+	ErrResourceExhausted = apierror.ErrBusy
 	// ErrGlobalLimit: the replica's global limit of in-flight RPCs is reached.
 	ErrGlobalLimit = fmt.Errorf("%w: replica at its in-flight RPC limit", ErrResourceExhausted)
 	// ErrClientLimit: the calling client's limit of in-flight RPCs is reached.

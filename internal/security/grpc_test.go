@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/execplane/execplane/pkg/apierror"
 )
 
 // grpcFixture is a gRPC server as the gateway will build it: NewServerCredentials over the
@@ -63,8 +65,8 @@ func newGRPCFixture(t *testing.T) *grpcFixture {
 			g.mu.Unlock()
 		})),
 		grpc.ConnectionTimeout(HandshakeTimeout),
-		grpc.ChainUnaryInterceptor(g.limiter.UnaryInterceptor(), record),
-		grpc.ChainStreamInterceptor(g.limiter.StreamInterceptor()),
+		grpc.ChainUnaryInterceptor(g.limiter.UnaryInterceptor(translate), record),
+		grpc.ChainStreamInterceptor(g.limiter.StreamInterceptor(translate)),
 	)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -125,7 +127,7 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason string, retryab
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			if info.Reason != reason || info.Domain != ErrorDomain || info.Metadata["retryable"] != map[bool]string{true: "true", false: "false"}[retryable] {
+			if info.Reason != reason || info.Domain != apierror.Domain || info.Metadata["retryable"] != map[bool]string{true: "true", false: "false"}[retryable] {
 				t.Fatalf("ErrorInfo = %v; want reason %s retryable %v", info, reason, retryable)
 			}
 			return
@@ -166,7 +168,7 @@ func TestAuthRemovedFromPolicyOpenConnection(t *testing.T) {
 	g.writeManifest()
 	g.h.set(g.mustLoad())
 
-	wantStatus(t, check(t, caller), codes.Unauthenticated, reasonUnauthenticated, false)
+	wantStatus(t, check(t, caller), codes.Unauthenticated, "UNAUTHENTICATED", false)
 	if err := check(t, admin); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +191,7 @@ func TestGRPCUnavailableWithoutBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.h.set(nil)
-	wantStatus(t, check(t, caller), codes.Unavailable, reasonUnavailable, true)
+	wantStatus(t, check(t, caller), codes.Unavailable, "UNAVAILABLE", true)
 	if s := g.limiter.Stats(); s.Unavailable != 1 {
 		t.Fatalf("limiter stats %+v", s)
 	}
@@ -227,7 +229,7 @@ func TestPeerAuthenticatorCertificateExpiredOnOpenConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.auth.now = func() time.Time { return time.Now().Add(30 * 24 * time.Hour) }
-	wantStatus(t, check(t, caller), codes.Unauthenticated, reasonUnauthenticated, false)
+	wantStatus(t, check(t, caller), codes.Unauthenticated, "UNAUTHENTICATED", false)
 }
 
 // TestAuthSlowHandshakeClosed: a client that connects and stalls (sends nothing, or half a

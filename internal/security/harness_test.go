@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/execplane/execplane/pkg/apierror"
 )
 
 // handshakeTimeout bounds every test handshake so a broken case fails instead of hanging.
@@ -148,3 +150,6 @@ func (a *authFixture) expectAccepted(t *testing.T, cert tls.Certificate) {
 		t.Fatalf("handshake refused (server %v, client %v)", serverErr, clientErr)
 	}
 }
+
+// translate answers the limiter's refusals as execplane's edges do.
+func translate(err error) error { return apierror.Status(err, "") }

@@ -11,7 +11,7 @@ import (
 
 // ClientIdentity is a client's identity: the single URI SAN of its certificate, in the
 // canonical form ParseClientIdentity accepts. Policies are keyed by it and matched by byte
-// equality, and grants carry its SHA-256 (grant.HashClient).
+// equality, and grants carry its SHA-256 (ident.ClientHash).
 type ClientIdentity string
 
 // String returns the identity's URI.

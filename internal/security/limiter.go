@@ -44,8 +44,8 @@ type LimiterStats struct {
 
 // NewRPCLimiter returns a limiter admitting at most globalMax calls in flight, and at most
 // clientMax per client identity, after auth authenticated the caller. Both limits are
-// 1..MaxLimiterCapacity and clientMax may not exceed globalMax. Refusals are turned into
-// gRPC status errors by Status.
+// 1..MaxLimiterCapacity and clientMax may not exceed globalMax. Refusals are plain errors
+// of the vocabulary (pkg/apierror); the server that uses the limiter translates them.
 func NewRPCLimiter(auth Authenticator, globalMax, clientMax int) (*RPCLimiter, error) {
 	var errs []error
 	if auth == nil {
@@ -68,13 +68,14 @@ func NewRPCLimiter(auth Authenticator, globalMax, clientMax int) (*RPCLimiter, e
 	}, nil
 }
 
-// UnaryInterceptor returns the interceptor admitting unary calls. The handler's context
-// carries the authenticated Client (ClientFromContext).
-func (l *RPCLimiter) UnaryInterceptor() grpc.UnaryServerInterceptor {
+// UnaryInterceptor returns the interceptor admitting unary calls; a refusal is answered as
+// translate makes it (apierror.Status at execplane's edges). The handler's context carries
+// the authenticated Client (ClientFromContext).
+func (l *RPCLimiter) UnaryInterceptor(translate func(error) error) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, release, err := l.Admit(ctx)
 		if err != nil {
-			return nil, Status(err)
+			return nil, translate(err)
 		}
 		defer release()
 		return handler(ctx, req)
@@ -83,11 +84,11 @@ func (l *RPCLimiter) UnaryInterceptor() grpc.UnaryServerInterceptor {
 
 // StreamInterceptor returns the interceptor admitting streaming calls; a stream holds its
 // reservation until the handler returns.
-func (l *RPCLimiter) StreamInterceptor() grpc.StreamServerInterceptor {
+func (l *RPCLimiter) StreamInterceptor(translate func(error) error) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, release, err := l.Admit(ss.Context())
 		if err != nil {
-			return Status(err)
+			return translate(err)
 		}
 		defer release()
 		return handler(srv, &clientStream{ServerStream: ss, ctx: ctx})

@@ -77,7 +77,7 @@ func hold(t *testing.T, l *RPCLimiter, b *blocker, id ClientIdentity, n int, wg 
 	t.Helper()
 	for range n {
 		wg.Go(func() {
-			if _, err := l.UnaryInterceptor()(as(id), nil, &grpc.UnaryServerInfo{}, b.handler); err != nil {
+			if _, err := l.UnaryInterceptor(translate)(as(id), nil, &grpc.UnaryServerInfo{}, b.handler); err != nil {
 				t.Errorf("held call refused: %v", err)
 			}
 		})
@@ -92,7 +92,7 @@ func hold(t *testing.T, l *RPCLimiter, b *blocker, id ClientIdentity, n int, wg 
 // call makes one unary call as ctx and returns its status code and how long it took.
 func call(l *RPCLimiter, ctx context.Context) (codes.Code, time.Duration) {
 	start := time.Now()
-	_, err := l.UnaryInterceptor()(ctx, nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) { return "ok", nil })
+	_, err := l.UnaryInterceptor(translate)(ctx, nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) { return "ok", nil })
 	return codeOf(err), time.Since(start)
 }
 
@@ -202,16 +202,16 @@ func TestLimiterUnavailable(t *testing.T) {
 	auth := newFakeAuth(idCaller)
 	auth.err = ErrUnavailable
 	l := mustLimiter(t, auth, 1, 1)
-	_, err := l.UnaryInterceptor()(as(idCaller), nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+	_, err := l.UnaryInterceptor(translate)(as(idCaller), nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
 		t.Fatal("the handler ran")
 		return nil, nil
 	})
-	wantStatus(t, err, codes.Unavailable, reasonUnavailable, true)
+	wantStatus(t, err, codes.Unavailable, "UNAVAILABLE", true)
 }
 
 func TestLimiterHandlerSeesClient(t *testing.T) {
 	l := mustLimiter(t, newFakeAuth(idCaller), 1, 1)
-	_, err := l.UnaryInterceptor()(as(idCaller), nil, &grpc.UnaryServerInfo{}, func(ctx context.Context, _ any) (any, error) {
+	_, err := l.UnaryInterceptor(translate)(as(idCaller), nil, &grpc.UnaryServerInfo{}, func(ctx context.Context, _ any) (any, error) {
 		c, ok := ClientFromContext(ctx)
 		if !ok || c.Identity != idCaller || !c.Policy.CanAttestOwner() {
 			t.Errorf("handler saw %+v, %v", c, ok)
@@ -235,7 +235,7 @@ func (s *fakeStream) Context() context.Context { return s.ctx }
 
 func TestLimiterStreamInterceptor(t *testing.T) {
 	l := mustLimiter(t, newFakeAuth(idCaller), 1, 1)
-	err := l.StreamInterceptor()(nil, &fakeStream{ctx: as(idCaller)}, &grpc.StreamServerInfo{}, func(_ any, ss grpc.ServerStream) error {
+	err := l.StreamInterceptor(translate)(nil, &fakeStream{ctx: as(idCaller)}, &grpc.StreamServerInfo{}, func(_ any, ss grpc.ServerStream) error {
 		if c, ok := ClientFromContext(ss.Context()); !ok || c.Identity != idCaller {
 			t.Errorf("stream handler saw %+v", c)
 		}
@@ -248,7 +248,7 @@ func TestLimiterStreamInterceptor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = l.StreamInterceptor()(nil, &fakeStream{ctx: context.Background()}, &grpc.StreamServerInfo{}, func(any, grpc.ServerStream) error {
+	err = l.StreamInterceptor(translate)(nil, &fakeStream{ctx: context.Background()}, &grpc.StreamServerInfo{}, func(any, grpc.ServerStream) error {
 		t.Fatal("the stream handler ran")
 		return nil
 	})
@@ -271,7 +271,7 @@ func TestLimiterConcurrent(t *testing.T) {
 		wg.Go(func() {
 			i := g % len(ids)
 			for range 200 {
-				_, _ = l.UnaryInterceptor()(as(ids[i]), nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+				_, _ = l.UnaryInterceptor(translate)(as(ids[i]), nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
 					if inFlight.Add(1) > global || perID[i].Add(1) > perClient {
 						violations.Add(1)
 					}

@@ -6,16 +6,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/internal/logging"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/execplane/execplane/internal/security/highwater"
+	"github.com/execplane/execplane/internal/logging"
+
 	"github.com/hashicorp/go-hclog"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/execplane/execplane/internal/security/highwater"
 )
 
 // Manager timing.

@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/pkg/problem"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 
 	"github.com/execplane/execplane/pkg/grant"
 )

@@ -11,9 +11,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/pkg/problem"
 	"slices"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 )
 
 // PEM block types.

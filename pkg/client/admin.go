@@ -3,8 +3,9 @@ package client
 import (
 	"context"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/grpc"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // Preconditions are exact expectations about an environment's current state for an

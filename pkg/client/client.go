@@ -12,11 +12,12 @@ import (
 	"sync"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 // Defaults of Config.

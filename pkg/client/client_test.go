@@ -3,13 +3,13 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +17,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/execplane/execplane/pkg/apierror"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 // fakeGateway answers from a script: a narrow stand-in for the gateway's wire behaviour
@@ -107,7 +111,7 @@ func (f *fakeGateway) StartCommand(ctx context.Context, _ *executionv1.StartComm
 
 // answer is a status as the gateway's edge builds it.
 func answer(code codes.Code, reason string, retryable bool) error {
-	st, _ := status.New(code, "scripted").WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain,
+	st, _ := status.New(code, "scripted").WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: apierror.Domain,
 		Metadata: map[string]string{"retryable": map[bool]string{true: "true", false: "false"}[retryable]}})
 	return st.Err()
 }
@@ -309,5 +313,52 @@ func TestRenewalEndsWithTheClient(t *testing.T) {
 	case <-run.done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the renewal goroutine outlived its client")
+	}
+}
+
+// sdkClass is the SDK's named class for each class of the server's vocabulary.
+var sdkClass = map[*apierror.Error]error{
+	apierror.ErrInvalidArgument: ErrInvalidArgument, apierror.ErrUnauthenticated: ErrUnauthenticated,
+	apierror.ErrGrantInvalid: ErrGrantInvalid, apierror.ErrPermissionDenied: ErrPermissionDenied,
+	apierror.ErrPathEscape: ErrPathEscape, apierror.ErrNotFound: ErrNotFound, apierror.ErrAlreadyExists: ErrAlreadyExists,
+	apierror.ErrConflict: ErrConflict, apierror.ErrStaleEpoch: ErrStaleEpoch, apierror.ErrRevoked: ErrRevoked,
+	apierror.ErrVersionMismatch: ErrVersionMismatch, apierror.ErrOperationIDReused: ErrOperationIDReused,
+	apierror.ErrRunClaimHeld: ErrRunClaimHeld, apierror.ErrPreconditionMismatch: ErrPreconditionFailed,
+	apierror.ErrProfileMismatch: ErrPreconditionFailed, apierror.ErrFenced: ErrFenced, apierror.ErrNotReady: ErrNotReady,
+	apierror.ErrWrongType: ErrWrongType, apierror.ErrLimitExceeded: ErrExhausted, apierror.ErrBusy: ErrExhausted,
+	apierror.ErrUnavailable: ErrUnavailable, apierror.ErrExecutorUnreachable: ErrUnavailable,
+	apierror.ErrOutcomeUnknown: ErrOutcomeUnknown, apierror.ErrUnimplemented: ErrUnimplemented, apierror.ErrInternal: ErrInternal,
+}
+
+// TestEveryReasonRoundTrips: every class of the server's vocabulary, answered as the edge
+// answers it (apierror.Status), reaches an SDK caller with its code, reason and retryable
+// flag, matches its own class and the SDK's named one with errors.Is, and no other reason.
+func TestEveryReasonRoundTrips(t *testing.T) {
+	for _, class := range apierror.Vocabulary() {
+		t.Run(apierror.ReasonName(class.Reason())+"/"+class.Code().String(), func(t *testing.T) {
+			sent := apierror.Status(fmt.Errorf("%w: detail", class), "rid")
+			c, _ := start(t, map[string][]error{"Attach": {sent, sent, sent, sent}})
+			_, err := c.Attach(t.Context(), AttachRequest{Owner: Owner{Issuer: "i", Subject: "s"}, BindingID: "b", ID: "env-1", Revision: testEnv.Ref.Revision})
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("not an *Error: %v", err)
+			}
+			want := Error{Code: class.Code(), Reason: apierror.ReasonName(class.Reason()), Retryable: class.Retryable(), Message: status.Convert(sent).Message(), RequestID: "req-1"}
+			if diff := cmp.Diff(want, *e); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			named, ok := sdkClass[class]
+			if !ok {
+				t.Fatalf("no SDK class for %v", class)
+			}
+			if !errors.Is(err, class) || !errors.Is(err, named) {
+				t.Errorf("errors.Is: own class %v, SDK class %v", errors.Is(err, class), errors.Is(err, named))
+			}
+			for _, other := range apierror.Vocabulary() {
+				if other.Reason() != class.Reason() && errors.Is(err, other) {
+					t.Errorf("also matches %v", other)
+				}
+			}
+		})
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"slices"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // commandGrace is how much longer than the command's timeout Run lets its call take when ctx

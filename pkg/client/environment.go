@@ -6,10 +6,13 @@ import (
 	"sync"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/pkg/apierror"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // Polling of WaitReady: quick at first (a warm cluster is ready in about a second), then
@@ -181,9 +184,9 @@ func (e *Environment) WaitReady(ctx context.Context) error {
 		case st.GetReady():
 			return nil
 		case st.GetFenceState() == executionv1.FenceState_FENCE_STATE_FENCE_UNKNOWN:
-			return &Error{Code: codes.FailedPrecondition, Reason: "FENCED", Message: "the environment is fenced: " + st.GetMessage()}
+			return &Error{Code: codes.FailedPrecondition, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_FENCED), Message: "the environment is fenced: " + st.GetMessage()}
 		case isTerminal(st.GetLifecycle()):
-			return &Error{Code: codes.FailedPrecondition, Reason: "NOT_READY", Message: fmt.Sprintf("the environment is %s", st.GetLifecycle())}
+			return &Error{Code: codes.FailedPrecondition, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_NOT_READY), Message: fmt.Sprintf("the environment is %s", st.GetLifecycle())}
 		}
 		t := time.NewTimer(wait)
 		select {

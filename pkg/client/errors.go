@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-)
 
-// errorDomain is the ErrorInfo domain of execplane's answers.
-const errorDomain = "execplane.dev"
+	"github.com/execplane/execplane/pkg/apierror"
+)
 
 // Error is an answer of the execplane API that is not success.
 type Error struct {
@@ -46,7 +46,8 @@ func (e *Error) Error() string {
 // GRPCStatus lets status.FromError see the original status.
 func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
 
-// Is matches the package's sentinel errors by code and, for the finer ones, reason.
+// Is matches the package's sentinel errors by code and, for the finer ones, reason; and the
+// classes of pkg/apierror (the server's vocabulary) by their code and reason.
 // A DEADLINE_EXCEEDED or CANCELLED answer also matches context.DeadlineExceeded or
 // context.Canceled.
 func (e *Error) Is(target error) bool {
@@ -56,6 +57,9 @@ func (e *Error) Is(target error) bool {
 	case context.Canceled:
 		return e.Code == codes.Canceled
 	}
+	if class, ok := target.(*apierror.Error); ok {
+		return class.Matches(e.Code, e.Reason)
+	}
 	k, ok := target.(*kind)
 	return ok && k.match(e)
 }
@@ -64,14 +68,14 @@ func (e *Error) Is(target error) bool {
 type kind struct {
 	name   string
 	codes  []codes.Code
-	reason string // "" matches any reason of the codes
+	reason executionv1.ErrorReason // UNSPECIFIED matches any reason of the codes
 }
 
 func (k *kind) Error() string { return "execplane: " + k.name }
 
 func (k *kind) match(e *Error) bool {
 	for _, c := range k.codes {
-		if c == e.Code && (k.reason == "" || k.reason == e.Reason) {
+		if c == e.Code && (k.reason == executionv1.ErrorReason_ERROR_REASON_UNSPECIFIED || apierror.ReasonName(k.reason) == e.Reason) {
 			return true
 		}
 	}
@@ -83,25 +87,25 @@ func (k *kind) match(e *Error) bool {
 var (
 	ErrInvalidArgument  error = &kind{name: "invalid argument", codes: []codes.Code{codes.InvalidArgument}}
 	ErrUnauthenticated  error = &kind{name: "unauthenticated", codes: []codes.Code{codes.Unauthenticated}}
-	ErrGrantInvalid     error = &kind{name: "grant invalid", codes: []codes.Code{codes.Unauthenticated}, reason: "GRANT_INVALID"}
+	ErrGrantInvalid     error = &kind{name: "grant invalid", codes: []codes.Code{codes.Unauthenticated}, reason: executionv1.ErrorReason_ERROR_REASON_GRANT_INVALID}
 	ErrPermissionDenied error = &kind{name: "permission denied", codes: []codes.Code{codes.PermissionDenied}}
-	ErrPathEscape       error = &kind{name: "path escapes the workspace", codes: []codes.Code{codes.PermissionDenied}, reason: "PATH_ESCAPE"}
+	ErrPathEscape       error = &kind{name: "path escapes the workspace", codes: []codes.Code{codes.PermissionDenied}, reason: executionv1.ErrorReason_ERROR_REASON_PATH_ESCAPE}
 	// ErrNotFound: absent, or not yours (the two are indistinguishable by design).
 	ErrNotFound      error = &kind{name: "not found", codes: []codes.Code{codes.NotFound}}
 	ErrAlreadyExists error = &kind{name: "already exists", codes: []codes.Code{codes.AlreadyExists}}
 	// ErrConflict: any ABORTED answer — a compare-and-swap lost, a stale epoch, a revoked
 	// grant, a version mismatch, a precondition mismatch, a run claim held by another.
 	ErrConflict           error = &kind{name: "conflict", codes: []codes.Code{codes.Aborted}}
-	ErrStaleEpoch         error = &kind{name: "stale epoch", codes: []codes.Code{codes.Aborted}, reason: "STALE_EPOCH"}
-	ErrRevoked            error = &kind{name: "revoked", codes: []codes.Code{codes.Aborted}, reason: "REVOKED"}
-	ErrVersionMismatch    error = &kind{name: "version mismatch", codes: []codes.Code{codes.Aborted}, reason: "VERSION_MISMATCH"}
-	ErrRunClaimHeld       error = &kind{name: "run claim held", codes: []codes.Code{codes.Aborted}, reason: "RUN_CLAIM_HELD"}
-	ErrOperationIDReused  error = &kind{name: "operation id reused", codes: []codes.Code{codes.Aborted}, reason: "OPERATION_ID_REUSED"}
-	ErrPreconditionFailed error = &kind{name: "precondition mismatch", codes: []codes.Code{codes.Aborted, codes.FailedPrecondition}, reason: "PRECONDITION_MISMATCH"}
+	ErrStaleEpoch         error = &kind{name: "stale epoch", codes: []codes.Code{codes.Aborted}, reason: executionv1.ErrorReason_ERROR_REASON_STALE_EPOCH}
+	ErrRevoked            error = &kind{name: "revoked", codes: []codes.Code{codes.Aborted}, reason: executionv1.ErrorReason_ERROR_REASON_REVOKED}
+	ErrVersionMismatch    error = &kind{name: "version mismatch", codes: []codes.Code{codes.Aborted}, reason: executionv1.ErrorReason_ERROR_REASON_VERSION_MISMATCH}
+	ErrRunClaimHeld       error = &kind{name: "run claim held", codes: []codes.Code{codes.Aborted}, reason: executionv1.ErrorReason_ERROR_REASON_RUN_CLAIM_HELD}
+	ErrOperationIDReused  error = &kind{name: "operation id reused", codes: []codes.Code{codes.Aborted}, reason: executionv1.ErrorReason_ERROR_REASON_OPERATION_ID_REUSED}
+	ErrPreconditionFailed error = &kind{name: "precondition mismatch", codes: []codes.Code{codes.Aborted, codes.FailedPrecondition}, reason: executionv1.ErrorReason_ERROR_REASON_PRECONDITION_MISMATCH}
 	// ErrFenced: the environment's last outcome is unproven; an administrator must recover it.
-	ErrFenced    error = &kind{name: "fenced", codes: []codes.Code{codes.FailedPrecondition}, reason: "FENCED"}
-	ErrNotReady  error = &kind{name: "not ready", codes: []codes.Code{codes.FailedPrecondition}, reason: "NOT_READY"}
-	ErrWrongType error = &kind{name: "wrong file type", codes: []codes.Code{codes.FailedPrecondition}, reason: "WRONG_TYPE"}
+	ErrFenced    error = &kind{name: "fenced", codes: []codes.Code{codes.FailedPrecondition}, reason: executionv1.ErrorReason_ERROR_REASON_FENCED}
+	ErrNotReady  error = &kind{name: "not ready", codes: []codes.Code{codes.FailedPrecondition}, reason: executionv1.ErrorReason_ERROR_REASON_NOT_READY}
+	ErrWrongType error = &kind{name: "wrong file type", codes: []codes.Code{codes.FailedPrecondition}, reason: executionv1.ErrorReason_ERROR_REASON_WRONG_TYPE}
 	// ErrExhausted: a rate, concurrency, size or capacity limit.
 	ErrExhausted error = &kind{name: "limit exceeded", codes: []codes.Code{codes.ResourceExhausted}}
 	// ErrUnavailable: the gateway, its security material or the controller leader is
@@ -110,7 +114,7 @@ var (
 	// ErrOutcomeUnknown: the executor connection broke after the request was sent; a command
 	// may have run. Never retried.
 	// Also a write or command whose call ended on the caller's side (deadline, cancel).
-	ErrOutcomeUnknown error = &kind{name: "outcome unknown", codes: []codes.Code{codes.Unknown, codes.DeadlineExceeded, codes.Canceled}, reason: "OUTCOME_UNKNOWN"}
+	ErrOutcomeUnknown error = &kind{name: "outcome unknown", codes: []codes.Code{codes.Unknown, codes.DeadlineExceeded, codes.Canceled}, reason: executionv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN}
 	ErrUnimplemented  error = &kind{name: "unimplemented", codes: []codes.Code{codes.Unimplemented}}
 	ErrInternal       error = &kind{name: "internal", codes: []codes.Code{codes.Internal}}
 )
@@ -129,12 +133,5 @@ func asError(err error, requestID string) error {
 	if !ok {
 		return err
 	}
-	e = &Error{Code: st.Code(), Message: st.Message(), RequestID: requestID}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
-			e.Reason = info.GetReason()
-			e.Retryable = info.GetMetadata()["retryable"] == "true"
-		}
-	}
-	return e
+	return &Error{Code: st.Code(), Message: st.Message(), RequestID: requestID, Reason: apierror.Reason(err), Retryable: apierror.Retryable(err)}
 }

@@ -9,9 +9,12 @@ import (
 	"iter"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/pkg/apierror"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // listPageSize is the page size List asks for (the server allows 1..1000).
@@ -95,7 +98,7 @@ func (r *Run) ReadFileTo(ctx context.Context, path string, w io.Writer) (int64, 
 			return n, err
 		}
 		if n > 0 && c.Info.Version != version {
-			return n, &Error{Code: codes.Aborted, Reason: "VERSION_MISMATCH", Message: fmt.Sprintf("%s changed while it was read", path)}
+			return n, &Error{Code: codes.Aborted, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_VERSION_MISMATCH), Message: fmt.Sprintf("%s changed while it was read", path)}
 		}
 		version = c.Info.Version
 		m, err := w.Write(c.Content)
@@ -156,9 +159,15 @@ func (r *Run) Stat(ctx context.Context, path string) (FileInfo, error) {
 	return fileInfo(res.GetStat().GetInfo()), nil
 }
 
-// List iterates over a directory's entries sorted by name, fetching pages as it goes. An
-// error ends the iteration (yielded once).
+// WorkspaceRoot is the path that names the workspace root (execution.v1 conventions).
+const WorkspaceRoot = "."
+
+// List iterates over a directory's entries sorted by name, fetching pages as it goes; ""
+// lists the workspace root ("."). An error ends the iteration (yielded once).
 func (r *Run) List(ctx context.Context, dir string) iter.Seq2[FileInfo, error] {
+	if dir == "" {
+		dir = WorkspaceRoot
+	}
 	return func(yield func(FileInfo, error) bool) {
 		var token []byte
 		for {

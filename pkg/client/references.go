@@ -4,8 +4,9 @@ import (
 	"context"
 	"iter"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/grpc"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // withEnvironment is every reference RPC's response.

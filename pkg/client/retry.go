@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/execplane/execplane/pkg/apierror"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -64,7 +67,7 @@ func call[T any](ctx context.Context, c *Client, s safety, f func(context.Contex
 		if e, ok := err.(*Error); ok && s == serverSaysSo && e.Reason == "" && (e.Code == codes.DeadlineExceeded || e.Code == codes.Canceled) {
 			// The call ended on this side while the gateway may have been writing or running:
 			// what happened is unknown, and a blind retry could do it twice.
-			e.Reason = "OUTCOME_UNKNOWN"
+			e.Reason = apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN)
 		}
 		if attempt >= c.retry.attempts || !retryable(err, s) || ctx.Err() != nil {
 			return zero, err

@@ -6,11 +6,12 @@ import (
 	"sync"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // Bounds of a run claim's TTL (the server's): renewal runs at a third of it, so two

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // The Grants cases of ADVERSARIAL.md about binding claims: revocation, epochs, and grants
@@ -75,7 +77,7 @@ func TestStaleEpochAfterReplace(t *testing.T) {
 func TestGrantForOtherEnvironment(t *testing.T) {
 	runBindingCases(t, []bindingCase{
 		{"environment Y", func(w *RunBinding) {
-			w.Environment = EnvironmentRef{Name: "env-y", UID: "5d1c0a7e-0000-4000-8000-000000000001"}
+			w.Environment = ident.EnvironmentRef{Name: "env-y", UID: "5d1c0a7e-0000-4000-8000-000000000001"}
 		}, ErrMismatch, ClaimEnvironmentName, false},
 		{"Y's name with X's UID", func(w *RunBinding) { w.Environment.Name = "env-y" }, ErrMismatch, ClaimEnvironmentName, false},
 		{"X's name with Y's UID", func(w *RunBinding) {
@@ -95,7 +97,7 @@ func TestGrantForOtherClientsEnvironment(t *testing.T) {
 		{"other client", func(w *RunBinding) { w.Client = "spiffe://example.org/ci-scheduler" }, ErrMismatch, ClaimClient, false},
 		{"client differing in case", func(w *RunBinding) { w.Client = strings.ToUpper(w.Client) }, ErrMismatch, ClaimClient, false},
 		{"client with a trailing slash", func(w *RunBinding) { w.Client += "/" }, ErrMismatch, ClaimClient, false},
-		{"client presents the hash itself", func(w *RunBinding) { w.Client = HashClient(w.Client) }, ErrMismatch, ClaimClient, false},
+		{"client presents the hash itself", func(w *RunBinding) { w.Client = ident.ClientHash(w.Client) }, ErrMismatch, ClaimClient, false},
 		{"no client", func(w *RunBinding) { w.Client = "" }, ErrMismatch, ClaimClient, false},
 		{"other owner", func(w *RunBinding) { w.OwnerHash = strings.Repeat("cd", 32) }, ErrMismatch, ClaimOwner, false},
 		{"no owner", func(w *RunBinding) { w.OwnerHash = "" }, ErrMismatch, ClaimOwner, false},

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // The Grants cases of ADVERSARIAL.md about the token as a string and its header: size,
@@ -225,7 +227,7 @@ func TestErrorMessagesNeverQuoteTokens(t *testing.T) {
 	want := testRunBinding()
 	want.Environment.UID = "5d1c0a7e-0000-4000-8000-000000000001"
 	_, err := f.verifier.VerifyRun(token, want)
-	for _, value := range []string{want.Environment.UID, testEnvBinding().Environment.UID, want.Client, HashClient(want.Client), want.OwnerHash} {
+	for _, value := range []string{want.Environment.UID, testEnvBinding().Environment.UID, want.Client, ident.ClientHash(want.Client), want.OwnerHash} {
 		if strings.Contains(err.Error(), value) {
 			t.Fatalf("error %q quotes a claim value", err)
 		}

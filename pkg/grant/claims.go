@@ -1,12 +1,12 @@
 package grant
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // Purpose is the kind of a grant. A grant of one purpose never verifies as the other.
@@ -22,15 +22,6 @@ const (
 	PurposeRun Purpose = "run"
 )
 
-// EnvironmentRef names one incarnation of an environment: a re-created environment of the
-// same name has another UID, and grants of the old one do not verify against it.
-type EnvironmentRef struct {
-	// Name is the ExecutionEnvironment's name, a DNS-1123 label.
-	Name string
-	// UID is the resource UID, a canonical lowercase UUID.
-	UID string
-}
-
 // EnvironmentBinding is what an environment grant binds. For signing it is the binding
 // being attested; for verifying it is the expectation: the authenticated caller, the request
 // and the environment as currently observed.
@@ -43,7 +34,7 @@ type EnvironmentBinding struct {
 	// BindingID is the binding that holds the reference.
 	BindingID string
 	// Environment is the environment incarnation (name and UID).
-	Environment EnvironmentRef
+	Environment ident.EnvironmentRef
 	// GrantGeneration is the environment's grant generation: at signing, the generation the
 	// grant is issued under; at verification, the current one. RevokeEnvironment increments
 	// it, and every grant issued under an older generation is dead (DESIGN.md §2).
@@ -76,13 +67,6 @@ type claims struct {
 	Epoch           uint64  `json:"epoch,omitempty"`
 	RunID           string  `json:"run_id,omitempty"`
 	ClaimID         string  `json:"claim_id,omitempty"`
-}
-
-// HashClient returns the lowercase hex SHA-256 of a client identity, the form in which
-// grants carry it: a fixed 64 bytes whatever the URI's length, so tokens stay bounded.
-func HashClient(client string) string {
-	sum := sha256.Sum256([]byte(client))
-	return hex.EncodeToString(sum[:])
 }
 
 // Validate reports every problem with b as a binding to sign, wrapping ErrInvalidInput. The
@@ -126,7 +110,7 @@ func (r RunBinding) Validate() error {
 
 // setEnvironment fills the binding claims of c from b.
 func (c *claims) setEnvironment(b EnvironmentBinding) {
-	c.ClientHash = HashClient(b.Client)
+	c.ClientHash = ident.ClientHash(b.Client)
 	c.OwnerHash = b.OwnerHash
 	c.BindingID = b.BindingID
 	c.EnvironmentName = b.Environment.Name
@@ -138,7 +122,7 @@ func (c *claims) setEnvironment(b EnvironmentBinding) {
 // (client, owner, binding) and for which environment incarnation (name, UID).
 func (c *claims) checkEnvironment(want EnvironmentBinding) error {
 	switch {
-	case c.ClientHash != HashClient(want.Client):
+	case c.ClientHash != ident.ClientHash(want.Client):
 		return &MismatchError{Claim: ClaimClient}
 	case c.OwnerHash != want.OwnerHash:
 		return &MismatchError{Claim: ClaimOwner}

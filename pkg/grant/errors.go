@@ -1,49 +1,58 @@
 package grant
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/execplane/execplane/pkg/apierror"
+)
 
 // Verification errors. Verify returns exactly one of them (possibly wrapped with a short,
 // token-free explanation), chosen by the precedence documented on Verifier.VerifyRun; test
 // with errors.Is. None of their messages ever contains a token, a key or a claim value.
+// Each wraps its class of the API's vocabulary (pkg/apierror): ErrRevoked, ErrStaleEpoch and
+// ErrNotObserved their own, every other one apierror.ErrGrantInvalid: one reason for every
+// bad grant, and a message naming the check that refused it (never a claim's value, and
+// nothing of the claims of a token whose signature did not verify).
 var (
 	// ErrOversized: the token is longer than MaxTokenBytes. Nothing of it was decoded.
-	ErrOversized = errors.New("grant: token too large")
+	ErrOversized = fmt.Errorf("%w: token too large", apierror.ErrGrantInvalid)
 	// ErrMalformed: the token is not a compact JWS of base64url segments carrying JSON, or a
 	// required claim (exp, iat, jti, purpose, a binding claim) is missing or ill-typed.
-	ErrMalformed = errors.New("grant: malformed token")
+	ErrMalformed = fmt.Errorf("%w: malformed token", apierror.ErrGrantInvalid)
 	// ErrBadAlgorithm: the header names no algorithm or one other than EdDSA ("none" in any
 	// casing, HMAC, RSA, ECDSA, ...).
-	ErrBadAlgorithm = errors.New("grant: algorithm not allowed")
+	ErrBadAlgorithm = fmt.Errorf("%w: algorithm not allowed", apierror.ErrGrantInvalid)
 	// ErrUnknownKey: the header's kid is missing, ill-formed, not in the key set, or names a
 	// key outside its verification window.
-	ErrUnknownKey = errors.New("grant: unknown signing key")
+	ErrUnknownKey = fmt.Errorf("%w: unknown signing key", apierror.ErrGrantInvalid)
 	// ErrBadSignature: the signature does not verify under the key the kid names.
-	ErrBadSignature = errors.New("grant: bad signature")
+	ErrBadSignature = fmt.Errorf("%w: bad signature", apierror.ErrGrantInvalid)
 	// ErrWrongIssuer: the iss claim is missing or not the expected issuer.
-	ErrWrongIssuer = errors.New("grant: wrong issuer")
+	ErrWrongIssuer = fmt.Errorf("%w: wrong issuer", apierror.ErrGrantInvalid)
 	// ErrWrongAudience: the aud claim is missing or is not exactly the expected audience.
-	ErrWrongAudience = errors.New("grant: wrong audience")
+	ErrWrongAudience = fmt.Errorf("%w: wrong audience", apierror.ErrGrantInvalid)
 	// ErrLifetimeExceeded: exp - iat is above the verifier's lifetime ceiling.
-	ErrLifetimeExceeded = errors.New("grant: lifetime above ceiling")
+	ErrLifetimeExceeded = fmt.Errorf("%w: lifetime above ceiling", apierror.ErrGrantInvalid)
 	// ErrExpired: exp is in the past (beyond the leeway).
-	ErrExpired = errors.New("grant: expired")
+	ErrExpired = fmt.Errorf("%w: expired", apierror.ErrGrantInvalid)
 	// ErrNotYetValid: nbf or iat is in the future (beyond the leeway).
-	ErrNotYetValid = errors.New("grant: not yet valid")
+	ErrNotYetValid = fmt.Errorf("%w: not yet valid", apierror.ErrGrantInvalid)
 	// ErrWrongPurpose: an environment grant where a run grant is required, or the reverse.
-	ErrWrongPurpose = errors.New("grant: wrong purpose")
+	ErrWrongPurpose = fmt.Errorf("%w: wrong purpose", apierror.ErrGrantInvalid)
 	// ErrMismatch: a binding claim differs from the expectation (client, owner, binding,
 	// environment name or UID, run or claim id). The wrapped *MismatchError names the claim.
-	ErrMismatch = errors.New("grant: binding mismatch")
+	ErrMismatch = fmt.Errorf("%w: binding mismatch", apierror.ErrGrantInvalid)
 	// ErrRevoked: the grant's generation is older than the environment's: RevokeEnvironment
 	// ran after it was issued.
-	ErrRevoked = errors.New("grant: revoked")
+	ErrRevoked = fmt.Errorf("%w: the grant was issued before the revocation", apierror.ErrRevoked)
 	// ErrStaleEpoch: the run grant's epoch is older than the environment's: another
 	// AcquireRun or a completed replacement fenced it.
-	ErrStaleEpoch = errors.New("grant: stale epoch")
+	ErrStaleEpoch = fmt.Errorf("%w: the grant's epoch was superseded", apierror.ErrStaleEpoch)
 	// ErrNotObserved: the grant's epoch or generation is newer than the environment state
 	// the caller compared it with. The grant is authentic; the caller's view (an informer
 	// cache) lags behind the controller. Refuse, and let the client retry.
-	ErrNotObserved = errors.New("grant: newer than the observed environment")
+	ErrNotObserved = fmt.Errorf("%w: the grant is newer than the observed environment", apierror.ErrUnavailable)
 )
 
 // Errors of construction and signing.
@@ -88,7 +97,7 @@ type MismatchError struct {
 }
 
 // Error names the claim, never its values.
-func (e *MismatchError) Error() string { return "grant: binding mismatch: " + string(e.Claim) }
+func (e *MismatchError) Error() string { return ErrMismatch.Error() + ": " + string(e.Claim) }
 
-// Is makes errors.Is(err, ErrMismatch) hold.
-func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+// Unwrap makes errors.Is(err, ErrMismatch) (and so apierror.ErrGrantInvalid) hold.
+func (e *MismatchError) Unwrap() error { return ErrMismatch }

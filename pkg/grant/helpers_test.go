@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // Shared fixtures. Tokens that the library would refuse to produce (alg none, hostile kids,
@@ -49,7 +51,7 @@ func testEnvBinding() EnvironmentBinding {
 		Client:          "spiffe://example.org/agent-orchestrator",
 		OwnerHash:       strings.Repeat("ab", 32),
 		BindingID:       "conversation:42",
-		Environment:     EnvironmentRef{Name: "env-x", UID: "0b6f5c1e-7d9a-4c1b-9e2f-3a4b5c6d7e8f"},
+		Environment:     ident.EnvironmentRef{Name: "env-x", UID: "0b6f5c1e-7d9a-4c1b-9e2f-3a4b5c6d7e8f"},
 		GrantGeneration: 3,
 	}
 }
@@ -157,7 +159,7 @@ func runClaims() map[string]any {
 		"exp":              t0.Add(testLifetime).Unix(),
 		"jti":              "hand-made",
 		"purpose":          string(PurposeRun),
-		"client_hash":      HashClient(b.Client),
+		"client_hash":      ident.ClientHash(b.Client),
 		"owner_hash":       b.OwnerHash,
 		"binding_id":       b.BindingID,
 		"env_name":         b.Environment.Name,

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 func TestNewSignerRefusesUnsafeConfig(t *testing.T) {
@@ -216,7 +218,7 @@ func TestMaximalGrantFits(t *testing.T) {
 			Client:          long(MaxClientBytes),
 			OwnerHash:       strings.Repeat("f", HashHexBytes),
 			BindingID:       long(MaxIdentifierBytes),
-			Environment:     EnvironmentRef{Name: long(MaxEnvironmentNameBytes), UID: "ffffffff-ffff-ffff-ffff-ffffffffffff"},
+			Environment:     ident.EnvironmentRef{Name: long(MaxEnvironmentNameBytes), UID: "ffffffff-ffff-ffff-ffff-ffffffffffff"},
 			GrantGeneration: ^uint64(0),
 		},
 		Epoch:   ^uint64(0),

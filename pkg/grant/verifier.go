@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // allowedMethods pins the one algorithm grants are signed with. Everything else, "none" in
@@ -65,7 +67,7 @@ type Subject struct {
 	// BindingID is the binding the grant names.
 	BindingID string
 	// Environment is the environment incarnation the grant names.
-	Environment EnvironmentRef
+	Environment ident.EnvironmentRef
 	// RunID is empty for environment grants.
 	RunID string
 }
@@ -231,7 +233,7 @@ func (v *Verifier) verify(token string, purpose Purpose, expect func(Subject) (R
 	want, err := expect(Subject{
 		Purpose:     c.Purpose,
 		BindingID:   c.BindingID,
-		Environment: EnvironmentRef{Name: c.EnvironmentName, UID: c.EnvironmentUID},
+		Environment: ident.EnvironmentRef{Name: c.EnvironmentName, UID: c.EnvironmentUID},
 		RunID:       c.RunID,
 	})
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package ident checks the API's identifier forms (docs/api.md, "Identifiers") with
 // hand-written loops: they run on untrusted input before any lookup, and a loop is
 // obviously linear and allocation-free. pkg/grant and pkg/store share them, so a value one
-// accepts the other accepts too.
+// accepts the other accepts too. ref.go adds the one EnvironmentRef type and the client hash
+// that environments and grants both carry.
 package ident
 
 // Bounds of the forms.

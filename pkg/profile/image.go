@@ -1,9 +1,10 @@
 package profile
 
 import (
-	"github.com/execplane/execplane/pkg/problem"
 	"regexp"
 	"strings"
+
+	"github.com/execplane/execplane/pkg/problem"
 )
 
 // maxImageNameBytes is the distribution specification's limit on a repository name

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/pkg/problem"
 	"io"
 	"os"
 	"reflect"
@@ -13,9 +12,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/execplane/execplane/pkg/strictyaml"
+	"github.com/execplane/execplane/pkg/problem"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/execplane/execplane/pkg/strictyaml"
 )
 
 // MaxProfilesFileBytes bounds the profiles file. It is checked before any decoding so that a

@@ -2,13 +2,14 @@ package profile
 
 import (
 	"errors"
-	"github.com/execplane/execplane/pkg/problem"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 
 	"sigs.k8s.io/yaml"
 )

@@ -2,8 +2,9 @@ package profile
 
 import (
 	"errors"
-	"github.com/execplane/execplane/pkg/problem"
 	"strconv"
+
+	"github.com/execplane/execplane/pkg/problem"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )

@@ -3,11 +3,12 @@ package profile
 import (
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/pkg/problem"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )

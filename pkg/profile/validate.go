@@ -2,12 +2,13 @@ package profile
 
 import (
 	"fmt"
-	"github.com/execplane/execplane/pkg/problem"
 	"math"
 	"path"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"

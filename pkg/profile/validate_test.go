@@ -2,10 +2,11 @@ package profile
 
 import (
 	"errors"
-	"github.com/execplane/execplane/pkg/problem"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execplane/execplane/pkg/problem"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"

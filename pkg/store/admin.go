@@ -6,8 +6,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/execplane/execplane/pkg/apierror"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
 )
 
 // Proof reason recorded when an administrator recovers a fenced environment.
@@ -46,10 +49,10 @@ func (s *Store) admin(ctx context.Context, in AdminInput, call adminCall) (*Resu
 	if c.err != nil {
 		return nil, c.err
 	}
-	if !in.Caller.Policy.Administrator {
-		return nil, fmt.Errorf("%w: administrative operation", ErrPermissionDenied)
+	if !in.Caller.Capabilities.Administrator {
+		return nil, fmt.Errorf("%w: administrative operation", apierror.ErrPermissionDenied)
 	}
-	args := append([]string{string(in.Caller.Client), in.Environment.UID, in.Reason, optU64(p.Epoch), optStr(p.PodUID), optStr(p.PVCUID), optU64(p.GrantGeneration)}, call.extra...)
+	args := append([]string{in.Caller.Client, in.Environment.UID, in.Reason, optU64(p.Epoch), optStr(p.PodUID), optStr(p.PVCUID), optU64(p.GrantGeneration)}, call.extra...)
 	return s.mutate(ctx, mutation{
 		op: call.op, id: in.OperationID, name: in.Environment.Name, args: args,
 		visible: administered(in.Caller, in.Environment),
@@ -180,8 +183,8 @@ func (s *Store) Retire(ctx context.Context, in AdminInput) (*Result, error) {
 			if env.Status.NeverHadExecutor() {
 				return false, notReady("the first executor is still being provisioned")
 			}
-			if run := env.Status.ActiveRun; run != nil && !claimExpired(run, now.Time) {
-				return false, ErrRunClaimHeld
+			if run := env.Status.ActiveRun; run != nil && !authority.ClaimExpired(run, now.Time) {
+				return false, apierror.ErrRunClaimHeld
 			}
 			env.Status.ActiveRun = nil
 			startOperation(env, executionv1alpha1.LifecycleRetire, in, now)
@@ -196,7 +199,7 @@ func (s *Store) ReplaceExecutor(ctx context.Context, in AdminInput) (*Result, er
 	return s.admin(ctx, in, adminCall{op: "ReplaceExecutor", required: []string{"epoch", "pod_uid"},
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, _ *Result) (bool, error) {
 			if env.Status.FenceState == executionv1alpha1.FenceUnknown {
-				return false, ErrFenced
+				return false, apierror.ErrFenced
 			}
 			if err := idle(env); err != nil {
 				return false, err

@@ -6,9 +6,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/execplane/execplane/pkg/store"
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/store"
 )
 
 // A thousand concurrent Ensure calls for one binding, each with its own operation id,
@@ -57,7 +60,7 @@ func TestThousandConcurrentEnsuresCreateOne(t *testing.T) {
 }
 
 // Many bindings racing for the last slots of a profile: exactly the capacity is created,
-// the rest are refused with ErrLimitExceeded and leave nothing behind.
+// the rest are refused with apierror.ErrLimitExceeded and leave nothing behind.
 func TestCapacityIsExactUnderRace(t *testing.T) {
 	const capacity, racers = 3, 12
 	f := newFixture(t, options{maxEnvironments: capacity})
@@ -74,14 +77,15 @@ func TestCapacityIsExactUnderRace(t *testing.T) {
 		switch {
 		case err == nil:
 			ok++
-		case errors.Is(err, store.ErrLimitExceeded):
+		case errors.Is(err, apierror.ErrLimitExceeded):
 			refused++
 		default:
 			t.Fatalf("unexpected: %v", err)
 		}
 	}
-	if ok != capacity || refused != racers-capacity || f.count(t) != capacity {
-		t.Fatalf("%d created, %d refused, %d objects; capacity %d", ok, refused, f.count(t), capacity)
+	type outcome struct{ Created, Refused, Objects int }
+	if diff := cmp.Diff(outcome{capacity, racers - capacity, capacity}, outcome{ok, refused, f.count(t)}); diff != "" {
+		t.Fatalf("%d racers for capacity %d (-want +got):\n%s", racers, capacity, diff)
 	}
 	// A binding that has its environment still ensures at capacity: it needs no new slot.
 	list, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).List(f.ctx, metav1.ListOptions{})

@@ -3,13 +3,16 @@ package store
 import (
 	"context"
 	"fmt"
-	"github.com/execplane/execplane/pkg/ident"
 	"slices"
 
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/ident"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 )
 
 // LabelProfile carries an environment's profile, for operators' selectors.
@@ -19,7 +22,7 @@ const LabelProfile = "execution.mecatl.dev/profile"
 // makes sure the binding holds a reference on it (PendingCreate until committed). The name is
 // derived from (client, owner, binding): any number of concurrent identical calls create
 // exactly one object. A binding that already has an environment from another request (other
-// profile or pinned digest) is ErrAlreadyExists.
+// profile or pinned digest) is apierror.ErrAlreadyExists.
 func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	var c checker
 	c.caller(in.Caller)
@@ -33,37 +36,37 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	if !in.Caller.Policy.MayAttestOwner {
-		return nil, fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	if !in.Caller.Capabilities.MayAttestOwner {
+		return nil, fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
 	}
 	entry, ok := s.cfg.Profiles.Get(in.Profile)
 	if !ok {
-		return nil, fmt.Errorf("%w: profile", ErrNotFound)
+		return nil, fmt.Errorf("%w: profile", apierror.ErrNotFound)
 	}
 	if in.ExpectedProfileDigest != "" && in.ExpectedProfileDigest != entry.Digest {
-		return nil, ErrProfileMismatch
+		return nil, apierror.ErrProfileMismatch
 	}
 	ownerHash := OwnerHash(in.Owner)
 	name := EnvironmentName(in.Caller.Client, ownerHash, in.BindingID)
-	fingerprint := hashFields("ensure", ClientHash(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest)
+	fingerprint := hashFields("ensure", ident.ClientHash(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest)
 
 	created, err := s.create(ctx, name, in, ownerHash, fingerprint, entry.Digest)
 	if err != nil {
 		return nil, err
 	}
-	clientHash := ClientHash(in.Caller.Client)
+	clientHash := ident.ClientHash(in.Caller.Client)
 	r, err := s.mutate(ctx, mutation{
 		op: "Ensure", id: in.OperationID, name: name,
-		args: []string{string(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest},
+		args: []string{in.Caller.Client, ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest},
 		visible: func(env *executionv1alpha1.ExecutionEnvironment) error {
 			if env.Spec.ClientHash != clientHash || env.Spec.OwnerHash != ownerHash {
-				return ErrNotFound // any incarnation: Ensure names none
+				return apierror.ErrNotFound // any incarnation: Ensure names none
 			}
 			return nil
 		},
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
 			if env.Spec.RequestFingerprint != fingerprint {
-				return false, fmt.Errorf("%w: the binding holds an environment from another request", ErrAlreadyExists)
+				return false, fmt.Errorf("%w: the binding holds an environment from another request", apierror.ErrAlreadyExists)
 			}
 			// Only the call that created the object reports it (a creator that died before
 			// its first status write reports nothing: the object is there either way).
@@ -79,7 +82,7 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 				return false, err
 			}
 			if len(env.Status.References) >= executionv1alpha1.MaxReferences {
-				return false, fmt.Errorf("%w: %d references", ErrLimitExceeded, executionv1alpha1.MaxReferences)
+				return false, fmt.Errorf("%w: %d references", apierror.ErrLimitExceeded, executionv1alpha1.MaxReferences)
 			}
 			r.Reference = addRef(env, executionv1alpha1.Reference{BindingID: in.BindingID, State: executionv1alpha1.ReferencePendingCreate, OperationID: in.OperationID, UpdatedAt: now})
 			return true, nil
@@ -117,14 +120,14 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 	if n, err := s.count(in.Profile); err != nil {
 		return false, err
 	} else if int64(n) >= entry.Spec.MaxEnvironments {
-		return false, fmt.Errorf("%w: profile %s is at its capacity of %d environments", ErrLimitExceeded, in.Profile, entry.Spec.MaxEnvironments)
+		return false, fmt.Errorf("%w: profile %s is at its capacity of %d environments", apierror.ErrLimitExceeded, in.Profile, entry.Spec.MaxEnvironments)
 	}
 	env := &executionv1alpha1.ExecutionEnvironment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace,
 			Labels:     map[string]string{LabelProfile: in.Profile},
 			Finalizers: []string{s.cfg.Finalizer}},
 		Spec: executionv1alpha1.ExecutionEnvironmentSpec{
-			SchemaVersion: executionv1alpha1.CurrentSchemaVersion, OwnerHash: ownerHash, ClientHash: ClientHash(in.Caller.Client),
+			SchemaVersion: executionv1alpha1.CurrentSchemaVersion, OwnerHash: ownerHash, ClientHash: ident.ClientHash(in.Caller.Client),
 			BindingID: in.BindingID, RequestFingerprint: fingerprint, Profile: in.Profile, ProfileDigest: digest,
 		},
 	}
@@ -174,8 +177,8 @@ func checkAttach(in AttachInput) error {
 	if c.err != nil {
 		return c.err
 	}
-	if !in.Caller.Policy.MayAttestOwner {
-		return fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	if !in.Caller.Capabilities.MayAttestOwner {
+		return fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
 	}
 	return nil
 }
@@ -187,7 +190,7 @@ func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
 	}
 	env, err := s.client().Get(ctx, in.Environment.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, ErrNotFound
+		return nil, apierror.ErrNotFound
 	}
 	if err != nil {
 		return nil, err

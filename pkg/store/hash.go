@@ -5,8 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 
-	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/pkg/grant"
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // NamePrefix starts every environment's name.
@@ -20,13 +19,10 @@ const nameHashBytes = 10
 // encoding is length-prefixed, so no two owners share it.
 func OwnerHash(o Owner) string { return hashFields("owner", o.Issuer, o.Subject) }
 
-// ClientHash is the lowercase hex SHA-256 of a client identity (as grants carry it).
-func ClientHash(c security.ClientIdentity) string { return grant.HashClient(string(c)) }
-
 // EnvironmentName is the deterministic name of a binding's environment: one per (client,
 // owner, binding), so that concurrent Ensure calls converge on one object.
-func EnvironmentName(client security.ClientIdentity, ownerHash, bindingID string) string {
-	sum := sha256.Sum256([]byte(hashFields("name", ClientHash(client), ownerHash, bindingID)))
+func EnvironmentName(client string, ownerHash, bindingID string) string {
+	sum := sha256.Sum256([]byte(hashFields("name", ident.ClientHash(client), ownerHash, bindingID)))
 	return NamePrefix + hex.EncodeToString(sum[:nameHashBytes])
 }
 

@@ -3,38 +3,34 @@ package store
 import (
 	"time"
 
-	"github.com/execplane/execplane/internal/security"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
+	"github.com/execplane/execplane/pkg/ident"
 )
 
-// Caller is the authenticated client and the policy the controller resolved for it from its
-// own security material (never from what a gateway says the policy is).
+// Caller is the authenticated client and the capabilities the controller resolved for it
+// from its own security material (never from what a gateway says the policy is).
 type Caller struct {
-	Client security.ClientIdentity
-	Policy security.ClientPolicy
+	// Client is the client's canonical identity (the URI SAN of its certificate).
+	Client string
+	// Capabilities are what the client's policy allows.
+	Capabilities Capabilities
+}
+
+// Capabilities are the decisions of a client's policy that the store makes.
+type Capabilities struct {
+	// MayAttestOwner: the client may act for the owners it names (Ensure, references).
+	MayAttestOwner bool
+	// Administrator: the client may run administrative operations, on environments created
+	// by the clients of AdministratorFor (canonical identities), or by any when it is empty.
+	Administrator    bool
+	AdministratorFor []string
 }
 
 // Owner is the end user a client acts for.
 type Owner struct {
 	Issuer  string
 	Subject string
-}
-
-// EnvironmentRef names one incarnation of an environment: its name and resource UID.
-type EnvironmentRef struct {
-	Name string
-	UID  string
-}
-
-// GrantClaims is what the gateway verified of a grant (control.v1 VerifiedGrant). Run fields
-// are zero for an environment grant.
-type GrantClaims struct {
-	BindingID       string
-	Environment     EnvironmentRef
-	GrantGeneration uint64
-	Epoch           uint64
-	RunID           string
-	ClaimID         string
 }
 
 // EnsureInput asks for the binding's environment, created from Profile when absent.
@@ -52,7 +48,7 @@ type AttachInput struct {
 	Caller      Caller
 	Owner       Owner
 	BindingID   string
-	Environment EnvironmentRef
+	Environment ident.EnvironmentRef
 }
 
 // ReferenceInput names one binding's reference on one environment, for an owner.
@@ -60,7 +56,7 @@ type ReferenceInput struct {
 	Caller      Caller
 	OperationID string
 	Owner       Owner
-	Environment EnvironmentRef
+	Environment ident.EnvironmentRef
 	BindingID   string
 }
 
@@ -69,7 +65,7 @@ type ReserveSuccessorInput struct {
 	Caller             Caller
 	OperationID        string
 	Owner              Owner
-	Environment        EnvironmentRef
+	Environment        ident.EnvironmentRef
 	SourceBindingID    string
 	SuccessorBindingID string
 }
@@ -87,8 +83,8 @@ type ListIntentsInput struct {
 type AcquireRunInput struct {
 	Caller      Caller
 	OperationID string
-	Grant       GrantClaims
-	Environment EnvironmentRef
+	Grant       authority.GrantClaims
+	Environment ident.EnvironmentRef
 	RunID       string
 	// TTL is 0 (DefaultRunTTL) or within [MinRunTTL, MaxRunTTL].
 	TTL time.Duration
@@ -98,8 +94,8 @@ type AcquireRunInput struct {
 type RenewRunInput struct {
 	Caller      Caller
 	OperationID string
-	Grant       GrantClaims
-	Environment EnvironmentRef
+	Grant       authority.GrantClaims
+	Environment ident.EnvironmentRef
 	TTL         time.Duration
 }
 
@@ -107,8 +103,8 @@ type RenewRunInput struct {
 type ReleaseRunInput struct {
 	Caller      Caller
 	OperationID string
-	Grant       GrantClaims
-	Environment EnvironmentRef
+	Grant       authority.GrantClaims
+	Environment ident.EnvironmentRef
 }
 
 // Preconditions are an administrator's exact expectations; a nil field is not checked.
@@ -123,7 +119,7 @@ type Preconditions struct {
 type AdminInput struct {
 	Caller        Caller
 	OperationID   string
-	Environment   EnvironmentRef
+	Environment   ident.EnvironmentRef
 	Preconditions Preconditions
 	// Reason is for Events and audit: printable text, at most 256 bytes.
 	Reason string
@@ -149,7 +145,7 @@ type Result struct {
 
 // Intent is a non-published reference with its environment.
 type Intent struct {
-	Environment EnvironmentRef
+	Environment ident.EnvironmentRef
 	Reference   executionv1alpha1.Reference
 }
 

@@ -7,9 +7,12 @@ import (
 	"slices"
 	"strings"
 
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/execplane/execplane/pkg/apierror"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/ident"
 )
 
 // referenceStep is one transition of a binding's reference: the states it may start from,
@@ -71,8 +74,8 @@ func checkReferenceInput(in ReferenceInput) error {
 	if c.err != nil {
 		return c.err
 	}
-	if !in.Caller.Policy.MayAttestOwner {
-		return fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	if !in.Caller.Capabilities.MayAttestOwner {
+		return fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
 	}
 	return nil
 }
@@ -83,12 +86,12 @@ func (s *Store) referenceStep(ctx context.Context, in ReferenceInput, step refer
 	}
 	return s.mutate(ctx, mutation{
 		op: step.op, id: in.OperationID, name: in.Environment.Name,
-		args:    []string{string(in.Caller.Client), OwnerHash(in.Owner), in.Environment.UID, in.BindingID},
+		args:    []string{in.Caller.Client, OwnerHash(in.Owner), in.Environment.UID, in.BindingID},
 		visible: ownedBy(in.Caller, in.Owner, in.Environment),
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
 			i := refIndex(env, in.BindingID)
 			if i < 0 {
-				return false, fmt.Errorf("%w: reference", ErrNotFound)
+				return false, fmt.Errorf("%w: reference", apierror.ErrNotFound)
 			}
 			ref := &env.Status.References[i]
 			if step.to == executionv1alpha1.ReferencePublished {
@@ -135,12 +138,12 @@ func (s *Store) ReserveSuccessor(ctx context.Context, in ReserveSuccessorInput) 
 	if c.err != nil {
 		return nil, c.err
 	}
-	if !in.Caller.Policy.MayAttestOwner {
-		return nil, fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	if !in.Caller.Capabilities.MayAttestOwner {
+		return nil, fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
 	}
 	return s.mutate(ctx, mutation{
 		op: "ReserveSuccessor", id: in.OperationID, name: in.Environment.Name,
-		args:    []string{string(in.Caller.Client), OwnerHash(in.Owner), in.Environment.UID, in.SourceBindingID, in.SuccessorBindingID},
+		args:    []string{in.Caller.Client, OwnerHash(in.Owner), in.Environment.UID, in.SourceBindingID, in.SuccessorBindingID},
 		visible: ownedBy(in.Caller, in.Owner, in.Environment),
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
 			if err := acceptingReferences(env); err != nil {
@@ -148,16 +151,16 @@ func (s *Store) ReserveSuccessor(ctx context.Context, in ReserveSuccessorInput) 
 			}
 			src := refIndex(env, in.SourceBindingID)
 			if src < 0 {
-				return false, fmt.Errorf("%w: source reference", ErrNotFound)
+				return false, fmt.Errorf("%w: source reference", apierror.ErrNotFound)
 			}
 			if env.Status.References[src].State != executionv1alpha1.ReferencePublished {
 				return false, notReady("the source reference is not published")
 			}
 			if refIndex(env, in.SuccessorBindingID) >= 0 {
-				return false, fmt.Errorf("%w: the successor binding already holds a reference", ErrAlreadyExists)
+				return false, fmt.Errorf("%w: the successor binding already holds a reference", apierror.ErrAlreadyExists)
 			}
 			if len(env.Status.References) >= executionv1alpha1.MaxReferences {
-				return false, fmt.Errorf("%w: %d references", ErrLimitExceeded, executionv1alpha1.MaxReferences)
+				return false, fmt.Errorf("%w: %d references", apierror.ErrLimitExceeded, executionv1alpha1.MaxReferences)
 			}
 			r.Reference = addRef(env, executionv1alpha1.Reference{BindingID: in.SuccessorBindingID, State: executionv1alpha1.ReferenceReserveSuccessor,
 				SourceBindingID: in.SourceBindingID, OperationID: in.OperationID, UpdatedAt: now})
@@ -192,8 +195,8 @@ func (s *Store) ListReferenceIntents(ctx context.Context, in ListIntentsInput) (
 	if c.err != nil {
 		return nil, c.err
 	}
-	if in.Owner != nil && !in.Caller.Policy.MayAttestOwner {
-		return nil, fmt.Errorf("%w: the client may not attest owners", ErrPermissionDenied)
+	if in.Owner != nil && !in.Caller.Capabilities.MayAttestOwner {
+		return nil, fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
 	}
 	size := in.PageSize
 	if size == 0 {
@@ -203,7 +206,7 @@ func (s *Store) ListReferenceIntents(ctx context.Context, in ListIntentsInput) (
 	if err != nil {
 		return nil, err
 	}
-	client := ClientHash(in.Caller.Client)
+	client := ident.ClientHash(in.Caller.Client)
 	owner := ""
 	if in.Owner != nil {
 		owner = OwnerHash(*in.Owner)
@@ -215,7 +218,7 @@ func (s *Store) ListReferenceIntents(ctx context.Context, in ListIntentsInput) (
 		}
 		for _, ref := range env.Status.References {
 			if ref.State != executionv1alpha1.ReferencePublished {
-				all = append(all, Intent{Environment: EnvironmentRef{Name: env.Name, UID: string(env.UID)}, Reference: ref})
+				all = append(all, Intent{Environment: ident.EnvironmentRef{Name: env.Name, UID: string(env.UID)}, Reference: ref})
 			}
 		}
 	}
@@ -266,14 +269,14 @@ func (s *Store) FindReferenceIntent(ctx context.Context, in AttachInput) (*Inten
 	}
 	env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(in.Environment.Name)
 	if err != nil {
-		return nil, ErrNotFound
+		return nil, apierror.ErrNotFound
 	}
 	if err := ownedBy(in.Caller, in.Owner, in.Environment)(env); err != nil {
 		return nil, err
 	}
 	i := refIndex(env, in.BindingID)
 	if i < 0 || env.Status.References[i].State == executionv1alpha1.ReferencePublished {
-		return nil, fmt.Errorf("%w: intent", ErrNotFound)
+		return nil, fmt.Errorf("%w: intent", apierror.ErrNotFound)
 	}
 	return &Intent{Environment: in.Environment, Reference: env.Status.References[i]}, nil
 }

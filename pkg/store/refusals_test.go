@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/authority"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/store"
 )
 
@@ -19,11 +22,11 @@ func TestRefusalsWriteNothing(t *testing.T) {
 	r := ref(env)
 	otherUID := r
 	otherUID.UID = "00000000-0000-4000-8000-000000000000"
-	absent := store.EnvironmentRef{Name: "xenv-00000000000000000000", UID: otherUID.UID}
-	refIn := func(c store.Caller, o store.Owner, e store.EnvironmentRef, binding string) store.ReferenceInput {
+	absent := ident.EnvironmentRef{Name: "xenv-00000000000000000000", UID: otherUID.UID}
+	refIn := func(c store.Caller, o store.Owner, e ident.EnvironmentRef, binding string) store.ReferenceInput {
 		return store.ReferenceInput{Caller: c, OperationID: opID(), Owner: o, Environment: e, BindingID: binding}
 	}
-	adminIn := func(c store.Caller, e store.EnvironmentRef, p store.Preconditions) store.AdminInput {
+	adminIn := func(c store.Caller, e ident.EnvironmentRef, p store.Preconditions) store.AdminInput {
 		return store.AdminInput{Caller: c, OperationID: opID(), Environment: e, Preconditions: p}
 	}
 	zero := ptrTo[uint64](0)
@@ -32,88 +35,88 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		want error
 		call func(ctx context.Context) error
 	}{
-		{"malformed binding", store.ErrInvalidArgument, func(ctx context.Context) error {
+		{"malformed binding", apierror.ErrInvalidArgument, func(ctx context.Context) error {
 			_, err := f.store.CommitReference(ctx, refIn(agentA, alice, r, "../etc"))
 			return err
 		}},
-		{"malformed operation id", store.ErrInvalidArgument, func(ctx context.Context) error {
+		{"malformed operation id", apierror.ErrInvalidArgument, func(ctx context.Context) error {
 			in := refIn(agentA, alice, r, "conv-r")
 			in.OperationID = strings.Repeat("x", 129)
 			_, err := f.store.CommitReference(ctx, in)
 			return err
 		}},
-		{"owner not attestable", store.ErrPermissionDenied, func(ctx context.Context) error {
+		{"owner not attestable", apierror.ErrPermissionDenied, func(ctx context.Context) error {
 			_, err := f.store.CommitReference(ctx, refIn(noAttest, alice, r, "conv-r"))
 			return err
 		}},
-		{"other owner", store.ErrNotFound, func(ctx context.Context) error {
+		{"other owner", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.CommitReference(ctx, refIn(agentA, bob, r, "conv-r"))
 			return err
 		}},
-		{"other client", store.ErrNotFound, func(ctx context.Context) error {
+		{"other client", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.CommitReference(ctx, refIn(agentB, alice, r, "conv-r"))
 			return err
 		}},
-		{"other incarnation", store.ErrNotFound, func(ctx context.Context) error {
+		{"other incarnation", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.CommitReference(ctx, refIn(agentA, alice, otherUID, "conv-r"))
 			return err
 		}},
-		{"absent", store.ErrNotFound, func(ctx context.Context) error {
+		{"absent", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.CommitReference(ctx, refIn(agentA, alice, absent, "conv-r"))
 			return err
 		}},
-		{"reference in the wrong state", store.ErrNotReady, func(ctx context.Context) error {
+		{"reference in the wrong state", apierror.ErrNotReady, func(ctx context.Context) error {
 			_, err := f.store.ConfirmReferenceDelete(ctx, refIn(agentA, alice, r, "conv-r"))
 			return err
 		}},
-		{"no such reference", store.ErrNotFound, func(ctx context.Context) error {
+		{"no such reference", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.CommitReference(ctx, refIn(agentA, alice, r, "conv-other"))
 			return err
 		}},
-		{"not an administrator", store.ErrPermissionDenied, func(ctx context.Context) error {
+		{"not an administrator", apierror.ErrPermissionDenied, func(ctx context.Context) error {
 			_, err := f.store.RevokeEnvironment(ctx, adminIn(notAdmin, r, store.Preconditions{GrantGeneration: zero}))
 			return err
 		}},
-		{"administrator out of scope", store.ErrNotFound, func(ctx context.Context) error {
+		{"administrator out of scope", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.RevokeEnvironment(ctx, adminIn(scopedOps, r, store.Preconditions{GrantGeneration: zero}))
 			return err
 		}},
-		{"precondition missing", store.ErrInvalidArgument, func(ctx context.Context) error {
+		{"precondition missing", apierror.ErrInvalidArgument, func(ctx context.Context) error {
 			_, err := f.store.RevokeEnvironment(ctx, adminIn(admin, r, store.Preconditions{}))
 			return err
 		}},
-		{"precondition mismatch", store.ErrPreconditionMismatch, func(ctx context.Context) error {
+		{"precondition mismatch", apierror.ErrPreconditionMismatch, func(ctx context.Context) error {
 			_, err := f.store.RevokeEnvironment(ctx, adminIn(admin, r, store.Preconditions{GrantGeneration: ptrTo[uint64](7)}))
 			return err
 		}},
-		{"delete-retired naming a claim that is not recorded", store.ErrPreconditionMismatch, func(ctx context.Context) error {
+		{"delete-retired naming a claim that is not recorded", apierror.ErrPreconditionMismatch, func(ctx context.Context) error {
 			_, err := f.store.DeleteRetiredEnvironment(ctx, adminIn(admin, r, store.Preconditions{PVCUID: ptrTo("00000000-0000-4000-8000-000000000001")}))
 			return err
 		}},
-		{"migrate to another schema version", store.ErrInvalidArgument, func(ctx context.Context) error {
+		{"migrate to another schema version", apierror.ErrInvalidArgument, func(ctx context.Context) error {
 			_, err := f.store.MigrateEnvironment(ctx, store.MigrateInput{AdminInput: adminIn(admin, r, store.Preconditions{Epoch: zero}), TargetSchemaVersion: 2})
 			return err
 		}},
-		{"recover an environment that is not fenced", store.ErrNotReady, func(ctx context.Context) error {
+		{"recover an environment that is not fenced", apierror.ErrNotReady, func(ctx context.Context) error {
 			_, err := f.store.RecoverEnvironment(ctx, adminIn(admin, r, store.Preconditions{Epoch: zero, PodUID: ptrTo("")}))
 			return err
 		}},
-		{"run grant for a claim that does not exist", store.ErrStaleEpoch, func(ctx context.Context) error {
+		{"run grant for a claim that does not exist", apierror.ErrStaleEpoch, func(ctx context.Context) error {
 			_, err := f.store.ReleaseRun(ctx, store.ReleaseRunInput{Caller: agentA, OperationID: opID(), Environment: r,
-				Grant: store.GrantClaims{BindingID: "conv-r", Environment: r, RunID: "run-1", ClaimID: "c0ffee"}})
+				Grant: authority.GrantClaims{BindingID: "conv-r", Environment: r, RunID: "run-1", ClaimID: "c0ffee"}})
 			return err
 		}},
-		{"run grant of another client", store.ErrNotFound, func(ctx context.Context) error {
+		{"run grant of another client", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.ReleaseRun(ctx, store.ReleaseRunInput{Caller: agentB, OperationID: opID(), Environment: r,
-				Grant: store.GrantClaims{BindingID: "conv-r", Environment: r, RunID: "run-1", ClaimID: "c0ffee"}})
+				Grant: authority.GrantClaims{BindingID: "conv-r", Environment: r, RunID: "run-1", ClaimID: "c0ffee"}})
 			return err
 		}},
-		{"acquire on an environment that is not ready", store.ErrNotReady, func(ctx context.Context) error {
+		{"acquire on an environment that is not ready", apierror.ErrNotReady, func(ctx context.Context) error {
 			_, err := f.store.AcquireRun(ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-1",
-				Grant: store.GrantClaims{BindingID: "conv-r", Environment: r}})
+				Grant: authority.GrantClaims{BindingID: "conv-r", Environment: r}})
 			return err
 		}},
-		{"replayed id with other arguments", store.ErrOperationIDReused, func(ctx context.Context) error {
+		{"replayed id with other arguments", apierror.ErrOperationIDReused, func(ctx context.Context) error {
 			_, err := f.store.Ensure(ctx, store.EnsureInput{Caller: agentA, OperationID: env.Status.Receipts[0].OperationID, Owner: alice, BindingID: "conv-r",
 				Profile: "python", ExpectedProfileDigest: env.Spec.ProfileDigest})
 			return err

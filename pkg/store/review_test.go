@@ -3,18 +3,22 @@ package store_test
 import (
 	"errors"
 	"fmt"
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/profile/profiletest"
-	"github.com/execplane/execplane/pkg/store"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/execplane/execplane/pkg/apierror"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
+	"github.com/execplane/execplane/pkg/store"
 )
 
 // Identical concurrent Ensure calls at a profile's last slot all succeed: only the first
@@ -34,7 +38,7 @@ func TestIdenticalEnsuresAtCapacityAllSucceed(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	if _, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: opID(), Owner: alice, BindingID: "another", Profile: "python"}); !errors.Is(err, store.ErrLimitExceeded) {
+	if _, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: opID(), Owner: alice, BindingID: "another", Profile: "python"}); !errors.Is(err, apierror.ErrLimitExceeded) {
 		t.Fatalf("a second binding at capacity: %v", err)
 	}
 }
@@ -46,10 +50,10 @@ func TestAdministrationRefusedWhenItCannotFinish(t *testing.T) {
 	env := f.ensure(t, agentA, alice, "conv-p").Environment
 	r := ref(env)
 	zero := ptrTo[uint64](0)
-	if _, err := f.store.Retire(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: zero}}); !errors.Is(err, store.ErrNotReady) {
+	if _, err := f.store.Retire(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: zero}}); !errors.Is(err, apierror.ErrNotReady) {
 		t.Fatalf("retire while provisioning: %v", err)
 	}
-	if _, err := f.store.ReplaceExecutor(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: zero, PodUID: ptrTo("")}}); !errors.Is(err, store.ErrNotReady) {
+	if _, err := f.store.ReplaceExecutor(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: zero, PodUID: ptrTo("")}}); !errors.Is(err, apierror.ErrNotReady) {
 		t.Fatalf("replace while provisioning: %v", err)
 	}
 	// A profile registry where "python" changed.
@@ -64,7 +68,7 @@ func TestAdministrationRefusedWhenItCannotFinish(t *testing.T) {
 	if _, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).UpdateStatus(f.ctx, e, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.ReplaceExecutor(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: zero, PodUID: ptrTo(string(e.Status.Pod.UID))}}); !errors.Is(err, store.ErrNotReady) {
+	if _, err := other.ReplaceExecutor(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{Epoch: zero, PodUID: ptrTo(string(e.Status.Pod.UID))}}); !errors.Is(err, apierror.ErrNotReady) {
 		t.Fatalf("replace under a changed profile: %v", err)
 	}
 	// A plain delete of the resource: no reference is published any more.
@@ -72,7 +76,7 @@ func TestAdministrationRefusedWhenItCannotFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.snapshot(t, env.Name)
-	if _, err := f.store.CommitReference(f.ctx, store.ReferenceInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: r, BindingID: "conv-p"}); !errors.Is(err, store.ErrNotReady) {
+	if _, err := f.store.CommitReference(f.ctx, store.ReferenceInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: r, BindingID: "conv-p"}); !errors.Is(err, apierror.ErrNotReady) {
 		t.Fatalf("commit on a deleting environment: %v", err)
 	}
 	if _, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: opID(), Owner: alice, BindingID: "conv-p", Profile: "python"}); err != nil {
@@ -103,7 +107,7 @@ func TestRecoverRefusedWhileTheExecutorLives(t *testing.T) {
 	})
 	_, err := f.store.RecoverEnvironment(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r,
 		Preconditions: store.Preconditions{Epoch: ptrTo(uint64(env.Status.Epoch)), PodUID: ptrTo(string(env.Status.Pod.UID))}})
-	if !errors.Is(err, store.ErrNotReady) {
+	if !errors.Is(err, apierror.ErrNotReady) {
 		t.Fatalf("recover with the executor alive: %v", err)
 	}
 }
@@ -136,7 +140,7 @@ func TestLostWorkspaceCanOnlyBeDeleted(t *testing.T) {
 	})
 	epoch := ptrTo(uint64(env.Status.Epoch))
 	if _, err := f.store.RecoverEnvironment(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r,
-		Preconditions: store.Preconditions{Epoch: epoch, PodUID: ptrTo(string(env.Status.Pod.UID))}}); !errors.Is(err, store.ErrNotReady) {
+		Preconditions: store.Preconditions{Epoch: epoch, PodUID: ptrTo(string(env.Status.Pod.UID))}}); !errors.Is(err, apierror.ErrNotReady) {
 		t.Fatalf("recover a lost workspace: %v", err)
 	}
 	if _, err := f.store.DeleteRetiredEnvironment(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r,
@@ -158,11 +162,11 @@ func TestRenewalsAndReleaseOfAClaim(t *testing.T) {
 	env = f.waitReady(t, env.Name)
 	r := ref(env)
 	acq, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-1",
-		Grant: store.GrantClaims{BindingID: "conv-hb", Environment: r}})
+		Grant: authority.GrantClaims{BindingID: "conv-hb", Environment: r}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	grant := store.GrantClaims{BindingID: "conv-hb", Environment: r, Epoch: uint64(acq.Run.Epoch), RunID: "run-1", ClaimID: acq.Run.ClaimID}
+	grant := authority.GrantClaims{BindingID: "conv-hb", Environment: r, Epoch: uint64(acq.Run.Epoch), RunID: "run-1", ClaimID: acq.Run.ClaimID}
 	for range 40 {
 		if _, err := f.store.RenewRun(f.ctx, store.RenewRunInput{Caller: agentA, OperationID: opID(), Grant: grant, Environment: r}); err != nil {
 			t.Fatal(err)
@@ -176,7 +180,7 @@ func TestRenewalsAndReleaseOfAClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := later.RenewRun(f.ctx, store.RenewRunInput{Caller: agentA, OperationID: opID(), Grant: grant, Environment: r}); !errors.Is(err, store.ErrStaleEpoch) {
+	if _, err := later.RenewRun(f.ctx, store.RenewRunInput{Caller: agentA, OperationID: opID(), Grant: grant, Environment: r}); !errors.Is(err, apierror.ErrStaleEpoch) {
 		t.Fatalf("renewing an expired claim: %v", err)
 	}
 	if _, err := f.store.CommitReference(f.ctx, store.ReferenceInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: r, BindingID: "conv-hb"}); err != nil {

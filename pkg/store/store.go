@@ -8,18 +8,22 @@ import (
 	"sync"
 	"time"
 
-	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
-	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/profile"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/execplane/execplane/pkg/apierror"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/ident"
+	"github.com/execplane/execplane/pkg/profile"
 )
 
 // maxAttempts bounds the compare-and-swap retries of one call: conflicts come only from the
 // reconciler (one write per pass) or a deposed leader, so a few re-reads settle them; past
-// this the caller gets ErrConflict, which is retryable.
+// this the caller gets apierror.ErrConflict, which is retryable.
 const maxAttempts = 8
 
 // Config configures a Store.
@@ -81,7 +85,7 @@ type mutation struct {
 	id   string
 	args []string
 	name string
-	// visible refuses (ErrNotFound) an environment the caller may not see or act on; it
+	// visible refuses (apierror.ErrNotFound) an environment the caller may not see or act on; it
 	// runs before the receipt lookup, so a replay is authorised like a first call.
 	visible func(env *executionv1alpha1.ExecutionEnvironment) error
 	// apply evaluates the preconditions on a copy and changes its status. It reports
@@ -105,7 +109,7 @@ func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
 	for range maxAttempts {
 		env, err := s.client().Get(ctx, m.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return nil, ErrNotFound
+			return nil, apierror.ErrNotFound
 		}
 		if err != nil {
 			return nil, err
@@ -117,7 +121,7 @@ func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
 		if i := slices.IndexFunc(env.Status.Receipts, func(rc executionv1alpha1.Receipt) bool { return rc.OperationID == m.id }); i >= 0 {
 			rc := env.Status.Receipts[i]
 			if rc.Operation != m.op || rc.ArgumentsHash != argsHash {
-				return nil, ErrOperationIDReused
+				return nil, apierror.ErrOperationIDReused
 			}
 			r.Environment = env
 			if m.replay != nil {
@@ -150,7 +154,7 @@ func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
 			continue // re-read, re-authorise, re-evaluate
 		}
 		if apierrors.IsNotFound(err) {
-			return nil, ErrNotFound
+			return nil, apierror.ErrNotFound
 		}
 		if err != nil {
 			return nil, err
@@ -158,7 +162,7 @@ func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
 		r.Environment = written
 		return r, nil
 	}
-	return nil, fmt.Errorf("%w: %s on %s lost the compare-and-swap %d times", ErrConflict, m.op, m.name, maxAttempts)
+	return nil, fmt.Errorf("%w: %s on %s lost the compare-and-swap %d times", apierror.ErrConflict, m.op, m.name, maxAttempts)
 }
 
 // appendReceipt adds rc, newest last, dropping the oldest beyond the ring's bound.
@@ -172,41 +176,41 @@ func appendReceipt(ring []executionv1alpha1.Receipt, rc executionv1alpha1.Receip
 
 // sameIncarnation refuses a request naming another UID of this name (a re-created
 // environment): NOT_FOUND, as for an absent one.
-func sameIncarnation(env *executionv1alpha1.ExecutionEnvironment, ref EnvironmentRef) error {
+func sameIncarnation(env *executionv1alpha1.ExecutionEnvironment, ref ident.EnvironmentRef) error {
 	if string(env.UID) != ref.UID {
-		return ErrNotFound
+		return apierror.ErrNotFound
 	}
 	return nil
 }
 
 // ownedBy is the visibility of owner-scoped calls: the caller's own environment for this
 // owner. Everything else is indistinguishable from absent.
-func ownedBy(c Caller, o Owner, ref EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
-	client, owner := ClientHash(c.Client), OwnerHash(o)
+func ownedBy(c Caller, o Owner, ref ident.EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
+	client, owner := ident.ClientHash(c.Client), OwnerHash(o)
 	return func(env *executionv1alpha1.ExecutionEnvironment) error {
 		if env.Spec.ClientHash != client || env.Spec.OwnerHash != owner {
-			return ErrNotFound
+			return apierror.ErrNotFound
 		}
 		return sameIncarnation(env, ref)
 	}
 }
 
 // clientOf is the visibility of grant-bearing calls: the grant's environment of the caller.
-func clientOf(c Caller, g GrantClaims, ref EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
-	client := ClientHash(c.Client)
+func clientOf(c Caller, g authority.GrantClaims, ref ident.EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
+	client := ident.ClientHash(c.Client)
 	return func(env *executionv1alpha1.ExecutionEnvironment) error {
 		if env.Spec.ClientHash != client || g.Environment != ref {
-			return ErrNotFound
+			return apierror.ErrNotFound
 		}
 		return sameIncarnation(env, ref)
 	}
 }
 
 // administered is the visibility of administrative calls: the administrator's scope.
-func administered(c Caller, ref EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
+func administered(c Caller, ref ident.EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
 	return func(env *executionv1alpha1.ExecutionEnvironment) error {
 		if !administers(c, env.Spec.ClientHash) {
-			return ErrNotFound
+			return apierror.ErrNotFound
 		}
 		return sameIncarnation(env, ref)
 	}
@@ -215,11 +219,11 @@ func administered(c Caller, ref EnvironmentRef) func(*executionv1alpha1.Executio
 // administers reports whether c administers environments created by the client whose hash
 // is given (AdministratorFor compared by hash: environments store no identities in clear).
 func administers(c Caller, clientHash string) bool {
-	if !c.Policy.Administrator || clientHash == "" {
+	if !c.Capabilities.Administrator || clientHash == "" {
 		return false
 	}
-	if len(c.Policy.AdministratorFor) == 0 {
+	if len(c.Capabilities.AdministratorFor) == 0 {
 		return true
 	}
-	return slices.ContainsFunc(c.Policy.AdministratorFor, func(id securityIdentity) bool { return ClientHash(id) == clientHash })
+	return slices.ContainsFunc(c.Capabilities.AdministratorFor, func(id string) bool { return ident.ClientHash(id) == clientHash })
 }

@@ -11,30 +11,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/execplane/execplane/internal/controller"
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/apierror"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
 	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"github.com/execplane/execplane/pkg/store"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
 
 var (
-	agentA     = store.Caller{Client: "spiffe://execplane.test/agent-a", Policy: security.ClientPolicy{MayAttestOwner: true}}
-	agentB     = store.Caller{Client: "spiffe://execplane.test/agent-b", Policy: security.ClientPolicy{MayAttestOwner: true}}
-	noAttest   = store.Caller{Client: "spiffe://execplane.test/agent-a", Policy: security.ClientPolicy{}}
-	admin      = store.Caller{Client: "spiffe://execplane.test/ops", Policy: security.ClientPolicy{Administrator: true}}
-	scopedOps  = store.Caller{Client: "spiffe://execplane.test/ops-b", Policy: security.ClientPolicy{Administrator: true, AdministratorFor: []security.ClientIdentity{"spiffe://execplane.test/agent-b"}}}
-	notAdmin   = store.Caller{Client: "spiffe://execplane.test/agent-a", Policy: security.ClientPolicy{MayAttestOwner: true}}
+	agentA     = store.Caller{Client: "spiffe://execplane.test/agent-a", Capabilities: store.Capabilities{MayAttestOwner: true}}
+	agentB     = store.Caller{Client: "spiffe://execplane.test/agent-b", Capabilities: store.Capabilities{MayAttestOwner: true}}
+	noAttest   = store.Caller{Client: "spiffe://execplane.test/agent-a", Capabilities: store.Capabilities{}}
+	admin      = store.Caller{Client: "spiffe://execplane.test/ops", Capabilities: store.Capabilities{Administrator: true}}
+	scopedOps  = store.Caller{Client: "spiffe://execplane.test/ops-b", Capabilities: store.Capabilities{Administrator: true, AdministratorFor: []string{"spiffe://execplane.test/agent-b"}}}
+	notAdmin   = store.Caller{Client: "spiffe://execplane.test/agent-a", Capabilities: store.Capabilities{MayAttestOwner: true}}
 	alice      = store.Owner{Issuer: "https://issuer.example", Subject: "alice"}
 	bob        = store.Owner{Issuer: "https://issuer.example", Subject: "bob"}
 	opSequence atomic.Int64
@@ -147,8 +151,8 @@ func (f *fixture) snapshot(t *testing.T, name string) []byte {
 	return raw
 }
 
-func ref(env *v1alpha1.ExecutionEnvironment) store.EnvironmentRef {
-	return store.EnvironmentRef{Name: env.Name, UID: string(env.UID)}
+func ref(env *v1alpha1.ExecutionEnvironment) ident.EnvironmentRef {
+	return ident.EnvironmentRef{Name: env.Name, UID: string(env.UID)}
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -163,20 +167,41 @@ func TestEnsureCreatesReplaysAndRefusesReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := first.Environment
-	if !first.Changed || !strings.HasPrefix(env.Name, store.NamePrefix) || first.Reference == nil || first.Reference.State != v1alpha1.ReferencePendingCreate {
-		t.Fatalf("first Ensure: %+v", first)
+	type created struct {
+		Changed, Prefixed     bool
+		Reference             v1alpha1.ReferenceState
+		OwnerHash, ClientHash string
+		Finalizers            int
 	}
-	if env.Spec.OwnerHash != store.OwnerHash(alice) || env.Spec.ClientHash != store.ClientHash(agentA.Client) || len(env.Finalizers) != 1 {
-		t.Fatalf("spec %+v finalizers %v", env.Spec, env.Finalizers)
+	got := created{Changed: first.Changed, Prefixed: strings.HasPrefix(env.Name, store.NamePrefix),
+		OwnerHash: env.Spec.OwnerHash, ClientHash: env.Spec.ClientHash, Finalizers: len(env.Finalizers)}
+	if first.Reference != nil {
+		got.Reference = first.Reference.State
+	}
+	want := created{Changed: true, Prefixed: true, Reference: v1alpha1.ReferencePendingCreate,
+		OwnerHash: store.OwnerHash(alice), ClientHash: ident.ClientHash(agentA.Client), Finalizers: 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("first Ensure %s (-want +got):\n%s", env.Name, diff)
 	}
 	before := f.snapshot(t, env.Name)
+	// The answer that matters to a caller: whether this call created it, and which object.
+	type answer struct {
+		Changed bool
+		UID     types.UID
+	}
 	replay, err := f.store.Ensure(f.ctx, in)
-	if err != nil || !replay.Changed || replay.Environment.UID != env.UID {
-		t.Fatalf("replay: %+v %v", replay, err)
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if diff := cmp.Diff(answer{true, env.UID}, answer{replay.Changed, replay.Environment.UID}); diff != "" {
+		t.Fatalf("replay (-want +got):\n%s", diff)
 	}
 	again, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: "ensure-2", Owner: alice, BindingID: "conv-1", Profile: "python"})
-	if err != nil || again.Changed || again.Environment.UID != env.UID {
-		t.Fatalf("second Ensure: %+v %v", again, err)
+	if err != nil {
+		t.Fatalf("second Ensure: %v", err)
+	}
+	if diff := cmp.Diff(answer{false, env.UID}, answer{again.Changed, again.Environment.UID}); diff != "" {
+		t.Fatalf("second Ensure (-want +got):\n%s", diff)
 	}
 	if string(f.snapshot(t, env.Name)) != string(before) {
 		t.Fatal("a replay or an Ensure of an existing binding wrote")
@@ -185,12 +210,12 @@ func TestEnsureCreatesReplaysAndRefusesReuse(t *testing.T) {
 	// nothing.
 	reused := in
 	reused.ExpectedProfileDigest = env.Spec.ProfileDigest
-	if _, err := f.store.Ensure(f.ctx, reused); !errors.Is(err, store.ErrOperationIDReused) {
+	if _, err := f.store.Ensure(f.ctx, reused); !errors.Is(err, apierror.ErrOperationIDReused) {
 		t.Fatalf("operation id reused: %v", err)
 	}
 	wrongPin := in
 	wrongPin.OperationID, wrongPin.ExpectedProfileDigest = "ensure-3", "sha256:"+strings.Repeat("0", 64)
-	if _, err := f.store.Ensure(f.ctx, wrongPin); !errors.Is(err, store.ErrProfileMismatch) {
+	if _, err := f.store.Ensure(f.ctx, wrongPin); !errors.Is(err, apierror.ErrProfileMismatch) {
 		t.Fatalf("pinned wrong digest: %v", err)
 	}
 	if string(f.snapshot(t, env.Name)) != string(before) {

@@ -4,11 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"sync"
-
-	"github.com/execplane/execplane/internal/security"
 )
-
-type securityIdentity = security.ClientIdentity
 
 // keyedMutex serialises work per key; entries are dropped when unused.
 type keyedMutex struct {

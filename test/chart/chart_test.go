@@ -15,11 +15,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/golden"
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

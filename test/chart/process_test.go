@@ -12,15 +12,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/dev/devcluster"
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/dev/devbundle"
-	"github.com/execplane/execplane/pkg/client"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/pkg/client"
 )
 
 // sessionValues make the chart deployable on the local cluster: a profile on its storage

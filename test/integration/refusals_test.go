@@ -9,19 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/dev/devbundle"
-	"github.com/execplane/execplane/pkg/profile/profiletest"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 // Every refusal class end to end, through the gateway process: the code and reason of

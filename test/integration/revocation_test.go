@@ -1,15 +1,17 @@
 package integration_test
 
 import (
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // Bounded revocation across gateways: a run grant stops working on every gateway soon after

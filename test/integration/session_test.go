@@ -3,18 +3,20 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/apierror"
-	"github.com/execplane/execplane/pkg/profile/profiletest"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 var opSeq atomic.Int64

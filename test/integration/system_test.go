@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/dev/devsystem"
-	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
-	"google.golang.org/grpc"
 )
 
 var controllerBin, gatewayBin, execctlBin, grpcurlBin, healthProbeBin string

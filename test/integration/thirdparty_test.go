@@ -1,11 +1,12 @@
 package integration_test
 
 import (
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 )
 
 // Third-party clients with no execplane code: grpcurl lists the service through reflection

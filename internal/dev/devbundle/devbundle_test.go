@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/security"
 )
 
 func TestGenerateLoads(t *testing.T) {

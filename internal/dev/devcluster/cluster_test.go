@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/dev/devcluster"
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -26,6 +24,9 @@ import (
 	"k8s.io/client-go/util/exec"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/utils/ptr"
+
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 )
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }

@@ -15,13 +15,14 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/dev/devbundle"
 	"github.com/execplane/execplane/internal/security/highwater"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 )
 
 // Bounds of a system's life.

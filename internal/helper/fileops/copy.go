@@ -5,9 +5,10 @@ import (
 	"io"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
-	"golang.org/x/sys/unix"
 )
 
 // copy copies a file (or, with recursive, a directory tree) within the workspace. Bytes are

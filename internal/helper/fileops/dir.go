@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
-	"golang.org/x/sys/unix"
 )
 
 // Bounds on directory operations.
@@ -125,7 +127,7 @@ func (r *Root) list(req *executionv1.ListDirectory) (*executionv1.ListDirectoryR
 	res := &executionv1.ListDirectoryResult{}
 	for _, n := range page {
 		info, _, err := statAt(fd, n, n)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, protocol.ErrNotFound) {
 			continue // removed while we listed
 		}
 		if err != nil {
@@ -224,7 +226,7 @@ func (r *Root) remove(req *executionv1.RemovePath) (*executionv1.RemovePathResul
 	}
 	dirfd, name, err := r.openParent(p)
 	if err != nil {
-		if req.GetMissingOk() && errors.Is(err, ErrNotFound) {
+		if req.GetMissingOk() && errors.Is(err, protocol.ErrNotFound) {
 			return &executionv1.RemovePathResult{}, nil
 		}
 		return nil, err

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
-	"golang.org/x/sys/unix"
 )
 
 // Defaults for new objects.

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/execplane/execplane/internal/protocol"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // A kernel without openat2: OpenRoot refuses instead of falling back to string checks.
@@ -16,8 +18,8 @@ func TestKernelWithoutOpenat2IsRefused(t *testing.T) {
 	saved := openat2
 	t.Cleanup(func() { openat2 = saved })
 	openat2 = func(int, string, *unix.OpenHow) (int, error) { return -1, unix.ENOSYS }
-	if _, err := OpenRoot(t.TempDir()); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("want ErrUnavailable, got %v", err)
+	if _, err := OpenRoot(t.TempDir()); !errors.Is(err, protocol.ErrUnavailable) {
+		t.Fatalf("want protocol.ErrUnavailable, got %v", err)
 	}
 }
 
@@ -30,10 +32,10 @@ func TestCheckPathAndSplit(t *testing.T) {
 		{"a/b", "a/b", nil},
 		{"a/b/", "a/b", nil},
 		{".", ".", nil},
-		{"", "", ErrInvalid},
-		{"/etc", "", ErrPathEscape},
-		{"//", "", ErrPathEscape},
-		{"a\x00", "", ErrInvalid},
+		{"", "", protocol.ErrInvalid},
+		{"/etc", "", protocol.ErrPathEscape},
+		{"//", "", protocol.ErrPathEscape},
+		{"a\x00", "", protocol.ErrInvalid},
 	}
 	for _, tc := range cases {
 		got, err := checkPath([]byte(tc.in))
@@ -48,7 +50,7 @@ func TestCheckPathAndSplit(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"..", "a/..", "a/."} {
-		if _, _, err := split(in); !errors.Is(err, ErrInvalid) {
+		if _, _, err := split(in); !errors.Is(err, protocol.ErrInvalid) {
 			t.Errorf("split(%q) accepted", in)
 		}
 	}

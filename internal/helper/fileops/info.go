@@ -6,9 +6,10 @@ import (
 	"encoding/binary"
 	"time"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // versionPrefix names the version scheme, so a later scheme can never collide with it.

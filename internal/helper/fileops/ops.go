@@ -1,14 +1,10 @@
 package fileops
 
 import (
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
-
-// MaxFileBytesCeiling is the helper's own ceiling on file bytes moved by one operation,
-// whatever the request's limits say: the profile package allows at most 24 MiB, and the
-// response must fit a frame.
-const MaxFileBytesCeiling = 24 << 20
 
 // Limits are the request's bounds (from the profile).
 type Limits struct {
@@ -17,8 +13,8 @@ type Limits struct {
 
 // Do performs one file operation.
 func (r *Root) Do(op *executionv1.FileOperation, lim Limits) (*executionv1.FileResult, error) {
-	if lim.MaxFileBytes == 0 || lim.MaxFileBytes > MaxFileBytesCeiling {
-		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_file_bytes must be 1..%d", MaxFileBytesCeiling)
+	if lim.MaxFileBytes == 0 || lim.MaxFileBytes > protocol.MaxFileBytesCeiling {
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_file_bytes must be 1..%d", protocol.MaxFileBytesCeiling)
 	}
 	var res executionv1.FileResult
 	var err error

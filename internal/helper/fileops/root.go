@@ -5,14 +5,17 @@ import (
 	"errors"
 	"strings"
 
-	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/execplane/execplane/internal/protocol"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 // Bounds on paths.
 const (
-	// MaxPathBytes matches PATH_MAX: longer paths cannot be resolved in one call anyway.
-	MaxPathBytes = 4096
+	// MaxPathBytes is the protocol's bound; it matches PATH_MAX: longer paths cannot be
+	// resolved in one call anyway.
+	MaxPathBytes = protocol.MaxPathBytes
 	// resolveFlags confine every resolution beneath the root descriptor and refuse
 	// /proc-style magic links whose targets are not path-based.
 	resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS

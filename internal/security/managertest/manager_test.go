@@ -19,13 +19,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/dev/devbundle"
-	"github.com/execplane/execplane/internal/security/highwater"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/security/highwater"
 )
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
@@ -194,7 +195,11 @@ func TestPublishRotateAndRefuseRollbackAndDrift(t *testing.T) {
 	// A fresh replica that only sees the rolled-back material fails closed.
 	vol.publish(2, nil)
 	fresh, _ := manager(t, kube, ns, vol.manifest(), nil)
-	time.Sleep(300 * time.Millisecond)
+	// The fresh replica's own verdict, not a pause: while nothing is published CheckReady
+	// reports its reload loop's last refusal, and that refusal is the mark's.
+	eventually(t, "the fresh replica refuses the rolled-back material", func() bool {
+		return errors.Is(fresh.CheckReady(), highwater.ErrRollback)
+	})
 	if fresh.Ready() || !errors.Is(fresh.CheckReady(), security.ErrUnavailable) {
 		t.Fatal("a replica with rolled-back material is ready")
 	}
@@ -255,7 +260,17 @@ func TestNoMarkAtAllFailsClosed(t *testing.T) {
 	vol := newVolume(t)
 	vol.publish(1, nil)
 	m, _ := manager(t, kube, ns, vol.manifest(), nil)
-	time.Sleep(500 * time.Millisecond)
+	// Observed, not waited for: the manager's watch has listed no mark (CheckReady reports
+	// it as not found rather than not yet observed)...
+	eventually(t, "the absent mark observed", func() bool {
+		err := m.CheckReady()
+		return errors.Is(err, highwater.ErrUnavailable) && strings.Contains(err.Error(), "not found")
+	})
+	// ...and a reload after that, the one its loop runs on every poll while nothing is
+	// published, refuses the material instead of counting the absent mark as zero.
+	if err := m.Reload(t.Context()); !errors.Is(err, highwater.ErrUnavailable) {
+		t.Fatalf("reload without a high-water mark: %v", err)
+	}
 	if m.Ready() {
 		t.Fatal("ready without a high-water mark: an absent mark must never count as zero")
 	}
@@ -365,10 +380,17 @@ func TestRotationUnderSteadyLoad(t *testing.T) {
 			}
 		}
 	}()
+	// handshakesGoOn waits until two more handshakes have succeeded: the loop handshakes one
+	// at a time, so the second began after this call, on the generation just published.
+	handshakesGoOn := func(what string) {
+		t.Helper()
+		want := successes.Load() + 2
+		eventually(t, "handshakes succeed on "+what, func() bool { return successes.Load() >= want })
+	}
 	for gen := uint64(2); gen <= 6; gen++ {
 		vol.bump(gen)
 		eventually(t, fmt.Sprintf("generation %d published", gen), func() bool { b, ok := m.Current(); return ok && b.Generation() == gen })
-		time.Sleep(100 * time.Millisecond)
+		handshakesGoOn(fmt.Sprintf("generation %d", gen))
 	}
 	if err := handshake(res.Administrator); err != nil {
 		t.Fatalf("administrator refused before its removal: %v", err)
@@ -377,7 +399,7 @@ func TestRotationUnderSteadyLoad(t *testing.T) {
 		return []byte(strings.Replace(string(manifest), "  - uri: \""+res.Administrator.Identity+"\"\n    administrator: true\n", "", 1))
 	})
 	eventually(t, "generation 7 published", func() bool { b, ok := m.Current(); return ok && b.Generation() == 7 })
-	time.Sleep(100 * time.Millisecond)
+	handshakesGoOn("generation 7")
 	close(stop)
 	wg.Wait()
 	if failures.Load() != 0 || successes.Load() < 10 {

@@ -4,9 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
-	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // The public contract: exactly these RPCs, in this order (DESIGN.md, issue "Foundation").

@@ -26,8 +26,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/dev/devcluster"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/execplane/execplane/internal/dev/devcluster"
 )
 
 // KeepEnv keeps the cluster's state directory (logs, etcd data) after the tests when set

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
-	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
-	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 )
 
 const crdDir = "../../../../deploy/helm/execplane/crds"

@@ -25,12 +25,14 @@ const (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=xenv,categories=execplane
+// +kubebuilder:printcolumn:name="Binding",type=string,JSONPath=`.spec.bindingID`
 // +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profile`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Fence",type=string,JSONPath=`.status.fenceState`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.ownerHash`,priority=1,description="SHA-256 of the owner (owners are never stored in clear)"
 type ExecutionEnvironment struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -270,10 +272,12 @@ type ExecutionEnvironmentStatus struct {
 	// Phase summarises the status for people (printer column).
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
-	// Epoch is the fencing token: +1 on every AcquireRun and completed replacement.
+	// Epoch is the fencing token: +1 on every AcquireRun and completed replacement, 0 before
+	// the first. It is written even when 0, a value rather than an absence (and the Epoch
+	// printer column shows it).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	Epoch int64 `json:"epoch,omitempty"`
+	Epoch int64 `json:"epoch"`
 	// GrantGeneration is the revocation counter: +1 on every RevokeEnvironment.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

@@ -1,13 +1,14 @@
-// Package frame is the length-prefixed framing of the helper protocol (proto/helper/v1): a
-// 4-byte big-endian length followed by that many bytes of one serialized protobuf message.
+// Frames: a 4-byte big-endian length followed by that many bytes of one serialized protobuf
+// message.
 //
-// Invariants:
+// Invariants of the framing:
 //   - A length is checked against the caller's cap before any allocation, so a hostile peer
 //     cannot make the reader allocate more than the cap.
 //   - Decoding is strict: a message with unknown fields (at any depth) or invalid encoding is
 //     refused, never partially trusted.
 //   - Frames are read with io.ReadFull: a short frame is an error, never a truncated message.
-package frame
+
+package protocol
 
 import (
 	"encoding/binary"
@@ -33,22 +34,22 @@ const (
 
 // Errors.
 var (
-	// ErrTooLarge: the length prefix exceeds the cap.
-	ErrTooLarge = errors.New("frame exceeds the size cap")
-	// ErrTruncated: the stream ended inside a frame.
-	ErrTruncated = errors.New("truncated frame")
-	// ErrInvalid: the payload is not a valid message of the expected type.
-	ErrInvalid = errors.New("invalid frame payload")
+	// ErrFrameTooLarge: the length prefix exceeds the cap.
+	ErrFrameTooLarge = errors.New("frame exceeds the size cap")
+	// ErrFrameTruncated: the stream ended inside a frame.
+	ErrFrameTruncated = errors.New("truncated frame")
+	// ErrInvalidFrame: the payload is not a valid message of the expected type.
+	ErrInvalidFrame = errors.New("invalid frame payload")
 )
 
-// Write writes msg as one frame. It refuses messages over max.
-func Write(w io.Writer, msg proto.Message, max int) error {
+// WriteFrame writes msg as one frame. It refuses messages over max.
+func WriteFrame(w io.Writer, msg proto.Message, max int) error {
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
-		return fmt.Errorf("frame: marshal: %w", err)
+		return fmt.Errorf("marshal: %w", err)
 	}
 	if len(payload) > max {
-		return fmt.Errorf("frame: %w: %d > %d bytes", ErrTooLarge, len(payload), max)
+		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, len(payload), max)
 	}
 	buf := make([]byte, headerBytes+len(payload))
 	binary.BigEndian.PutUint32(buf, uint32(len(payload)))
@@ -57,34 +58,34 @@ func Write(w io.Writer, msg proto.Message, max int) error {
 	return err
 }
 
-// Read reads one frame into msg. It returns io.EOF when the stream ends cleanly before a
-// frame starts, and ErrTooLarge, ErrTruncated or ErrInvalid otherwise.
-func Read(r io.Reader, msg proto.Message, max int) error {
+// ReadFrame reads one frame into msg. It returns io.EOF when the stream ends cleanly before a
+// frame starts, and ErrFrameTooLarge, ErrFrameTruncated or ErrInvalidFrame otherwise.
+func ReadFrame(r io.Reader, msg proto.Message, max int) error {
 	var header [headerBytes]byte
 	if _, err := io.ReadFull(r, header[:]); err != nil {
 		if errors.Is(err, io.EOF) {
 			return io.EOF
 		}
-		return fmt.Errorf("frame: %w: header: %v", ErrTruncated, err)
+		return fmt.Errorf("%w: header: %v", ErrFrameTruncated, err)
 	}
 	n := binary.BigEndian.Uint32(header[:])
 	if uint64(n) > uint64(max) {
-		return fmt.Errorf("frame: %w: %d > %d bytes", ErrTooLarge, n, max)
+		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
 	}
 	payload := make([]byte, n)
 	if _, err := io.ReadFull(r, payload); err != nil {
-		return fmt.Errorf("frame: %w: payload: %v", ErrTruncated, err)
+		return fmt.Errorf("%w: payload: %v", ErrFrameTruncated, err)
 	}
-	return Decode(payload, msg)
+	return DecodeFrame(payload, msg)
 }
 
-// Decode strictly unmarshals payload into msg.
-func Decode(payload []byte, msg proto.Message) error {
+// DecodeFrame strictly unmarshals payload into msg.
+func DecodeFrame(payload []byte, msg proto.Message) error {
 	if err := (proto.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(payload, msg); err != nil {
-		return fmt.Errorf("frame: %w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %v", ErrInvalidFrame, err)
 	}
 	if hasUnknown(msg.ProtoReflect()) {
-		return fmt.Errorf("frame: %w: unknown fields", ErrInvalid)
+		return fmt.Errorf("%w: unknown fields", ErrInvalidFrame)
 	}
 	return nil
 }

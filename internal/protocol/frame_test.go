@@ -1,4 +1,4 @@
-package frame
+package protocol
 
 import (
 	"bytes"
@@ -8,10 +8,11 @@ import (
 	"runtime"
 	"testing"
 
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 func sampleRequest() *helperv1.Request {
@@ -27,17 +28,17 @@ func sampleRequest() *helperv1.Request {
 
 func TestRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	if err := Write(&buf, sampleRequest(), MaxRequestBytes); err != nil {
+	if err := WriteFrame(&buf, sampleRequest(), MaxRequestBytes); err != nil {
 		t.Fatal(err)
 	}
 	var got helperv1.Request
-	if err := Read(&buf, &got, MaxRequestBytes); err != nil {
+	if err := ReadFrame(&buf, &got, MaxRequestBytes); err != nil {
 		t.Fatal(err)
 	}
 	if !proto.Equal(&got, sampleRequest()) {
 		t.Fatalf("round trip changed the message: %v", &got)
 	}
-	if err := Read(&buf, &got, MaxRequestBytes); !errors.Is(err, io.EOF) {
+	if err := ReadFrame(&buf, &got, MaxRequestBytes); !errors.Is(err, io.EOF) {
 		t.Fatalf("clean end: want io.EOF, got %v", err)
 	}
 }
@@ -46,14 +47,14 @@ func TestOversizedLengthRefusedBeforeAllocation(t *testing.T) {
 	var header [4]byte
 	binary.BigEndian.PutUint32(header[:], 0xFFFFFFFF)
 	// No payload follows: a reader that allocated first would block or fail differently.
-	err := Read(bytes.NewReader(header[:]), &helperv1.Request{}, MaxRequestBytes)
-	if !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("want ErrTooLarge, got %v", err)
+	err := ReadFrame(bytes.NewReader(header[:]), &helperv1.Request{}, MaxRequestBytes)
+	if !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("want ErrFrameTooLarge, got %v", err)
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range 100 {
-		_ = Read(bytes.NewReader(header[:]), &helperv1.Request{}, MaxRequestBytes)
+		_ = ReadFrame(bytes.NewReader(header[:]), &helperv1.Request{}, MaxRequestBytes)
 	}
 	runtime.ReadMemStats(&after)
 	if perCall := (after.TotalAlloc - before.TotalAlloc) / 100; perCall > 4096 {
@@ -63,21 +64,21 @@ func TestOversizedLengthRefusedBeforeAllocation(t *testing.T) {
 
 func TestWriteRefusesOversizedMessage(t *testing.T) {
 	big := &helperv1.Request{RequestId: string(bytes.Repeat([]byte("x"), 100))}
-	if err := Write(io.Discard, big, 10); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("want ErrTooLarge, got %v", err)
+	if err := WriteFrame(io.Discard, big, 10); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("want ErrFrameTooLarge, got %v", err)
 	}
 }
 
 func TestTruncatedFrames(t *testing.T) {
 	var buf bytes.Buffer
-	if err := Write(&buf, sampleRequest(), MaxRequestBytes); err != nil {
+	if err := WriteFrame(&buf, sampleRequest(), MaxRequestBytes); err != nil {
 		t.Fatal(err)
 	}
 	full := buf.Bytes()
 	for _, n := range []int{1, 3, 5, len(full) - 1} {
-		err := Read(bytes.NewReader(full[:n]), &helperv1.Request{}, MaxRequestBytes)
-		if !errors.Is(err, ErrTruncated) {
-			t.Errorf("cut at %d: want ErrTruncated, got %v", n, err)
+		err := ReadFrame(bytes.NewReader(full[:n]), &helperv1.Request{}, MaxRequestBytes)
+		if !errors.Is(err, ErrFrameTruncated) {
+			t.Errorf("cut at %d: want ErrFrameTruncated, got %v", n, err)
 		}
 	}
 }
@@ -103,9 +104,9 @@ func TestInvalidAndUnknownPayloadsRefused(t *testing.T) {
 	}
 	for name, payload := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := Read(bytes.NewReader(frameOf(payload)), &helperv1.Request{}, MaxRequestBytes)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("want ErrInvalid, got %v", err)
+			err := ReadFrame(bytes.NewReader(frameOf(payload)), &helperv1.Request{}, MaxRequestBytes)
+			if !errors.Is(err, ErrInvalidFrame) {
+				t.Fatalf("want ErrInvalidFrame, got %v", err)
 			}
 		})
 	}
@@ -113,31 +114,31 @@ func TestInvalidAndUnknownPayloadsRefused(t *testing.T) {
 
 func FuzzRead(f *testing.F) {
 	var buf bytes.Buffer
-	_ = Write(&buf, sampleRequest(), MaxRequestBytes)
+	_ = WriteFrame(&buf, sampleRequest(), MaxRequestBytes)
 	f.Add(buf.Bytes())
 	resp := &helperv1.Frame{Frame: &helperv1.Frame_Response{Response: &helperv1.Response{
 		Outcome: &helperv1.Response_Error{Error: &helperv1.Error{Code: helperv1.ErrorCode_ERROR_CODE_NOT_FOUND}},
 	}}}
 	buf.Reset()
-	_ = Write(&buf, resp, MaxResponseBytes)
+	_ = WriteFrame(&buf, resp, MaxResponseBytes)
 	f.Add(buf.Bytes())
 	f.Add([]byte{0, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const small = 1 << 16 // keep the fuzzer's allocations small
 		var req helperv1.Request
-		if err := Read(bytes.NewReader(data), &req, small); err == nil {
+		if err := ReadFrame(bytes.NewReader(data), &req, small); err == nil {
 			// Whatever decodes must re-encode and decode to the same message.
 			var again bytes.Buffer
-			if err := Write(&again, &req, small); err != nil {
+			if err := WriteFrame(&again, &req, small); err != nil {
 				t.Fatalf("decoded message does not re-encode: %v", err)
 			}
 			var back helperv1.Request
-			if err := Read(&again, &back, small); err != nil || !proto.Equal(&req, &back) {
+			if err := ReadFrame(&again, &back, small); err != nil || !proto.Equal(&req, &back) {
 				t.Fatalf("re-encoded message differs: %v", err)
 			}
 		}
 		var fr helperv1.Frame
-		_ = Read(bytes.NewReader(data), &fr, small)
+		_ = ReadFrame(bytes.NewReader(data), &fr, small)
 	})
 }

@@ -1,0 +1,95 @@
+package process
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+)
+
+// classify sets the result's state, exit code and signal from how the command ended. A kill
+// by the helper (timeout, cancel) wins over the status it caused. oomKilled is asked only
+// about a SIGKILL the helper did not send: the kernel's OOM killer sends the same signal.
+func classify(res *executionv1.CommandResult, e ending, oomKilled func() bool) {
+	ws := e.status
+	switch {
+	case e.timedOut:
+		res.State, res.Signal = executionv1.CommandState_COMMAND_STATE_TIMED_OUT, int32(unix.SIGKILL)
+	case e.cancelled:
+		res.State, res.Signal = executionv1.CommandState_COMMAND_STATE_CANCELLED, int32(unix.SIGKILL)
+	case ws.Exited() && ws.ExitStatus() == 0:
+		res.State, res.ExitCode = executionv1.CommandState_COMMAND_STATE_SUCCEEDED, 0
+	case ws.Exited():
+		res.State, res.ExitCode = executionv1.CommandState_COMMAND_STATE_FAILED, int32(ws.ExitStatus())
+	case ws.Signaled():
+		res.State, res.Signal = executionv1.CommandState_COMMAND_STATE_SIGNALED, int32(ws.Signal())
+		if ws.Signal() == unix.SIGKILL && oomKilled() {
+			res.State = executionv1.CommandState_COMMAND_STATE_OUT_OF_MEMORY
+		}
+	}
+}
+
+// oomCount is the memory cgroup's oom_kill counter at one moment; known is false where the
+// counter cannot be read (no memory controller visible).
+type oomCount struct {
+	n     uint64
+	known bool
+}
+
+func readOOMKills() oomCount {
+	n, ok := oomKills()
+	return oomCount{n: n, known: ok}
+}
+
+// grew reports whether the kernel has OOM-killed something in this cgroup since c was read.
+// The counter is the cgroup's, not the command's: a kill elsewhere in the Pod's cgroup
+// during the command counts too.
+func (c oomCount) grew() bool {
+	after := readOOMKills()
+	return c.known && after.known && after.n > c.n
+}
+
+// oomKills reads the oom_kill counter of this process's memory cgroup: memory.events on
+// cgroup v2, memory.oom_control on v1 (both count kills since the cgroup was created).
+func oomKills() (uint64, bool) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var file string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			file = filepath.Join("/sys/fs/cgroup", filepath.Clean("/"+parts[2]), "memory.events")
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			file = filepath.Join("/sys/fs/cgroup/memory", filepath.Clean("/"+parts[2]), "memory.oom_control")
+		default:
+			continue
+		}
+		if events, err := os.ReadFile(file); err == nil {
+			if n, ok := parseOOMKills(string(events)); ok {
+				return n, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func parseOOMKills(events string) (uint64, bool) {
+	for _, line := range strings.Split(events, "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
