@@ -65,10 +65,19 @@ lint: ## gofmt, import grouping (goimports), go vet, staticcheck (pinned) and bu
 	$(TOOLS) staticcheck $$($(GO) list ./... | grep -v /pkg/generated/) # generated code is the generators' business
 	$(TOOLS) buf lint
 
+# Fuzzing budget per target: make test runs FUZZTIME_SHORT, make fuzz FUZZTIME.
+FUZZTIME ?= 1m
+FUZZTIME_SHORT ?= 3s
+
 .PHONY: test
-test: build lint verify ## Lint, verify generated code, and run every test with -race (uses the local cluster).
+test: build lint verify ## Lint, verify generated code, run every test with -race (uses the local cluster), then each fuzz target briefly.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
+	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 1m).
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only (no local cluster), with -race.

@@ -13,6 +13,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/prometheus/client_golang v1.24.0
+	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v2 v2.4.4
 	golang.org/x/sync v0.23.0
 	golang.org/x/sys v0.48.0

@@ -19,7 +19,7 @@ import (
 
 // EnsureEnvironment implements ExecutionProviderService.
 func (h *Handler) EnsureEnvironment(ctx context.Context, in *executionv1.EnsureEnvironmentRequest) (*executionv1.EnsureEnvironmentResponse, error) {
-	c, cl, err := h.beginGranting(ctx)
+	c, cl, err := h.beginGranting(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ func (h *Handler) EnsureEnvironment(ctx context.Context, in *executionv1.EnsureE
 
 // AttachEnvironment implements ExecutionProviderService.
 func (h *Handler) AttachEnvironment(ctx context.Context, in *executionv1.AttachEnvironmentRequest) (*executionv1.AttachEnvironmentResponse, error) {
-	c, cl, err := h.beginGranting(ctx)
+	c, cl, err := h.beginGranting(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func (h *Handler) AttachEnvironment(ctx context.Context, in *executionv1.AttachE
 
 // ReleaseReference implements ExecutionProviderService.
 func (h *Handler) ReleaseReference(ctx context.Context, in *executionv1.ReleaseReferenceRequest) (*executionv1.ReleaseReferenceResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.ReleaseReference, func(c *controlv1.Caller) *controlv1.ReleaseReferenceRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.ReleaseReference, func(c *controlv1.Caller) *controlv1.ReleaseReferenceRequest {
 		return &controlv1.ReleaseReferenceRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -65,7 +65,7 @@ func (h *Handler) ReleaseReference(ctx context.Context, in *executionv1.ReleaseR
 
 // ReserveSuccessor implements ExecutionProviderService.
 func (h *Handler) ReserveSuccessor(ctx context.Context, in *executionv1.ReserveSuccessorRequest) (*executionv1.ReserveSuccessorResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.ReserveSuccessor, func(c *controlv1.Caller) *controlv1.ReserveSuccessorRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.ReserveSuccessor, func(c *controlv1.Caller) *controlv1.ReserveSuccessorRequest {
 		return &controlv1.ReserveSuccessorRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -76,7 +76,7 @@ func (h *Handler) ReserveSuccessor(ctx context.Context, in *executionv1.ReserveS
 
 // CommitReference implements ExecutionProviderService.
 func (h *Handler) CommitReference(ctx context.Context, in *executionv1.CommitReferenceRequest) (*executionv1.CommitReferenceResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.CommitReference, func(c *controlv1.Caller) *controlv1.CommitReferenceRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.CommitReference, func(c *controlv1.Caller) *controlv1.CommitReferenceRequest {
 		return &controlv1.CommitReferenceRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -87,7 +87,7 @@ func (h *Handler) CommitReference(ctx context.Context, in *executionv1.CommitRef
 
 // AbortReference implements ExecutionProviderService.
 func (h *Handler) AbortReference(ctx context.Context, in *executionv1.AbortReferenceRequest) (*executionv1.AbortReferenceResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.AbortReference, func(c *controlv1.Caller) *controlv1.AbortReferenceRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.AbortReference, func(c *controlv1.Caller) *controlv1.AbortReferenceRequest {
 		return &controlv1.AbortReferenceRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -98,7 +98,7 @@ func (h *Handler) AbortReference(ctx context.Context, in *executionv1.AbortRefer
 
 // PrepareReferenceDelete implements ExecutionProviderService.
 func (h *Handler) PrepareReferenceDelete(ctx context.Context, in *executionv1.PrepareReferenceDeleteRequest) (*executionv1.PrepareReferenceDeleteResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.PrepareReferenceDelete, func(c *controlv1.Caller) *controlv1.PrepareReferenceDeleteRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.PrepareReferenceDelete, func(c *controlv1.Caller) *controlv1.PrepareReferenceDeleteRequest {
 		return &controlv1.PrepareReferenceDeleteRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -109,7 +109,7 @@ func (h *Handler) PrepareReferenceDelete(ctx context.Context, in *executionv1.Pr
 
 // ConfirmReferenceDelete implements ExecutionProviderService.
 func (h *Handler) ConfirmReferenceDelete(ctx context.Context, in *executionv1.ConfirmReferenceDeleteRequest) (*executionv1.ConfirmReferenceDeleteResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.ConfirmReferenceDelete, func(c *controlv1.Caller) *controlv1.ConfirmReferenceDeleteRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.ConfirmReferenceDelete, func(c *controlv1.Caller) *controlv1.ConfirmReferenceDeleteRequest {
 		return &controlv1.ConfirmReferenceDeleteRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -120,7 +120,7 @@ func (h *Handler) ConfirmReferenceDelete(ctx context.Context, in *executionv1.Co
 
 // CancelReferenceDelete implements ExecutionProviderService.
 func (h *Handler) CancelReferenceDelete(ctx context.Context, in *executionv1.CancelReferenceDeleteRequest) (*executionv1.CancelReferenceDeleteResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.CancelReferenceDelete, func(c *controlv1.Caller) *controlv1.CancelReferenceDeleteRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.CancelReferenceDelete, func(c *controlv1.Caller) *controlv1.CancelReferenceDeleteRequest {
 		return &controlv1.CancelReferenceDeleteRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -131,7 +131,7 @@ func (h *Handler) CancelReferenceDelete(ctx context.Context, in *executionv1.Can
 
 // ListReferenceIntents implements ExecutionProviderService.
 func (h *Handler) ListReferenceIntents(ctx context.Context, in *executionv1.ListReferenceIntentsRequest) (*executionv1.ListReferenceIntentsResponse, error) {
-	return forward(ctx, h, h.b.Control.ListReferenceIntents, func(c *controlv1.Caller) *controlv1.ListReferenceIntentsRequest {
+	return forward(ctx, h, in, h.b.Control.ListReferenceIntents, func(c *controlv1.Caller) *controlv1.ListReferenceIntentsRequest {
 		return &controlv1.ListReferenceIntentsRequest{Caller: c, Request: in}
 	})
 }
@@ -139,7 +139,7 @@ func (h *Handler) ListReferenceIntents(ctx context.Context, in *executionv1.List
 // AcquireRun implements ExecutionProviderService: the environment grant is verified here,
 // the claim taken by the controller, and the run grant signed here.
 func (h *Handler) AcquireRun(ctx context.Context, in *executionv1.AcquireRunRequest) (*executionv1.AcquireRunResponse, error) {
-	c, cl, err := h.begin(ctx)
+	c, cl, err := h.begin(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (h *Handler) AcquireRun(ctx context.Context, in *executionv1.AcquireRunRequ
 
 // RenewRun implements ExecutionProviderService.
 func (h *Handler) RenewRun(ctx context.Context, in *executionv1.RenewRunRequest) (*executionv1.RenewRunResponse, error) {
-	c, cl, err := h.begin(ctx)
+	c, cl, err := h.begin(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func (h *Handler) RenewRun(ctx context.Context, in *executionv1.RenewRunRequest)
 
 // ReleaseRun implements ExecutionProviderService.
 func (h *Handler) ReleaseRun(ctx context.Context, in *executionv1.ReleaseRunRequest) (*executionv1.ReleaseRunResponse, error) {
-	c, cl, err := h.begin(ctx)
+	c, cl, err := h.begin(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func (h *Handler) ReleaseRun(ctx context.Context, in *executionv1.ReleaseRunRequ
 
 // RetireEnvironment implements ExecutionProviderService.
 func (h *Handler) RetireEnvironment(ctx context.Context, in *executionv1.RetireEnvironmentRequest) (*executionv1.RetireEnvironmentResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.Retire, func(c *controlv1.Caller) *controlv1.RetireRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.Retire, func(c *controlv1.Caller) *controlv1.RetireRequest {
 		return &controlv1.RetireRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -246,7 +246,7 @@ func (h *Handler) RetireEnvironment(ctx context.Context, in *executionv1.RetireE
 
 // ReplaceExecutor implements ExecutionProviderService.
 func (h *Handler) ReplaceExecutor(ctx context.Context, in *executionv1.ReplaceExecutorRequest) (*executionv1.ReplaceExecutorResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.Replace, func(c *controlv1.Caller) *controlv1.ReplaceRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.Replace, func(c *controlv1.Caller) *controlv1.ReplaceRequest {
 		return &controlv1.ReplaceRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -258,7 +258,7 @@ func (h *Handler) ReplaceExecutor(ctx context.Context, in *executionv1.ReplaceEx
 
 // RevokeEnvironment implements ExecutionProviderService.
 func (h *Handler) RevokeEnvironment(ctx context.Context, in *executionv1.RevokeEnvironmentRequest) (*executionv1.RevokeEnvironmentResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.Revoke, func(c *controlv1.Caller) *controlv1.RevokeRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.Revoke, func(c *controlv1.Caller) *controlv1.RevokeRequest {
 		return &controlv1.RevokeRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -270,7 +270,7 @@ func (h *Handler) RevokeEnvironment(ctx context.Context, in *executionv1.RevokeE
 
 // RecoverEnvironment implements ExecutionProviderService.
 func (h *Handler) RecoverEnvironment(ctx context.Context, in *executionv1.RecoverEnvironmentRequest) (*executionv1.RecoverEnvironmentResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.Recover, func(c *controlv1.Caller) *controlv1.RecoverRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.Recover, func(c *controlv1.Caller) *controlv1.RecoverRequest {
 		return &controlv1.RecoverRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -282,7 +282,7 @@ func (h *Handler) RecoverEnvironment(ctx context.Context, in *executionv1.Recove
 
 // MigrateEnvironment implements ExecutionProviderService.
 func (h *Handler) MigrateEnvironment(ctx context.Context, in *executionv1.MigrateEnvironmentRequest) (*executionv1.MigrateEnvironmentResponse, error) {
-	reply, err := forward(ctx, h, h.b.Control.Migrate, func(c *controlv1.Caller) *controlv1.MigrateRequest {
+	reply, err := forward(ctx, h, in, h.b.Control.Migrate, func(c *controlv1.Caller) *controlv1.MigrateRequest {
 		return &controlv1.MigrateRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -293,7 +293,7 @@ func (h *Handler) MigrateEnvironment(ctx context.Context, in *executionv1.Migrat
 
 // DeleteRetiredEnvironment implements ExecutionProviderService.
 func (h *Handler) DeleteRetiredEnvironment(ctx context.Context, in *executionv1.DeleteRetiredEnvironmentRequest) (*executionv1.DeleteRetiredEnvironmentResponse, error) {
-	_, err := forward(ctx, h, h.b.Control.DeleteRetired, func(c *controlv1.Caller) *controlv1.DeleteRetiredRequest {
+	_, err := forward(ctx, h, in, h.b.Control.DeleteRetired, func(c *controlv1.Caller) *controlv1.DeleteRetiredRequest {
 		return &controlv1.DeleteRetiredRequest{Caller: c, Request: in}
 	})
 	if err != nil {
@@ -303,9 +303,12 @@ func (h *Handler) DeleteRetiredEnvironment(ctx context.Context, in *executionv1.
 }
 
 // begin returns the control API's caller and the authenticated client.
-func (h *Handler) begin(ctx context.Context) (*controlv1.Caller, security.Client, error) {
+func (h *Handler) begin(ctx context.Context, in proto.Message) (*controlv1.Caller, security.Client, error) {
 	cl, err := client(ctx)
 	if err != nil {
+		return nil, cl, err
+	}
+	if err := checkFields(in); err != nil {
 		return nil, cl, err
 	}
 	return &controlv1.Caller{ClientUri: string(cl.Identity), RequestId: RequestID(ctx)}, cl, nil
@@ -314,8 +317,8 @@ func (h *Handler) begin(ctx context.Context) (*controlv1.Caller, security.Client
 // beginGranting is begin for a call that answers with a grant it signs: without security
 // material it could sign none, so it refuses before the controller acts (a refusal leaves
 // nothing behind).
-func (h *Handler) beginGranting(ctx context.Context) (*controlv1.Caller, security.Client, error) {
-	c, cl, err := h.begin(ctx)
+func (h *Handler) beginGranting(ctx context.Context, in proto.Message) (*controlv1.Caller, security.Client, error) {
+	c, cl, err := h.begin(ctx, in)
 	if err == nil {
 		_, err = h.material()
 	}
@@ -323,8 +326,8 @@ func (h *Handler) beginGranting(ctx context.Context) (*controlv1.Caller, securit
 }
 
 // forward makes one control call for the authenticated caller.
-func forward[Req, Reply any](ctx context.Context, h *Handler, call func(context.Context, Req, ...grpc.CallOption) (Reply, error), build func(*controlv1.Caller) Req) (Reply, error) {
-	c, _, err := h.begin(ctx)
+func forward[Req, Reply any](ctx context.Context, h *Handler, in proto.Message, call func(context.Context, Req, ...grpc.CallOption) (Reply, error), build func(*controlv1.Caller) Req) (Reply, error) {
+	c, _, err := h.begin(ctx, in)
 	if err != nil {
 		var zero Reply
 		return zero, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -284,7 +285,7 @@ func TestHandlerForwardedRPCs(t *testing.T) {
 	caller := testCaller()
 	var (
 		releaseRef  = &executionv1.ReleaseReferenceRequest{OperationId: "op-4", Target: target}
-		reserve     = &executionv1.ReserveSuccessorRequest{OperationId: "op-4", Environment: testRef(), SourceBindingId: testBinding, SuccessorBindingId: "binding-2"}
+		reserve     = &executionv1.ReserveSuccessorRequest{OperationId: "op-4", Owner: target.GetOwner(), Environment: testRef(), SourceBindingId: testBinding, SuccessorBindingId: "binding-2"}
 		commit      = &executionv1.CommitReferenceRequest{OperationId: "op-4", Target: target}
 		abort       = &executionv1.AbortReferenceRequest{OperationId: "op-4", Target: target}
 		prepareDel  = &executionv1.PrepareReferenceDeleteRequest{OperationId: "op-4", Target: target}
@@ -371,5 +372,129 @@ func TestHandlerForwardedRPCs(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestHandlerRefusesMalformedFieldsAtTheEdge: every identifier and owner field of a control
+// request is checked by the gateway before anything is forwarded — INVALID_ARGUMENT naming
+// the field, with its reason — so an oversized value never meets a later hop's transport
+// limit, and the controller is never called.
+func TestHandlerRefusesMalformedFieldsAtTheEdge(t *testing.T) {
+	k := newKeys(t)
+	alice := &executionv1.Owner{Issuer: "https://idp.example", Subject: "alice"}
+	huge := strings.Repeat("a", 64<<10) // over every bound, far under the gRPC message limit
+	target := func(edit func(*executionv1.ReferenceTarget)) *executionv1.ReferenceTarget {
+		t := &executionv1.ReferenceTarget{Owner: alice, Environment: testRef(), BindingId: testBinding}
+		edit(t)
+		return t
+	}
+	ensure := func(edit func(*executionv1.EnsureEnvironmentRequest)) *executionv1.EnsureEnvironmentRequest {
+		r := &executionv1.EnsureEnvironmentRequest{OperationId: "op-1", Owner: alice, BindingId: testBinding, Profile: profiletest.Name}
+		edit(r)
+		return r
+	}
+	cases := []struct {
+		name, field string
+		call        func(ctx context.Context, h *Handler) error
+	}{
+		{"ensure: huge operation id", "operation_id", func(ctx context.Context, h *Handler) error {
+			_, err := h.EnsureEnvironment(ctx, ensure(func(r *executionv1.EnsureEnvironmentRequest) { r.OperationId = huge }))
+			return err
+		}},
+		{"ensure: huge owner subject", "owner.subject", func(ctx context.Context, h *Handler) error {
+			_, err := h.EnsureEnvironment(ctx, ensure(func(r *executionv1.EnsureEnvironmentRequest) {
+				r.Owner = &executionv1.Owner{Issuer: "i", Subject: huge}
+			}))
+			return err
+		}},
+		{"ensure: no owner", "owner.issuer", func(ctx context.Context, h *Handler) error {
+			_, err := h.EnsureEnvironment(ctx, ensure(func(r *executionv1.EnsureEnvironmentRequest) { r.Owner = nil }))
+			return err
+		}},
+		{"ensure: binding with a slash", "binding_id", func(ctx context.Context, h *Handler) error {
+			_, err := h.EnsureEnvironment(ctx, ensure(func(r *executionv1.EnsureEnvironmentRequest) { r.BindingId = "a/b" }))
+			return err
+		}},
+		{"ensure: profile not a label", "profile", func(ctx context.Context, h *Handler) error {
+			_, err := h.EnsureEnvironment(ctx, ensure(func(r *executionv1.EnsureEnvironmentRequest) { r.Profile = "Sandbox" }))
+			return err
+		}},
+		{"ensure: digest malformed", "expected_profile_digest", func(ctx context.Context, h *Handler) error {
+			_, err := h.EnsureEnvironment(ctx, ensure(func(r *executionv1.EnsureEnvironmentRequest) { r.ExpectedProfileDigest = "md5:00" }))
+			return err
+		}},
+		{"attach: owner with a NUL", "owner.subject", func(ctx context.Context, h *Handler) error {
+			_, err := h.AttachEnvironment(ctx, &executionv1.AttachEnvironmentRequest{Owner: &executionv1.Owner{Issuer: "i", Subject: "a\x00b"}, BindingId: testBinding, Environment: testRef()})
+			return err
+		}},
+		{"attach: huge environment id", "environment.id", func(ctx context.Context, h *Handler) error {
+			_, err := h.AttachEnvironment(ctx, &executionv1.AttachEnvironmentRequest{Owner: alice, BindingId: testBinding, Environment: &executionv1.EnvironmentRef{Id: huge, Revision: testRef().GetRevision()}})
+			return err
+		}},
+		{"reference: huge binding", "target.binding_id", func(ctx context.Context, h *Handler) error {
+			_, err := h.CommitReference(ctx, &executionv1.CommitReferenceRequest{OperationId: "op-2", Target: target(func(t *executionv1.ReferenceTarget) { t.BindingId = huge })})
+			return err
+		}},
+		{"reference: revision not a UUID", "target.environment.revision", func(ctx context.Context, h *Handler) error {
+			_, err := h.ReleaseReference(ctx, &executionv1.ReleaseReferenceRequest{OperationId: "op-2", Target: target(func(t *executionv1.ReferenceTarget) {
+				t.Environment = &executionv1.EnvironmentRef{Id: testRef().GetId(), Revision: "not-a-uuid"}
+			})})
+			return err
+		}},
+		{"successor: huge successor", "successor_binding_id", func(ctx context.Context, h *Handler) error {
+			_, err := h.ReserveSuccessor(ctx, &executionv1.ReserveSuccessorRequest{OperationId: "op-2", Owner: alice, Environment: testRef(), SourceBindingId: testBinding, SuccessorBindingId: huge})
+			return err
+		}},
+		{"intents: huge page token", "page_token", func(ctx context.Context, h *Handler) error {
+			_, err := h.ListReferenceIntents(ctx, &executionv1.ListReferenceIntentsRequest{PageToken: huge})
+			return err
+		}},
+		{"intents: page size over the bound", "page_size", func(ctx context.Context, h *Handler) error {
+			_, err := h.ListReferenceIntents(ctx, &executionv1.ListReferenceIntentsRequest{PageSize: 1 << 31})
+			return err
+		}},
+		{"acquire: huge run id", "run_id", func(ctx context.Context, h *Handler) error {
+			_, err := h.AcquireRun(ctx, &executionv1.AcquireRunRequest{OperationId: "op-2", EnvironmentGrant: k.env(t, nil), Environment: testRef(), RunId: huge})
+			return err
+		}},
+		{"renew: huge operation id", "operation_id", func(ctx context.Context, h *Handler) error {
+			_, err := h.RenewRun(ctx, &executionv1.RenewRunRequest{OperationId: huge, RunGrant: k.run(t, nil), Environment: testRef()})
+			return err
+		}},
+		{"release run: bad environment", "environment.id", func(ctx context.Context, h *Handler) error {
+			_, err := h.ReleaseRun(ctx, &executionv1.ReleaseRunRequest{OperationId: "op-2", RunGrant: k.run(t, nil), Environment: &executionv1.EnvironmentRef{Id: "UPPER", Revision: testRef().GetRevision()}})
+			return err
+		}},
+		{"retire: reason with a newline", "reason", func(ctx context.Context, h *Handler) error {
+			_, err := h.RetireEnvironment(ctx, &executionv1.RetireEnvironmentRequest{OperationId: "op-2", Environment: testRef(), Reason: "a\nb"})
+			return err
+		}},
+		{"retire: huge reason", "reason", func(ctx context.Context, h *Handler) error {
+			_, err := h.RetireEnvironment(ctx, &executionv1.RetireEnvironmentRequest{OperationId: "op-2", Environment: testRef(), Reason: huge})
+			return err
+		}},
+		{"recover: pod uid not a UUID", "preconditions.pod_uid", func(ctx context.Context, h *Handler) error {
+			_, err := h.RecoverEnvironment(ctx, &executionv1.RecoverEnvironmentRequest{OperationId: "op-2", Environment: testRef(), Preconditions: &executionv1.AdminPreconditions{PodUid: proto.String(huge)}})
+			return err
+		}},
+		{"migrate: huge operation id", "operation_id", func(ctx context.Context, h *Handler) error {
+			_, err := h.MigrateEnvironment(ctx, &executionv1.MigrateEnvironmentRequest{OperationId: huge, Environment: testRef(), TargetSchemaVersion: 1})
+			return err
+		}},
+		{"delete retired: pvc uid not a UUID", "preconditions.pvc_uid", func(ctx context.Context, h *Handler) error {
+			_, err := h.DeleteRetiredEnvironment(ctx, &executionv1.DeleteRetiredEnvironmentRequest{OperationId: "op-2", Environment: testRef(), Preconditions: &executionv1.AdminPreconditions{PvcUid: proto.String("x")}})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, k, setup{})
+			err := c.call(callerCtx(t), w.h)
+			expect(t, err, invalid, "")
+			if msg := status.Convert(apierror.Status(err, testReqID)).Message(); !strings.Contains(msg, c.field+":") || len(msg) > 512 {
+				t.Errorf("message %q does not name %s (or echoes the value)", msg, c.field)
+			}
+			w.noCalls(t)
+		})
 	}
 }

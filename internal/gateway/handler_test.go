@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -279,6 +280,9 @@ type world struct {
 
 func newWorld(t *testing.T, k *keys, s setup) *world {
 	t.Helper()
+	// Every goroutine a call starts (the fencing watch, the executor's) ends with it.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	env := readyEnv()
 	if s.env != nil {
 		s.env(env)

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/url"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,7 +29,7 @@ var (
 	// ErrProtocol: the executor answered outside the helper protocol (a bad length, a frame
 	// over the cap, an undecodable or second response, trailing bytes, a non-zero exit). Its
 	// output is never trusted; the caller gets INTERNAL.
-	ErrProtocol = errors.New("executor protocol violation")
+	ErrProtocol = protocol.ErrViolation
 	// ErrOutcomeUnknown: the exec stream broke after the request was sent; a command may
 	// have run. Reported honestly as UNKNOWN, never retried.
 	ErrOutcomeUnknown = apierror.ErrOutcomeUnknown
@@ -140,8 +138,8 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 		stdinW.Close()
 	}()
 	stdoutR, stdoutW := io.Pipe()
-	read := make(chan readResult, 1)
-	go func() { read <- readResponse(stdoutR, responseCap, closeStdin, abort) }()
+	read := make(chan protocol.ReadResult, 1)
+	go func() { read <- protocol.ReadResponse(stdoutR, responseCap, closeStdin, abort) }()
 	stderr := &capped{limit: stderrCap}
 	streamErr := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: stderr})
 	stdoutW.CloseWithError(io.EOF)
@@ -151,72 +149,23 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 
 	var code utilexec.CodeExitError
 	switch {
-	case res.err != nil:
-		return nil, res.err
+	case res.Err != nil:
+		return nil, res.Err
 	case streamErr != nil && errors.As(streamErr, &code):
 		return nil, fmt.Errorf("%w: the helper exited with %d", ErrProtocol, code.Code)
-	case res.resp == nil && streamErr != nil && !sent:
+	case res.Resp == nil && streamErr != nil && !sent:
 		return nil, fmt.Errorf("%w: %v", ErrExecutorUnreachable, streamErr)
-	case res.resp == nil && streamErr != nil:
+	case res.Resp == nil && streamErr != nil:
 		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, streamErr)
-	case res.resp == nil:
+	case res.Resp == nil:
 		return nil, fmt.Errorf("%w: no response", ErrProtocol)
 	case streamErr != nil:
 		// A response, but the helper did not exit cleanly before the call ended.
 		return nil, fmt.Errorf("%w: the stream did not end after the response: %v", ErrProtocol, streamErr)
-	case res.resp.GetRequestId() != req.GetRequestId():
+	case res.Resp.GetRequestId() != req.GetRequestId():
 		return nil, fmt.Errorf("%w: response for another request", ErrProtocol)
 	}
-	return res.resp, nil
-}
-
-type readResult struct {
-	resp *helperv1.Response
-	err  error
-}
-
-// exitGrace bounds how long the helper may take to exit after its response: it has nothing
-// left to do but return.
-const exitGrace = 5 * time.Second
-
-// readResponse reads heartbeats, then exactly one Response, then requires the stream to end
-// (the helper exits once stdin closes) within exitGrace. Every frame is bounded by
-// responseCap; any violation aborts the stream.
-func readResponse(r io.Reader, responseCap int, closeStdin, abort func()) readResult {
-	defer io.Copy(io.Discard, io.LimitReader(r, 1<<20)) //nolint:errcheck // drain so the stream can finish
-	for {
-		var f helperv1.Frame
-		err := protocol.ReadFrame(r, &f, responseCap)
-		switch {
-		case errors.Is(err, io.EOF):
-			return readResult{}
-		case err != nil:
-			abort()
-			return readResult{err: fmt.Errorf("%w: %v", ErrProtocol, err)}
-		}
-		if f.GetHeartbeat() != nil {
-			continue
-		}
-		resp := f.GetResponse()
-		if resp == nil {
-			abort()
-			return readResult{err: fmt.Errorf("%w: an empty frame", ErrProtocol)}
-		}
-		closeStdin()
-		var late atomic.Bool
-		timer := time.AfterFunc(exitGrace, func() { late.Store(true); abort() })
-		var extra [1]byte
-		n, _ := io.ReadFull(r, extra[:])
-		timer.Stop()
-		switch {
-		case n > 0:
-			abort()
-			return readResult{err: fmt.Errorf("%w: bytes after the response", ErrProtocol)}
-		case late.Load():
-			return readResult{err: fmt.Errorf("%w: the helper did not exit after its response", ErrProtocol)}
-		}
-		return readResult{resp: resp}
-	}
+	return res.Resp, nil
 }
 
 // capped keeps the first limit bytes written and discards the rest.

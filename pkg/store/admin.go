@@ -30,24 +30,24 @@ type adminCall struct {
 func (s *Store) admin(ctx context.Context, in AdminInput, call adminCall) (*Result, error) {
 	var c checker
 	c.caller(in.Caller)
-	c.identifier("operation_id", in.OperationID)
-	c.ref("environment", in.Environment)
-	c.reason(in.Reason)
+	c.Identifier("operation_id", in.OperationID)
+	c.Ref("environment", in.Environment)
+	c.Reason(in.Reason)
 	p := in.Preconditions
 	set := map[string]bool{"epoch": p.Epoch != nil, "pod_uid": p.PodUID != nil, "pvc_uid": p.PVCUID != nil, "grant_generation": p.GrantGeneration != nil}
 	for _, f := range call.required {
 		if !set[f] {
-			c.fail("preconditions."+f, "is required")
+			c.Fail("preconditions."+f, "is required")
 		}
 	}
 	if p.PodUID != nil && *p.PodUID != "" {
-		c.uuid("preconditions.pod_uid", *p.PodUID)
+		c.UUID("preconditions.pod_uid", *p.PodUID)
 	}
 	if p.PVCUID != nil {
-		c.uuid("preconditions.pvc_uid", *p.PVCUID)
+		c.UUID("preconditions.pvc_uid", *p.PVCUID)
 	}
-	if c.err != nil {
-		return nil, c.err
+	if c.Err() != nil {
+		return nil, c.Err()
 	}
 	if !in.Caller.Capabilities.Administrator {
 		return nil, fmt.Errorf("%w: administrative operation", apierror.ErrPermissionDenied)

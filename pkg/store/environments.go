@@ -26,15 +26,13 @@ const LabelProfile = "execution.mecatl.dev/profile"
 func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	var c checker
 	c.caller(in.Caller)
-	c.identifier("operation_id", in.OperationID)
+	c.Identifier("operation_id", in.OperationID)
 	c.owner("owner", in.Owner)
-	c.identifier("binding_id", in.BindingID)
-	c.dnsLabel("profile", in.Profile)
-	if in.ExpectedProfileDigest != "" && !ident.IsDigest(in.ExpectedProfileDigest) {
-		c.fail("expected_profile_digest", "must be sha256: and 64 lowercase hex digits")
-	}
-	if c.err != nil {
-		return nil, c.err
+	c.Identifier("binding_id", in.BindingID)
+	c.DNSLabel("profile", in.Profile)
+	c.Digest("expected_profile_digest", in.ExpectedProfileDigest)
+	if c.Err() != nil {
+		return nil, c.Err()
 	}
 	if !in.Caller.Capabilities.MayAttestOwner {
 		return nil, fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
@@ -172,10 +170,10 @@ func checkAttach(in AttachInput) error {
 	var c checker
 	c.caller(in.Caller)
 	c.owner("owner", in.Owner)
-	c.identifier("binding_id", in.BindingID)
-	c.ref("environment", in.Environment)
-	if c.err != nil {
-		return c.err
+	c.Identifier("binding_id", in.BindingID)
+	c.Ref("environment", in.Environment)
+	if c.Err() != nil {
+		return c.Err()
 	}
 	if !in.Caller.Capabilities.MayAttestOwner {
 		return fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)

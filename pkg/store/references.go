@@ -67,12 +67,12 @@ func (s *Store) CancelReferenceDelete(ctx context.Context, in ReferenceInput) (*
 func checkReferenceInput(in ReferenceInput) error {
 	var c checker
 	c.caller(in.Caller)
-	c.identifier("operation_id", in.OperationID)
+	c.Identifier("operation_id", in.OperationID)
 	c.owner("owner", in.Owner)
-	c.ref("environment", in.Environment)
-	c.identifier("binding_id", in.BindingID)
-	if c.err != nil {
-		return c.err
+	c.Ref("environment", in.Environment)
+	c.Identifier("binding_id", in.BindingID)
+	if c.Err() != nil {
+		return c.Err()
 	}
 	if !in.Caller.Capabilities.MayAttestOwner {
 		return fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
@@ -127,16 +127,16 @@ func (s *Store) referenceStep(ctx context.Context, in ReferenceInput, step refer
 func (s *Store) ReserveSuccessor(ctx context.Context, in ReserveSuccessorInput) (*Result, error) {
 	var c checker
 	c.caller(in.Caller)
-	c.identifier("operation_id", in.OperationID)
+	c.Identifier("operation_id", in.OperationID)
 	c.owner("owner", in.Owner)
-	c.ref("environment", in.Environment)
-	c.identifier("source_binding_id", in.SourceBindingID)
-	c.identifier("successor_binding_id", in.SuccessorBindingID)
+	c.Ref("environment", in.Environment)
+	c.Identifier("source_binding_id", in.SourceBindingID)
+	c.Identifier("successor_binding_id", in.SuccessorBindingID)
 	if in.SourceBindingID == in.SuccessorBindingID {
-		c.fail("successor_binding_id", "must differ from source_binding_id")
+		c.Fail("successor_binding_id", "must differ from source_binding_id")
 	}
-	if c.err != nil {
-		return nil, c.err
+	if c.Err() != nil {
+		return nil, c.Err()
 	}
 	if !in.Caller.Capabilities.MayAttestOwner {
 		return nil, fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
@@ -185,15 +185,13 @@ func (s *Store) ListReferenceIntents(ctx context.Context, in ListIntentsInput) (
 	if in.Owner != nil {
 		c.owner("owner", *in.Owner)
 	}
-	if in.PageSize < 0 || in.PageSize > maxPageSize {
-		c.fail("page_size", fmt.Sprintf("must be 0..%d", maxPageSize))
-	}
+	c.PageSize("page_size", in.PageSize)
 	after, ok := decodePageToken(in.PageToken)
 	if !ok {
-		c.fail("page_token", "is not a token this API issued")
+		c.Fail("page_token", "is not a token this API issued")
 	}
-	if c.err != nil {
-		return nil, c.err
+	if c.Err() != nil {
+		return nil, c.Err()
 	}
 	if in.Owner != nil && !in.Caller.Capabilities.MayAttestOwner {
 		return nil, fmt.Errorf("%w: the client may not attest owners", apierror.ErrPermissionDenied)
@@ -258,7 +256,7 @@ func decodePageToken(token string) (string, bool) {
 		return "", false
 	}
 	name, binding, ok := strings.Cut(string(raw), "\x00")
-	return string(raw), ok && isDNSLabel(name) && isIdentifier(binding)
+	return string(raw), ok && ident.IsDNSLabel(name) && ident.IsIdentifier(binding)
 }
 
 // FindReferenceIntent returns one binding's reference on one environment when it is not

@@ -20,13 +20,13 @@ import (
 func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, error) {
 	var c checker
 	c.caller(in.Caller)
-	c.identifier("operation_id", in.OperationID)
-	c.ref("environment", in.Environment)
-	c.identifier("run_id", in.RunID)
+	c.Identifier("operation_id", in.OperationID)
+	c.Ref("environment", in.Environment)
+	c.Identifier("run_id", in.RunID)
 	c.ttl(in.TTL)
-	c.identifier("grant.binding_id", in.Grant.BindingID)
-	if c.err != nil {
-		return nil, c.err
+	c.Identifier("grant.binding_id", in.Grant.BindingID)
+	if c.Err() != nil {
+		return nil, c.Err()
 	}
 	ttl := in.TTL
 	if ttl == 0 {
@@ -85,12 +85,12 @@ func replayRun(env *executionv1alpha1.ExecutionEnvironment, rc executionv1alpha1
 func (s *Store) RenewRun(ctx context.Context, in RenewRunInput) (*Result, error) {
 	var c checker
 	c.caller(in.Caller)
-	c.identifier("operation_id", in.OperationID)
-	c.ref("environment", in.Environment)
+	c.Identifier("operation_id", in.OperationID)
+	c.Ref("environment", in.Environment)
 	c.ttl(in.TTL)
 	checkRunGrant(&c, in.Grant)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err() != nil {
+		return nil, c.Err()
 	}
 	ttl := in.TTL
 	if ttl == 0 {
@@ -128,11 +128,11 @@ func (s *Store) RenewRun(ctx context.Context, in RenewRunInput) (*Result, error)
 func (s *Store) ReleaseRun(ctx context.Context, in ReleaseRunInput) (*Result, error) {
 	var c checker
 	c.caller(in.Caller)
-	c.identifier("operation_id", in.OperationID)
-	c.ref("environment", in.Environment)
+	c.Identifier("operation_id", in.OperationID)
+	c.Ref("environment", in.Environment)
 	checkRunGrant(&c, in.Grant)
-	if c.err != nil {
-		return nil, c.err
+	if c.Err() != nil {
+		return nil, c.Err()
 	}
 	return s.mutate(ctx, mutation{
 		op: "ReleaseRun", id: in.OperationID, name: in.Environment.Name,
@@ -151,9 +151,9 @@ func (s *Store) ReleaseRun(ctx context.Context, in ReleaseRunInput) (*Result, er
 }
 
 func checkRunGrant(c *checker, g authority.GrantClaims) {
-	c.identifier("grant.binding_id", g.BindingID)
-	c.identifier("grant.run_id", g.RunID)
-	if g.ClaimID == "" || len(g.ClaimID) > 64 || !isIdentifier(g.ClaimID) {
-		c.fail("grant.claim_id", "must be a claim id")
+	c.Identifier("grant.binding_id", g.BindingID)
+	c.Identifier("grant.run_id", g.RunID)
+	if g.ClaimID == "" || len(g.ClaimID) > 64 || !ident.IsIdentifier(g.ClaimID) {
+		c.Fail("grant.claim_id", "must be a claim id")
 	}
 }

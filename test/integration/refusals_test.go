@@ -61,6 +61,15 @@ func TestRefusalClasses(t *testing.T) {
 			_, err := api.EnsureEnvironment(ctx, &executionv1.EnsureEnvironmentRequest{OperationId: op(), Owner: s.owner, BindingId: "../x", Profile: profiletest.Name})
 			return err
 		}, codes.InvalidArgument, "INVALID_ARGUMENT"},
+		// Refused by the gateway's own field checks, not by the control API's message limit.
+		{"oversized binding id", func() error {
+			_, err := api.EnsureEnvironment(ctx, &executionv1.EnsureEnvironmentRequest{OperationId: op(), Owner: s.owner, BindingId: strings.Repeat("b", 8<<20), Profile: profiletest.Name})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"oversized owner subject", func() error {
+			_, err := api.EnsureEnvironment(ctx, &executionv1.EnsureEnvironmentRequest{OperationId: op(), Owner: &executionv1.Owner{Issuer: s.owner.GetIssuer(), Subject: strings.Repeat("s", 8<<20)}, BindingId: "b", Profile: profiletest.Name})
+			return err
+		}, codes.InvalidArgument, "INVALID_ARGUMENT"},
 		{"malformed environment ref", func() error {
 			_, err := api.Files(ctx, &executionv1.FilesRequest{RunGrant: s.runG, Environment: &executionv1.EnvironmentRef{Id: "Bad_Name", Revision: "x"}, Operation: read("a.txt")})
 			return err
