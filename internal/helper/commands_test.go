@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execplane/execplane/internal/dev/precondition"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/execplane/execplane/internal/helper/process"
@@ -355,7 +357,7 @@ func memoryCgroup(t *testing.T, limit int) (dir, procs string) {
 		}
 		return dir, filepath.Join(dir, "cgroup.procs")
 	}
-	t.Skip("no writable memory cgroup on this machine: the OOM classification is covered by TestParseOOMKills only")
+	precondition.Missing(t, "no writable memory cgroup on this machine: the OOM classification is covered by TestParseOOMKills only")
 	return "", ""
 }
 

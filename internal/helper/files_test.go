@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execplane/execplane/internal/dev/precondition"
+
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -367,7 +369,7 @@ func TestOverCapWriteLeavesOldContent(t *testing.T) {
 func TestENOSPCLeavesOldContent(t *testing.T) {
 	root, _ := workspace(t)
 	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=256k"); err != nil {
-		t.Skipf("cannot mount a small tmpfs here (%v)", err)
+		precondition.Missing(t, "cannot mount a small tmpfs here (%v)", err)
 	}
 	defer syscall.Unmount(root, syscall.MNT_DETACH)
 	must(t, os.WriteFile(filepath.Join(root, "f"), []byte("old"), 0o644))

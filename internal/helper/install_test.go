@@ -3,7 +3,6 @@ package helper
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -32,20 +31,5 @@ func TestInstallCopiesTheHelper(t *testing.T) {
 	}
 	if err := Install(filepath.Join(t.TempDir(), "missing-dir", "helper")); err == nil {
 		t.Error("a missing directory accepted")
-	}
-}
-
-// The static helper binary installs itself through its flag (as the init container runs it).
-func TestInstallFlag(t *testing.T) {
-	bin := os.Getenv("EXECPLANE_HELPER_BIN")
-	if bin == "" {
-		t.Skip("EXECPLANE_HELPER_BIN not set (make test sets it)")
-	}
-	dest := filepath.Join(t.TempDir(), "helper")
-	if out, err := exec.Command(bin, "--install", dest).CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if out, err := exec.Command(dest, "--version").CombinedOutput(); err != nil {
-		t.Fatalf("the installed copy does not run: %v\n%s", err, out)
 	}
 }
