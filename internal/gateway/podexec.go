@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -104,6 +106,9 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	if responseCap <= 0 || responseCap > protocol.MaxResponseBytes {
 		responseCap = protocol.MaxResponseBytes
 	}
+	if err := e.checkPod(ctx, pod); err != nil {
+		return nil, err
+	}
 	var request bytes.Buffer
 	if err := protocol.WriteFrame(&request, req, protocol.MaxRequestBytes); err != nil {
 		return nil, err
@@ -166,6 +171,25 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 		return nil, fmt.Errorf("%w: response for another request", ErrProtocol)
 	}
 	return res.Resp, nil
+}
+
+// checkPod refuses to exec into a Pod that is not the one the environment records: a Pod of
+// the same name with another UID (re-created behind this gateway's view) would otherwise
+// receive a request authorised for its predecessor. Nothing has run, so the answer is
+// ErrExecutorUnreachable (retryable: the controller records what happened, and the retry is
+// judged by that). The read is served from the API server's watch cache (resourceVersion
+// "0"): a read, never an etcd round trip or a write, on the data path.
+func (e *PodExecutor) checkPod(ctx context.Context, pod PodRef) error {
+	p, err := e.kube.CoreV1().Pods(e.namespace).Get(ctx, pod.Name, metav1.GetOptions{ResourceVersion: "0"})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: the executor Pod is gone", ErrExecutorUnreachable)
+	case err != nil:
+		return fmt.Errorf("%w: reading the executor Pod: %v", ErrExecutorUnreachable, err)
+	case p.UID != pod.UID:
+		return fmt.Errorf("%w: the Pod of that name is not the environment's executor (another UID)", ErrExecutorUnreachable)
+	}
+	return nil
 }
 
 // capped keeps the first limit bytes written and discards the rest.

@@ -103,18 +103,50 @@ func TestExecuteRealHelper(t *testing.T) {
 	}
 }
 
-// An exec the API server refuses (here: the Pod does not exist) never started anything: it
-// is ErrExecutorUnreachable (retryable), never an unknown outcome.
+// An exec the API server refuses (here: no such container in the Pod) never started
+// anything: it is ErrExecutorUnreachable (retryable), never an unknown outcome.
 func TestExecuteRefusedUpgradeRanNothing(t *testing.T) {
-	ns, _ := executorPod(t)
-	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
+	ns, pod := executorPod(t)
+	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper, Container: "no-such-container"}, clustertest.Cluster(t).RESTConfig(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	read := fileRequest("r1", &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{Path: []byte("x")}}})
-	_, err = e.Execute(clustertest.Context(t, time.Minute), PodRef{Name: "no-such-pod"}, read, 0)
+	_, err = e.Execute(clustertest.Context(t, time.Minute), pod, read, 0)
 	if !errors.Is(err, ErrExecutorUnreachable) || errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A Pod that is not the one the environment records — absent, or of the same name with
+// another UID (re-created behind the view) — is never exec'd into: ErrExecutorUnreachable,
+// and the write it was sent did not happen.
+func TestExecuteOnlyIntoTheRecordedPod(t *testing.T) {
+	ns, pod := executorPod(t)
+	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := clustertest.Context(t, time.Minute)
+	write := func(name string) *helperv1.Request {
+		return fileRequest("w-"+name, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: &executionv1.WriteFile{
+			Path: []byte(name), Content: []byte("x"), Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}}})
+	}
+	for name, ref := range map[string]PodRef{
+		"another-uid": {Name: pod.Name, UID: types.UID("00000000-0000-4000-8000-0000000000ff")},
+		"absent":      {Name: "no-such-pod", UID: pod.UID},
+	} {
+		if _, err := e.Execute(ctx, ref, write(name), 0); !errors.Is(err, ErrExecutorUnreachable) || errors.Is(err, ErrOutcomeUnknown) {
+			t.Errorf("%s: got %v, want ErrExecutorUnreachable", name, err)
+		}
+		stat := fileRequest("s-"+name, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Stat{Stat: &executionv1.StatFile{Path: []byte(name)}}})
+		resp, err := e.Execute(ctx, pod, stat, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetError().GetCode() != helperv1.ErrorCode_ERROR_CODE_NOT_FOUND {
+			t.Errorf("%s: the refused write happened (stat answered %v)", name, resp)
+		}
 	}
 }
 
