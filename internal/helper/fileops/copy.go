@@ -1,6 +1,8 @@
 package fileops
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -64,21 +66,41 @@ func (r *Root) copy(req *executionv1.CopyPath, lim Limits) (*executionv1.CopyPat
 	default:
 		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE, "source is not a regular file or directory")
 	}
-	// Directory tree: the destination must not exist (no merging).
+	// Directory tree: the destination must not exist (no merging). The tree is built under a
+	// temporary name beside it and renamed into place only when complete, so a copy refused
+	// partway (a bound, a special file's type change, ENOSPC) leaves the workspace as it was.
 	dstParent, dstName, err := r.openParent(to)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(dstParent)
-	if err := unix.Mkdirat(dstParent, dstName, st.Mode&0o777); err != nil {
+	var exists unix.Stat_t
+	if err := unix.Fstatat(dstParent, dstName, &exists, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "the destination exists (a tree copy never merges)")
+	} else if !errors.Is(err, unix.ENOENT) {
+		return nil, fromErrno("stat", err)
+	}
+	staging := stagingName()
+	if err := unix.Mkdirat(dstParent, staging, st.Mode&0o777); err != nil {
 		return nil, fromErrno("mkdir", err)
 	}
+	committed := false
+	defer func() {
+		if !committed {
+			discard(dstParent, staging)
+		}
+	}()
 	src, err := unix.Openat(srcParent, srcName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fromErrno("open directory", err)
 	}
 	defer unix.Close(src)
-	dst, err := unix.Openat(dstParent, dstName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if inside, err := r.within(src, dstParent); err != nil {
+		return nil, err
+	} else if inside {
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "cannot copy a directory into itself")
+	}
+	dst, err := unix.Openat(dstParent, staging, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fromErrno("open directory", err)
 	}
@@ -86,6 +108,10 @@ func (r *Root) copy(req *executionv1.CopyPath, lim Limits) (*executionv1.CopyPat
 	if err := copyTree(src, dst, &budget, 0); err != nil {
 		return nil, err
 	}
+	if err := unix.Renameat2(dstParent, staging, dstParent, dstName, unix.RENAME_NOREPLACE); err != nil {
+		return nil, fromErrno("rename", err)
+	}
+	committed = true
 	info, _, err := statAt(dstParent, dstName, to)
 	if err != nil {
 		return nil, err
@@ -94,6 +120,61 @@ func (r *Root) copy(req *executionv1.CopyPath, lim Limits) (*executionv1.CopyPat
 	res.CopiedBytes = lim.MaxFileBytes - budget.bytes
 	res.CopiedEntries = uint64(maxCopyEntries - budget.entries + 1)
 	return res, nil
+}
+
+// stagingName is a fresh temporary name for a tree under construction: the helper's
+// temporary prefix (the file API's own writes use it too), so an interrupted helper's
+// leftover is recognisable and removable through the API.
+func stagingName() string {
+	var suffix [8]byte
+	_, _ = rand.Read(suffix[:])
+	return tempPrefix + hex.EncodeToString(suffix[:]) + ".tmp"
+}
+
+// discard removes a tree the helper built itself and did not commit. It was built within
+// the copy's bounds, which are within the remove's, so it is removable whole; a failure is
+// left for the caller to see (the name carries the temporary prefix).
+func discard(parentfd int, name string) {
+	budget, removed := maxRemoveEntries, uint64(0)
+	if removeChildren(parentfd, name, &budget, &removed, 0) == nil {
+		_ = unix.Unlinkat(parentfd, name, unix.AT_REMOVEDIR)
+	}
+}
+
+// within reports whether directory dir is directory src or beneath it: compared by device
+// and inode while walking up through ".." until the workspace root (bounded: a directory
+// the helper can address is at most maxDepth levels down, plus the path's own components).
+func (r *Root) within(src, dir int) (bool, error) {
+	var want, root, cur unix.Stat_t
+	if err := unix.Fstat(src, &want); err != nil {
+		return false, fromErrno("stat", err)
+	}
+	if err := unix.Fstat(r.fd, &root); err != nil {
+		return false, fromErrno("stat", err)
+	}
+	fd, err := unix.Dup(dir)
+	if err != nil {
+		return false, fromErrno("dup", err)
+	}
+	defer func() { unix.Close(fd) }()
+	for range maxDepth + MaxPathBytes/2 {
+		if err := unix.Fstat(fd, &cur); err != nil {
+			return false, fromErrno("stat", err)
+		}
+		switch {
+		case cur.Dev == want.Dev && cur.Ino == want.Ino:
+			return true, nil
+		case cur.Dev == root.Dev && cur.Ino == root.Ino:
+			return false, nil
+		}
+		up, err := unix.Openat(fd, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false, fromErrno("open directory", err)
+		}
+		unix.Close(fd)
+		fd = up
+	}
+	return false, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
 }
 
 type copyBudget struct {
@@ -157,6 +238,11 @@ func copyTree(src, dst int, budget *copyBudget, depth int) error {
 			}
 			return false, fromErrno("symlink", unix.Symlinkat(string(buf[:n]), dst, name))
 		case unix.S_IFDIR:
+			// Refused before it is made: the copy never builds a level the remove (and so the
+			// discard of a refused copy) could not reach.
+			if depth+1 >= maxDepth {
+				return false, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
+			}
 			if err := unix.Mkdirat(dst, name, st.Mode&0o777); err != nil {
 				return false, fromErrno("mkdir", err)
 			}

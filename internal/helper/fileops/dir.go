@@ -247,7 +247,14 @@ func (r *Root) remove(req *executionv1.RemovePath) (*executionv1.RemovePathResul
 	}
 	var removed uint64
 	if req.GetRecursive() {
+		// Counted first, without removing anything: a tree over the bounds is refused whole,
+		// not half removed. (A tree that grows while it is removed can still stop partway;
+		// what is left is within the bounds again and removable by the same call.)
 		budget := maxRemoveEntries
+		if err := countChildren(dirfd, name, &budget, 0); err != nil {
+			return &executionv1.RemovePathResult{}, err
+		}
+		budget = maxRemoveEntries
 		err := removeChildren(dirfd, name, &budget, &removed, 0)
 		if err != nil {
 			return &executionv1.RemovePathResult{Removed: removed}, err
@@ -257,6 +264,43 @@ func (r *Root) remove(req *executionv1.RemovePath) (*executionv1.RemovePathResul
 		return &executionv1.RemovePathResult{Removed: removed}, fromErrno("rmdir", err)
 	}
 	return &executionv1.RemovePathResult{Removed: removed + 1}, nil
+}
+
+// countChildren walks the directory name in parentfd without following symlinks or changing
+// anything, charging budget per entry, and refuses a tree over the remove's bounds.
+func countChildren(parentfd int, name string, budget *int, depth int) error {
+	if depth >= maxDepth {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
+	}
+	fd, err := unix.Openat(parentfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fromErrno("open directory", err)
+	}
+	dir := os.NewFile(uintptr(fd), "dir")
+	defer dir.Close()
+	for {
+		names, _ := dir.Readdirnames(readdirBatch)
+		if len(names) == 0 {
+			return nil
+		}
+		for _, n := range names {
+			if *budget--; *budget < 0 {
+				return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "more than %d entries to remove", maxRemoveEntries)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				return fromErrno("stat", err)
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := countChildren(fd, n, budget, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+	}
 }
 
 // removeChildren empties the directory name in parentfd without following symlinks.
