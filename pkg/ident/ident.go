@@ -2,7 +2,8 @@
 // hand-written loops: they run on untrusted input before any lookup, and a loop is
 // obviously linear and allocation-free. pkg/grant and pkg/store share them, so a value one
 // accepts the other accepts too. ref.go adds the one EnvironmentRef type and the client hash
-// that environments and grants both carry.
+// that environments and grants both carry; fields.go the request-field checker the gateway
+// and the store both run (its refusals are apierror.ErrInvalidArgument).
 package ident
 
 // Bounds of the forms.
