@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
@@ -172,6 +173,36 @@ func TestRBAC(t *testing.T) {
 		}
 		if !strings.Contains(r, "automountServiceAccountToken: false") {
 			t.Error("the executor ServiceAccount mounts a token")
+		}
+	}
+}
+
+// By default an executor with the network-egress capability reaches the internet and the
+// cluster's DNS, never the link-local metadata range nor the private ranges of the cluster's
+// Pods and Services (nor IPv6 link-local and unique-local addresses); no rule allows
+// everything.
+func TestExecutorEgressExcludesMetadataAndClusterRanges(t *testing.T) {
+	must := map[string][]string{"0.0.0.0/0": {"169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"}, "::/0": {"fe80::/10", "fc00::/7"}}
+	for _, values := range [][]string{nil, {production}} {
+		for _, np := range documents[networkingv1.NetworkPolicy](t, render(t, values...), "NetworkPolicy") {
+			if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"] != "executor" {
+				continue
+			}
+			for _, rule := range np.Spec.Egress {
+				if len(rule.To) == 0 {
+					t.Errorf("%s: an egress rule to every destination", np.Name)
+				}
+				for _, peer := range rule.To {
+					if peer.IPBlock == nil {
+						continue
+					}
+					for _, cidr := range must[peer.IPBlock.CIDR] {
+						if !slices.Contains(peer.IPBlock.Except, cidr) {
+							t.Errorf("%s: %s does not except %s", np.Name, peer.IPBlock.CIDR, cidr)
+						}
+					}
+				}
+			}
 		}
 	}
 }

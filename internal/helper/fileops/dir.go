@@ -266,17 +266,26 @@ func (r *Root) remove(req *executionv1.RemovePath) (*executionv1.RemovePathResul
 	return &executionv1.RemovePathResult{Removed: removed + 1}, nil
 }
 
-// countChildren walks the directory name in parentfd without following symlinks or changing
-// anything, charging budget per entry, and refuses a tree over the remove's bounds.
-func countChildren(parentfd int, name string, budget *int, depth int) error {
+// openSubtree opens the directory name in parentfd, at depth below the top of a recursive
+// remove, without following a symlink; it refuses a level deeper than the remove reaches.
+func openSubtree(parentfd int, name string, depth int) (*os.File, int, error) {
 	if depth >= maxDepth {
-		return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
+		return nil, -1, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
 	}
 	fd, err := unix.Openat(parentfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fromErrno("open directory", err)
+		return nil, -1, fromErrno("open directory", err)
 	}
-	dir := os.NewFile(uintptr(fd), "dir")
+	return os.NewFile(uintptr(fd), "dir"), fd, nil
+}
+
+// countChildren walks the directory name in parentfd without following symlinks or changing
+// anything, charging budget per entry, and refuses a tree over the remove's bounds.
+func countChildren(parentfd int, name string, budget *int, depth int) error {
+	dir, fd, err := openSubtree(parentfd, name, depth)
+	if err != nil {
+		return err
+	}
 	defer dir.Close()
 	for {
 		names, _ := dir.Readdirnames(readdirBatch)
@@ -305,14 +314,10 @@ func countChildren(parentfd int, name string, budget *int, depth int) error {
 
 // removeChildren empties the directory name in parentfd without following symlinks.
 func removeChildren(parentfd int, name string, budget *int, removed *uint64, depth int) error {
-	if depth >= maxDepth {
-		return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
-	}
-	fd, err := unix.Openat(parentfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	dir, fd, err := openSubtree(parentfd, name, depth)
 	if err != nil {
-		return fromErrno("open directory", err)
+		return err
 	}
-	dir := os.NewFile(uintptr(fd), "dir")
 	defer dir.Close()
 	for {
 		names, _ := dir.Readdirnames(readdirBatch)
