@@ -59,6 +59,70 @@ func TestThousandConcurrentEnsuresCreateOne(t *testing.T) {
 	}
 }
 
+// Two Store instances — two leaders for a moment, with no lock in common — racing Ensure for
+// one binding still create exactly one environment with one reference: the API server's
+// create and compare-and-swap are the safety, not the in-process locks. A caller that lost
+// the compare-and-swap too often gets the retryable CONFLICT and retries with its operation
+// id, as the SDK does. At most one caller is told it created the environment (a creator
+// whose first status write lost reports nothing, by design).
+func TestTwoStoresRacingEnsureCreateOne(t *testing.T) {
+	f := newFixture(t, options{})
+	other := f.secondStore(t)
+	const callers = 200
+	uids := make([]types.UID, callers)
+	errs := make([]error, callers)
+	changed := make([]bool, callers)
+	conflicts := make([]int, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		s := f.store
+		if i%2 == 1 {
+			s = other
+		}
+		wg.Go(func() {
+			in := store.EnsureInput{Caller: agentA, OperationID: fmt.Sprintf("two-stores-%d", i), Owner: alice, BindingID: "shared", Profile: "python"}
+			for range 20 {
+				r, err := s.Ensure(f.ctx, in)
+				if errors.Is(err, apierror.ErrConflict) {
+					conflicts[i]++
+					continue
+				}
+				errs[i] = err
+				if err == nil {
+					uids[i], changed[i] = r.Environment.UID, r.Changed
+				}
+				return
+			}
+			errs[i] = fmt.Errorf("still conflicting after %d attempts", conflicts[i])
+		})
+	}
+	wg.Wait()
+	created, lost := 0, 0
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if uids[i] != uids[0] {
+			t.Fatalf("caller %d got %s, caller 0 got %s", i, uids[i], uids[0])
+		}
+		if changed[i] {
+			created++
+		}
+		lost += conflicts[i]
+	}
+	if n := f.count(t); n != 1 {
+		t.Fatalf("%d environments for one binding", n)
+	}
+	env := f.get(t, store.EnvironmentName(agentA.Client, store.OwnerHash(alice), "shared"))
+	if len(env.Status.References) != 1 {
+		t.Fatalf("references %+v", env.Status.References)
+	}
+	if created > 1 {
+		t.Fatalf("%d callers were told they created the environment", created)
+	}
+	t.Logf("%d callers over two stores: one environment; %d compare-and-swaps lost and retried", callers, lost)
+}
+
 // Many bindings racing for the last slots of a profile: exactly the capacity is created,
 // the rest are refused with apierror.ErrLimitExceeded and leave nothing behind.
 func TestCapacityIsExactUnderRace(t *testing.T) {

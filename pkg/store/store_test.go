@@ -100,6 +100,21 @@ func newFixture(t *testing.T, o options) *fixture {
 	return &fixture{c: c, ns: ns, exec: exec, store: s, ctx: ctx, lister: lister, profiles: reg}
 }
 
+// secondStore is another Store over the same namespace, with its own informer and locks:
+// a second leader, for a moment.
+func (f *fixture) secondStore(t *testing.T) *store.Store {
+	t.Helper()
+	factory := execinformers.NewSharedInformerFactoryWithOptions(f.exec, 0, execinformers.WithNamespace(f.ns))
+	lister := factory.Execution().V1alpha1().ExecutionEnvironments().Lister()
+	factory.Start(f.ctx.Done())
+	factory.WaitForCacheSync(f.ctx.Done())
+	s, err := store.New(store.Config{Execution: f.exec, Kube: f.c.Kube(), Environments: lister, Namespace: f.ns, Profiles: f.profiles, Finalizer: controller.EnvironmentFinalizer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func (f *fixture) ensure(t *testing.T, caller store.Caller, owner store.Owner, binding string) *store.Result {
 	t.Helper()
 	r, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: caller, OperationID: opID(), Owner: owner, BindingID: binding, Profile: "python"})
