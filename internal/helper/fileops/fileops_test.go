@@ -56,9 +56,9 @@ func TestCheckPathAndSplit(t *testing.T) {
 	}
 }
 
-// FuzzResolve throws arbitrary paths at every path-taking operation of a workspace that holds
-// symlinks pointing outside: no operation may reveal the outside secret or change anything
-// outside, whatever the path.
+// FuzzResolve throws arbitrary paths at every file operation — each path-taking field of
+// each of the ten kinds — in a workspace that holds symlinks pointing outside: no operation
+// may reveal the outside secret or change anything outside, whatever the path.
 func FuzzResolve(f *testing.F) {
 	for _, seed := range []string{"a", "../outside/secret", "link/secret", "in/../../outside/secret", "abs", "a/./b/../../link", "proc/1/root", "\xff", "x/" + string(bytes.Repeat([]byte("../"), 40))} {
 		f.Add([]byte(seed), uint8(0))
@@ -83,9 +83,18 @@ func FuzzResolve(f *testing.F) {
 	}
 	f.Cleanup(func() { r.Close() })
 	lim := Limits{MaxFileBytes: 1 << 16}
+	// fixtures puts back what an input may have removed or renamed inside the root, so every
+	// input meets the outward symlinks.
+	fixtures := func() {
+		_ = os.MkdirAll(filepath.Join(root, "in"), 0o755)
+		_ = os.Symlink(outside, filepath.Join(root, "link"))
+		_ = os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "abs"))
+		_ = os.Symlink("/proc", filepath.Join(root, "proc"))
+	}
 	f.Fuzz(func(t *testing.T, p []byte, op uint8) {
+		fixtures()
 		var fo *executionv1.FileOperation
-		switch op % 5 {
+		switch op % 12 {
 		case 0:
 			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{Path: p}}}
 		case 1:
@@ -96,11 +105,29 @@ func FuzzResolve(f *testing.F) {
 			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Copy{Copy: &executionv1.CopyPath{From: p, To: []byte("copy"), Overwrite: true}}}
 		case 4:
 			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_List{List: &executionv1.ListDirectory{Path: p}}}
+		case 5:
+			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Stat{Stat: &executionv1.StatFile{Path: p}}}
+		case 6:
+			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Mkdir{Mkdir: &executionv1.MakeDirectory{Path: p, Parents: true}}}
+		case 7:
+			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Remove{Remove: &executionv1.RemovePath{Path: p, Recursive: true}}}
+		case 8:
+			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Rename{Rename: &executionv1.RenamePath{From: p, To: []byte("moved"), Overwrite: true}}}
+		case 9:
+			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Rename{Rename: &executionv1.RenamePath{From: []byte("in"), To: p}}}
+		case 10:
+			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Copy{Copy: &executionv1.CopyPath{From: []byte("in"), To: p, Recursive: true}}}
+		case 11:
+			fo = &executionv1.FileOperation{Operation: &executionv1.FileOperation_Glob{Glob: &executionv1.Glob{Pattern: []byte("**"), Base: p}}}
 		}
 		res, err := r.Do(fo, lim)
 		if err == nil {
 			if bytes.Contains(res.GetRead().GetContent(), secret) || len(res.GetGrep().GetMatches()) > 0 {
 				t.Fatalf("path %q revealed the outside secret", p)
+			}
+			// Nothing inside the root has the secret's size (inputs write one byte).
+			if res.GetStat().GetInfo().GetSize() == uint64(len(secret)) && res.GetStat().GetInfo().GetType() == executionv1.FileType_FILE_TYPE_REGULAR {
+				t.Fatalf("path %q stat'ed the outside secret", p)
 			}
 			for _, e := range res.GetList().GetEntries() {
 				// Inputs may create a "secret" of their own inside the root (writes put "w" in
@@ -110,8 +137,10 @@ func FuzzResolve(f *testing.F) {
 				}
 			}
 		}
-		if data, err := os.ReadFile(filepath.Join(root, "copy")); err == nil && bytes.Contains(data, secret) {
-			t.Fatalf("path %q copied the outside secret in", p)
+		for _, name := range []string{"copy", "moved"} {
+			if data, err := os.ReadFile(filepath.Join(root, name)); err == nil && bytes.Contains(data, secret) {
+				t.Fatalf("path %q brought the outside secret in as %s", p, name)
+			}
 		}
 		entries, _ := os.ReadDir(outside)
 		if len(entries) != 1 {
