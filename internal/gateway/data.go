@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,8 +65,8 @@ func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommand
 	if spec == nil {
 		return nil, fmt.Errorf("%w: command: required", apierror.ErrInvalidArgument)
 	}
-	if wd := spec.GetWorkingDirectory(); len(wd) > protocol.MaxPathBytes || bytes.IndexByte(wd, 0) >= 0 {
-		return nil, fmt.Errorf("%w: command.working_directory: at most %d bytes without NUL", apierror.ErrInvalidArgument, protocol.MaxPathBytes)
+	if err := protocol.ValidateWorkingDirectory(spec.GetWorkingDirectory()); err != nil {
+		return nil, helperError(err)
 	}
 	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {

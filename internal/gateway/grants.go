@@ -45,8 +45,10 @@ func (h *Handler) material() (*security.Bundle, error) {
 
 // checkRef refuses a malformed environment reference before any lookup.
 func checkRef(field string, r *executionv1.EnvironmentRef) (ident.EnvironmentRef, error) {
-	if !ident.IsDNSLabel(r.GetId()) || !ident.IsUUID(r.GetRevision()) {
-		return ident.EnvironmentRef{}, fmt.Errorf("%w: %s: id must be a DNS-1123 label and revision a canonical UUID", apierror.ErrInvalidArgument, field)
+	var f ident.Fields
+	ref(&f, field, r)
+	if err := f.Err(); err != nil {
+		return ident.EnvironmentRef{}, err
 	}
 	return ident.EnvironmentRef{Name: r.GetId(), UID: r.GetRevision()}, nil
 }

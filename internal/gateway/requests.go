@@ -46,17 +46,15 @@ func checkFields(in proto.Message) error {
 		}
 		f.PageSize("page_size", int(min(r.GetPageSize(), ident.MaxPageSize+1)))
 		f.PageToken("page_token", r.GetPageToken())
-	case *executionv1.AcquireRunRequest:
+	case *executionv1.AcquireRunRequest: // the environment: checkRef, where the grant is read
 		f.Identifier("operation_id", r.GetOperationId())
-		ref(&f, "environment", r.GetEnvironment())
 		f.Identifier("run_id", r.GetRunId())
 	case interface {
 		GetOperationId() string
 		GetRunGrant() *executionv1.Grant
 		GetEnvironment() *executionv1.EnvironmentRef
-	}: // RenewRun, ReleaseRun
+	}: // RenewRun, ReleaseRun; the environment: checkRef, where the grant is read
 		f.Identifier("operation_id", r.GetOperationId())
-		ref(&f, "environment", r.GetEnvironment())
 	case interface {
 		GetOperationId() string
 		GetEnvironment() *executionv1.EnvironmentRef

@@ -130,15 +130,8 @@ func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1
 			}
 		}
 	}()
-	maxMillis := lim.GetMaxCommandMillis()
-	if maxMillis > uint64(process.MaxDurationCeiling/time.Millisecond) {
-		return nil, protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_command_millis above the helper's ceiling")
-	}
 	return process.Run(spec, process.Options{
-		Limits: process.Limits{
-			MaxOutputBytes: lim.GetMaxCommandBytes(),
-			MaxDuration:    time.Duration(maxMillis) * time.Millisecond,
-		},
+		Limits:  protocol.CommandLimitsOf(lim),
 		Environ: os.Environ(),
 		Cancel:  cancel,
 	})

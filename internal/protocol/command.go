@@ -70,6 +70,15 @@ func EnvAllowed(name string) bool {
 	return true
 }
 
+// ValidateWorkingDirectory refuses a working directory no helper would resolve (too long,
+// NUL); empty means the workspace root. Where it resolves is the kernel's business.
+func ValidateWorkingDirectory(wd []byte) error {
+	if len(wd) > 0 && !validPath(wd) {
+		return invalidf("command.working_directory: at most %d bytes without NUL", MaxPathBytes)
+	}
+	return nil
+}
+
 // CommandLimits are a command request's bounds, from the environment's profile.
 type CommandLimits struct {
 	// MaxOutputBytes bounds each output stream (and stdin).
@@ -78,9 +87,23 @@ type CommandLimits struct {
 	MaxDuration time.Duration
 }
 
-// CommandLimitsOf reads a request's command limits.
+// CommandLimitsOf reads a request's command limits. A duration past the helper's ceiling
+// stays past it (Check refuses it) instead of overflowing.
 func CommandLimitsOf(lim *helperv1.Limits) CommandLimits {
-	return CommandLimits{MaxOutputBytes: lim.GetMaxCommandBytes(), MaxDuration: time.Duration(lim.GetMaxCommandMillis()) * time.Millisecond}
+	millis := min(lim.GetMaxCommandMillis(), uint64(MaxDurationCeiling/time.Millisecond)+1)
+	return CommandLimits{MaxOutputBytes: lim.GetMaxCommandBytes(), MaxDuration: time.Duration(millis) * time.Millisecond}
+}
+
+// Check refuses limits beyond the helper's own ceilings, which keep both captured streams
+// within one frame and a call within an hour whatever the request says.
+func (l CommandLimits) Check() error {
+	if l.MaxOutputBytes == 0 || l.MaxOutputBytes > MaxOutputBytesCeiling {
+		return invalidf("max_command_bytes must be 1..%d", MaxOutputBytesCeiling)
+	}
+	if l.MaxDuration < MinTimeout || l.MaxDuration > MaxDurationCeiling {
+		return invalidf("max_command_millis must be within [%s, %s]", MinTimeout, MaxDurationCeiling)
+	}
+	return nil
 }
 
 // ValidateCommand checks spec against the limits without running anything and returns the

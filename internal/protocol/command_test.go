@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 func TestValidateBounds(t *testing.T) {
@@ -45,5 +47,24 @@ func TestEnvAllowed(t *testing.T) {
 		if EnvAllowed(n) {
 			t.Errorf("%s allowed", n)
 		}
+	}
+}
+
+// A request's limits past the helper's ceilings are refused, never wrapped around: a huge
+// max_command_millis must not overflow into a small duration that passes.
+func TestCommandLimitsOfRefusesPastTheCeilings(t *testing.T) {
+	for name, lim := range map[string]*helperv1.Limits{
+		"millis at uint64 max":   {MaxCommandBytes: 1024, MaxCommandMillis: ^uint64(0)},
+		"millis one past":        {MaxCommandBytes: 1024, MaxCommandMillis: uint64(MaxDurationCeiling/time.Millisecond) + 1},
+		"output past":            {MaxCommandBytes: MaxOutputBytesCeiling + 1, MaxCommandMillis: 60_000},
+		"no output":              {MaxCommandMillis: 60_000},
+		"duration under minimum": {MaxCommandBytes: 1024, MaxCommandMillis: 10},
+	} {
+		if err := CommandLimitsOf(lim).Check(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want an invalid-argument refusal", name, err)
+		}
+	}
+	if err := CommandLimitsOf(&helperv1.Limits{MaxCommandBytes: 1024, MaxCommandMillis: uint64(MaxDurationCeiling / time.Millisecond)}).Check(); err != nil {
+		t.Errorf("the ceiling itself: %v", err)
 	}
 }

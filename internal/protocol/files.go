@@ -31,6 +31,8 @@ type File struct {
 	Kind string
 	// paths must each be 1..MaxPathBytes without NUL; optional ones may also be empty.
 	paths, optional [][]byte
+	// read: the answer carries file content, bounded by max_file_bytes.
+	read bool
 	// readLength and writeLength are the bytes the operation asks to move.
 	readLength, writeLength uint64
 	// tree: the answer is a listing (list, glob, grep), bounded by TreeResultCap.
@@ -43,7 +45,7 @@ type File struct {
 func DescribeFile(op *executionv1.FileOperation) (File, error) {
 	switch o := op.GetOperation().(type) {
 	case *executionv1.FileOperation_Read:
-		return File{Kind: "read", paths: [][]byte{o.Read.GetPath()}, readLength: o.Read.GetLength(),
+		return File{Kind: "read", read: true, paths: [][]byte{o.Read.GetPath()}, readLength: o.Read.GetLength(),
 			is: func(r *executionv1.FileResult) bool { return r.GetRead() != nil }}, nil
 	case *executionv1.FileOperation_Write:
 		return File{Kind: "write", paths: [][]byte{o.Write.GetPath()}, writeLength: uint64(len(o.Write.GetContent())),
@@ -110,7 +112,7 @@ func validPath(p []byte) bool {
 // ResponseCap is the most the helper's answer to the operation may weigh under lim.
 func (f File) ResponseCap(lim *helperv1.Limits) int {
 	switch {
-	case f.Kind == "read":
+	case f.read:
 		return int(min(lim.GetMaxFileBytes(), MaxFileBytesCeiling) + responseOverhead)
 	case f.tree:
 		return TreeResultCap

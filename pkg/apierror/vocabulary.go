@@ -1,6 +1,7 @@
 package apierror
 
 import (
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -33,8 +34,13 @@ func (e *Error) Reason() executionv1.ErrorReason { return e.reason }
 // Retryable reports whether the same call may succeed later, nothing having been done.
 func (e *Error) Retryable() bool { return e.retryable }
 
+// vocabulary holds every class, in declaration order; class registers each.
+var vocabulary []*Error
+
 func class(code codes.Code, reason executionv1.ErrorReason, text string) *Error {
-	return &Error{text: text, code: code, reason: reason}
+	e := &Error{text: text, code: code, reason: reason}
+	vocabulary = append(vocabulary, e)
+	return e
 }
 
 func (e *Error) retry() *Error { e.retryable = true; return e }
@@ -103,15 +109,7 @@ var (
 )
 
 // Vocabulary lists every class, for tests and documentation.
-func Vocabulary() []*Error {
-	return []*Error{
-		ErrInvalidArgument, ErrUnauthenticated, ErrGrantInvalid, ErrPermissionDenied, ErrPathEscape,
-		ErrNotFound, ErrAlreadyExists, ErrConflict, ErrStaleEpoch, ErrRevoked, ErrVersionMismatch,
-		ErrOperationIDReused, ErrRunClaimHeld, ErrPreconditionMismatch, ErrProfileMismatch, ErrFenced,
-		ErrNotReady, ErrWrongType, ErrLimitExceeded, ErrBusy, ErrUnavailable, ErrExecutorUnreachable,
-		ErrOutcomeUnknown, ErrUnimplemented, ErrInternal,
-	}
-}
+func Vocabulary() []*Error { return slices.Clone(vocabulary) }
 
 // reasonPrefix is what ErrorInfo.reason leaves out of an ErrorReason's name.
 const reasonPrefix = "ERROR_REASON_"

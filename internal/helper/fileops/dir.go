@@ -250,11 +250,10 @@ func (r *Root) remove(req *executionv1.RemovePath) (*executionv1.RemovePathResul
 		// Counted first, without removing anything: a tree over the bounds is refused whole,
 		// not half removed. (A tree that grows while it is removed can still stop partway;
 		// what is left is within the bounds again and removable by the same call.)
-		budget := maxRemoveEntries
-		if err := countChildren(dirfd, name, &budget, 0); err != nil {
+		if err := countChildren(dirfd, name); err != nil {
 			return &executionv1.RemovePathResult{}, err
 		}
-		budget = maxRemoveEntries
+		budget := maxRemoveEntries
 		err := removeChildren(dirfd, name, &budget, &removed, 0)
 		if err != nil {
 			return &executionv1.RemovePathResult{Removed: removed}, err
@@ -279,37 +278,20 @@ func openSubtree(parentfd int, name string, depth int) (*os.File, int, error) {
 	return os.NewFile(uintptr(fd), "dir"), fd, nil
 }
 
-// countChildren walks the directory name in parentfd without following symlinks or changing
-// anything, charging budget per entry, and refuses a tree over the remove's bounds.
-func countChildren(parentfd int, name string, budget *int, depth int) error {
-	dir, fd, err := openSubtree(parentfd, name, depth)
+// countChildren walks the directory name in parentfd (the shared bounded walk: no symlink
+// followed, nothing changed) and refuses a tree over the remove's bounds.
+func countChildren(parentfd int, name string) error {
+	dir, fd, err := openSubtree(parentfd, name, 0)
 	if err != nil {
 		return err
 	}
 	defer dir.Close()
-	for {
-		names, _ := dir.Readdirnames(readdirBatch)
-		if len(names) == 0 {
-			return nil
-		}
-		for _, n := range names {
-			if *budget--; *budget < 0 {
-				return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "more than %d entries to remove", maxRemoveEntries)
-			}
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				if errors.Is(err, unix.ENOENT) {
-					continue
-				}
-				return fromErrno("stat", err)
-			}
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				if err := countChildren(fd, n, budget, depth+1); err != nil {
-					return err
-				}
-			}
-		}
+	budget := maxRemoveEntries
+	err = walk(fd, "", 0, &budget, func(int, string, string, *unix.Stat_t) (bool, error) { return true, nil })
+	if errors.Is(err, errStop) {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "more than %d entries to remove", maxRemoveEntries)
 	}
+	return err
 }
 
 // removeChildren empties the directory name in parentfd without following symlinks.

@@ -14,16 +14,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
-// Limits are the request's bounds (from the profile).
-type Limits struct {
-	// MaxOutputBytes caps each output stream (head + tail) and stdin.
-	MaxOutputBytes uint64
-	// MaxDuration caps the timeout.
-	MaxDuration time.Duration
-}
+// Limits are the request's bounds (from the profile): the protocol's, so the gateway and
+// the helper read them alike.
+type Limits = protocol.CommandLimits
 
 // Options configure Run.
 type Options struct {
@@ -50,10 +47,10 @@ func EnableSubreaper() error {
 // A refused request or a helper fault (no pipes) is an error; a command that could not be
 // started is a result in the START_FAILED state, so the caller gets a receipt for it too.
 func Run(spec *executionv1.CommandSpec, opts Options) (*executionv1.CommandResult, error) {
-	if err := checkLimits(opts.Limits); err != nil {
+	if err := opts.Limits.Check(); err != nil {
 		return nil, err
 	}
-	argv, timeout, err := validate(spec, opts.Limits)
+	argv, timeout, err := protocol.ValidateCommand(spec, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -89,18 +86,6 @@ func Run(spec *executionv1.CommandSpec, opts Options) (*executionv1.CommandResul
 	classify(res, end, oom.grew)
 	res.Receipt = Receipt(res)
 	return res, nil
-}
-
-// checkLimits refuses limits beyond the helper's own ceilings, which keep both captured
-// streams within one frame and a call within an hour whatever the request says.
-func checkLimits(lim Limits) error {
-	if lim.MaxOutputBytes == 0 || lim.MaxOutputBytes > MaxOutputBytesCeiling {
-		return invalidf("max_command_bytes must be 1..%d", MaxOutputBytesCeiling)
-	}
-	if lim.MaxDuration < MinTimeout || lim.MaxDuration > MaxDurationCeiling {
-		return invalidf("max_command_millis must be within [%s, %s]", MinTimeout, MaxDurationCeiling)
-	}
-	return nil
 }
 
 func startFailed(res *executionv1.CommandResult, started time.Time, err error) *executionv1.CommandResult {

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
@@ -124,7 +125,7 @@ func mergeEnv(base []string, vars []*executionv1.EnvironmentVariable) []string {
 	env := make([]string, 0, len(base)+len(vars))
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
-		if _, dup := idx[name]; dup || !EnvAllowed(name) {
+		if _, dup := idx[name]; dup || !protocol.EnvAllowed(name) {
 			continue
 		}
 		idx[name] = len(env)
