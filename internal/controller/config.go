@@ -34,8 +34,12 @@ type Config struct {
 	ListenAddress string
 	// DiagnosticsAddress serves /livez, /readyz and /metrics.
 	DiagnosticsAddress string
-	// Namespace holds the environments, executor Pods, PVCs and the Lease.
+	// Namespace is the control plane's own: the Lease and the high-water ConfigMap.
 	Namespace string
+	// ExecutorNamespace holds the environments, their executor Pods and workspace claims;
+	// empty means Namespace. Apart from it, the controller's Pod writes (and so a Pod it could
+	// be tricked into creating) never reach the control plane's Secrets.
+	ExecutorNamespace string
 	// Kubeconfig is empty in a cluster.
 	Kubeconfig string
 	// LeaseName is the coordination.k8s.io Lease used for leader election.
@@ -95,7 +99,8 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "address of the internal control API (mTLS)")
 	fs.StringVar(&c.DiagnosticsAddress, "diagnostics-address", c.DiagnosticsAddress, "address of /livez, /readyz and /metrics")
-	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "namespace of the environments (required)")
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "the control plane's namespace: the Lease and the high-water ConfigMap (required)")
+	fs.StringVar(&c.ExecutorNamespace, "executor-namespace", c.ExecutorNamespace, "namespace of the environments, executor Pods and workspace claims (default: --namespace)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; empty in a cluster")
 	fs.StringVar(&c.LeaseName, "lease-name", c.LeaseName, "leader election Lease")
 	fs.StringVar(&c.Identity, "identity", c.Identity, "this replica's identity in the Lease (default: host name)")
@@ -115,6 +120,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "informer resync period")
 	c.Log.RegisterFlags(fs)
+}
+
+// Executors is the namespace of the environments and their executor Pods.
+func (c Config) Executors() string {
+	if c.ExecutorNamespace != "" {
+		return c.ExecutorNamespace
+	}
+	return c.Namespace
 }
 
 // Validate reports every problem at once.

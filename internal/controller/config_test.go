@@ -75,3 +75,16 @@ func TestResyncZeroDisables(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The executor namespace defaults to the control plane's (one namespace, as in development)
+// and is the environments' namespace when set (the chart's two namespaces).
+func TestExecutorsDefaultsToTheNamespace(t *testing.T) {
+	c := validConfig()
+	if got := c.Executors(); got != "execplane" {
+		t.Fatalf("default executor namespace %q", got)
+	}
+	c.ExecutorNamespace = "execplane-executors"
+	if got := c.Executors(); got != "execplane-executors" {
+		t.Fatalf("executor namespace %q", got)
+	}
+}

@@ -171,7 +171,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			// Only the leader reconciles: a follower never acts on an operation the leader
 			// may hold.
 			r, err := NewReconciler(ReconcilerConfig{
-				Kube: client, Execution: execClient, Namespace: cfg.Namespace, Profiles: profiles,
+				Kube: client, Execution: execClient, Namespace: cfg.Executors(), Profiles: profiles,
 				ResyncPeriod: cfg.ResyncPeriod, Logger: logger,
 			})
 			if err == nil {
@@ -184,7 +184,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				<-ctx.Done()
 				return
 			}
-			st, err := store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Namespace,
+			st, err := store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Executors(),
 				Profiles: profiles, Finalizer: EnvironmentFinalizer})
 			if err != nil {
 				logger.Error("store failed to start", logging.KeyError, err)
@@ -219,7 +219,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 
-	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyReplica, cfg.Identity)
+	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyExecutors, cfg.Executors(), logging.KeyReplica, cfg.Identity)
 	g.Go(func() error {
 		defer stopServing()
 		defer leading.Store(false)

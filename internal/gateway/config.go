@@ -37,8 +37,11 @@ type Config struct {
 	ListenAddress string
 	// DiagnosticsAddress serves /livez, /readyz and /metrics (plain HTTP, cluster-internal).
 	DiagnosticsAddress string
-	// Namespace holds the ExecutionEnvironments and executor Pods.
+	// Namespace is the control plane's own: the high-water ConfigMap.
 	Namespace string
+	// ExecutorNamespace holds the ExecutionEnvironments and executor Pods, the only place
+	// the gateway may exec; empty means Namespace.
+	ExecutorNamespace string
 	// Kubeconfig is empty in a cluster (in-cluster config is used).
 	Kubeconfig string
 	// SecurityManifest is the security-material manifest (docs/security.md).
@@ -104,7 +107,8 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "address of the public gRPC API (mTLS)")
 	fs.StringVar(&c.DiagnosticsAddress, "diagnostics-address", c.DiagnosticsAddress, "address of /livez, /readyz and /metrics")
-	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "namespace of the environments and executor Pods (required)")
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "the control plane's namespace: the high-water ConfigMap (required)")
+	fs.StringVar(&c.ExecutorNamespace, "executor-namespace", c.ExecutorNamespace, "namespace of the environments and executor Pods (default: --namespace)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; empty in a cluster")
 	fs.StringVar(&c.SecurityManifest, "security-manifest", c.SecurityManifest, "security material manifest")
 	fs.StringVar(&c.HighWaterConfigMap, "high-water-configmap", c.HighWaterConfigMap, "ConfigMap holding the security material's high-water mark")
@@ -124,6 +128,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second; one per data operation)")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	c.Log.RegisterFlags(fs)
+}
+
+// Executors is the namespace of the environments and their executor Pods.
+func (c Config) Executors() string {
+	if c.ExecutorNamespace != "" {
+		return c.ExecutorNamespace
+	}
+	return c.Namespace
 }
 
 // Validate reports every problem at once.

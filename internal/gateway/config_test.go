@@ -73,3 +73,17 @@ func TestValidateReportsEveryProblemAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// The executor namespace defaults to the control plane's and is where environments are read
+// and Pods exec'd when set.
+func TestExecutorsDefaultsToTheNamespace(t *testing.T) {
+	c := DefaultConfig()
+	c.Namespace = "execplane"
+	if got := c.Executors(); got != "execplane" {
+		t.Fatalf("default executor namespace %q", got)
+	}
+	c.ExecutorNamespace = "execplane-executors"
+	if got := c.Executors(); got != "execplane-executors" {
+		t.Fatalf("executor namespace %q", got)
+	}
+}

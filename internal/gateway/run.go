@@ -70,7 +70,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeControl() //nolint:errcheck // closing on exit
-	executor, err := NewPodExecutor(PodExecutorConfig{HelperPath: cfg.HelperPath}, restCfg, cfg.Namespace)
+	executor, err := NewPodExecutor(PodExecutorConfig{HelperPath: cfg.HelperPath}, restCfg, cfg.Executors())
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), requests)
 	var server *Server
 	metrics := NewMetrics(registry, func() security.LimiterStats { return server.Limiter.Stats() })
-	envs, err := NewEnvironments(execClient, cfg.Namespace, metrics.ObserveAuthority)
+	envs, err := NewEnvironments(execClient, cfg.Executors(), metrics.ObserveAuthority)
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	})
-	logger.Info("serving", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyAddress, listener.Addr().String())
+	logger.Info("serving", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyExecutors, cfg.Executors(), logging.KeyAddress, listener.Addr().String())
 
 	err = g.Wait()
 	logger.Info("stopped")

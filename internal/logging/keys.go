@@ -18,6 +18,7 @@ const (
 	KeyPVC         = "pvc"
 	KeyProfile     = "profile"
 	KeyNamespace   = "namespace"
+	KeyExecutors   = "executor_namespace"
 	KeyPhase       = "phase"
 	KeyReason      = "reason"
 	KeyCode        = "code"

@@ -169,6 +169,12 @@ func TestRBAC(t *testing.T) {
 				if slices.Contains(rule.Resources, "pods/exec") && !strings.HasSuffix(role.Name, "-gateway") {
 					t.Errorf("%s: pods/exec outside the gateway", role.Name)
 				}
+				// Exec and Pod writes reach only the executor namespace, away from the control
+				// plane's Secrets.
+				if (slices.Contains(rule.Resources, "pods/exec") || slices.Contains(rule.Resources, "pods") && slices.Contains(rule.Verbs, "create")) &&
+					role.Namespace != "execplane-executors" {
+					t.Errorf("%s: %v on Pods in namespace %q", role.Name, rule.Verbs, role.Namespace)
+				}
 			}
 		}
 		if !strings.Contains(r, "automountServiceAccountToken: false") {
@@ -234,18 +240,41 @@ func TestRenderedArgsAreAccepted(t *testing.T) {
 	}
 }
 
-// The rendered manifests applied for real (server-side apply) to the local cluster; then each
-// account's effective permissions, as the API server computes them, equal the reviewed golden
-// lists — and the refusals that matter are spelled out: no exec outside the namespace, no
-// Secrets, no exec for the controller, nothing for executors.
-func TestEffectivePermissions(t *testing.T) {
+// installed is the chart applied for real (server-side apply) to the local cluster, with the
+// production-like values: the release namespace, and the executor namespace the chart made.
+type installed struct {
+	release, executors string
+	kubectl            func(args ...string) (string, error)
+}
+
+// installOptions vary an install: values files, --set values, and what to do in the cluster
+// before the manifests are applied (given the release namespace).
+type installOptions struct {
+	values, set []string
+	before      func(release string)
+}
+
+// install renders the chart into a fresh release namespace and applies it; the executor
+// namespace and the cluster-scoped admission objects it creates are deleted when the test ends.
+func install(t *testing.T, o installOptions) installed {
+	t.Helper()
 	c := clustertest.Cluster(t)
 	if _, err := c.InstallCRDs(t.Context(), chartDir+"/crds"); err != nil {
 		t.Fatal(err)
 	}
 	ns := clustertest.Namespace(t)
-	out, err := helm(t, "template", "execplane", chartDir, "--namespace", ns, "--kube-version", kubeVersion, "-f", production,
-		"--set", "metrics.serviceMonitor.enabled=false") // the local cluster has no Prometheus operator
+	args := []string{"template", "execplane", chartDir, "--namespace", ns, "--kube-version", kubeVersion,
+		"--set", "metrics.serviceMonitor.enabled=false"} // the local cluster has no Prometheus operator
+	for _, v := range o.values {
+		args = append(args, "-f", v)
+	}
+	for _, v := range o.set {
+		args = append(args, "--set", v)
+	}
+	if o.before != nil {
+		o.before(ns)
+	}
+	out, err := helm(t, args...)
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
@@ -253,43 +282,67 @@ func TestEffectivePermissions(t *testing.T) {
 	if err := os.WriteFile(manifests, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubectl := func(args ...string) (string, error) {
+	in := installed{release: ns, executors: ns + "-executors", kubectl: func(args ...string) (string, error) {
 		cmd := exec.Command(filepath.Join(c.BinDir(), "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
 		b, err := cmd.CombinedOutput()
 		return string(b), err
-	}
-	if out, err := kubectl("apply", "--server-side", "--field-manager=execplane-chart-test", "-n", ns, "-f", manifests); err != nil {
+	}}
+	t.Cleanup(func() { _, _ = in.kubectl("delete", "--wait=false", "--ignore-not-found", "-f", manifests) })
+	if out, err := in.kubectl("apply", "--server-side", "--field-manager=execplane-chart-test", "-f", manifests); err != nil {
 		t.Fatalf("server-side apply: %v\n%s", err, out)
 	}
+	return in
+}
+
+// The rendered manifests applied for real; then each account's effective permissions in each
+// namespace, as the API server computes them, equal the reviewed golden lists — and the
+// refusals that matter are spelled out: the gateway execs only into the executor namespace,
+// the controller creates Pods only there, nobody reads Secrets, executors may do nothing.
+func TestEffectivePermissions(t *testing.T) {
+	in := install(t, installOptions{values: []string{production}})
+	ns := map[string]string{"release": in.release, "executors": in.executors}
 	accounts := map[string]string{"controller": "execplane-controller", "gateway": "execplane-gateway", "executor": "execplane-executor"}
+	home := map[string]string{"controller": in.release, "gateway": in.release, "executor": in.executors}
 	for name, sa := range accounts {
-		as := fmt.Sprintf("--as=system:serviceaccount:%s:%s", ns, sa)
-		list, err := kubectl("auth", "can-i", "--list", "-n", ns, as)
-		if err != nil {
-			t.Fatalf("%s: can-i --list: %v\n%s", name, err, list)
-		}
-		got := strings.ReplaceAll(list, ns, "NAMESPACE")
-		golden.Check(t, filepath.Join("testdata", "permissions-"+name+".txt"), got, *update)
-		for _, verb := range []string{"*", "escalate", "bind", "impersonate"} {
-			if strings.Contains(got, "["+verb+"]") {
-				t.Errorf("%s may %s", name, verb)
+		as := fmt.Sprintf("--as=system:serviceaccount:%s:%s", home[name], sa)
+		for _, where := range []string{"release", "executors"} {
+			if name == "executor" && where == "release" {
+				continue
+			}
+			list, err := in.kubectl("auth", "can-i", "--list", "-n", ns[where], as)
+			if err != nil {
+				t.Fatalf("%s: can-i --list: %v\n%s", name, err, list)
+			}
+			got := strings.ReplaceAll(strings.ReplaceAll(list, in.executors, "EXECUTORS"), in.release, "RELEASE")
+			golden.Check(t, filepath.Join("testdata", "permissions-"+name+"-"+where+".txt"), got, *update)
+			for _, verb := range []string{"*", "escalate", "bind", "impersonate"} {
+				if strings.Contains(got, "["+verb+"]") {
+					t.Errorf("%s may %s in the %s namespace", name, verb, where)
+				}
 			}
 		}
 		// (kubectl reads "pods/exec" as a Pod named exec: the subresource is a flag.)
 		denied := [][]string{
+			{"create", "pods", "--subresource=exec", "-n", in.release},
 			{"create", "pods", "--subresource=exec", "-n", "default"},
 			{"create", "pods", "--subresource=exec", "--all-namespaces"},
-			{"list", "secrets", "-n", ns},
-			{"get", "secrets", "-n", ns},
+			{"create", "pods", "-n", in.release},
+			{"list", "secrets", "-n", in.release},
+			{"get", "secrets", "-n", in.release},
+			{"list", "secrets", "-n", in.executors},
 			{"list", "executionenvironments.execution.mecatl.dev", "-n", "default"},
+			{"list", "executionenvironments.execution.mecatl.dev", "-n", in.release},
 		}
 		if name != "gateway" {
-			denied = append(denied, []string{"create", "pods", "--subresource=exec", "-n", ns})
-		} else if out, _ := kubectl("auth", "can-i", "create", "pods", "--subresource=exec", "-n", ns, as); strings.TrimSpace(out) != "yes" {
-			t.Errorf("the gateway cannot exec into its own namespace's Pods: %q", out)
+			denied = append(denied, []string{"create", "pods", "--subresource=exec", "-n", in.executors})
+		} else if out, _ := in.kubectl("auth", "can-i", "create", "pods", "--subresource=exec", "-n", in.executors, as); strings.TrimSpace(out) != "yes" {
+			t.Errorf("the gateway cannot exec into executor Pods: %q", out)
+		}
+		if name != "controller" {
+			denied = append(denied, []string{"create", "pods", "-n", in.executors}, []string{"update", "configmaps", "-n", in.release})
 		}
 		for _, d := range denied {
-			out, err := kubectl(append(append([]string{"auth", "can-i"}, d...), as)...)
+			out, err := in.kubectl(append(append([]string{"auth", "can-i"}, d...), as)...)
 			if strings.TrimSpace(out) != "no" || err == nil {
 				t.Errorf("%s: can-i %v = %q, want no", name, d, strings.TrimSpace(out))
 			}

@@ -92,7 +92,11 @@ func TestChartRenderedProcessesServeASession(t *testing.T) {
 	if err := os.WriteFile(manifests, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := exec.Command(filepath.Join(c.BinDir(), "kubectl"), "--kubeconfig", c.Kubeconfig(), "apply", "--server-side", "-n", ns, "-f", manifests).CombinedOutput(); err != nil {
+	kubectl := filepath.Join(c.BinDir(), "kubectl")
+	t.Cleanup(func() {
+		_ = exec.Command(kubectl, "--kubeconfig", c.Kubeconfig(), "delete", "--wait=false", "--ignore-not-found", "-f", manifests).Run()
+	})
+	if b, err := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig(), "apply", "--server-side", "-f", manifests).CombinedOutput(); err != nil {
 		t.Fatalf("apply: %v\n%s", err, b)
 	}
 	// The Deployments' Pods are fake here (KWOK runs nothing); the processes below stand in

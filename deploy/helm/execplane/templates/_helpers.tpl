@@ -70,3 +70,13 @@ seccompProfile:
 {{- list (printf "spiffe://%s/ns/%s/sa/%s-gateway" .Values.trustDomain .Release.Namespace (include "execplane.fullname" .)) | toYaml -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The executor namespace: executor Pods, workspace claims and the ExecutionEnvironments. */}}
+{{- define "execplane.executorNamespace" -}}
+{{- default (printf "%s-executors" .Release.Namespace | trunc 63 | trimSuffix "-") .Values.executorNamespace.name -}}
+{{- end -}}
+
+{{/* The controller's and the gateway's ServiceAccount user names. */}}
+{{- define "execplane.controllerUser" -}}
+{{- printf "system:serviceaccount:%s:%s-controller" .Release.Namespace (include "execplane.fullname" .) -}}
+{{- end -}}
