@@ -56,7 +56,7 @@ func start(t *testing.T) *harness {
 	if err := highwater.CreateInitial(ctx, c.Kube(), ns, mark); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := security.NewManager(security.ManagerConfig{ManifestPath: material.Manifest, Namespace: ns, HighWaterConfigMap: mark, Kube: c.Kube(), PollInterval: 100 * time.Millisecond})
+	mgr, err := security.NewManager(security.ManagerConfig{ManifestPath: material.Manifest, Namespace: ns, HighWaterConfigMap: mark, RaiseMark: true, Kube: c.Kube(), PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	manager, err := security.NewManager(security.ManagerConfig{
-		ManifestPath: cfg.SecurityManifest, Namespace: cfg.Namespace, HighWaterConfigMap: cfg.HighWaterConfigMap,
+		ManifestPath: cfg.SecurityManifest, Namespace: cfg.Namespace, HighWaterConfigMap: cfg.HighWaterConfigMap, RaiseMark: true,
 		Kube: client, Logger: logger,
 	})
 	if err != nil {

@@ -58,7 +58,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	manager, err := security.NewManager(security.ManagerConfig{
 		ManifestPath: cfg.SecurityManifest, Namespace: cfg.Namespace, HighWaterConfigMap: cfg.HighWaterConfigMap,
-		Kube: client, Logger: logger,
+		Kube: client, Logger: logger, // a reader of the mark: only the controller raises it
 	})
 	if err != nil {
 		return err

@@ -39,7 +39,11 @@ type ManagerConfig struct {
 	// Namespace and HighWaterConfigMap locate the high-water mark.
 	Namespace          string
 	HighWaterConfigMap string
-	// Kube reads and raises the mark.
+	// RaiseMark makes this manager a writer of the mark (the controller): it raises the mark
+	// for a newer valid bundle. A reader (a gateway) never writes it: it publishes only the
+	// bundle the mark names, and keeps serving the previous one while the mark is behind.
+	RaiseMark bool
+	// Kube reads (and, for a writer, raises) the mark.
 	Kube kubernetes.Interface
 	// PollInterval overrides DefaultPollInterval.
 	PollInterval time.Duration
@@ -64,6 +68,7 @@ type Manager struct {
 	mu        sync.Mutex
 	lastSeen  [sha256.Size]byte // the manifest bytes last attempted, to skip unchanged polls
 	lastError error
+	pending   bool // the last attempt waits for the mark: retry it when the mark changes
 }
 
 // NewManager validates cfg and returns a Manager. Nothing is loaded until Reload or Run.
@@ -129,10 +134,10 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 	}
 	seen := sha256.Sum256(manifest)
 	cur := m.current.Load()
-	if !force && seen == m.lastSeen && (cur != nil || m.lastError == nil) {
+	if !force && seen == m.lastSeen && !m.pending && (cur != nil || m.lastError == nil) {
 		return m.lastError
 	}
-	m.lastSeen = seen
+	m.lastSeen, m.pending = seen, false
 	now := m.cfg.Now()
 	next, err := LoadBundle(m.cfg.ManifestPath, now)
 	if err != nil {
@@ -148,10 +153,16 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 		}
 	}
 	// The mark is raised only now, after full validation; the bundle is published only
-	// after the mark accepted it.
-	actx, cancel := context.WithTimeout(ctx, acceptTimeout)
-	defer cancel()
-	if err := m.mark.Accept(actx, next.Generation(), next.Digest()); err != nil {
+	// after the mark accepted it (a writer) or names it (a reader).
+	offer := highwater.Offer{Generation: next.Generation(), Digest: next.Digest(), Keys: next.KeySet()}
+	if m.cfg.RaiseMark {
+		actx, cancel := context.WithTimeout(ctx, acceptTimeout)
+		defer cancel()
+		if err := m.mark.Accept(actx, offer, now); err != nil {
+			return m.refuse(fmt.Errorf("%w: %w", ErrUnavailable, err))
+		}
+	} else if err := m.mark.Admit(offer); err != nil {
+		m.pending = errors.Is(err, highwater.ErrPending) || errors.Is(err, highwater.ErrUnavailable)
 		return m.refuse(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	m.current.Store(next)

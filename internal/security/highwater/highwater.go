@@ -1,11 +1,15 @@
 // Package highwater keeps the security material's high-water mark: the highest generation
-// (and the digest of that generation's whole bundle) any replica has accepted, stored in a
+// accepted, the digest of that generation's whole bundle and its grant-key set, stored in a
 // ConfigMap and raised only by compare-and-swap.
 //
 // Invariants:
-//   - The mark only rises. Raise refuses a lower generation (rollback) and the same
-//     generation with another digest (drift), and is a resourceVersion compare-and-swap, so
-//     two replicas raising at once cannot both win with different bundles.
+//   - The mark only rises. Accept refuses a lower generation (rollback), the same
+//     generation with another digest (drift) and a key set that may not follow the recorded
+//     one (grant.CheckRotation), and is a resourceVersion compare-and-swap, so two replicas
+//     raising at once cannot both win with different bundles. Because the key set is
+//     recorded, a replica that restarts refuses exactly the rotations a running one refuses.
+//   - Only writers (the controller) raise the mark; readers (gateways) Admit only the
+//     bundle it names, and wait while it names an older one.
 //   - The mark is watched, never read per request: Current answers from the last observed
 //     ConfigMap.
 //   - An absent, unreadable or malformed ConfigMap is never treated as zero: Current reports
@@ -29,6 +33,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/execplane/execplane/pkg/grant"
 )
 
 // ConfigMap keys.
@@ -53,6 +59,11 @@ var (
 	ErrDrift = errors.New("security material differs from the accepted bundle of the same generation")
 	// ErrContended: the compare-and-swap kept losing.
 	ErrContended = errors.New("high-water mark contended")
+	// ErrUnsafeRotation: the offered grant-key set may not follow the recorded one.
+	ErrUnsafeRotation = errors.New("grant keys may not follow the accepted key set")
+	// ErrPending: a reader holds a newer generation than the mark; a writer has not accepted
+	// it yet.
+	ErrPending = errors.New("security material generation not accepted yet")
 )
 
 // Mark is one observed high-water mark.
@@ -60,8 +71,18 @@ type Mark struct {
 	Generation uint64
 	// Digest is empty only for generation 0 (nothing accepted yet).
 	Digest string
+	// Keys is the accepted bundle's grant-key set; nil for generation 0 and for a mark
+	// recorded before key sets were (then the next raise records one).
+	Keys *grant.KeySet
 	// ResourceVersion is the ConfigMap's, for compare-and-swap.
 	ResourceVersion string
+}
+
+// Offer is a fully validated bundle offered to the mark.
+type Offer struct {
+	Generation uint64
+	Digest     string
+	Keys       *grant.KeySet
 }
 
 // Store watches and raises the mark in one ConfigMap.
@@ -147,31 +168,45 @@ func parse(cm *corev1.ConfigMap) (Mark, error) {
 	if (gen == 0 && digest != "") || (gen > 0 && !digestPattern.MatchString(digest)) {
 		return Mark{}, fmt.Errorf("%w: malformed %s", ErrUnavailable, KeyDigest)
 	}
-	return Mark{Generation: gen, Digest: digest, ResourceVersion: cm.ResourceVersion}, nil
-}
-
-// Check decides whether a validated bundle (generation, digest) may be published against
-// mark m: it returns raise=true when the mark must be raised first, and ErrRollback or
-// ErrDrift when the bundle must be refused. A pure function: the policy in one place.
-func Check(m Mark, generation uint64, digest string) (raise bool, err error) {
-	switch {
-	case generation < m.Generation:
-		return false, fmt.Errorf("%w: %d < %d", ErrRollback, generation, m.Generation)
-	case generation == m.Generation && digest != m.Digest:
-		return false, fmt.Errorf("%w (generation %d)", ErrDrift, generation)
-	case generation == m.Generation:
-		return false, nil
-	default:
-		return true, nil
+	keys, err := decodeKeys(cm.Data[KeyGrantKeys])
+	if err != nil || (gen == 0 && keys != nil) {
+		return Mark{}, fmt.Errorf("%w: malformed %s", ErrUnavailable, KeyGrantKeys)
 	}
+	return Mark{Generation: gen, Digest: digest, Keys: keys, ResourceVersion: cm.ResourceVersion}, nil
 }
 
-// Accept admits a fully validated bundle: it checks it against the mark and, when the
-// bundle is newer, raises the mark by compare-and-swap, re-reading and re-checking on every
-// conflict. Only after Accept returns nil may the bundle be published.
-func (s *Store) Accept(ctx context.Context, generation uint64, digest string) error {
-	if generation == 0 || !digestPattern.MatchString(digest) {
-		return fmt.Errorf("high-water: refusing generation %d with digest %q", generation, digest)
+// Check decides whether a validated bundle may be published against mark m at now: it
+// returns write=true when the mark must be written first (raised, or its key set recorded),
+// and ErrRollback, ErrDrift or ErrUnsafeRotation when the bundle must be refused. A pure
+// function: the policy in one place.
+func Check(m Mark, o Offer, now time.Time) (write bool, err error) {
+	switch {
+	case o.Generation < m.Generation:
+		return false, fmt.Errorf("%w: %d < %d", ErrRollback, o.Generation, m.Generation)
+	case o.Generation == m.Generation && o.Digest != m.Digest:
+		return false, fmt.Errorf("%w (generation %d)", ErrDrift, o.Generation)
+	case o.Generation == m.Generation:
+		// The same bundle (the digest covers every file, the keys included); record its key
+		// set if this mark predates key sets.
+		return m.Keys == nil && o.Keys != nil, nil
+	case m.Keys != nil:
+		if err := grant.CheckRotation(m.Keys, o.Keys, now); err != nil {
+			return false, fmt.Errorf("%w (generation %d after %d): %w", ErrUnsafeRotation, o.Generation, m.Generation, err)
+		}
+	}
+	return true, nil
+}
+
+// Accept admits a fully validated bundle (writers only): it checks it against the newest
+// mark and, when the mark must change, writes it by compare-and-swap, re-reading and
+// re-checking on every conflict. Only after Accept returns nil may the bundle be published.
+func (s *Store) Accept(ctx context.Context, o Offer, now time.Time) error {
+	if o.Generation == 0 || !digestPattern.MatchString(o.Digest) || o.Keys == nil {
+		return fmt.Errorf("high-water: refusing generation %d with digest %q", o.Generation, o.Digest)
+	}
+	keys, err := encodeKeys(o.Keys)
+	if err != nil {
+		return fmt.Errorf("high-water: encode the key set: %w", err)
 	}
 	for range maxRaiseAttempts {
 		// Read through the API rather than the cache: a raise must start from the newest mark.
@@ -186,13 +221,17 @@ func (s *Store) Accept(ctx context.Context, generation uint64, digest string) er
 		if err != nil {
 			return err
 		}
-		raise, err := Check(m, generation, digest)
-		if err != nil || !raise {
+		write, err := Check(m, o, now)
+		if err != nil || !write {
 			return err
 		}
 		next := cm.DeepCopy()
-		next.Data[KeyGeneration] = strconv.FormatUint(generation, 10)
-		next.Data[KeyDigest] = digest
+		if next.Data == nil {
+			next.Data = map[string]string{}
+		}
+		next.Data[KeyGeneration] = strconv.FormatUint(o.Generation, 10)
+		next.Data[KeyDigest] = o.Digest
+		next.Data[KeyGrantKeys] = keys
 		// Update carries the read resourceVersion: a concurrent raise makes it conflict.
 		if _, err := s.kube.CoreV1().ConfigMaps(s.namespace).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
 			if apierrors.IsConflict(err) {
@@ -203,6 +242,21 @@ func (s *Store) Accept(ctx context.Context, generation uint64, digest string) er
 		return nil
 	}
 	return ErrContended
+}
+
+// Admit decides, for a reader, whether a validated bundle may be published now: only the
+// bundle the observed mark names (ErrPending while the mark is older, ErrRollback or
+// ErrDrift when the bundle is older or another). It writes nothing and reads the watch.
+func (s *Store) Admit(o Offer) error {
+	m, err := s.Current()
+	switch {
+	case err != nil:
+		return err
+	case o.Generation > m.Generation:
+		return fmt.Errorf("%w: generation %d, the mark is at %d", ErrPending, o.Generation, m.Generation)
+	}
+	_, err = Check(m, o, time.Time{}) // not newer: no rotation rule applies, only rollback and drift
+	return err
 }
 
 // WaitObserved waits until the watched mark is at least generation, or ctx ends.

@@ -2,6 +2,8 @@ package highwater
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"os"
 	"strings"
@@ -9,33 +11,98 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/pkg/grant"
 )
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
 
 func digestOf(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
 
+// t0 is the tests' clock.
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+// key is a grant key of the given state, published at from (and, retired, verifying until
+// until).
+func key(t *testing.T, id string, state grant.KeyState, from, until time.Time) grant.Key {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return grant.Key{ID: id, Public: pub, State: state, VerifyFrom: from, VerifyUntil: until}
+}
+
+func keySet(t *testing.T, keys ...grant.Key) *grant.KeySet {
+	t.Helper()
+	set, err := grant.NewKeySet(keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// as returns k in another state (and window): the same key, later in its rotation.
+func as(k grant.Key, state grant.KeyState, until time.Time) grant.Key {
+	k.State, k.VerifyUntil = state, until
+	return k
+}
+
 func TestCheck(t *testing.T) {
-	m := Mark{Generation: 5, Digest: digestOf('a')}
+	a := key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{})
+	b := key(t, "b", grant.KeyVerifyOnly, t0.Add(-time.Hour), time.Time{})
+	fresh := key(t, "c", grant.KeySigning, t0, time.Time{})
+	m := Mark{Generation: 5, Digest: digestOf('a'), Keys: keySet(t, a)}
+	retired := t0.Add(grant.RetirementDelay)
 	cases := []struct {
-		gen     uint64
-		digest  string
-		raise   bool
+		name    string
+		mark    Mark
+		offer   Offer
+		write   bool
 		wantErr error
 	}{
-		{4, digestOf('a'), false, ErrRollback},
-		{5, digestOf('b'), false, ErrDrift},
-		{5, digestOf('a'), false, nil},
-		{6, digestOf('c'), true, nil},
+		{"rollback", m, Offer{4, digestOf('a'), keySet(t, a)}, false, ErrRollback},
+		{"drift", m, Offer{5, digestOf('b'), keySet(t, a)}, false, ErrDrift},
+		{"the same bundle", m, Offer{5, digestOf('a'), keySet(t, a)}, false, nil},
+		{"newer, same keys", m, Offer{6, digestOf('c'), keySet(t, a)}, true, nil},
+		{"newer, a key published verify-only", m, Offer{6, digestOf('c'), keySet(t, a, b)}, true, nil},
+		{"newer, a new key signs at once", m, Offer{6, digestOf('c'), keySet(t, as(a, grant.KeyRetired, retired), fresh)}, false, ErrUnsafeRotation},
+		{"newer, the signing key dropped", m, Offer{6, digestOf('c'), keySet(t, as(b, grant.KeySigning, time.Time{}))}, false, ErrUnsafeRotation},
+		{"a published key switches in", Mark{Generation: 5, Digest: digestOf('a'), Keys: keySet(t, a, b)},
+			Offer{6, digestOf('c'), keySet(t, as(a, grant.KeyRetired, retired), as(b, grant.KeySigning, time.Time{}))}, true, nil},
+		{"a first bundle: any valid set", Mark{}, Offer{1, digestOf('c'), keySet(t, fresh)}, true, nil},
+		{"a mark without keys records them", Mark{Generation: 5, Digest: digestOf('a')}, Offer{5, digestOf('a'), keySet(t, a)}, true, nil},
 	}
 	for _, tc := range cases {
-		raise, err := Check(m, tc.gen, tc.digest)
-		if raise != tc.raise || !errors.Is(err, tc.wantErr) {
-			t.Errorf("Check(%d, %s) = %v, %v", tc.gen, tc.digest[:9], raise, err)
+		write, err := Check(tc.mark, tc.offer, t0)
+		if write != tc.write || !errors.Is(err, tc.wantErr) {
+			t.Errorf("%s: Check = %v, %v; want %v, %v", tc.name, write, err, tc.write, tc.wantErr)
+		}
+	}
+}
+
+// The recorded key set decodes to the set that was encoded, and a malformed one is refused.
+func TestKeysRoundTrip(t *testing.T) {
+	set := keySet(t, key(t, "a", grant.KeySigning, t0, time.Time{}), key(t, "b", grant.KeyRetired, t0.Add(-48*time.Hour), t0.Add(time.Hour)))
+	enc, err := encodeKeys(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeKeys(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(set.Keys(), got.Keys()); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"{", "[]", `[{"id":"a","public":"!","state":"signing","verifyFrom":"2026-11-01T00:00:00Z"}]`,
+		enc + " []", strings.Replace(enc, `"state"`, `"other":1,"state"`, 1)} {
+		if _, err := decodeKeys(bad); err == nil {
+			t.Errorf("decoded %q", bad)
 		}
 	}
 }
@@ -76,21 +143,86 @@ func waitFor(t *testing.T, s *Store, cond func(Mark, error) bool) {
 func TestAcceptRaisesAndRefusesRollbackAndDrift(t *testing.T) {
 	s, ctx := setup(t, map[string]string{KeyGeneration: "0", KeyDigest: ""})
 	waitFor(t, s, func(m Mark, err error) bool { return err == nil })
-	if err := s.Accept(ctx, 3, digestOf('a')); err != nil {
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	if err := s.Accept(ctx, Offer{3, digestOf('a'), keys}, t0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, s, func(m Mark, err error) bool { return err == nil && m.Generation == 3 && m.Digest == digestOf('a') })
-	if err := s.Accept(ctx, 3, digestOf('a')); err != nil {
+	waitFor(t, s, func(m Mark, err error) bool {
+		return err == nil && m.Generation == 3 && m.Digest == digestOf('a') && m.Keys != nil
+	})
+	if err := s.Accept(ctx, Offer{3, digestOf('a'), keys}, t0); err != nil {
 		t.Fatalf("re-accepting the current bundle: %v", err)
 	}
-	if err := s.Accept(ctx, 2, digestOf('f')); !errors.Is(err, ErrRollback) {
+	if err := s.Accept(ctx, Offer{2, digestOf('f'), keys}, t0); !errors.Is(err, ErrRollback) {
 		t.Fatalf("rollback: %v", err)
 	}
-	if err := s.Accept(ctx, 3, digestOf('b')); !errors.Is(err, ErrDrift) {
+	if err := s.Accept(ctx, Offer{3, digestOf('b'), keys}, t0); !errors.Is(err, ErrDrift) {
 		t.Fatalf("drift: %v", err)
 	}
 	if m, _ := s.Current(); m.Generation != 3 || m.Digest != digestOf('a') {
 		t.Fatalf("a refusal changed the mark: %+v", m)
+	}
+}
+
+// The rotation rules hold against the recorded key set, not against a replica's memory: a
+// Store that never saw the earlier bundles (a restarted replica) refuses a key set that may
+// not follow the recorded one, and the mark is left as it was.
+func TestAcceptChecksRotationAgainstTheRecordedKeys(t *testing.T) {
+	s, ctx := setup(t, map[string]string{KeyGeneration: "0", KeyDigest: ""})
+	waitFor(t, s, func(m Mark, err error) bool { return err == nil })
+	a := key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{})
+	if err := s.Accept(ctx, Offer{1, digestOf('a'), keySet(t, a)}, t0); err != nil {
+		t.Fatal(err)
+	}
+	restarted := New(s.kube, s.namespace, s.name)
+	unsafe := keySet(t, as(a, grant.KeyRetired, t0.Add(grant.RetirementDelay)), key(t, "b", grant.KeySigning, t0, time.Time{}))
+	if err := restarted.Accept(ctx, Offer{2, digestOf('b'), unsafe}, t0); !errors.Is(err, ErrUnsafeRotation) {
+		t.Fatalf("a new key signing at once, offered to a fresh Store: %v", err)
+	}
+	cm, err := s.kube.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data[KeyGeneration] != "1" || cm.Data[KeyDigest] != digestOf('a') {
+		t.Fatalf("the refusal moved the mark: %v", cm.Data)
+	}
+	published := keySet(t, a, key(t, "b", grant.KeyVerifyOnly, t0, time.Time{}))
+	if err := restarted.Accept(ctx, Offer{2, digestOf('c'), published}, t0); err != nil {
+		t.Fatalf("a key published verify-only: %v", err)
+	}
+}
+
+// A reader admits only the bundle the mark names: a newer one waits (ErrPending), an older or
+// another one is refused; it never writes the ConfigMap.
+func TestAdmitReadsAndNeverWrites(t *testing.T) {
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	enc, err := encodeKeys(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ctx := setup(t, map[string]string{KeyGeneration: "3", KeyDigest: digestOf('a'), KeyGrantKeys: enc})
+	waitFor(t, s, func(m Mark, err error) bool { return err == nil && m.Generation == 3 })
+	before, _ := s.Current()
+	cases := []struct {
+		offer Offer
+		want  error
+	}{
+		{Offer{3, digestOf('a'), keys}, nil},
+		{Offer{4, digestOf('b'), keys}, ErrPending},
+		{Offer{2, digestOf('c'), keys}, ErrRollback},
+		{Offer{3, digestOf('d'), keys}, ErrDrift},
+	}
+	for _, tc := range cases {
+		if err := s.Admit(tc.offer); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+			t.Errorf("Admit(generation %d, %s) = %v, want %v", tc.offer.Generation, tc.offer.Digest[:8], err, tc.want)
+		}
+	}
+	cm, err := s.kube.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.ResourceVersion != before.ResourceVersion {
+		t.Fatal("a reader wrote the mark")
 	}
 }
 
@@ -99,11 +231,12 @@ func TestAcceptRaisesAndRefusesRollbackAndDrift(t *testing.T) {
 func TestConcurrentRaises(t *testing.T) {
 	s, ctx := setup(t, map[string]string{KeyGeneration: "1", KeyDigest: digestOf('0')})
 	other := New(s.kube, s.namespace, s.name)
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, st := range []*Store{s, other} {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = st.Accept(ctx, 2, digestOf('a')) }()
+		go func() { defer wg.Done(); errs[i] = st.Accept(ctx, Offer{2, digestOf('a'), keys}, t0) }()
 	}
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil {
@@ -112,7 +245,7 @@ func TestConcurrentRaises(t *testing.T) {
 	for i, d := range []byte{'b', 'c'} {
 		wg.Add(1)
 		st := []*Store{s, other}[i]
-		go func() { defer wg.Done(); errs[i] = st.Accept(ctx, 3, digestOf(d)) }()
+		go func() { defer wg.Done(); errs[i] = st.Accept(ctx, Offer{3, digestOf(d), keys}, t0) }()
 	}
 	wg.Wait()
 	wins := 0
@@ -134,7 +267,8 @@ func TestAbsentOrDeletedOrMalformedMarkFailsClosed(t *testing.T) {
 	waitFor(t, s, func(_ Mark, err error) bool {
 		return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "not found")
 	})
-	if err := s.Accept(ctx, 1, digestOf('a')); !errors.Is(err, ErrUnavailable) {
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	if err := s.Accept(ctx, Offer{1, digestOf('a'), keys}, t0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("accept without a mark: %v", err)
 	}
 
@@ -145,11 +279,16 @@ func TestAbsentOrDeletedOrMalformedMarkFailsClosed(t *testing.T) {
 	}
 	waitFor(t, s2, func(_ Mark, err error) bool { return errors.Is(err, ErrUnavailable) })
 
+	s4, _ := setup(t, map[string]string{KeyGeneration: "4", KeyDigest: digestOf('a'), KeyGrantKeys: "[{"})
+	waitFor(t, s4, func(_ Mark, err error) bool {
+		return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "malformed "+KeyGrantKeys)
+	})
+
 	s3, ctx3 := setup(t, map[string]string{KeyGeneration: "seven", KeyDigest: digestOf('a')})
 	waitFor(t, s3, func(_ Mark, err error) bool {
 		return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "malformed")
 	})
-	if err := s3.Accept(ctx3, 9, digestOf('a')); !errors.Is(err, ErrUnavailable) {
+	if err := s3.Accept(ctx3, Offer{9, digestOf('a'), keys}, t0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("accept over a malformed mark: %v", err)
 	}
 }

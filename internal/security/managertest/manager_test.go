@@ -124,12 +124,24 @@ func setup(t *testing.T, markGen string, markDigest string) (kubernetes.Interfac
 	return c.Kube(), ns, ctx
 }
 
+// manager runs a writer of the mark (as the controller does).
 func manager(t *testing.T, kube kubernetes.Interface, ns, manifest string, now func() time.Time) (*security.Manager, context.CancelFunc) {
 	t.Helper()
-	m, err := security.NewManager(security.ManagerConfig{
-		ManifestPath: manifest, Namespace: ns, HighWaterConfigMap: markName, Kube: kube,
-		PollInterval: 50 * time.Millisecond, Now: now,
-	})
+	return run(t, security.ManagerConfig{ManifestPath: manifest, Namespace: ns, HighWaterConfigMap: markName, Kube: kube,
+		PollInterval: 50 * time.Millisecond, Now: now, RaiseMark: true})
+}
+
+// reader runs a reader of the mark (as a gateway does).
+func reader(t *testing.T, kube kubernetes.Interface, ns, manifest string) *security.Manager {
+	t.Helper()
+	m, _ := run(t, security.ManagerConfig{ManifestPath: manifest, Namespace: ns, HighWaterConfigMap: markName, Kube: kube,
+		PollInterval: 50 * time.Millisecond})
+	return m
+}
+
+func run(t *testing.T, cfg security.ManagerConfig) (*security.Manager, context.CancelFunc) {
+	t.Helper()
+	m, err := security.NewManager(cfg)
 	must(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	go m.Run(ctx)
@@ -409,4 +421,64 @@ func TestRotationUnderSteadyLoad(t *testing.T) {
 		t.Fatal("a client removed from the policy still completes handshakes")
 	}
 	t.Logf("%d handshakes across 6 rotations, none failed", successes.Load())
+}
+
+// Rotation rules across restarts: a running replica refuses a bundle whose new key signs at
+// once (no verify-only overlap); a replica started afresh on that same material, which never
+// held the earlier bundle, refuses it too — the mark records the accepted key set — and the
+// mark is left as it was.
+func TestRestartedReplicaRefusesWhatARunningOneRefuses(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(3, nil)
+	running, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "ready with generation 3", func() bool { b, ok := running.Current(); return ok && b.Generation() == 3 })
+	_, digest3 := markOf(t, kube, ns)
+
+	vol.publish(4, nil) // fresh keys and certificates: the new grant key signs at once
+	if err := running.Reload(t.Context()); !errors.Is(err, security.ErrUnsafeTransition) {
+		t.Fatalf("the running replica: %v", err)
+	}
+	restarted, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "the restarted replica refuses the rotation", func() bool {
+		return errors.Is(restarted.CheckReady(), highwater.ErrUnsafeRotation)
+	})
+	if restarted.Ready() {
+		t.Fatal("the restarted replica serves a bundle the running one refused")
+	}
+	if gen, digest := markOf(t, kube, ns); gen != "3" || digest != digest3 {
+		t.Fatalf("the refusals moved the mark to %s %s", gen, digest)
+	}
+	if b, ok := running.Current(); !ok || b.Generation() != 3 {
+		t.Fatal("the running replica withdrew its good bundle")
+	}
+}
+
+// Only writers raise the mark: a reader (a gateway) with newer material waits, not ready and
+// without writing, until a writer (the controller) accepted it; afterwards it follows every
+// generation the writer accepts, and while no writer runs it keeps serving the last accepted
+// bundle rather than the newer one it cannot have checked against the mark.
+func TestReadersPublishOnlyWhatAWriterAccepted(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(5, nil)
+	r := reader(t, kube, ns, vol.manifest())
+	eventually(t, "the reader waits for the mark", func() bool { return errors.Is(r.CheckReady(), highwater.ErrPending) })
+	if gen, _ := markOf(t, kube, ns); gen != "0" || r.Ready() {
+		t.Fatalf("a reader raised the mark to %s (ready %v)", gen, r.Ready())
+	}
+	_, stopWriter := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "the reader publishes generation 5", func() bool { b, ok := r.Current(); return ok && b.Generation() == 5 })
+	vol.bump(6)
+	eventually(t, "the reader follows to generation 6", func() bool { b, ok := r.Current(); return ok && b.Generation() == 6 })
+
+	stopWriter()
+	vol.bump(7)
+	eventually(t, "the reader sees generation 7 and waits", func() bool { return errors.Is(r.Reload(t.Context()), highwater.ErrPending) })
+	if b, ok := r.Current(); !ok || b.Generation() != 6 {
+		t.Fatalf("without a writer the reader left the accepted generation 6: %v %v", b, ok)
+	}
+	if gen, _ := markOf(t, kube, ns); gen != "6" {
+		t.Fatalf("mark %s", gen)
+	}
 }
