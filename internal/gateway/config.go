@@ -75,6 +75,9 @@ type Config struct {
 	// KubeQPS and KubeBurst are the client-side rate limit towards the API server.
 	KubeQPS   float64
 	KubeBurst int
+	// FreshnessBound is how long the environment view may go unproven before grant-authorised
+	// calls answer UNAVAILABLE and the gateway reports not ready (Environments).
+	FreshnessBound time.Duration
 	// Log configures the process's logger.
 	Log logging.Options
 }
@@ -99,6 +102,7 @@ func DefaultConfig() Config {
 		ShutdownGrace:       30 * time.Second,
 		KubeQPS:             500,
 		KubeBurst:           1000,
+		FreshnessBound:      DefaultFreshnessBound,
 		Log:                 logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}
 }
@@ -127,6 +131,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "drain time for in-flight calls on shutdown")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second; one per data operation)")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
+	fs.DurationVar(&c.FreshnessBound, "view-freshness-bound", c.FreshnessBound, "longest time the environment view may go unproven current (one probe read per second) before grant-authorised calls answer UNAVAILABLE")
 	c.Log.RegisterFlags(fs)
 }
 
@@ -165,6 +170,7 @@ func (c Config) Validate() error {
 	p.IntBetween("max-message-bytes", c.MaxMessageBytes, minMessageBytes, MaxMessageBytesCeiling)
 	p.DurationBetween("max-rpc-deadline", c.MaxRPCDeadline, time.Second, MaxRPCDeadline)
 	p.DurationBetween("shutdown-grace", c.ShutdownGrace, 0, maxShutdownGrace)
+	p.DurationBetween("view-freshness-bound", c.FreshnessBound, MinFreshnessBound, MaxFreshnessBound)
 	if c.KubeQPS < 1 || c.KubeQPS > maxKubeQPS {
 		p.Addf("kube-api-qps", "%v must be between 1 and %d", c.KubeQPS, maxKubeQPS)
 	}

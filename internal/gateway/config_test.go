@@ -49,6 +49,8 @@ func TestValidateRefusesEachBadField(t *testing.T) {
 		{"huge messages", "--max-message-bytes", func(c *Config) { c.MaxMessageBytes = MaxMessageBytesCeiling + 1 }},
 		{"deadline too long", "--max-rpc-deadline", func(c *Config) { c.MaxRPCDeadline = 3 * time.Hour }},
 		{"negative grace", "--shutdown-grace", func(c *Config) { c.ShutdownGrace = -time.Second }},
+		{"freshness bound under two probe periods", "--view-freshness-bound", func(c *Config) { c.FreshnessBound = time.Second }},
+		{"freshness bound too long", "--view-freshness-bound", func(c *Config) { c.FreshnessBound = 2 * time.Minute }},
 		{"bad log level", "--log-format", func(c *Config) { c.Log.Level = "verbose" }},
 	}
 	for _, tc := range cases {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/execplane/execplane/internal/security"
@@ -17,32 +19,80 @@ import (
 	"github.com/execplane/execplane/pkg/grant"
 )
 
+// Freshness bounds: the view must be proven current at least this often.
+const (
+	// DefaultFreshnessBound is how old the last proof that the view is current may be before
+	// grant-authorised calls answer UNAVAILABLE: revocations reach a healthy gateway in
+	// milliseconds, so two seconds only ever bites a gateway cut off from the API server.
+	DefaultFreshnessBound = 2 * time.Second
+	// ProbeInterval is the period of the freshness probe: one API read per second, whatever
+	// the load — a consistent LIST of at most one environment.
+	ProbeInterval = time.Second
+	// MinFreshnessBound leaves room for one late probe: the bound is at least two periods.
+	MinFreshnessBound = 2 * ProbeInterval
+	// MaxFreshnessBound keeps the guarantee meaningful.
+	MaxFreshnessBound = time.Minute
+)
+
 // Environments is the gateway's view of the namespace's ExecutionEnvironments: an informer
 // cache, read on every data operation without an API call. It lags behind the controller
 // by the watch's latency; Await bridges that lag for grants newer than the view.
+//
+// The view proves it is current: once a second a probe — a consistent read of at most one
+// environment, through the same client and connection as the watch — must succeed; the
+// view is fresh while the last successful probe was sent within the freshness bound
+// (Fresh). A gateway cut off from the API server (its watch stalled, not broken) thus stops
+// honouring grants within the bound instead of at their expiry. When the view was stale, it
+// is rebuilt from a fresh consistent list before it serves again, so that no event lost or
+// delayed in the stalled stream is missed.
 type Environments struct {
-	informer  cache.SharedIndexInformer
-	lister    execlisters.ExecutionEnvironmentLister
-	factory   execinformers.SharedInformerFactory
+	client    versioned.Interface
 	namespace string
 	observed  func(time.Duration)
 	now       func() time.Time
+	bound     time.Duration
+
+	current  atomic.Pointer[view]
+	provenAt atomic.Int64 // unix nanoseconds: when the last successful probe was sent; 0 never
+	relists  atomic.Int64
 
 	mu      sync.Mutex
 	changed chan struct{} // closed (and replaced) on every event
 }
 
+// view is one informer over the namespace; a stale view is replaced by a new one.
+type view struct {
+	informer cache.SharedIndexInformer
+	lister   execlisters.ExecutionEnvironmentLister
+	factory  execinformers.SharedInformerFactory
+	stop     context.CancelFunc
+}
+
 // NewEnvironments returns the view over namespace. observed, if not nil, is called with the
 // delay between an authority change (epoch or grant generation raised, as the status
-// records it) and this gateway observing it.
-func NewEnvironments(client versioned.Interface, namespace string, observed func(time.Duration)) (*Environments, error) {
-	factory := execinformers.NewSharedInformerFactoryWithOptions(client, 0, execinformers.WithNamespace(namespace))
-	inf := factory.Execution().V1alpha1().ExecutionEnvironments()
-	e := &Environments{
-		informer: inf.Informer(), lister: inf.Lister(), factory: factory,
-		namespace: namespace, observed: observed, now: time.Now, changed: make(chan struct{}),
+// records it) and this gateway observing it. bound is the freshness bound
+// (DefaultFreshnessBound when 0).
+func NewEnvironments(client versioned.Interface, namespace string, bound time.Duration, observed func(time.Duration)) (*Environments, error) {
+	if bound == 0 {
+		bound = DefaultFreshnessBound
 	}
-	_, err := e.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if bound < MinFreshnessBound || bound > MaxFreshnessBound {
+		return nil, fmt.Errorf("freshness bound %s outside [%s, %s]", bound, MinFreshnessBound, MaxFreshnessBound)
+	}
+	e := &Environments{client: client, namespace: namespace, observed: observed, now: time.Now, bound: bound, changed: make(chan struct{})}
+	v, err := e.newView()
+	if err != nil {
+		return nil, err
+	}
+	e.current.Store(v)
+	return e, nil
+}
+
+func (e *Environments) newView() (*view, error) {
+	factory := execinformers.NewSharedInformerFactoryWithOptions(e.client, 0, execinformers.WithNamespace(e.namespace))
+	inf := factory.Execution().V1alpha1().ExecutionEnvironments()
+	v := &view{informer: inf.Informer(), lister: inf.Lister(), factory: factory}
+	_, err := v.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { e.notify() },
 		UpdateFunc: e.update,
 		DeleteFunc: func(any) { e.notify() },
@@ -50,17 +100,93 @@ func NewEnvironments(client versioned.Interface, namespace string, observed func
 	if err != nil {
 		return nil, err
 	}
-	return e, nil
+	return v, nil
+}
+
+func (v *view) start(ctx context.Context) {
+	ctx, v.stop = context.WithCancel(ctx)
+	v.factory.Start(ctx.Done())
 }
 
 // errNotSynced: the view has not listed the environments yet; nothing can be judged.
 var errNotSynced = fmt.Errorf("%w: the gateway's environment cache is not synced yet", security.ErrUnavailable)
 
-// Start runs the informer until ctx ends.
-func (e *Environments) Start(ctx context.Context) { e.factory.Start(ctx.Done()) }
+// errStale: the view could not be proven current within the freshness bound.
+var errStale = fmt.Errorf("%w: the gateway's environment view is not proven current (API server unreachable?)", security.ErrUnavailable)
+
+// Start runs the informer and the freshness probe until ctx ends.
+func (e *Environments) Start(ctx context.Context) {
+	e.current.Load().start(ctx)
+	go e.probe(ctx)
+}
+
+// probe proves the view current once per ProbeInterval, and rebuilds it after it was stale.
+func (e *Environments) probe(ctx context.Context) {
+	tick := time.NewTicker(ProbeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			e.current.Load().stop()
+			return
+		case <-tick.C:
+		}
+		sent := e.now()
+		wasFresh := e.Fresh() == nil
+		pctx, cancel := context.WithTimeout(ctx, e.bound)
+		_, err := e.client.ExecutionV1alpha1().ExecutionEnvironments(e.namespace).List(pctx, metav1.ListOptions{Limit: 1})
+		cancel()
+		if err != nil || !e.Synced() {
+			continue
+		}
+		if !wasFresh && e.provenAt.Load() != 0 {
+			// It was stale: events may be stuck behind the stall. Serve again only from a
+			// new consistent list (taken after sent), never from the stream that stalled.
+			if !e.relist(ctx) {
+				continue
+			}
+		}
+		e.provenAt.Store(sent.UnixNano())
+	}
+}
+
+// relist replaces the view by a new informer's and reports whether it synced within the bound.
+func (e *Environments) relist(ctx context.Context) bool {
+	next, err := e.newView()
+	if err != nil {
+		return false
+	}
+	next.start(ctx)
+	sctx, cancel := context.WithTimeout(ctx, e.bound)
+	defer cancel()
+	if !cache.WaitForCacheSync(sctx.Done(), next.informer.HasSynced) {
+		next.stop()
+		return false
+	}
+	e.current.Swap(next).stop()
+	e.relists.Add(1)
+	e.notify()
+	return true
+}
+
+// Fresh returns nil while the view is proven current within the freshness bound, and why
+// not otherwise (wrapping ErrUnavailable: retryable).
+func (e *Environments) Fresh() error {
+	if !e.Synced() {
+		return errNotSynced
+	}
+	proven := e.provenAt.Load()
+	if proven == 0 || e.now().Sub(time.Unix(0, proven)) > e.bound {
+		return errStale
+	}
+	return nil
+}
+
+// Relists counts the rebuilds of the view after it was stale.
+func (e *Environments) Relists() int64 { return e.relists.Load() }
 
 // Synced reports whether the initial list has been observed.
-func (e *Environments) Synced() bool { return e.informer.HasSynced() }
+func (e *Environments) Synced() bool { return e.current.Load().informer.HasSynced() }
 
 func (e *Environments) update(oldObj, newObj any) {
 	old, ok1 := oldObj.(*executionv1alpha1.ExecutionEnvironment)
@@ -87,7 +213,7 @@ func (e *Environments) next() <-chan struct{} {
 
 // Get returns the cached environment (shared: never modify it), or nil.
 func (e *Environments) Get(name string) *executionv1alpha1.ExecutionEnvironment {
-	env, err := e.lister.ExecutionEnvironments(e.namespace).Get(name)
+	env, err := e.current.Load().lister.ExecutionEnvironments(e.namespace).Get(name)
 	if err != nil {
 		return nil
 	}

@@ -28,6 +28,8 @@ type fakeEnvironments struct {
 	// err, when set, is returned by Await without running check (a view that cannot judge,
 	// such as one not synced yet).
 	err error
+	// stale, when set, is what Fresh returns (a view not proven current).
+	stale error
 }
 
 func newFakeEnvironments(envs ...*executionv1alpha1.ExecutionEnvironment) *fakeEnvironments {
@@ -57,6 +59,8 @@ func (f *fakeEnvironments) get(name string) (*executionv1alpha1.ExecutionEnviron
 	defer f.mu.Unlock()
 	return f.envs[name], f.changed
 }
+
+func (f *fakeEnvironments) Fresh() error { return f.stale }
 
 func (f *fakeEnvironments) Await(ctx context.Context, name string, wait time.Duration, check func(*executionv1alpha1.ExecutionEnvironment) error) error {
 	if f.err != nil {

@@ -79,6 +79,19 @@ func visible(env *executionv1alpha1.ExecutionEnvironment, ref, subject ident.Env
 	return nil
 }
 
+// freshAwait is Await for a grant decision: it is taken only on a view proven current within
+// its freshness bound, before and after the wait (a view that went stale meanwhile decides
+// nothing), so a gateway cut off from the API server honours no grant it cannot check.
+func (h *Handler) freshAwait(ctx context.Context, name string, check func(*executionv1alpha1.ExecutionEnvironment) error) error {
+	if err := h.b.Environments.Fresh(); err != nil {
+		return err
+	}
+	if err := h.b.Environments.Await(ctx, name, h.cfg.ObserveWait, check); err != nil {
+		return err
+	}
+	return h.b.Environments.Fresh()
+}
+
 // verifyEnvironmentGrant verifies an environment grant presented for ref by the caller
 // against this gateway's view, waiting for the view when the grant is newer.
 func (h *Handler) verifyEnvironmentGrant(ctx context.Context, c security.Client, token string, ref ident.EnvironmentRef) (grant.Verified, error) {
@@ -87,7 +100,7 @@ func (h *Handler) verifyEnvironmentGrant(ctx context.Context, c security.Client,
 		return grant.Verified{}, err
 	}
 	var v grant.Verified
-	err = h.b.Environments.Await(ctx, ref.Name, h.cfg.ObserveWait, func(env *executionv1alpha1.ExecutionEnvironment) error {
+	err = h.freshAwait(ctx, ref.Name, func(env *executionv1alpha1.ExecutionEnvironment) error {
 		var verr error
 		v, verr = b.Verifier().VerifyEnvironmentFunc(token, func(s grant.Subject) (grant.EnvironmentBinding, error) {
 			if err := visible(env, ref, s.Environment, c); err != nil {
@@ -115,7 +128,7 @@ func (h *Handler) verifyRunGrant(ctx context.Context, c security.Client, token s
 		v   grant.Verified
 		got *executionv1alpha1.ExecutionEnvironment
 	)
-	err = h.b.Environments.Await(ctx, ref.Name, h.cfg.ObserveWait, func(env *executionv1alpha1.ExecutionEnvironment) error {
+	err = h.freshAwait(ctx, ref.Name, func(env *executionv1alpha1.ExecutionEnvironment) error {
 		var verr error
 		v, verr = b.Verifier().VerifyRunFunc(token, func(s grant.Subject) (grant.RunBinding, error) {
 			if err := visible(env, ref, s.Environment, c); err != nil {

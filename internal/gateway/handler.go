@@ -31,6 +31,9 @@ type EnvironmentSource interface {
 	// Await runs check on the named environment (nil when absent) until it returns anything
 	// but grant.ErrNotObserved, for at most wait.
 	Await(ctx context.Context, name string, wait time.Duration, check func(*executionv1alpha1.ExecutionEnvironment) error) error
+	// Fresh returns nil while the view is proven current within its freshness bound, else
+	// why not (retryable UNAVAILABLE): no grant is honoured on a view that may be stale.
+	Fresh() error
 }
 
 // Executor runs one helper request in an executor Pod (PodExecutor in production).

@@ -159,6 +159,8 @@ func TestHandlerAcquireRun(t *testing.T) {
 		{controlCase: controlCase{name: "re-created environment", setup: setup{env: func(e *v1alpha1.ExecutionEnvironment) { e.UID = otherUID }}, want: notFound}},
 		{controlCase: controlCase{name: "revoked generation", setup: setup{env: func(e *v1alpha1.ExecutionEnvironment) { e.Status.GrantGeneration++ }}, want: revoked}},
 		{controlCase: controlCase{name: "security material unavailable", setup: setup{noMaterial: true}, want: unavailable}},
+		// A view not proven current judges no environment grant: nothing reaches the controller.
+		{controlCase: controlCase{name: "view not proven current", setup: setup{stale: errStale}, want: unavailable}},
 		{controlCase: controlCase{name: "controller refuses", setup: setup{controlErr: refusedByController}, want: permissionDenied, controlled: true}},
 		{controlCase: controlCase{name: "controller answers without the claim", setup: setup{reply: &controlv1.EnvironmentReply{
 			Environment: fixtureReply().GetEnvironment(), OwnerHash: testOwner,

@@ -119,6 +119,7 @@ func grantCases() []admissionCase {
 		{name: "absent environment", setup: setup{absent: true}, want: notFound, msg: "not found"},
 		{name: "re-created environment", setup: setup{env: func(e *v1alpha1.ExecutionEnvironment) { e.UID = otherUID }}, want: notFound, msg: "not found"},
 		{name: "view not synced", setup: setup{viewErr: errNotSynced}, want: unavailable},
+		{name: "view not proven current", setup: setup{stale: errStale}, want: unavailable},
 		{name: "grant generation newer than the view", grant: func(t *testing.T, k *keys) *executionv1.Grant {
 			return k.run(t, func(b *grant.RunBinding) { b.GrantGeneration = testGen + 1 })
 		}, want: unavailable},

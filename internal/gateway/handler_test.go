@@ -257,6 +257,8 @@ type setup struct {
 	absent bool
 	// viewErr is what the view answers every Await with.
 	viewErr error
+	// stale is what the view's Fresh answers (a view not proven current).
+	stale error
 	// noMaterial: the gateway holds no security material.
 	noMaterial bool
 	// maxCalls is HandlerConfig.MaxEnvironmentCalls.
@@ -291,7 +293,7 @@ func newWorld(t *testing.T, k *keys, s setup) *world {
 	if !s.absent {
 		w.envs.set(env.Name, env)
 	}
-	w.envs.err = s.viewErr
+	w.envs.err, w.envs.stale = s.viewErr, s.stale
 	if w.control.reply == nil {
 		w.control.reply = fixtureReply()
 	}

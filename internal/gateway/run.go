@@ -25,6 +25,7 @@ import (
 const (
 	reasonNoMaterial = "security material not ready"
 	reasonNotSynced  = "environment cache not synced"
+	reasonStale      = "environment view not proven current"
 )
 
 // healthPeriod is how often the gRPC health status follows readiness.
@@ -79,10 +80,24 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), requests)
 	var server *Server
 	metrics := NewMetrics(registry, func() security.LimiterStats { return server.Limiter.Stats() })
-	envs, err := NewEnvironments(execClient, cfg.Executors(), metrics.ObserveAuthority)
+	envs, err := NewEnvironments(execClient, cfg.Executors(), cfg.FreshnessBound, metrics.ObserveAuthority)
 	if err != nil {
 		return err
 	}
+	registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "execplane_gateway_view_fresh",
+			Help: "1 while the environment view is proven current within the freshness bound (grants are honoured), else 0.",
+		}, func() float64 {
+			if envs.Fresh() == nil {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "execplane_gateway_view_relists_total",
+			Help: "Rebuilds of the environment view from a fresh list after it could not be proven current.",
+		}, func() float64 { return float64(envs.Relists()) }))
 	handler, err := NewHandler(HandlerConfig{MaxEnvironmentCalls: cfg.MaxEnvironmentCalls, Logger: logger, Metrics: metrics}, Backend{
 		Control: control, Environments: envs, Executor: executor, Profiles: profiles, Material: manager.Current,
 	})
@@ -110,6 +125,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return reasonNoMaterial
 		case !envs.Synced():
 			return reasonNotSynced
+		case envs.Fresh() != nil:
+			return reasonStale
 		}
 		return ""
 	}
