@@ -412,10 +412,14 @@ func TestMillionEntryDirectoryIsPaginated(t *testing.T) {
 		t.Fatal("second page does not continue after the first")
 	}
 	wantCode(t, root, listOp("big", 1001, nil), codeInvalid)
-	// Removing the tree is bounded: over 100,000 entries is refused part-way.
+	// Removing the tree is bounded: over 100,000 entries is refused whole, nothing removed.
 	_, e := fileCall(t, root, removeOp("big", true))
 	if e.GetCode() != codeExhaust {
 		t.Fatalf("recursive remove of a million entries: %v", e)
+	}
+	again := mustFile(t, root, listOp("big", 1000, nil)).GetList()
+	if len(again.GetEntries()) != 1000 || !bytes.Equal(again.GetEntries()[999].GetPath(), last) {
+		t.Fatal("the refused remove removed entries")
 	}
 }
 

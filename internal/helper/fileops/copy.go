@@ -132,18 +132,18 @@ func stagingName() string {
 }
 
 // discard removes a tree the helper built itself and did not commit. It was built within
-// the copy's bounds, which are within the remove's, so it is removable whole; a failure is
-// left for the caller to see (the name carries the temporary prefix).
+// the copy's entry bound, which is within the remove's, so it is removable whole; a failure
+// is left for the caller to see (the name carries the temporary prefix).
 func discard(parentfd int, name string) {
-	budget, removed := maxRemoveEntries, uint64(0)
-	if removeChildren(parentfd, name, &budget, &removed, 0) == nil {
+	if _, err := removeTree(parentfd, name); err == nil {
 		_ = unix.Unlinkat(parentfd, name, unix.AT_REMOVEDIR)
 	}
 }
 
 // within reports whether directory dir is directory src or beneath it: compared by device
-// and inode while walking up through ".." until the workspace root (bounded: a directory
-// the helper can address is at most maxDepth levels down, plus the path's own components).
+// and inode while walking up through ".." until the workspace root. Bounded: a destination
+// further below the root than a path can name plus maxDepth (reachable only through
+// symlinks into a deeper tree) is refused, before anything is copied.
 func (r *Root) within(src, dir int) (bool, error) {
 	var want, root, cur unix.Stat_t
 	if err := unix.Fstat(src, &want); err != nil {
@@ -238,8 +238,8 @@ func copyTree(src, dst int, budget *copyBudget, depth int) error {
 			}
 			return false, fromErrno("symlink", unix.Symlinkat(string(buf[:n]), dst, name))
 		case unix.S_IFDIR:
-			// Refused before it is made: the copy never builds a level the remove (and so the
-			// discard of a refused copy) could not reach.
+			// Refused before it is made: the walk of the source holds a descriptor per level
+			// and refuses the level below anyway, and what is refused unmade needs no discard.
 			if depth+1 >= maxDepth {
 				return false, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
 			}

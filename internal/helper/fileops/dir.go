@@ -26,10 +26,10 @@ const (
 	// readdirBatch is how many names are read per getdents round; memory stays bounded
 	// however large the directory.
 	readdirBatch = 1024
-	// maxRemoveEntries bounds a recursive remove (the API documents 100000).
-	maxRemoveEntries = 100_000
-	// maxDepth bounds recursion in tree walks; a path of MaxPathBytes cannot be deeper than
-	// half of it, and descriptors per level are held open.
+	// maxDepth bounds the recursion of one tree walk and the descriptors it holds (one per
+	// level). It is not a bound on trees: rename moves a whole tree beneath another in one
+	// call, so a tree's depth has no bound but its entries. Glob, grep and copy refuse
+	// deeper; a recursive remove goes on past it (remove.go).
 	maxDepth = 256
 )
 
@@ -214,127 +214,6 @@ func (r *Root) mkdirAll(p string, mode uint32) error {
 		unix.Close(fd)
 	}
 	return nil
-}
-
-func (r *Root) remove(req *executionv1.RemovePath) (*executionv1.RemovePathResult, error) {
-	p, err := checkPath(req.GetPath())
-	if err != nil {
-		return nil, err
-	}
-	if isRoot(p) {
-		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "cannot remove the workspace root")
-	}
-	dirfd, name, err := r.openParent(p)
-	if err != nil {
-		if req.GetMissingOk() && errors.Is(err, protocol.ErrNotFound) {
-			return &executionv1.RemovePathResult{}, nil
-		}
-		return nil, err
-	}
-	defer unix.Close(dirfd)
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		if req.GetMissingOk() && errors.Is(err, unix.ENOENT) {
-			return &executionv1.RemovePathResult{}, nil
-		}
-		return nil, fromErrno("stat", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		if err := unix.Unlinkat(dirfd, name, 0); err != nil {
-			return nil, fromErrno("unlink", err)
-		}
-		return &executionv1.RemovePathResult{Removed: 1}, nil
-	}
-	var removed uint64
-	if req.GetRecursive() {
-		// Counted first, without removing anything: a tree over the bounds is refused whole,
-		// not half removed. (A tree that grows while it is removed can still stop partway;
-		// what is left is within the bounds again and removable by the same call.)
-		if err := countChildren(dirfd, name); err != nil {
-			return &executionv1.RemovePathResult{}, err
-		}
-		budget := maxRemoveEntries
-		err := removeChildren(dirfd, name, &budget, &removed, 0)
-		if err != nil {
-			return &executionv1.RemovePathResult{Removed: removed}, err
-		}
-	}
-	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil {
-		return &executionv1.RemovePathResult{Removed: removed}, fromErrno("rmdir", err)
-	}
-	return &executionv1.RemovePathResult{Removed: removed + 1}, nil
-}
-
-// openSubtree opens the directory name in parentfd, at depth below the top of a recursive
-// remove, without following a symlink; it refuses a level deeper than the remove reaches.
-func openSubtree(parentfd int, name string, depth int) (*os.File, int, error) {
-	if depth >= maxDepth {
-		return nil, -1, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory tree deeper than %d", maxDepth)
-	}
-	fd, err := unix.Openat(parentfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, -1, fromErrno("open directory", err)
-	}
-	return os.NewFile(uintptr(fd), "dir"), fd, nil
-}
-
-// countChildren walks the directory name in parentfd (the shared bounded walk: no symlink
-// followed, nothing changed) and refuses a tree over the remove's bounds.
-func countChildren(parentfd int, name string) error {
-	dir, fd, err := openSubtree(parentfd, name, 0)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	budget := maxRemoveEntries
-	err = walk(fd, "", 0, &budget, func(int, string, string, *unix.Stat_t) (bool, error) { return true, nil })
-	if errors.Is(err, errStop) {
-		return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "more than %d entries to remove", maxRemoveEntries)
-	}
-	return err
-}
-
-// removeChildren empties the directory name in parentfd without following symlinks.
-func removeChildren(parentfd int, name string, budget *int, removed *uint64, depth int) error {
-	dir, fd, err := openSubtree(parentfd, name, depth)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	for {
-		names, _ := dir.Readdirnames(readdirBatch)
-		if len(names) == 0 {
-			return nil
-		}
-		for _, n := range names {
-			if *budget <= 0 {
-				return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "more than %d entries to remove", maxRemoveEntries)
-			}
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				if errors.Is(err, unix.ENOENT) {
-					continue
-				}
-				return fromErrno("stat", err)
-			}
-			flags := 0
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				if err := removeChildren(fd, n, budget, removed, depth+1); err != nil {
-					return err
-				}
-				flags = unix.AT_REMOVEDIR
-			}
-			if err := unix.Unlinkat(fd, n, flags); err != nil && !errors.Is(err, unix.ENOENT) {
-				return fromErrno("unlink", err)
-			}
-			*budget--
-			*removed++
-		}
-		// Entries were removed while reading: start over until the directory reads empty.
-		if _, err := dir.Seek(0, 0); err != nil {
-			return fromErrno("rewind directory", err)
-		}
-	}
 }
 
 func (r *Root) rename(req *executionv1.RenamePath) (*executionv1.RenamePathResult, error) {

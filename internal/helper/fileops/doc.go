@@ -19,5 +19,8 @@
 //     hard link to a file elsewhere is replaced, never modified.
 //   - Every operation is bounded: bytes by the request's limits under hard ceilings, entries
 //     and depth of walks by named constants.
+//   - Nothing the file API creates is beyond what it removes: a recursive remove is bounded
+//     by entries only, counted whole before anything is removed, and reaches any depth with
+//     at most maxDepth descriptors (remove.go).
 //   - Errors carry a typed code (helper.v1 ErrorCode) and never file contents.
 package fileops

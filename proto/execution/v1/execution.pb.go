@@ -3514,8 +3514,9 @@ func (x *MakeDirectoryResult) GetInfo() *FileInfo {
 type RemovePath struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	// Required to remove a non-empty directory. Bounded: at most 100000 entries per call
-	// (RESOURCE_EXHAUSTED beyond, with what was removed so far reported).
+	// Required to remove a non-empty directory. Bounded: at most 100000 entries per call;
+	// a larger tree is refused whole (RESOURCE_EXHAUSTED, nothing removed) and is removed in
+	// batches, its subtrees first. Any depth the file API can build is removed.
 	Recursive bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
 	// An absent path is then not an error.
 	MissingOk     bool `protobuf:"varint,3,opt,name=missing_ok,json=missingOk,proto3" json:"missing_ok,omitempty"`
