@@ -15,14 +15,17 @@ import (
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
-// principal is a caller of the matrix: a client, the owner it attests, and grants of its own
-// environment (when it may have one) to present against the victim's.
+// principal is a caller of the matrix: a client, the owner it attests, valid grants to
+// present against the victim's environment (of its own environment, or the victim's own,
+// stolen), and its capabilities, which decide the answer it must get.
 type principal struct {
 	name  string
 	api   executionv1grpc.ExecutionProviderServiceClient
 	owner *executionv1.Owner
 	envG  *executionv1.Grant
 	runG  *executionv1.Grant
+	// attests: the client may attest owners; admin: an administrator (of others' scope).
+	attests, admin bool
 }
 
 // The authorisation matrix: every RPC, called by every principal that is not the victim's
@@ -47,13 +50,15 @@ func TestAuthorisationMatrix(t *testing.T) {
 
 	otherOwner := ensureReady(t, sys.dial(t, "caller", 0), "bob", "conv-1")
 	otherClient := ensureReady(t, sys.dial(t, otherClient, 0), "alice", "conv-1")
+	// Every principal holds valid grants, so that no refusal is the mere absence of one: its
+	// own environment's, or the victim's, stolen (bound to the victim's client, which none of
+	// them is).
 	principals := []principal{
-		{"other owner", otherOwner.api, otherOwner.owner, otherOwner.envG, otherOwner.runG},
-		{"other client", otherClient.api, otherClient.owner, otherClient.envG, otherClient.runG},
-		{"no capability", sys.dial(t, plainClient, 0), ownerOf("alice"), nil, nil},
-		{"admin out of scope", sys.dial(t, scopedAdmin, 0), ownerOf("alice"), nil, nil},
-		// Another client that stole the victim's grants: they are bound to the victim's client.
-		{"other client, stolen grants", otherClient.api, ownerOf("alice"), victim.envG, victim.runG},
+		{"other owner", otherOwner.api, otherOwner.owner, otherOwner.envG, otherOwner.runG, true, false},
+		{"other client", otherClient.api, otherClient.owner, otherClient.envG, otherClient.runG, true, false},
+		{"no capability, stolen grants", sys.dial(t, plainClient, 0), ownerOf("alice"), victim.envG, victim.runG, false, false},
+		{"admin out of scope, stolen grants", sys.dial(t, scopedAdmin, 0), ownerOf("alice"), victim.envG, victim.runG, false, true},
+		{"other client, stolen grants", otherClient.api, ownerOf("alice"), victim.envG, victim.runG, true, false},
 	}
 	absent := &executionv1.EnvironmentRef{Id: "xenv-00000000000000000000", Revision: "00000000-0000-4000-8000-000000000000"}
 	epoch, gen := ptr(before.GetEpoch()), ptr(before.GetGrantGeneration())
@@ -134,6 +139,24 @@ func TestAuthorisationMatrix(t *testing.T) {
 		st := status.Convert(err)
 		return fmt.Sprintf("%s/%s: %s", st.Code(), apierror.Reason(err), st.Message())
 	}
+	// The answer each principal must get, for the reason it names: a call presenting a valid
+	// grant, of another environment or of another client, meets an environment that is not
+	// the caller's — NOT_FOUND, exactly as if absent; an administrative call without the
+	// capability is PERMISSION_DENIED before any lookup, with it but out of scope NOT_FOUND;
+	// an owner-scoped call by a client that may not attest owners is PERMISSION_DENIED, by
+	// one that may NOT_FOUND (the owner's references are not there).
+	grantRPCs := map[string]bool{"AcquireRun": true, "RenewRun": true, "ReleaseRun": true, "Files": true, "StartCommand": true, "CommandStatus": true, "CancelCommand": true}
+	adminRPCs := map[string]bool{"RetireEnvironment": true, "ReplaceExecutor": true, "RevokeEnvironment": true, "RecoverEnvironment": true,
+		"MigrateEnvironment": true, "DeleteRetiredEnvironment": true}
+	expected := func(p principal, rpc string) codes.Code {
+		switch {
+		case grantRPCs[rpc]:
+			return codes.NotFound
+		case adminRPCs[rpc] && !p.admin, !adminRPCs[rpc] && !p.attests:
+			return codes.PermissionDenied
+		}
+		return codes.NotFound
+	}
 	calls, successes := 0, 0
 	for _, p := range principals {
 		for name, rpc := range rpcs {
@@ -143,6 +166,9 @@ func TestAuthorisationMatrix(t *testing.T) {
 				successes++
 				t.Errorf("%s × %s: succeeded on the victim's environment: %v", p.name, name, got)
 				continue
+			}
+			if got, want := status.Code(err), expected(p, name); got != want {
+				t.Errorf("%s × %s: %s, want %s", p.name, name, answer(err), want)
 			}
 			_, absentErr := rpc(ctx, p, absent)
 			if answer(err) != answer(absentErr) {
