@@ -23,7 +23,8 @@ func TestOversizedTokenRejectedBeforeParsing(t *testing.T) {
 	f := newFixture(t)
 	want := testRunBinding()
 
-	// A genuinely signed grant, padded with a private claim to just over the bound.
+	// A genuinely signed grant, padded to just over the bound through its jti (free-form)
+	// and an ignored header parameter (unknown claims are refused).
 	padded := func(t *testing.T, target int) string {
 		t.Helper()
 		// Each padding byte adds about 4/3 characters: start just short of the target.
@@ -33,7 +34,7 @@ func TestOversizedTokenRejectedBeforeParsing(t *testing.T) {
 				h := ourHeader()
 				h["x"] = strings.Repeat("h", hpad)
 				c := runClaims()
-				c["pad"] = strings.Repeat("p", pad)
+				c["jti"] = strings.Repeat("p", pad)
 				// An Ed25519 signature is always 86 base64url characters: sign only the match.
 				input := b64(mustJSON(t, h)) + "." + b64(mustJSON(t, c))
 				if len(input)+1+86 == target {

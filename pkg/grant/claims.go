@@ -54,7 +54,8 @@ type RunBinding struct {
 }
 
 // claims is the JWT payload of both grant kinds. The registered claims carry iss, aud, exp,
-// nbf, iat and jti; the run fields are absent from environment grants.
+// nbf, iat and jti (never sub); the run fields are absent from environment grants. The
+// signer encodes it with encoding/json; the verifier decodes it with decodeClaims only.
 type claims struct {
 	jwt.RegisteredClaims
 	Purpose         Purpose `json:"purpose"`
@@ -67,6 +68,51 @@ type claims struct {
 	Epoch           uint64  `json:"epoch,omitempty"`
 	RunID           string  `json:"run_id,omitempty"`
 	ClaimID         string  `json:"claim_id,omitempty"`
+}
+
+// claimCount is the number of claims field knows: a grant carries at most this many.
+const claimCount = 16
+
+// field returns where decodeClaims decodes the claim named name: the field whose json tag
+// (here or in jwt.RegisteredClaims) is exactly name, or nil for any other name, in any
+// other case. sub is not among them: the signer never writes it and nothing checks it.
+// TestClaimFieldsMatchTags keeps this table and the tags the signer encodes with in step.
+func (c *claims) field(name string) any {
+	switch name {
+	case "iss":
+		return &c.Issuer
+	case "aud":
+		return &c.Audience
+	case "exp":
+		return &c.ExpiresAt
+	case "nbf":
+		return &c.NotBefore
+	case "iat":
+		return &c.IssuedAt
+	case "jti":
+		return &c.ID
+	case "purpose":
+		return &c.Purpose
+	case "client_hash":
+		return &c.ClientHash
+	case "owner_hash":
+		return &c.OwnerHash
+	case "binding_id":
+		return &c.BindingID
+	case "env_name":
+		return &c.EnvironmentName
+	case "env_uid":
+		return &c.EnvironmentUID
+	case "grant_generation":
+		return &c.GrantGeneration
+	case "epoch":
+		return &c.Epoch
+	case "run_id":
+		return &c.RunID
+	case "claim_id":
+		return &c.ClaimID
+	}
+	return nil
 }
 
 // Validate reports every problem with b as a binding to sign, wrapping ErrInvalidInput. The

@@ -9,6 +9,11 @@
 //     headers are never read, and no key embedded in a token is ever used.
 //   - A token longer than MaxTokenBytes is refused before a byte of it is decoded; a token
 //     that is not exactly three unpadded base64url segments is refused before parsing.
+//   - Member names are unique at every depth and written without escapes, in the header and
+//     the payload alike; the payload carries only the claims the signer writes, under their
+//     exact names (unknown claims are refused, unknown header parameters ignored). The
+//     payload is decoded once, strictly, and only after the signature over its exact bytes
+//     verified (decode.go).
 //   - Only EdDSA verifies. The kid is checked against a strict charset and length before the
 //     in-memory lookup, and a key verifies only inside its window (Key.Verifies).
 //   - exp, iat, iss, aud, jti and a purpose are required; exp - iat never exceeds the

@@ -1,8 +1,12 @@
 package grant
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,7 +81,8 @@ func FuzzVerify(f *testing.F) {
 
 // FuzzVerifySignedPayload signs arbitrary payloads with our own key, so that the fuzzer
 // reaches the claim checks behind the signature. Nothing may panic, and whatever verifies
-// must satisfy every documented check when re-read independently.
+// must satisfy every documented check when re-read independently, its member names
+// included (canonicalMembers).
 func FuzzVerifySignedPayload(f *testing.F) {
 	fx := newFixture(f)
 	f.Add(mustJSON(f, runClaims()), int64(0))
@@ -93,9 +98,8 @@ func FuzzVerifySignedPayload(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var m map[string]any
-		if err := json.Unmarshal(payload, &m); err != nil {
-			t.Fatalf("accepted a payload that is not a JSON object: %v", err)
+		if err := canonicalMembers(payload); err != nil {
+			t.Fatalf("accepted a payload other JWT parsers may read differently: %v", err)
 		}
 		lifetime := v.ExpiresAt.Sub(v.IssuedAt)
 		now := fx.clock.now
@@ -110,4 +114,50 @@ func FuzzVerifySignedPayload(f *testing.F) {
 			t.Fatalf("accepted %+v", v)
 		}
 	})
+}
+
+// claimNames are the claims docs/grants.md documents, the only ones a grant may carry.
+var claimNames = []string{
+	"iss", "aud", "iat", "nbf", "exp", "jti", "purpose", "client_hash", "owner_hash",
+	"binding_id", "env_name", "env_uid", "grant_generation", "epoch", "run_id", "claim_id",
+}
+
+// canonicalMembers re-reads an accepted payload independently of the verifier: a JSON
+// object whose member names are documented claim names, each written literally (as
+// encoding/json writes it, without escapes) and each once, so that every JWT parser reads
+// the same claims from it.
+func canonicalMembers(payload []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New("not a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		from := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name := tok.(string)
+		written := bytes.Trim(payload[from:dec.InputOffset()], " \t\r\n,")
+		switch {
+		case !bytes.Equal(written, mustJSONString(name)):
+			return fmt.Errorf("member name %s not written literally", written)
+		case !slices.Contains(claimNames, name):
+			return fmt.Errorf("undocumented claim %q", name)
+		case seen[name]:
+			return fmt.Errorf("claim %q twice", name)
+		}
+		seen[name] = true
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mustJSONString(s string) []byte {
+	b, _ := json.Marshal(s) // a string always encodes
+	return b
 }

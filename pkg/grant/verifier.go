@@ -3,6 +3,7 @@ package grant
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -138,13 +139,16 @@ func (v *Verifier) VerifyEnvironmentFunc(token string, expect func(Subject) (Env
 // Exactly one error is returned, the first that applies in this order:
 //
 //  1. ErrOversized        longer than MaxTokenBytes; nothing was decoded
-//  2. ErrMalformed        not three base64url segments of JSON, or an ill-typed registered claim
+//  2. ErrMalformed        not three base64url segments: a JSON header, a JSON object payload
 //  3. ErrBadAlgorithm     alg missing or not EdDSA
 //  4. ErrUnknownKey       kid missing, ill-formed, unknown, or its key outside its window
-//     (ErrMalformed for a crit header, checked just before the kid)
+//     (ErrMalformed for a crit header, or a duplicate or escaped header member name,
+//     checked just before the kid)
 //  5. ErrBadSignature     the signature does not verify
 //     --- the token is authentic from here on ---
-//  6. ErrWrongIssuer, ErrWrongAudience
+//  6. ErrMalformed        the payload, decoded only now and strictly (decode.go), has a
+//     duplicate, escaped or unknown claim name, or an ill-typed claim;
+//     then ErrWrongIssuer, ErrWrongAudience
 //  7. ErrMalformed        a required claim (exp, iat, jti, purpose's binding claims) is missing
 //  8. ErrLifetimeExceeded exp - iat above the ceiling
 //  9. ErrExpired, ErrNotYetValid
@@ -155,11 +159,11 @@ func (v *Verifier) VerifyEnvironmentFunc(token string, expect func(Subject) (Env
 //  14. ErrMismatch        claim id
 //
 // Steps 1 to 5 look at nothing but syntax and the signature, so a token that is not ours
-// is answered without a word about its claims: a token that is both expired and badly
-// signed reports ErrBadSignature, and nothing an attacker chooses (exp, aud, ...) decides
-// which error a forgery gets. After the signature, problems with the token itself come
-// before problems with its use, and a grant for another environment reports the mismatch
-// rather than a revocation or an epoch it cannot be compared with.
+// is answered without a word about its claims, which are not even decoded: a token that is
+// both expired and badly signed reports ErrBadSignature, and nothing an attacker chooses
+// (exp, aud, ...) decides which error a forgery gets. After the signature, problems with
+// the token itself come before problems with its use, and a grant for another environment
+// reports the mismatch rather than a revocation or an epoch it cannot be compared with.
 func (v *Verifier) VerifyRun(token string, want RunBinding) (Verified, error) {
 	return v.verify(token, PurposeRun, func(Subject) (RunBinding, error) { return want, nil })
 }
@@ -185,7 +189,7 @@ func (v *Verifier) verify(token string, purpose Purpose, expect func(Subject) (R
 	}
 	now := v.now()
 	var (
-		c         claims
+		payload   signedPayload
 		kid       string
 		keyErr    error
 		keyLooked bool
@@ -193,17 +197,17 @@ func (v *Verifier) verify(token string, purpose Purpose, expect func(Subject) (R
 	parser := jwt.NewParser(
 		jwt.WithValidMethods(allowedMethods),
 		jwt.WithStrictDecoding(),
-		jwt.WithExpirationRequired(),
-		jwt.WithIssuedAt(),
-		jwt.WithIssuer(v.issuer),
-		jwt.WithAudience(v.audience),
-		jwt.WithLeeway(Leeway),
-		jwt.WithTimeFunc(func() time.Time { return now }),
+		// The library would validate claims it decoded leniently; payload keeps the bytes,
+		// and the claims are decoded strictly, and validated, once the signature verified.
+		jwt.WithoutClaimsValidation(),
 	)
-	_, err := parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+	_, err := parser.ParseWithClaims(token, &payload, func(t *jwt.Token) (any, error) {
 		// Called only once the header and payload decoded and alg is EdDSA.
 		keyLooked = true
-		kid, keyErr = keyIDFrom(t.Header)
+		header, _, _ := strings.Cut(token, ".")
+		if keyErr = checkHeader(parser, header); keyErr == nil {
+			kid, keyErr = keyIDFrom(t.Header)
+		}
 		if keyErr != nil {
 			return nil, keyErr
 		}
@@ -219,12 +223,14 @@ func (v *Verifier) verify(token string, purpose Purpose, expect func(Subject) (R
 		return nil, keyErr
 	})
 	if err != nil {
-		if err := preSignatureError(err, keyLooked, keyErr); err != nil {
-			return Verified{}, err
-		}
+		return Verified{}, preSignatureError(err, keyLooked, keyErr)
 	}
-	// Authentic from here on; err, if any, is the library's verdict on the claims.
-	if err := v.checkClaims(&c, err); err != nil {
+	// Authentic from here on: the signature covers exactly the bytes decoded now.
+	c, err := decodeClaims(payload.raw)
+	if err != nil {
+		return Verified{}, err
+	}
+	if err := v.checkClaims(&c, now); err != nil {
 		return Verified{}, err
 	}
 	if c.Purpose != purpose {
@@ -268,9 +274,9 @@ func keyIDFrom(header map[string]any) (string, error) {
 	return kid, nil
 }
 
-// preSignatureError maps a library error raised before the signature verified to steps 2
-// to 5, or returns nil when the signature verified and only the claims failed. The library's
-// own messages are dropped: some quote pieces of the token.
+// preSignatureError maps a library error, always raised before the signature verified (the
+// parser does not validate claims), to steps 2 to 5. The library's own messages are dropped:
+// some quote pieces of the token.
 func preSignatureError(err error, keyLooked bool, keyErr error) error {
 	switch {
 	case keyErr != nil:
@@ -283,18 +289,16 @@ func preSignatureError(err error, keyLooked bool, keyErr error) error {
 		return ErrBadAlgorithm
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
 		return ErrBadSignature
-	case errors.Is(err, jwt.ErrTokenInvalidClaims):
-		return nil
 	default:
 		return fmt.Errorf("%w: unverifiable token", ErrMalformed)
 	}
 }
 
-// checkClaims runs steps 6 to 9 on the claims of an authentic token. libErr is the
-// library's verdict (exp required and not past, nbf and iat not in the future, iss and aud);
-// this function orders the problems and adds what the library does not check: iat
-// required, aud exactly one value, the lifetime ceiling, the payload's shape.
-func (v *Verifier) checkClaims(c *claims, libErr error) error {
+// checkClaims runs steps 6 to 9 on the claims of an authentic token at now. It orders the
+// problems and adds what the library's validator does not check (iat required, aud exactly
+// one value, the lifetime ceiling, the payload's shape), then asks the validator: exp
+// required and not past, nbf and iat not in the future, iss and aud.
+func (v *Verifier) checkClaims(c *claims, now time.Time) error {
 	if c.Issuer != v.issuer {
 		return ErrWrongIssuer
 	}
@@ -324,6 +328,15 @@ func (v *Verifier) checkClaims(c *claims, libErr error) error {
 	if lifetime > v.maxLifetime {
 		return ErrLifetimeExceeded
 	}
+	// The library's validator, on claims whose signature has verified (its documented use).
+	libErr := jwt.NewValidator(
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithIssuer(v.issuer),
+		jwt.WithAudience(v.audience),
+		jwt.WithLeeway(Leeway),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+	).Validate(c)
 	switch {
 	case libErr == nil:
 		return nil
