@@ -175,7 +175,8 @@ func TestKilledAtFailpointsConverges(t *testing.T) {
 // held past its lease, loses the Lease; the new leader adopts the objects the old one
 // created and records them. Resumed, the old leader's stale write is refused (by the
 // compare-and-swap, or abandoned once its elector notices) and it exits: nothing is
-// duplicated.
+// duplicated. Which refusal wins is a race between processes; the compare-and-swap itself
+// is proven deterministically by TestStaleLeaderStatusWriteLosesTheCAS.
 func TestStaleLeaderWriteFails(t *testing.T) {
 	g := newRig(t)
 	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a", failpoint.Env+"=before-status-write=stop")

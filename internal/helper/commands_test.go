@@ -70,6 +70,40 @@ func survivors(t *testing.T, marker string) []string {
 	return out
 }
 
+// witnesses returns the process ids the command wrote, one per line, into the workspace file
+// name: the proof that the processes a kill test expects gone did exist. It fails the test
+// when fewer than want were written — a test whose processes never started proves nothing.
+func witnesses(t *testing.T, root, name string, want int) []int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, name))
+	if err != nil {
+		t.Fatalf("no witness file: the processes to be killed never started: %v", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("witness %q", f)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) < want {
+		t.Fatalf("%d processes witnessed, want at least %d: the scenario was not exercised", len(pids), want)
+	}
+	return pids
+}
+
+// gone fails the test for every witnessed process still alive (a zombie is dead).
+func gone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err == nil && !strings.Contains(string(stat), ") Z ") {
+			t.Errorf("witnessed process %d is still alive: %s", pid, stat)
+		}
+	}
+}
+
 func TestCommandBasics(t *testing.T) {
 	root, _ := workspace(t)
 	must(t, os.Mkdir(filepath.Join(root, "sub"), 0o755))
@@ -146,10 +180,11 @@ func TestProcessIgnoringSIGTERMIsKilled(t *testing.T) {
 	root, _ := workspace(t)
 	marker := "31.1234"
 	start := time.Now()
-	res := mustRun(t, root, withTimeout(shell(`trap '' TERM; sleep `+marker+`; sleep `+marker), time.Second))
+	res := mustRun(t, root, withTimeout(shell(`trap '' TERM; echo $$ > pids; sleep `+marker+`; sleep `+marker), time.Second))
 	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT || time.Since(start) > 2*time.Second {
 		t.Fatalf("result %v after %s", res, time.Since(start))
 	}
+	gone(t, witnesses(t, root, "pids", 1))
 	if s := survivors(t, marker); len(s) != 0 {
 		t.Fatalf("survivors: %v", s)
 	}
@@ -159,13 +194,14 @@ func TestBackgroundChildHoldingThePipeDoesNotHoldTheCall(t *testing.T) {
 	root, _ := workspace(t)
 	marker := "32.4321"
 	start := time.Now()
-	res := mustRun(t, root, shell(`sleep `+marker+` & echo done`))
+	res := mustRun(t, root, shell(`sh -c 'echo $$ > pids; exec sleep `+marker+`' & while [ ! -s pids ]; do :; done; echo done`))
 	if res.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED || string(res.GetStdout().GetHead()) != "done\n" {
 		t.Fatalf("result %v", res)
 	}
 	if time.Since(start) > 3*time.Second {
 		t.Fatalf("the call waited for the background child: %s", time.Since(start))
 	}
+	gone(t, witnesses(t, root, "pids", 1))
 	if s := survivors(t, marker); len(s) != 0 {
 		t.Fatalf("survivors: %v", s)
 	}
@@ -174,10 +210,11 @@ func TestBackgroundChildHoldingThePipeDoesNotHoldTheCall(t *testing.T) {
 func TestDescendantThatLeftTheGroupIsReaped(t *testing.T) {
 	root, _ := workspace(t)
 	marker := "33.5678"
-	res := mustRun(t, root, shell(`setsid sh -c 'sleep `+marker+`' </dev/null >/dev/null 2>&1 & sleep 0.2; echo ok`))
+	res := mustRun(t, root, shell(`setsid sh -c 'echo $$ > pids; exec sleep `+marker+`' </dev/null >/dev/null 2>&1 & while [ ! -s pids ]; do :; done; echo ok`))
 	if res.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
 		t.Fatalf("result %v", res)
 	}
+	gone(t, witnesses(t, root, "pids", 1))
 	if s := survivors(t, marker); len(s) != 0 {
 		t.Fatalf("a setsid descendant survived: %v", s)
 	}
@@ -189,12 +226,16 @@ func TestDescendantThatLeftTheGroupIsReaped(t *testing.T) {
 func TestForkBombIsKilledAtTimeout(t *testing.T) {
 	root, _ := workspace(t)
 	marker := "34.9876"
-	script := `bomb() { [ "$1" -le 0 ] && exec sleep ` + marker + `; bomb $(($1-1)) & bomb $(($1-1)) & wait; }; bomb 7`
+	// Each of the 128 leaves writes its pid before it becomes the marked sleep.
+	script := `bomb() { [ "$1" -le 0 ] && exec sh -c 'echo $$ >> pids; exec sleep ` + marker + `'; bomb $(($1-1)) & bomb $(($1-1)) & wait; }; bomb 7`
 	start := time.Now()
 	res := mustRun(t, root, withTimeout(shell(script), 2*time.Second))
 	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT || time.Since(start) > 3*time.Second {
 		t.Fatalf("result %v after %s", res, time.Since(start))
 	}
+	pids := witnesses(t, root, "pids", 64) // most leaves started within the 2 s, even loaded
+	gone(t, pids)
+	t.Logf("%d leaves witnessed, all killed", len(pids))
 	if s := survivors(t, marker); len(s) != 0 {
 		t.Fatalf("%d processes survived", len(s))
 	}
@@ -390,7 +431,7 @@ func TestSetsidChainIsKilledAtOnce(t *testing.T) {
 	root, _ := workspace(t)
 	marker := "36.1357"
 	must(t, os.WriteFile(filepath.Join(root, "chain.sh"),
-		[]byte("n=$1\nif [ \"$n\" -le 0 ]; then exec sleep "+marker+"; fi\nsetsid sh \"$0\" $((n-1)) &\nwait\n"), 0o755))
+		[]byte("echo $$ >> pids\nn=$1\nif [ \"$n\" -le 0 ]; then exec sleep "+marker+"; fi\nsetsid sh \"$0\" $((n-1)) &\nwait\n"), 0o755))
 	start := time.Now()
 	res := mustRun(t, root, withTimeout(shell(`sh chain.sh 300`), time.Second))
 	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT {
@@ -410,6 +451,10 @@ func TestSetsidChainIsKilledAtOnce(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The chain was really built: many of its links witnessed themselves, and none lives.
+	pids := witnesses(t, root, "pids", 50)
+	gone(t, pids)
+	t.Logf("%d links of the chain witnessed, all killed", len(pids))
 }
 
 // Another process holding the command's stdout open (here: this test, through /proc) cannot
@@ -468,7 +513,7 @@ func TestBrokenOutputPipeCancelsAndKillsEverything(t *testing.T) {
 	must(t, err)
 	must(t, cmd.Start())
 	req := &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, Limits: limits(),
-		Operation: &helperv1.Request_Command{Command: shell(`sleep ` + marker + ` & sleep ` + marker)}}
+		Operation: &helperv1.Request_Command{Command: shell(`sh -c 'echo $$ >> pids; exec sleep ` + marker + `' & echo $$ >> pids; sleep ` + marker)}}
 	must(t, protocol.WriteFrame(stdin, req, protocol.MaxRequestBytes))
 	time.Sleep(200 * time.Millisecond)
 	stdout.Close() // the reader goes away
@@ -481,6 +526,7 @@ func TestBrokenOutputPipeCancelsAndKillsEverything(t *testing.T) {
 		t.Fatal("the helper kept running after its output pipe broke")
 	}
 	stdin.Close()
+	gone(t, witnesses(t, root, "pids", 2))
 	if s := survivors(t, marker); len(s) != 0 {
 		t.Fatalf("survivors after the pipe broke: %v", s)
 	}

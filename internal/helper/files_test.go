@@ -250,7 +250,7 @@ func TestSymlinkSwapRace(t *testing.T) {
 	}()
 	const ops = 10_000
 	const workers = 4
-	var escapes, reads, refusals atomic.Int64
+	var escapes, reads, writes, refusedEscape, refusedAbsent atomic.Int64
 	var opWG sync.WaitGroup
 	for w := range workers {
 		opWG.Add(1)
@@ -264,15 +264,20 @@ func TestSymlinkSwapRace(t *testing.T) {
 					op = writeOp("a/planted", "x", executionv1.WriteMode_WRITE_MODE_OVERWRITE)
 				}
 				res, e := fileCall(t, root, op)
-				if e != nil {
-					refusals.Add(1)
-					continue
-				}
-				if r := res.GetRead(); r != nil {
+				switch {
+				case e.GetCode() == helperv1.ErrorCode_ERROR_CODE_PATH_ESCAPE:
+					refusedEscape.Add(1) // resolved while a was the outward symlink
+				case e.GetCode() == helperv1.ErrorCode_ERROR_CODE_NOT_FOUND:
+					refusedAbsent.Add(1) // resolved between the renames, when a did not exist
+				case e != nil:
+					t.Errorf("operation %d: an unexpected refusal: %v", i, e)
+				case res.GetRead() != nil:
 					reads.Add(1)
-					if bytes.Contains(r.GetContent(), []byte("SECRET")) {
+					if bytes.Contains(res.GetRead().GetContent(), []byte("SECRET")) {
 						escapes.Add(1)
 					}
+				default:
+					writes.Add(1)
 				}
 			}
 		}()
@@ -280,12 +285,21 @@ func TestSymlinkSwapRace(t *testing.T) {
 	opWG.Wait()
 	close(stop)
 	wg.Wait()
-	t.Logf("%d operations, %d component flips, %d successful reads, %d refusals", ops, flips.Load(), reads.Load(), refusals.Load())
+	t.Logf("%d operations, %d component flips: %d reads and %d writes inside, %d refused as escapes, %d as absent",
+		ops, flips.Load(), reads.Load(), writes.Load(), refusedEscape.Load(), refusedAbsent.Load())
 	if escapes.Load() != 0 {
 		t.Fatalf("%d reads returned the outside secret", escapes.Load())
 	}
 	if flips.Load() < 100 {
 		t.Fatalf("the attacker only flipped %d times: the race was not exercised", flips.Load())
+	}
+	if n := reads.Load() + writes.Load() + refusedEscape.Load() + refusedAbsent.Load(); n != ops {
+		t.Fatalf("%d of %d operations accounted for", n, ops)
+	}
+	// Both sides of the race were hit: operations that resolved through the directory and
+	// succeeded, and operations that met the outward symlink and were refused as escapes.
+	if reads.Load() == 0 || refusedEscape.Load() == 0 {
+		t.Fatalf("the race was one-sided: %d reads inside, %d escapes refused", reads.Load(), refusedEscape.Load())
 	}
 	assertOutsideUntouched(t, outside)
 }
