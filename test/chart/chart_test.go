@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -384,6 +385,15 @@ func TestImagesMatchTheChart(t *testing.T) {
 	}
 	if !strings.Contains(r, "--helper-path=/execplane/helper") {
 		t.Error("the chart's helper path differs from the helper image's")
+	}
+	// The images are built with the Go release the Makefile builds and tests with.
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	toolchain := regexp.MustCompile(`(?m)^export GOTOOLCHAIN := go(\S+)$`).FindSubmatch(makefile)
+	if toolchain == nil || !strings.Contains(df, "ARG GO_VERSION="+string(toolchain[1])+"\n") {
+		t.Errorf("the Dockerfile's GO_VERSION is not the Makefile's toolchain %q", toolchain)
 	}
 	cmds, err := os.ReadDir("../../cmd")
 	if err != nil {
