@@ -68,7 +68,11 @@ type Manager struct {
 	mu        sync.Mutex
 	lastSeen  [sha256.Size]byte // the manifest bytes last attempted, to skip unchanged polls
 	lastError error
-	pending   bool // the last attempt waits for the mark: retry it when the mark changes
+	// pending: the last attempt waits for the mark (a reader whose material is newer than
+	// the mark, or the mark unavailable); it is retried when the mark changes (pendingAt is
+	// the mark's resourceVersion then), not on every poll.
+	pending   bool
+	pendingAt string
 }
 
 // NewManager validates cfg and returns a Manager. Nothing is loaded until Reload or Run.
@@ -134,7 +138,7 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 	}
 	seen := sha256.Sum256(manifest)
 	cur := m.current.Load()
-	if !force && seen == m.lastSeen && !m.pending && (cur != nil || m.lastError == nil) {
+	if !force && seen == m.lastSeen && (!m.pending || m.markResourceVersion() == m.pendingAt) && (cur != nil || m.lastError == nil || m.pending) {
 		return m.lastError
 	}
 	m.lastSeen, m.pending = seen, false
@@ -163,12 +167,22 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 		}
 	} else if err := m.mark.Admit(offer); err != nil {
 		m.pending = errors.Is(err, highwater.ErrPending) || errors.Is(err, highwater.ErrUnavailable)
+		m.pendingAt = m.markResourceVersion()
 		return m.refuse(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	m.current.Store(next)
 	m.lastError = nil
 	m.log.Info("security material published", logging.KeyGeneration, next.Generation())
 	return nil
+}
+
+// markResourceVersion is the observed mark's resourceVersion ("" when unavailable).
+func (m *Manager) markResourceVersion() string {
+	mark, err := m.mark.Current()
+	if err != nil {
+		return ""
+	}
+	return mark.ResourceVersion
 }
 
 func (m *Manager) refuse(err error) error {

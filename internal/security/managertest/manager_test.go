@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -131,11 +132,11 @@ func manager(t *testing.T, kube kubernetes.Interface, ns, manifest string, now f
 		PollInterval: 50 * time.Millisecond, Now: now, RaiseMark: true})
 }
 
-// reader runs a reader of the mark (as a gateway does).
-func reader(t *testing.T, kube kubernetes.Interface, ns, manifest string) *security.Manager {
+// reader runs a reader of the mark (as a gateway does), logging into log.
+func reader(t *testing.T, kube kubernetes.Interface, ns, manifest string, log io.Writer) *security.Manager {
 	t.Helper()
 	m, _ := run(t, security.ManagerConfig{ManifestPath: manifest, Namespace: ns, HighWaterConfigMap: markName, Kube: kube,
-		PollInterval: 50 * time.Millisecond})
+		PollInterval: 50 * time.Millisecond, Logger: hclog.New(&hclog.LoggerOptions{Output: log, Level: hclog.Debug})})
 	return m
 }
 
@@ -462,10 +463,17 @@ func TestReadersPublishOnlyWhatAWriterAccepted(t *testing.T) {
 	kube, ns, _ := setup(t, "0", "")
 	vol := newVolume(t)
 	vol.publish(5, nil)
-	r := reader(t, kube, ns, vol.manifest())
+	var log clustertest.SyncBuffer
+	r := reader(t, kube, ns, vol.manifest(), &log)
 	eventually(t, "the reader waits for the mark", func() bool { return errors.Is(r.CheckReady(), highwater.ErrPending) })
 	if gen, _ := markOf(t, kube, ns); gen != "0" || r.Ready() {
 		t.Fatalf("a reader raised the mark to %s (ready %v)", gen, r.Ready())
+	}
+	// Waiting is not re-judged on every poll (50 ms here): only when the mark moves.
+	before := strings.Count(log.String(), "security material refused")
+	time.Sleep(time.Second)
+	if again := strings.Count(log.String(), "security material refused") - before; again > 1 {
+		t.Fatalf("a waiting reader re-judged its material %d times in a second without the mark moving", again)
 	}
 	_, stopWriter := manager(t, kube, ns, vol.manifest(), nil)
 	eventually(t, "the reader publishes generation 5", func() bool { b, ok := r.Current(); return ok && b.Generation() == 5 })
