@@ -50,6 +50,10 @@ verify: ## Fail when generated code is stale or go.mod files are untidy.
 	hack/verify-generated.sh
 	hack/verify-tidy.sh
 
+.PHONY: node-packages
+node-packages: ## Install, idempotently, the Debian packages of the local cluster's real node (runc, CNI plugins, busybox-static, iptables).
+	@hack/install-node-packages.sh
+
 .PHONY: vuln
 vuln: ## Check the module against the pinned offline vulnerability database (govulncheck).
 	hack/vuln.sh
@@ -79,7 +83,7 @@ FUZZTIME ?= 1m
 FUZZTIME_SHORT ?= 3s
 
 .PHONY: test
-test: build lint verify vuln ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
+test: build lint verify vuln node-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh

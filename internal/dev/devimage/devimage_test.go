@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/execplane/execplane/internal/dev/precondition"
 )
 
 // inputs writes stand-ins for the binaries an image carries.
@@ -236,5 +239,34 @@ func TestImagesMatchTheDockerfile(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%s: (-Dockerfile +built):\n%s", target, diff)
 		}
+	}
+}
+
+// With the machine's static busybox (hack/install-node-packages.sh installs busybox-static):
+// its applets are listed, a shell among them, and the executor image carries the binary and
+// a link for each.
+func TestExecutorImageFromTheMachinesBusybox(t *testing.T) {
+	const busybox = "/bin/busybox"
+	if _, err := os.Stat(busybox); err != nil {
+		precondition.Missing(t, "no static busybox at %s (hack/install-node-packages.sh installs busybox-static)", busybox)
+	}
+	list, err := Applets(busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(list, "sh") || !slices.Contains(list, "id") || len(list) < 100 {
+		t.Fatalf("%d applets: %v", len(list), list)
+	}
+	helper, _, _ := inputs(t)
+	img, err := ExecutorImage(helper, busybox, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := entries(t, img)
+	if e := got["/bin/sh"]; e.Type != tar.TypeSymlink || e.Link != "busybox" {
+		t.Fatalf("/bin/sh: %+v", e)
+	}
+	if want, _ := os.ReadFile(busybox); got["/bin/busybox"].Content != string(want) {
+		t.Fatal("the image's busybox differs from the machine's")
 	}
 }
