@@ -104,6 +104,10 @@ bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000
 bench-gateway: build ## Gateway overhead: data calls, 5 MiB transfers and RPC/s, each ÷ its raw baseline (docs/benchmarks.md).
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/gateway $(BENCH_ARGS)
 
+.PHONY: node-bins
+node-bins: ## Build the real node's containerd, shim, ctr and kubelet (once; cached by version).
+	@hack/build-node-bins.sh
+
 .PHONY: cluster-bins
 cluster-bins: ## Build the local cluster's pinned binaries (once; cached by version).
 	@hack/build-cluster-bins.sh

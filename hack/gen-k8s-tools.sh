@@ -30,3 +30,13 @@ go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
   "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" \
   "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
 go mod tidy
+
+# hack/kubelet-tools: the same pins plus the kubelet, for the real node. A module of its own
+# so that the control plane's binaries (keyed by hack/k8s-tools) are not rebuilt when the
+# node's change.
+mkdir -p ../kubelet-tools
+sed 's#^module .*#module github.com/execplane/execplane/hack/kubelet-tools#' go.mod > ../kubelet-tools/go.mod
+cp go.sum ../kubelet-tools/go.sum
+cd ../kubelet-tools
+go get -tool "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION"
+go mod tidy
