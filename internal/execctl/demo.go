@@ -50,7 +50,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	defer cancel()
 
 	s := &steps{w: stdout, total: 10}
-	fmt.Fprintf(stdout, "execplane demo: gateway %s, namespace %s\n  caller %s\n  admin  %s\n\n", info.GatewayAddress, info.Namespace, info.Caller.Identity, info.Admin.Identity)
+	fmt.Fprintf(stdout, "execplane demo: gateway %s, namespace %s, executors in %s\n  caller %s\n  admin  %s\n\n", info.GatewayAddress, info.Namespace, info.ExecutorNamespace, info.Caller.Identity, info.Admin.Identity)
 
 	var p client.Profile
 	if err := s.do("validate the profile", func() (string, error) {

@@ -61,10 +61,12 @@ const (
 	scopedAdmin = "scoped" // an administrator of "other"'s environments only
 )
 
-// system is one deployment in its own namespace.
+// system is one deployment in its own namespaces: ns for the control plane, executors for
+// the environments and their Pods (the chart's shape).
 type system struct {
 	*devsystem.System
 	ns         string
+	executors  string
 	kubeconfig string
 	material   *devbundle.Result
 	controller *process
@@ -85,11 +87,11 @@ func startSystem(t *testing.T, n int) *system {
 	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
 		t.Fatal(err)
 	}
-	s := &system{ns: clustertest.Namespace(t), kubeconfig: c.Kubeconfig(), logs: map[string]*clustertest.SyncBuffer{}}
+	s := &system{ns: clustertest.Namespace(t), executors: clustertest.Namespace(t), kubeconfig: c.Kubeconfig(), logs: map[string]*clustertest.SyncBuffer{}}
 	var mu sync.Mutex
 	verbose := []string{"--log-format", "text", "--log-level", "debug"}
 	sys, err := devsystem.Start(t.Context(), devsystem.Options{
-		Kubeconfig: s.kubeconfig, Namespace: s.ns, Dir: t.TempDir(),
+		Kubeconfig: s.kubeconfig, Namespace: s.ns, ExecutorNamespace: s.executors, Dir: t.TempDir(),
 		ControllerBin: controllerBin, GatewayBin: gatewayBin, Gateways: n,
 		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(50)),
 		ExtraClients: []devbundle.ExtraClient{

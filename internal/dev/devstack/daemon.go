@@ -82,8 +82,10 @@ func (o Options) system() bool { return o.Controller != "" || o.Gateway != "" }
 type Info struct {
 	// Kubeconfig is the cluster's admin kubeconfig; KubectlDir holds kubectl.
 	Kubeconfig, KubectlDir string
-	// Namespace, GatewayAddress, ServerName and CAFile are empty for a cluster alone.
-	Namespace, GatewayAddress, ServerName, CAFile string
+	// Namespace, ExecutorNamespace, GatewayAddress, ServerName and CAFile are empty for a
+	// cluster alone. Namespace is the control plane's; ExecutorNamespace holds the
+	// environments and their executor Pods.
+	Namespace, ExecutorNamespace, GatewayAddress, ServerName, CAFile string
 	// Caller may attest owners; Admin administers every environment.
 	Caller, Admin Credentials
 	// Profile is the profile the stack serves.
@@ -205,12 +207,13 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 		}
 		defer sys.Stop()
 		m := sys.Material
-		info.Namespace, info.GatewayAddress, info.ServerName, info.CAFile = sys.Namespace(), sys.Gateways[0].Listen, "localhost", m.CACert
+		info.Namespace, info.ExecutorNamespace = sys.Namespace(), sys.ExecutorNamespace()
+		info.GatewayAddress, info.ServerName, info.CAFile = sys.Gateways[0].Listen, "localhost", m.CACert
 		info.Caller = Credentials{Identity: m.Caller.Identity, CertFile: m.Caller.CertFile, KeyFile: m.Caller.KeyFile}
 		info.Admin = Credentials{Identity: m.Administrator.Identity, CertFile: m.Administrator.CertFile, KeyFile: m.Administrator.KeyFile}
 		info.Profile = DemoProfile
 		info.SystemStartup = time.Since(start).Round(time.Millisecond).String()
-		logf("execplane ready in %s: gateway %s, namespace %s", info.SystemStartup, info.GatewayAddress, info.Namespace)
+		logf("execplane ready in %s: gateway %s, namespace %s, executors in %s", info.SystemStartup, info.GatewayAddress, info.Namespace, info.ExecutorNamespace)
 	}
 	if err := writeInfo(o.StateDir, info); err != nil {
 		return err
@@ -240,12 +243,17 @@ func startSystem(ctx context.Context, c *devcluster.Cluster, o Options, logf fun
 	if _, err := c.InstallCRDs(ctx, o.CRDs); err != nil {
 		return nil, err
 	}
+	// Two namespaces, as the chart deploys it: the control plane's, and the executors'.
 	ns, err := c.CreateNamespace(ctx, "execplane")
 	if err != nil {
 		return nil, err
 	}
-	logf("starting the controller and a gateway in namespace %s", ns)
-	return devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(o.StateDir, "system"),
+	executors, err := c.CreateNamespace(ctx, "execplane-executors")
+	if err != nil {
+		return nil, err
+	}
+	logf("starting the controller and a gateway in namespace %s, executors in %s", ns, executors)
+	return devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, ExecutorNamespace: executors, Dir: filepath.Join(o.StateDir, "system"),
 		ControllerBin: o.Controller, GatewayBin: o.Gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
 		Profiles: []byte(demoProfiles), ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"}})
 }
@@ -367,7 +375,7 @@ func describe(dir string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "export KUBECONFIG=%s   # kubectl is in %s\n", info.Kubeconfig, info.KubectlDir)
 	if info.GatewayAddress != "" {
-		fmt.Fprintf(w, "gateway %s, namespace %s, profile %q\n", info.GatewayAddress, info.Namespace, info.Profile)
+		fmt.Fprintf(w, "gateway %s, namespace %s, executors in %s, profile %q\n", info.GatewayAddress, info.Namespace, info.ExecutorNamespace, info.Profile)
 		fmt.Fprintf(w, "as the caller:        source %s\n", filepath.Join(dir, "caller.env"))
 		fmt.Fprintf(w, "as the administrator: source %s\n", filepath.Join(dir, "admin.env"))
 	}

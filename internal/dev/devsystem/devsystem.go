@@ -48,8 +48,13 @@ const (
 
 // Options configure Start.
 type Options struct {
-	// Kubeconfig is the cluster's admin kubeconfig; Namespace an existing namespace.
+	// Kubeconfig is the cluster's admin kubeconfig; Namespace an existing namespace, the
+	// control plane's (the high-water mark, the Lease).
 	Kubeconfig, Namespace string
+	// ExecutorNamespace is an existing namespace for the environments, executor Pods and
+	// workspace claims, apart from the control plane's as the chart deploys it; empty means
+	// Namespace.
+	ExecutorNamespace string
 	// Dir holds the system's files: the security bundle, profiles, logs. It is created.
 	Dir string
 	// ControllerBin and GatewayBin are the binaries to run.
@@ -173,8 +178,8 @@ func (s *System) start(name, bin string, args ...string) (*Process, error) {
 		}
 		out, p.log = f, f
 	}
-	p.cmd = exec.Command(bin, append([]string{"--namespace", s.opts.Namespace, "--kubeconfig", s.opts.Kubeconfig,
-		"--profiles", s.Profiles, "--security-manifest", s.Material.Manifest,
+	p.cmd = exec.Command(bin, append([]string{"--namespace", s.opts.Namespace, "--executor-namespace", s.ExecutorNamespace(),
+		"--kubeconfig", s.opts.Kubeconfig, "--profiles", s.Profiles, "--security-manifest", s.Material.Manifest,
 		"--listen-address", p.Listen, "--diagnostics-address", p.Diag}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	if err := p.cmd.Start(); err != nil {
@@ -217,8 +222,16 @@ func (s *System) WaitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// Namespace is the system's namespace.
+// Namespace is the system's (control plane's) namespace.
 func (s *System) Namespace() string { return s.opts.Namespace }
+
+// ExecutorNamespace is the namespace of the system's environments and executor Pods.
+func (s *System) ExecutorNamespace() string {
+	if s.opts.ExecutorNamespace != "" {
+		return s.opts.ExecutorNamespace
+	}
+	return s.opts.Namespace
+}
 
 // Exited returns an error when a process of the system has exited.
 func (s *System) Exited() error {
