@@ -52,8 +52,11 @@ type Environments struct {
 	now       func() time.Time
 	bound     time.Duration
 
-	current  atomic.Pointer[view]
-	provenAt atomic.Int64 // unix nanoseconds: when the last successful probe was sent; 0 never
+	current atomic.Pointer[view]
+	// provenAt is when the last successful probe was sent, as nanoseconds since origin on
+	// the monotonic clock (a wall-clock step cannot stretch or cut the bound); 0 is never.
+	provenAt atomic.Int64
+	origin   time.Time
 	relists  atomic.Int64
 
 	mu      sync.Mutex
@@ -80,6 +83,7 @@ func NewEnvironments(client versioned.Interface, namespace string, bound time.Du
 		return nil, fmt.Errorf("freshness bound %s outside [%s, %s]", bound, MinFreshnessBound, MaxFreshnessBound)
 	}
 	e := &Environments{client: client, namespace: namespace, observed: observed, now: time.Now, bound: bound, changed: make(chan struct{})}
+	e.origin = e.now()
 	v, err := e.newView()
 	if err != nil {
 		return nil, err
@@ -146,7 +150,7 @@ func (e *Environments) probe(ctx context.Context) {
 				continue
 			}
 		}
-		e.provenAt.Store(sent.UnixNano())
+		e.provenAt.Store(max(1, int64(sent.Sub(e.origin))))
 	}
 }
 
@@ -176,7 +180,7 @@ func (e *Environments) Fresh() error {
 		return errNotSynced
 	}
 	proven := e.provenAt.Load()
-	if proven == 0 || e.now().Sub(time.Unix(0, proven)) > e.bound {
+	if proven == 0 || e.now().Sub(e.origin)-time.Duration(proven) > e.bound {
 		return errStale
 	}
 	return nil
