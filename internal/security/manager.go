@@ -163,12 +163,22 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 		actx, cancel := context.WithTimeout(ctx, acceptTimeout)
 		defer cancel()
 		if err := m.mark.Accept(actx, offer, now); err != nil {
+			if errors.Is(err, highwater.ErrUnavailable) || errors.Is(err, highwater.ErrContended) {
+				// Transient (the API server, a lost race): retry at the next poll, or no
+				// gateway — which only reads the mark — would ever publish this bundle.
+				m.lastSeen = [sha256.Size]byte{}
+			}
 			return m.refuse(fmt.Errorf("%w: %w", ErrUnavailable, err))
 		}
-	} else if err := m.mark.Admit(offer); err != nil {
-		m.pending = errors.Is(err, highwater.ErrPending) || errors.Is(err, highwater.ErrUnavailable)
-		m.pendingAt = m.markResourceVersion()
-		return m.refuse(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	} else {
+		// The mark's version is taken before it is judged: if it moves in between, the
+		// recorded version differs from the new one and the next wake-up judges again.
+		at := m.markResourceVersion()
+		if err := m.mark.Admit(offer); err != nil {
+			m.pending = errors.Is(err, highwater.ErrPending) || errors.Is(err, highwater.ErrUnavailable)
+			m.pendingAt = at
+			return m.refuse(fmt.Errorf("%w: %w", ErrUnavailable, err))
+		}
 	}
 	m.current.Store(next)
 	m.lastError = nil

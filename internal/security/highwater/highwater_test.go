@@ -100,7 +100,7 @@ func TestKeysRoundTrip(t *testing.T) {
 		t.Fatalf("round trip (-want +got):\n%s", diff)
 	}
 	for _, bad := range []string{"{", "[]", `[{"id":"a","public":"!","state":"signing","verifyFrom":"2026-11-01T00:00:00Z"}]`,
-		enc + " []", strings.Replace(enc, `"state"`, `"other":1,"state"`, 1)} {
+		enc + " []", enc + "]", enc + "}", strings.Replace(enc, `"state"`, `"other":1,"state"`, 1)} {
 		if _, err := decodeKeys(bad); err == nil {
 			t.Errorf("decoded %q", bad)
 		}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/execplane/execplane/pkg/grant"
@@ -60,7 +62,7 @@ func decodeKeys(s string) (*grant.KeySet, error) {
 	if err := dec.Decode(&records); err != nil {
 		return nil, err
 	}
-	if dec.More() {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("trailing data")
 	}
 	keys := make([]grant.Key, 0, len(records))

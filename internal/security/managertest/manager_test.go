@@ -490,3 +490,27 @@ func TestReadersPublishOnlyWhatAWriterAccepted(t *testing.T) {
 		t.Fatalf("mark %s", gen)
 	}
 }
+
+// A writer whose raise fails for a passing reason (the mark unreachable) retries at the next
+// poll, without a new manifest: gateways only read the mark, so a raise given up once would
+// leave every one of them on the old bundle.
+func TestWriterRetriesARaiseThatFailedTransiently(t *testing.T) {
+	kube, ns, ctx := setup(t, "0", "")
+	vol := newVolume(t)
+	vol.publish(1, nil)
+	m, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "ready with generation 1", func() bool { b, ok := m.Current(); return ok && b.Generation() == 1 })
+	_, digest1 := markOf(t, kube, ns)
+	must(t, kube.CoreV1().ConfigMaps(ns).Delete(ctx, markName, metav1.DeleteOptions{}))
+	eventually(t, "the deletion observed", func() bool { return !m.Ready() })
+	vol.bump(2) // the raise to 2 fails: there is no mark
+	time.Sleep(300 * time.Millisecond)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: markName}, Data: map[string]string{highwater.KeyGeneration: "1", highwater.KeyDigest: digest1}}
+	_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	must(t, err)
+	eventually(t, "generation 2 raised and published once the mark is back", func() bool {
+		b, ok := m.Current()
+		gen, _ := markOf(t, kube, ns)
+		return ok && b.Generation() == 2 && gen == "2"
+	})
+}
