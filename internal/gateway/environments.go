@@ -136,14 +136,15 @@ func (e *Environments) probe(ctx context.Context) {
 		case <-tick.C:
 		}
 		sent := e.now()
-		wasFresh := e.Fresh() == nil
 		pctx, cancel := context.WithTimeout(ctx, e.bound)
 		_, err := e.client.ExecutionV1alpha1().ExecutionEnvironments(e.namespace).List(pctx, metav1.ListOptions{Limit: 1})
 		cancel()
 		if err != nil || !e.Synced() {
 			continue
 		}
-		if !wasFresh && e.provenAt.Load() != 0 {
+		// Judged now that the probe is back, not when it left: a probe that hung past the
+		// bound leaves a stale spell behind it, even if the view was fresh when it was sent.
+		if prev := e.provenAt.Load(); prev != 0 && e.now().Sub(e.origin)-time.Duration(prev) > e.bound {
 			// It was stale: events may be stuck behind the stall. Serve again only from a
 			// new consistent list (taken after sent), never from the stream that stalled.
 			if !e.relist(ctx) {

@@ -134,6 +134,10 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
 		}},
 		{"a root container", "run restricted", func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.RunAsUser = ptr.To[int64](0) }},
+		{"a root Pod", "run restricted", func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsUser = ptr.To[int64](0) }},
+		{"a container turning runAsNonRoot off", "run restricted", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.RunAsNonRoot = ptr.To(false)
+		}},
 		{"a writable root file system", "run restricted", func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
 		}},
@@ -160,6 +164,47 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 			t.Errorf("%s: refused, but not by the policy's rule %q: %v", v.name, v.rule, err)
 		}
 	}
+	// Workspace claims: the one the controller builds is admitted; one bound to an existing
+	// volume, selecting one, or cloning a claim or snapshot is refused.
+	claim := func() *corev1.PersistentVolumeClaim {
+		entry, _ := reg.Get("minimal")
+		pvc, err := executor.PVC(env, entry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pvc
+	}
+	createClaim := func(pvc *corev1.PersistentVolumeClaim) error {
+		_, err := controller.CoreV1().PersistentVolumeClaims(in.executors).Create(ctx, pvc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	clustertest.Eventually(t, time.Minute, "the claims policy in force", func() bool {
+		pvc := claim()
+		pvc.Spec.VolumeName = "pv-of-another"
+		return createClaim(pvc) != nil
+	})
+	if err := createClaim(claim()); err != nil {
+		t.Errorf("the policy refused the workspace claim: %v", err)
+	}
+	for name, mutate := range map[string]func(*corev1.PersistentVolumeClaim){
+		"bound to an existing volume": func(c *corev1.PersistentVolumeClaim) { c.Spec.VolumeName = "pv-of-another" },
+		"selecting a volume": func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"owner": "another"}}
+		},
+		"cloning another claim": func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "another-workspace"}
+		},
+		"from a data source ref": func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "another-workspace"}
+		},
+	} {
+		pvc := claim()
+		mutate(pvc)
+		if err := createClaim(pvc); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") || !strings.Contains(err.Error(), "fresh volumes") {
+			t.Errorf("a claim %s: %v", name, err)
+		}
+	}
+
 	// The policy binds the controller only: the cluster's administrator is not held to it.
 	pod := build("minimal")
 	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVolume)
