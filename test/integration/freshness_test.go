@@ -179,13 +179,14 @@ func TestGatewayCutFromTheAPIServerRefusesWithinItsBound(t *testing.T) {
 	if cut.ready() {
 		t.Fatal("the cut gateway reports ready")
 	}
-	// It stays refusing while cut off: no call succeeds on a view it cannot prove current.
-	for range 10 {
+	// It stays refusing while cut off, also after further probes failed: no call succeeds on
+	// a view it cannot prove current.
+	clustertest.Eventually(t, 10*time.Second, "a further stale spell observed", func() bool {
 		if code := verdict(old); code != codes.Unavailable {
 			t.Fatalf("while still cut off: %v", code)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return time.Since(refusedAt) > gateway.DefaultFreshnessBound
+	})
 
 	proxy.resume()
 	clustertest.Eventually(t, 30*time.Second, "the revocation observed after the stall", func() bool {
