@@ -86,6 +86,9 @@ func FuzzResolve(f *testing.F) {
 	// fixtures puts back what an input may have removed or renamed inside the root, so every
 	// input meets the outward symlinks.
 	fixtures := func() {
+		for _, name := range []string{"copy", "moved"} {
+			_ = os.RemoveAll(filepath.Join(root, name)) // each input checks its own result
+		}
 		_ = os.MkdirAll(filepath.Join(root, "in"), 0o755)
 		_ = os.Symlink(outside, filepath.Join(root, "link"))
 		_ = os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "abs"))
@@ -137,7 +140,14 @@ func FuzzResolve(f *testing.F) {
 				}
 			}
 		}
+		// A file whose content was brought in. Not through a symlink: renaming or copying an
+		// outward link moves the link itself, which stays refused by every operation (the
+		// test reading through it would be the test escaping, not the helper).
 		for _, name := range []string{"copy", "moved"} {
+			info, err := os.Lstat(filepath.Join(root, name))
+			if err != nil || !info.Mode().IsRegular() {
+				continue
+			}
 			if data, err := os.ReadFile(filepath.Join(root, name)); err == nil && bytes.Contains(data, secret) {
 				t.Fatalf("path %q brought the outside secret in as %s", p, name)
 			}
