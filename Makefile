@@ -23,6 +23,8 @@ BINARIES  := gateway controller execctl helper
 GO_TEST_FLAGS ?=
 # Builds the cluster binaries on first use (cached by version) and prints their directory.
 CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
+# The same for the real node's containerd and kubelet.
+NODE_BIN = $$(hack/build-node-bins.sh)
 
 .PHONY: help
 help: ## Show this help.
@@ -51,7 +53,7 @@ verify: ## Fail when generated code is stale or go.mod files are untidy.
 	hack/verify-tidy.sh
 
 .PHONY: node-packages
-node-packages: ## Install, idempotently, the Debian packages of the local cluster's real node (runc, CNI plugins, busybox-static, iptables).
+node-packages: ## Install, idempotently, the Debian packages of the local cluster's real node (runc, CNI plugins, busybox-static).
 	@hack/install-node-packages.sh
 
 .PHONY: vuln
@@ -84,7 +86,7 @@ FUZZTIME_SHORT ?= 3s
 
 .PHONY: test
 test: build lint verify vuln node-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
-	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the Debian packages the local cluster's real node needs: runc (the
 # OCI runtime), the CNI plugins (bridge, host-local, loopback), a static busybox (the example
-# executor image's userland, internal/dev/devimage) and iptables (the kubelet's canary
-# chains). Only what is missing is installed; nothing is upgraded.
+# executor image's userland, internal/dev/devimage). Not iptables: the kubelet runs without
+# it on its PATH, so it creates no firewall tables here (internal/dev/devcluster/node.go).
+# Only what is missing is installed; nothing is upgraded.
 set -euo pipefail
-packages=(runc containernetworking-plugins busybox-static iptables)
+packages=(runc containernetworking-plugins busybox-static)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

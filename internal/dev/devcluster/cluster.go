@@ -43,6 +43,9 @@ type Options struct {
 	Nodes int
 	// ImageFiles maps paths inside executor images to local files (see NodeExecConfig).
 	ImageFiles map[string]string
+	// RealNode, when set, joins a real node (containerd, runc, a kubelet) beside the fake
+	// ones: see node.go. It needs root and changes the machine until Stop.
+	RealNode *RealNodeOptions
 	// Logf reports progress; nil is quiet.
 	Logf func(format string, args ...any)
 }
@@ -57,6 +60,7 @@ type Cluster struct {
 	kube       *kubernetes.Clientset
 	kubeconfig string
 	nodeNames  []string
+	realNode   *realNode
 	// stopBackground ends the in-process controllers (the provisioner).
 	stopBackground context.CancelFunc
 	// StartupTime is how long Start took.
@@ -99,10 +103,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	for i := range opts.Nodes {
 		c.nodeNames = append(c.nodeNames, fmt.Sprintf("devcluster-node-%d", i))
 	}
+	// "return nil, err" clears the named result before deferred calls run: stop what was
+	// started through a copy.
+	started := c
 	defer func() {
 		if err != nil {
-			_ = c.Stop()
-			c = nil
+			if stopErr := started.Stop(); stopErr != nil {
+				err = errors.Join(err, stopErr)
+			}
 		}
 	}()
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
@@ -141,7 +149,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	c.stopBackground = stopBackground
-	if err := runProvisioner(bg, c.kube); err != nil {
+	if err := runProvisioner(bg, c.kube, filepath.Join(opts.StateDir, "node", "volumes")); err != nil {
 		return nil, err
 	}
 	execPort, err := c.startNodeExec()
@@ -153,6 +161,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if err := c.installFixtures(ctx); err != nil {
 		return nil, err
+	}
+	if opts.RealNode != nil {
+		if err := c.startRealNode(ctx, apiPort); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
@@ -168,6 +181,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 // Stop stops everything Start started. It is safe to call more than once.
 func (c *Cluster) Stop() error {
 	var errs []error
+	if c.realNode != nil {
+		// First, while the API server still answers the kubelet.
+		errs = append(errs, c.realNode.stop())
+		c.realNode = nil
+	}
 	if c.stopBackground != nil {
 		c.stopBackground()
 		c.stopBackground = nil
@@ -190,6 +208,9 @@ func (c *Cluster) Kube() *kubernetes.Clientset { return c.kube }
 
 // Kubeconfig returns the path of the admin kubeconfig file.
 func (c *Cluster) Kubeconfig() string { return c.kubeconfig }
+
+// HasRealNode reports whether the cluster runs the real node (RealNodeName).
+func (c *Cluster) HasRealNode() bool { return c.realNode != nil }
 
 // NodeNames returns the fake nodes' names.
 func (c *Cluster) NodeNames() []string { return append([]string(nil), c.nodeNames...) }

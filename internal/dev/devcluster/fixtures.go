@@ -66,7 +66,11 @@ func (c *Cluster) installFixtures(ctx context.Context) error {
 // waitReady waits until every node is Ready with no taints (kube-controller-manager removes
 // the not-ready taint) and the default ServiceAccount exists (kube-controller-manager runs).
 func (c *Cluster) waitReady(ctx context.Context) error {
-	return poll(ctx, clusterReadyTimeout, func() (bool, error) {
+	timeout := clusterReadyTimeout
+	if c.realNode != nil {
+		timeout = realNodeReadyTimeout
+	}
+	return poll(ctx, timeout, func() (bool, error) {
 		if err := c.procs.firstExited(); err != nil {
 			return false, err
 		}
@@ -74,6 +78,11 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil || len(node.Spec.Taints) > 0 || !nodeReady(node) {
 				return false, nil
+			}
+		}
+		if c.realNode != nil {
+			if ok, err := c.realNode.ready(ctx, c); !ok || err != nil {
+				return false, err
 			}
 		}
 		_, err := c.kube.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})

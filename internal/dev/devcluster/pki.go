@@ -35,6 +35,11 @@ type PKI struct {
 	KubeletClientCert, KubeletClientKey string
 	// ServiceAccountKey/Pub sign and verify service-account tokens.
 	ServiceAccountKey, ServiceAccountPub string
+	// NodeClientCert/Key authenticate the real node's kubelet (system:node:<name> in
+	// system:nodes, for the Node authoriser); NodeServingCert/Key serve its API on the node
+	// address, which the apiserver verifies against the CA.
+	NodeClientCert, NodeClientKey   string
+	NodeServingCert, NodeServingKey string
 }
 
 // generatePKI writes a fresh CA and every certificate the cluster needs into dir, using the
@@ -68,6 +73,10 @@ func generatePKI(dir string) (*PKI, error) {
 			&p.KubeletCert, &p.KubeletKey},
 		{"kubelet-client", devbundle.LeafSpec{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 			&p.KubeletClientCert, &p.KubeletClientKey},
+		{"node-client", devbundle.LeafSpec{CommonName: "system:node:" + RealNodeName, Organization: []string{"system:nodes"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+			&p.NodeClientCert, &p.NodeClientKey},
+		{"node-serving", devbundle.LeafSpec{CommonName: RealNodeName, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP(realNodeIP)}, DNSNames: []string{RealNodeName}},
+			&p.NodeServingCert, &p.NodeServingKey},
 	}
 	for _, l := range leaves {
 		l.spec.NotBefore, l.spec.NotAfter = now.Add(-time.Minute), now.Add(certLifetime)

@@ -37,6 +37,11 @@ type processes struct {
 // start launches bin with args, logging to dir/name.log. The child gets its own process
 // group (so its descendants are stopped with it) and SIGKILL when this process dies.
 func (ps *processes) start(dir, name, bin string, args ...string) (*process, error) {
+	return ps.startWithPath(dir, name, os.Getenv("PATH"), bin, args...)
+}
+
+// startWithPath is start with the child's PATH given.
+func (ps *processes) startWithPath(dir, name, path, bin string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -48,7 +53,7 @@ func (ps *processes) start(dir, name, bin string, args ...string) (*process, err
 	cmd.Dir = dir
 	// A minimal environment: nothing from the test's environment leaks into the cluster, and
 	// HOME points into the state directory (kwok would read ~/.kwok otherwise).
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+	cmd.Env = []string{"PATH=" + path, "HOME=" + dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

@@ -3,6 +3,8 @@ package devcluster
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -31,19 +33,23 @@ const provisionedBy = "pv.kubernetes.io/provisioned-by"
 // the Delete policy is deleted. KWOK's volume stages did the same with CEL selectors
 // re-evaluated over every object, which made binding quadratic in the number of claims.
 type provisioner struct {
-	kube   kubernetes.Interface
+	kube kubernetes.Interface
+	// dir holds the volumes' directories.
+	dir    string
 	claims cache.Indexer
 	vols   cache.Indexer
 	queue  workqueue.TypedRateLimitingInterface[string]
 }
 
 // runProvisioner starts the provisioner; it stops when ctx ends.
-func runProvisioner(ctx context.Context, kube kubernetes.Interface) error {
+// Volumes are directories beneath dir: the node exec endpoint maps a claim to
+// dir/<PV name>, and the real node's kubelet mounts the same path (hostPath).
+func runProvisioner(ctx context.Context, kube kubernetes.Interface, dir string) error {
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	claimInf := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volInf := factory.Core().V1().PersistentVolumes().Informer()
 	p := &provisioner{
-		kube: kube, claims: claimInf.GetIndexer(), vols: volInf.GetIndexer(),
+		kube: kube, dir: dir, claims: claimInf.GetIndexer(), vols: volInf.GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 	}
 	enqueue := func(prefix string) func(any) {
@@ -105,6 +111,15 @@ func (p *provisioner) provision(ctx context.Context, key string) error {
 	if _, exists, _ := p.vols.GetByKey(name); exists {
 		return nil
 	}
+	// World-writable, as a fresh volume of a real provisioner is to the Pod's fsGroup: the
+	// kubelet applies no fsGroup to hostPath volumes, and the executor runs as non-root.
+	path := filepath.Join(p.dir, name)
+	if err := os.MkdirAll(path, 0o777); err != nil {
+		return err
+	}
+	if err := os.Chmod(path, 0o777); err != nil {
+		return err
+	}
 	mode := corev1.PersistentVolumeFilesystem
 	if pvc.Spec.VolumeMode != nil {
 		mode = *pvc.Spec.VolumeMode
@@ -119,9 +134,7 @@ func (p *provisioner) provision(ctx context.Context, key string) error {
 			VolumeMode:                    &mode,
 			ClaimRef: &corev1.ObjectReference{APIVersion: "v1", Kind: "PersistentVolumeClaim",
 				Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID},
-			// Never mounted by a kubelet: the node exec endpoint maps the claim to
-			// <state>/node/volumes/<this name>.
-			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/devcluster-volumes/" + name}},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}},
 		},
 	}
 	_, err = p.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})

@@ -205,3 +205,34 @@ func Write(p string, images map[string]v1.Image) error {
 	}
 	return tarball.MultiRefWriteToFile(p, refs)
 }
+
+// BusyboxPath is the static busybox of Debian's busybox-static (make node-packages), the
+// example executor image's userland.
+const BusyboxPath = "/bin/busybox"
+
+// Binaries are the programs the local stack's images are built from.
+type Binaries struct {
+	// Helper is a static helper (cmd/helper, CGO_ENABLED=0); Pause a static sandbox
+	// process (internal/dev/pause); Busybox a static busybox.
+	Helper, Pause, Busybox string
+}
+
+// WriteStack writes the local stack's three images — PauseRef, HelperRef, ExecutorRef —
+// into one archive at p.
+func WriteStack(p string, b Binaries) error {
+	applets, err := Applets(b.Busybox)
+	if err != nil {
+		return err
+	}
+	images := map[string]v1.Image{}
+	if images[PauseRef], err = PauseImage(b.Pause); err != nil {
+		return err
+	}
+	if images[HelperRef], err = HelperImage(b.Helper); err != nil {
+		return err
+	}
+	if images[ExecutorRef], err = ExecutorImage(b.Helper, b.Busybox, applets); err != nil {
+		return err
+	}
+	return Write(p, images)
+}

@@ -1,0 +1,328 @@
+package devcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// The real node: containerd, runc and a kubelet on this machine, joined to the cluster's API
+// server beside the fake nodes. Pods that tolerate RealNodeTaint and select RealNodeLabel
+// run on it as real containers; everything else stays on the fake nodes.
+const (
+	// RealNodeName is the real node's name.
+	RealNodeName = "devcluster-real-node"
+	// RealNodeLabel (value "true") labels the real node, and RealNodeTaint (NoSchedule)
+	// keeps Pods that do not ask for it off it.
+	RealNodeLabel = "execplane.dev/real-node"
+	RealNodeTaint = RealNodeLabel
+	// NodeBinEnv names the environment variable that points at the real node's binaries
+	// (hack/build-node-bins.sh); when unset, that script finds or builds them.
+	NodeBinEnv = "EXECPLANE_NODE_BIN"
+
+	// realNodeIP is the node's address, on lo: the kubelet refuses a loopback node IP and
+	// this machine's kernel has no dummy link type. It is private and routed nowhere.
+	realNodeIP      = "172.31.255.1"
+	realNodeAddress = realNodeIP + "/32"
+	// realNodeBridge and realNodeSubnet are the Pod network, apart from the fake nodes'
+	// podCIDR.
+	realNodeBridge = "execplane0"
+	realNodeSubnet = "10.88.0.0/24"
+	// realNodeCgroupRoot is the cgroup, in every hierarchy, above all of the node's Pods.
+	realNodeCgroupRoot = "execplane-devnode"
+	// realNodePodPidsLimit bounds the processes of one Pod (a fork bomb stays in its Pod).
+	realNodePodPidsLimit = 512
+	// runcPath and cniBinDir are Debian's runc and CNI plugins (make node-packages).
+	runcPath  = "/usr/sbin/runc"
+	cniBinDir = "/usr/lib/cni"
+	// kubeletPath is the kubelet's PATH: the mount tools it runs, and no iptables, so that it
+	// creates no firewall tables on the machine (its KUBE-FIREWALL chain guards kube-proxy's
+	// route_localnet, and no kube-proxy runs here).
+	kubeletPath = "/usr/bin:/bin"
+	// Deadlines of the node's start, generous for a loaded 2-core machine (measured: the
+	// kubelet registers in ~0.5 s and is Ready in 3–10 s).
+	containerdReadyTimeout = 30 * time.Second
+	realNodeReadyTimeout   = 120 * time.Second
+)
+
+// nodeBinaries are the programs the real node runs from its bin directory.
+var nodeBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "kubelet"}
+
+// RealNodeOptions configure the real node.
+type RealNodeOptions struct {
+	// BinDir holds containerd, containerd-shim-runc-v2, ctr and the kubelet; empty means
+	// FindNodeBinaries.
+	BinDir string
+	// Images is a docker-archive tarball (internal/dev/devimage) imported into containerd:
+	// nothing is pulled. It must hold SandboxImage.
+	Images string
+	// SandboxImage is the Pods' sandbox (pause) image reference.
+	SandboxImage string
+}
+
+// realNode is the running real node.
+type realNode struct {
+	opts RealNodeOptions
+	// dir holds the node's state (nodeDataDir), logDir its logs.
+	dir, logDir string
+	lock        *nodeLock
+	ledger      *nodeLedger
+	before      HostState
+	procs       processes
+	logf        func(string, ...any)
+}
+
+// FindNodeBinaries returns the directory of the real node's binaries: $EXECPLANE_NODE_BIN
+// when set, otherwise the output of hack/build-node-bins.sh (which builds them once, cached
+// by version).
+func FindNodeBinaries(ctx context.Context) (string, error) {
+	dir := os.Getenv(NodeBinEnv)
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-node-bins.sh"))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("building the real node's binaries: %w", err)
+		}
+		dir = strings.TrimSpace(out.String())
+	}
+	var missing []string
+	for _, name := range nodeBinaries {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	for _, p := range []string{runcPath, filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"), filepath.Join(cniBinDir, "loopback")} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p+" (make node-packages)")
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("%w in %s: %v (run hack/build-node-bins.sh)", ErrBinariesMissing, dir, missing)
+	}
+	return dir, nil
+}
+
+// RealNodeAvailable reports why this machine cannot run the real node, or nil: it needs
+// root, cgroups and overlayfs.
+func RealNodeAvailable() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the real node needs root")
+	}
+	if _, err := os.Stat(filepath.Join(cgroupFS, "memory")); err != nil {
+		return fmt.Errorf("the real node needs the cgroup v1 memory hierarchy: %w", err)
+	}
+	data, err := os.ReadFile("/proc/filesystems")
+	if err != nil || !bytes.Contains(data, []byte("overlay")) {
+		return errors.New("the real node needs overlayfs")
+	}
+	return nil
+}
+
+// startRealNode takes the machine's real-node lock, undoes what a crashed run left, records
+// each host change before making it, and starts containerd and a kubelet joined to the API
+// server at apiPort. It returns once the node is registered; waitReady waits for Ready.
+func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
+	opts := *c.opts.RealNode
+	if err := RealNodeAvailable(); err != nil {
+		return err
+	}
+	if opts.BinDir == "" {
+		if opts.BinDir, err = FindNodeBinaries(ctx); err != nil {
+			return err
+		}
+	}
+	if opts.Images == "" || opts.SandboxImage == "" {
+		return errors.New("devcluster: the real node needs Images and SandboxImage")
+	}
+	n := &realNode{opts: opts, dir: nodeDataDir, logDir: filepath.Join(c.opts.StateDir, "real-node"), logf: c.opts.Logf}
+	if n.lock, err = lockNode(ctx, c.opts.Logf); err != nil {
+		return err
+	}
+	c.realNode = n
+	if stale, err := readLedger(); err == nil {
+		c.opts.Logf("devcluster: undoing what a real node of pid %d left on this machine", stale.PID)
+		if err := stale.undo(); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if n.before, err = SnapshotHost(); err != nil {
+		return fmt.Errorf("devcluster: reading the machine's state: %w", err)
+	}
+	if hasAddress("lo", realNodeAddress) {
+		return fmt.Errorf("devcluster: %s is already on lo, not by a real node of ours", realNodeAddress)
+	}
+	if _, err := net.InterfaceByName(realNodeBridge); err == nil {
+		return fmt.Errorf("devcluster: a link %s exists, not by a real node of ours", realNodeBridge)
+	}
+	n.ledger = &nodeLedger{PID: os.Getpid(), StateDir: n.dir, BinDir: opts.BinDir, Sysctls: n.before.Sysctls,
+		Address: realNodeAddress, Bridge: realNodeBridge, CgroupRoot: realNodeCgroupRoot}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			n.ledger.CreatedPaths = append(n.ledger.CreatedPaths, p)
+		}
+	}
+	// The ledger goes first: from here on, a crash leaves a record of what to undo.
+	for _, d := range []string{n.dir, n.logDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := n.ledger.write(); err != nil {
+		return err
+	}
+	if err := run("ip", "addr", "add", realNodeAddress, "dev", "lo"); err != nil {
+		return err
+	}
+	if err := createCgroup(realNodeCgroupRoot); err != nil {
+		return fmt.Errorf("devcluster: cgroup %s: %w", realNodeCgroupRoot, err)
+	}
+	healthz, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	cfg := nodeConfig{
+		State: n.dir, Logs: n.logDir, Socket: filepath.Join(n.dir, "containerd.sock"), Runc: runcPath, CNIBin: cniBinDir,
+		SandboxImage: opts.SandboxImage, Bridge: realNodeBridge, Subnet: realNodeSubnet, NodeIP: realNodeIP,
+		CgroupRoot: realNodeCgroupRoot, HealthzPort: healthz[0], ClientCA: c.pki.CACert,
+		ServingCert: c.pki.NodeServingCert, ServingKey: c.pki.NodeServingKey, TaintKey: RealNodeTaint,
+		PodPidsLimit: realNodePodPidsLimit,
+	}
+	if err := n.writeConfig(cfg, apiPort, c.pki); err != nil {
+		return err
+	}
+	if err := n.startContainerd(ctx, cfg.Socket); err != nil {
+		return err
+	}
+	if err := n.importImages(ctx, cfg.Socket); err != nil {
+		return err
+	}
+	_, err = n.procs.startWithPath(n.logDir, "kubelet", kubeletPath, filepath.Join(opts.BinDir, "kubelet"),
+		"--config="+filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig="+filepath.Join(n.dir, "kubelet.kubeconfig"),
+		"--root-dir="+filepath.Join(n.dir, "kubelet"), "--cert-dir="+filepath.Join(n.dir, "kubelet-pki"),
+		"--hostname-override="+RealNodeName, "--node-ip="+realNodeIP,
+		"--node-labels="+RealNodeLabel+"=true", "--v=2")
+	return err
+}
+
+func (n *realNode) writeConfig(cfg nodeConfig, apiPort int, pki *PKI) error {
+	dirs := []string{filepath.Join(n.logDir, "pod-logs")}
+	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "kubelet-pki"} {
+		dirs = append(dirs, filepath.Join(n.dir, d))
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct {
+		path   string
+		render func() ([]byte, error)
+	}{
+		{"containerd/config.toml", func() ([]byte, error) { return render(containerdTemplate, cfg) }},
+		{"cni/net.d/10-execplane.conflist", func() ([]byte, error) { return render(cniTemplate, cfg) }},
+		{"kubelet.yaml", func() ([]byte, error) { return render(kubeletTemplate, cfg) }},
+	} {
+		data, err := f.render()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(n.dir, f.path), data, 0o600); err != nil {
+			return err
+		}
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["devcluster"] = &clientcmdapi.Cluster{Server: fmt.Sprintf("https://127.0.0.1:%d", apiPort), CertificateAuthority: pki.CACert}
+	kc.AuthInfos["kubelet"] = &clientcmdapi.AuthInfo{ClientCertificate: pki.NodeClientCert, ClientKey: pki.NodeClientKey}
+	kc.Contexts["devcluster"] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: "kubelet"}
+	kc.CurrentContext = "devcluster"
+	return clientcmd.WriteToFile(*kc, filepath.Join(n.dir, "kubelet.kubeconfig"))
+}
+
+func (n *realNode) startContainerd(ctx context.Context, socket string) error {
+	p, err := n.procs.start(n.logDir, "containerd", filepath.Join(n.opts.BinDir, "containerd"),
+		"--config="+filepath.Join(n.dir, "containerd", "config.toml"))
+	if err != nil {
+		return err
+	}
+	return poll(ctx, containerdReadyTimeout, func() (bool, error) {
+		if err := p.exited(); err != nil {
+			return false, err
+		}
+		return n.ctr(ctx, socket, "version") == nil, nil
+	}, "containerd")
+}
+
+func (n *realNode) importImages(ctx context.Context, socket string) error {
+	if err := n.ctr(ctx, socket, "--namespace=k8s.io", "images", "import", "--local", n.opts.Images); err != nil {
+		return fmt.Errorf("devcluster: importing %s: %w", n.opts.Images, err)
+	}
+	return nil
+}
+
+func (n *realNode) ctr(ctx context.Context, socket string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(n.opts.BinDir, "ctr"), append([]string{"--address=" + socket}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// ready reports whether the real node is Ready and carries no taint but its own.
+func (n *realNode) ready(ctx context.Context, c *Cluster) (bool, error) {
+	if err := n.procs.firstExited(); err != nil {
+		return false, err
+	}
+	node, err := c.kube.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{})
+	if err != nil || !nodeReady(node) {
+		return false, nil
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key != RealNodeTaint || t.Effect != corev1.TaintEffectNoSchedule {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// stop ends the node and undoes every host change: the kubelet and containerd, then what
+// they leave running (shims, containers) and mounted, the address, the bridge, the kernel
+// settings, the directories. It then compares the machine with the start's snapshot and
+// reports any difference. The lock is released last.
+func (n *realNode) stop() error {
+	defer n.lock.release()
+	if n.ledger == nil {
+		return nil
+	}
+	n.procs.stopAll()
+	if err := n.ledger.undo(); err != nil {
+		return err
+	}
+	after, err := SnapshotHost()
+	if err != nil {
+		return err
+	}
+	if d := after.Diff(n.before); len(d) > 0 {
+		return fmt.Errorf("devcluster: the real node left the machine changed:\n  %s", strings.Join(d, "\n  "))
+	}
+	n.logf("devcluster: real node stopped; the machine is as before")
+	return nil
+}

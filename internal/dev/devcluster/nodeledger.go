@@ -1,0 +1,348 @@
+package devcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// One real node per machine: its address, bridge, cgroup root and the kernel settings it
+// changes are the machine's, not a test's. A lock serialises real nodes, and a ledger,
+// written before each change is made, lets the next start undo what a crashed run left.
+// Both live under /run, which a reboot empties together with every change they describe.
+const (
+	nodeRunDir     = "/run/execplane"
+	nodeLockPath   = nodeRunDir + "/devnode.lock"
+	nodeLedgerPath = nodeRunDir + "/devnode.json"
+	// nodeDataDir holds the node's state (containerd's store, the kubelet's root, sockets),
+	// at a short path: a unix socket's path is limited to 108 bytes, which a test's state
+	// directory would exceed. Its logs go to the cluster's state directory.
+	nodeDataDir = nodeRunDir + "/devnode"
+	// nodeLockPoll is how often a start waiting for another real node retries the lock.
+	nodeLockPoll = 250 * time.Millisecond
+	// sweepTimeout bounds waiting for killed processes to be gone.
+	sweepTimeout = 30 * time.Second
+)
+
+// nodeLedger records every change a real node makes to the machine, with what to restore.
+type nodeLedger struct {
+	// PID started the node.
+	PID int `json:"pid"`
+	// StateDir holds the node's files; every mount beneath it is the node's.
+	StateDir string `json:"stateDir"`
+	// BinDir holds containerd, its shim and the kubelet: a process running a program from
+	// there is the node's.
+	BinDir string `json:"binDir"`
+	// Sysctls are the values before the node started.
+	Sysctls map[string]string `json:"sysctls"`
+	// Address was added to lo.
+	Address string `json:"address,omitempty"`
+	// Bridge is the CNI bridge's name.
+	Bridge string `json:"bridge"`
+	// CgroupRoot is the cgroup created in every hierarchy for the kubelet's Pods.
+	CgroupRoot string `json:"cgroupRoot"`
+	// CreatedPaths are hostPaths that did not exist before.
+	CreatedPaths []string `json:"createdPaths"`
+}
+
+func (l *nodeLedger) write() error {
+	data, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := nodeLedgerPath + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, nodeLedgerPath)
+}
+
+func readLedger() (*nodeLedger, error) {
+	data, err := os.ReadFile(nodeLedgerPath)
+	if err != nil {
+		return nil, err
+	}
+	var l nodeLedger
+	if err := json.Unmarshal(data, &l); err != nil {
+		return nil, fmt.Errorf("devcluster: %s: %w", nodeLedgerPath, err)
+	}
+	return &l, nil
+}
+
+// nodeLock is the machine-wide lock of the real node: an flock, released by the kernel when
+// its holder dies.
+type nodeLock struct{ f *os.File }
+
+// lockNode takes the lock, waiting while another real node holds it.
+func lockNode(ctx context.Context, logf func(string, ...any)) (*nodeLock, error) {
+	if err := os.MkdirAll(nodeRunDir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(nodeLockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	waiting := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("devcluster: lock %s: %w", nodeLockPath, err)
+		}
+		if !waiting {
+			holder, _ := os.ReadFile(nodeLockPath)
+			logf("devcluster: another real node runs on this machine (pid %s); waiting for it", strings.TrimSpace(string(holder)))
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("devcluster: waiting for the real node lock %s: %w", nodeLockPath, ctx.Err())
+		case <-time.After(nodeLockPoll):
+		}
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &nodeLock{f: f}, nil
+}
+
+func (l *nodeLock) release() {
+	if l != nil && l.f != nil {
+		_ = l.f.Truncate(0)
+		_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// undo reverts every change l records, in the reverse order of making them, and removes the
+// ledger. It goes on past failures and reports them all; it is safe to run again.
+func (l *nodeLedger) undo() error {
+	var errs []error
+	// Processes first: nothing may recreate what the rest removes.
+	errs = append(errs, killPrograms(l.BinDir))
+	if l.CgroupRoot != "" {
+		errs = append(errs, killCgroup(l.CgroupRoot), removeCgroup(l.CgroupRoot))
+	}
+	if l.StateDir != "" {
+		errs = append(errs, unmountBeneath(l.StateDir))
+	}
+	if l.Bridge != "" {
+		if _, err := net.InterfaceByName(l.Bridge); err == nil {
+			errs = append(errs, run("ip", "link", "delete", l.Bridge))
+		}
+	}
+	if l.Address != "" && hasAddress("lo", l.Address) {
+		errs = append(errs, run("ip", "addr", "delete", l.Address, "dev", "lo"))
+	}
+	keys := make([]string, 0, len(l.Sysctls))
+	for k := range l.Sysctls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if now, err := readSysctl(k); err == nil && now != l.Sysctls[k] {
+			errs = append(errs, writeSysctl(k, l.Sysctls[k]))
+		}
+	}
+	for _, p := range l.CreatedPaths {
+		errs = append(errs, os.RemoveAll(p))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("devcluster: undoing the real node's changes (ledger %s kept): %w", nodeLedgerPath, err)
+	}
+	if err := os.Remove(nodeLedgerPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func hasAddress(link, cidr string) bool {
+	ifc, err := net.InterfaceByName(link)
+	if err != nil {
+		return false
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(addrs, func(a net.Addr) bool { return a.String() == cidr })
+}
+
+// killPrograms kills every process running a program from binDir and waits until they are
+// gone.
+func killPrograms(binDir string) error {
+	if binDir == "" {
+		return nil
+	}
+	find := func() []int {
+		var pids []int
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+			if err == nil && filepath.Dir(strings.TrimSuffix(exe, " (deleted)")) == binDir {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	return killUntilGone("programs of "+binDir, find)
+}
+
+// killUntilGone SIGKILLs what find returns until it returns nothing.
+func killUntilGone(what string, find func() []int) error {
+	deadline := time.Now().Add(sweepTimeout)
+	for {
+		pids := find()
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still running after %s: %v", what, sweepTimeout, pids)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cgroupDirs lists root's directory in every hierarchy, with every cgroup beneath it,
+// deepest first.
+func cgroupDirs(root string) []string {
+	hierarchies, _ := cgroupHierarchies()
+	var dirs []string
+	for _, h := range hierarchies {
+		_ = filepath.WalkDir(filepath.Join(h, root), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+	}
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	return dirs
+}
+
+// killCgroup kills every process in root's cgroups. The freezer holds them while they are
+// signalled, so that none forks past the sweep (a fork bomb in a Pod, say).
+func killCgroup(root string) error {
+	freezer := filepath.Join(cgroupFS, "freezer", root, "freezer.state")
+	frozen := os.WriteFile(freezer, []byte("FROZEN"), 0o644) == nil
+	find := func() []int {
+		seen := map[int]bool{}
+		var pids []int
+		for _, d := range cgroupDirs(root) {
+			data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+					seen[pid] = true
+					pids = append(pids, pid)
+				}
+			}
+		}
+		return pids
+	}
+	for _, pid := range find() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if frozen {
+		// Killed tasks die once thawed.
+		_ = os.WriteFile(freezer, []byte("THAWED"), 0o644)
+	}
+	return killUntilGone("processes in cgroup "+root, find)
+}
+
+// removeCgroup removes root and its descendants from every hierarchy.
+func removeCgroup(root string) error {
+	var errs []error
+	for _, d := range cgroupDirs(root) {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// createCgroup creates root in every hierarchy; cpuset's gets the machine's CPUs and memory
+// nodes (a v1 cpuset cgroup starts with none).
+func createCgroup(root string) error {
+	hierarchies, err := cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	for _, h := range hierarchies {
+		d := filepath.Join(h, root)
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if filepath.Base(h) == "cpuset" {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join(h, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// unmountBeneath unmounts every mount at or beneath dir, deepest first, detaching those
+// still busy; it repeats while mounts remain (a shared mount may have propagated copies).
+func unmountBeneath(dir string) error {
+	for range 10 {
+		points, err := mountPoints()
+		if err != nil {
+			return err
+		}
+		var mine []string
+		for _, p := range points {
+			if p == dir || strings.HasPrefix(p, dir+"/") {
+				mine = append(mine, p)
+			}
+		}
+		if len(mine) == 0 {
+			return nil
+		}
+		sort.Slice(mine, func(i, j int) bool { return len(mine[i]) > len(mine[j]) })
+		for _, p := range mine {
+			if err := unix.Unmount(p, 0); err != nil {
+				_ = unix.Unmount(p, unix.MNT_DETACH)
+			}
+		}
+	}
+	return fmt.Errorf("mounts beneath %s remain", dir)
+}
