@@ -114,21 +114,31 @@ node-bins: ## Build the real node's containerd, shim, ctr and kubelet (once; cac
 cluster-bins: ## Build the local cluster's pinned binaries (once; cached by version).
 	@hack/build-cluster-bins.sh
 
-# The development stack of make demo / cluster-up (execctl dev; docs/quickstart.md).
+# The development stack of make demo / cluster-up (execctl dev; docs/quickstart.md). Executors
+# run on the real node (containerd + runc + a kubelet; needs root); DEV_NODE=kwok keeps them
+# on the fake nodes, for machines without the runtime.
 DEV_STATE ?= .state/dev
-DEV_UP = bin/execctl dev up --state-dir $(DEV_STATE) --helper bin/helper
+DEV_NODE  ?= real
+DEV_UP = EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(if $(filter real,$(DEV_NODE)),EXECPLANE_NODE_BIN=$(NODE_BIN)) \
+  bin/execctl dev up --state-dir $(DEV_STATE) --node $(DEV_NODE) --helper bin/helper --pause bin/pause
+DEV_PREREQS = build bin/pause $(if $(filter real,$(DEV_NODE)),node-packages)
+
+# The real node's sandbox process, for the local stack's pause image (static, like the helper).
+.PHONY: bin/pause
+bin/pause:
+	@CGO_ENABLED=0 $(GO) build -trimpath -o bin/pause ./internal/dev/pause
 
 .PHONY: cluster-up
-cluster-up: build ## Start the local cluster alone in the background (KUBECONFIG printed).
-	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(DEV_UP)
+cluster-up: $(DEV_PREREQS) ## Start the local cluster alone in the background (KUBECONFIG printed; DEV_NODE=kwok: no real node).
+	@$(DEV_UP)
 
 .PHONY: cluster-down
 cluster-down: ## Stop what cluster-up or demo started.
 	@bin/execctl dev down --state-dir $(DEV_STATE)
 
 .PHONY: demo
-demo: build ## Build, start the local cluster with a controller and a gateway, and walk a client through a session.
-	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(DEV_UP) --controller bin/controller --gateway bin/gateway
+demo: $(DEV_PREREQS) ## Build, start the local cluster (executors on its real node; DEV_NODE=kwok: on fake nodes) with a controller and a gateway, and walk a client through a session.
+	@$(DEV_UP) --controller bin/controller --gateway bin/gateway
 	@bin/execctl dev demo --state-dir $(DEV_STATE)
 	@echo
 	@echo "The stack keeps running. Try it by hand:"

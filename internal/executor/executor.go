@@ -192,7 +192,11 @@ func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOpti
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(env)}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(spec.TmpSizeLimit.DeepCopy())}}},
+				// A tmpfs of tmpSizeLimit bytes: a write past it fails (ENOSPC) at once. A
+				// disk-backed emptyDir's sizeLimit is enforced by eviction only, minutes
+				// later, by killing the Pod. Its pages count towards the memory limit.
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+					Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(spec.TmpSizeLimit.DeepCopy())}}},
 			},
 		},
 	}

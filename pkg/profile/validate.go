@@ -112,7 +112,8 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 	checkAtMost(p, field("memoryRequest"), s.MemoryRequest, memReq && memLim, "memoryLimit", s.MemoryLimit)
 	checkAtMost(p, field("ephemeralStorageRequest"), s.EphemeralStorageRequest, ephReq && ephLim,
 		"ephemeralStorageLimit", s.EphemeralStorageLimit)
-	checkAtMost(p, field("tmpSizeLimit"), s.TmpSizeLimit, tmp && ephLim, "ephemeralStorageLimit", s.EphemeralStorageLimit)
+	// /tmp is a tmpfs (internal/executor): its pages are the container's memory.
+	checkAtMost(p, field("tmpSizeLimit"), s.TmpSizeLimit, tmp && memLim, "memoryLimit", s.MemoryLimit)
 
 	if s.RuntimeClassName != "" {
 		addAll(p, field("runtimeClassName"), s.RuntimeClassName, validation.IsDNS1123Subdomain(s.RuntimeClassName))

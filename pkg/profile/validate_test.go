@@ -94,7 +94,7 @@ func TestValidateRules(t *testing.T) {
 		{"cpuRequest <= cpuLimit", func(s *ProfileSpec) { s.CPURequest = q("2001m") }, ParseOptions{}, "profiles.p.cpuRequest"},
 		{"memoryRequest <= memoryLimit", func(s *ProfileSpec) { s.MemoryRequest = q("3Gi") }, ParseOptions{}, "profiles.p.memoryRequest"},
 		{"ephemeralStorageRequest <= limit", func(s *ProfileSpec) { s.EphemeralStorageRequest = q("3Gi") }, ParseOptions{}, "profiles.p.ephemeralStorageRequest"},
-		{"tmpSizeLimit <= ephemeralStorageLimit", func(s *ProfileSpec) { s.TmpSizeLimit = q("3Gi") }, ParseOptions{}, "profiles.p.tmpSizeLimit"},
+		{"tmpSizeLimit <= memoryLimit", func(s *ProfileSpec) { s.TmpSizeLimit = q("3Gi") }, ParseOptions{}, "profiles.p.tmpSizeLimit"},
 		{"runtimeClassName name", func(s *ProfileSpec) { s.RuntimeClassName = "g visor" }, ParseOptions{}, "profiles.p.runtimeClassName"},
 		{"imagePullSecrets name", func(s *ProfileSpec) { s.ImagePullSecrets[1] = "Pull_B" }, ParseOptions{}, "profiles.p.imagePullSecrets[1]"},
 		{"imagePullSecrets unique", func(s *ProfileSpec) { s.ImagePullSecrets[1] = "pull-a" }, ParseOptions{}, "profiles.p.imagePullSecrets[1]"},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devimage"
 	"github.com/execplane/execplane/internal/dev/devsystem"
 )
 
@@ -41,13 +42,28 @@ const (
 	healthInterval = time.Second
 )
 
-// DemoProfile is the profile the stack serves: small limits fit for trying things out.
-const (
-	DemoProfile  = "sandbox"
-	demoProfiles = `profiles:
+// DemoProfile is the profile the stack serves: small limits fit for trying things out. On
+// the real node it runs the example executor image (internal/dev/devimage); on the fake
+// nodes the image is a name only, and the node exec endpoint runs the local helper.
+const DemoProfile = "sandbox"
+
+// demoProfiles is the stack's profiles file for the node kind.
+func demoProfiles(node string) string {
+	image, placement := "registry.example/sandbox:1", ""
+	if node == NodeReal {
+		image = devimage.ExecutorRef
+		placement = fmt.Sprintf(`    nodeSelector:
+      %[1]s: "true"
+    tolerations:
+    - key: %[1]s
+      operator: Exists
+      effect: NoSchedule
+`, devcluster.RealNodeLabel)
+	}
+	return fmt.Sprintf(`profiles:
   sandbox:
-    image: registry.example/sandbox:1
-    storageClass: kwok-volume
+    image: %s
+    storageClass: %s
     storageSize: 1Gi
     memoryLimit: 256Mi
     tmpSizeLimit: 64Mi
@@ -55,7 +71,17 @@ const (
     maxCommandBytes: 1048576
     maxCommandDuration: 10m
     maxEnvironments: 100
-`
+%s`, image, devcluster.StorageClassName, placement)
+}
+
+// Node kinds the executors run on.
+const (
+	// NodeReal is the real node (containerd, runc, a kubelet): executors run as containers
+	// of the example executor image.
+	NodeReal = "real"
+	// NodeKWOK is the fake nodes only: executors are the local helper run as processes, for
+	// machines without the real node's runtime (not root, no cgroups).
+	NodeKWOK = "kwok"
 )
 
 // The owner the shell files name, for trying execctl by hand.
@@ -68,8 +94,12 @@ const (
 type Options struct {
 	StateDir string
 	Nodes    int
-	// Helper is the local helper binary served as the executor images' helper.
-	Helper string
+	// Node is NodeReal or NodeKWOK.
+	Node string
+	// Helper is the local helper binary: inside the real node's images, or served as the
+	// executor images' helper by the fake nodes. Pause is the real node's sandbox process
+	// (internal/dev/pause, static).
+	Helper, Pause string
 	// Controller and Gateway are the binaries to run; both empty runs the cluster alone.
 	Controller, Gateway string
 	// CRDs is the directory of the CRD manifests.
@@ -88,8 +118,8 @@ type Info struct {
 	Namespace, ExecutorNamespace, GatewayAddress, ServerName, CAFile string
 	// Caller may attest owners; Admin administers every environment.
 	Caller, Admin Credentials
-	// Profile is the profile the stack serves.
-	Profile string
+	// Profile is the profile the stack serves; Node the kind of node its executors run on.
+	Profile, Node string
 	// ClusterStartup and SystemStartup are how long each took to become ready.
 	ClusterStartup, SystemStartup string
 }
@@ -124,7 +154,9 @@ func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Wr
 	var o Options
 	fs.StringVar(&o.StateDir, "state-dir", ".state/dev", "directory for the stack's state, logs, kubeconfig and development keys")
 	fs.IntVar(&o.Nodes, "nodes", 1, "number of fake nodes")
-	fs.StringVar(&o.Helper, "helper", "", "local helper binary, served as "+devcluster.HelperImagePath+" inside executor images")
+	fs.StringVar(&o.Node, "node", NodeReal, "where executors run: "+NodeReal+" (containerd + runc + a kubelet on this machine; needs root) or "+NodeKWOK+" (the fake nodes run the local helper as a process)")
+	fs.StringVar(&o.Helper, "helper", "", "local helper binary (static): in the real node's images, or served as "+devcluster.HelperImagePath+" by the fake nodes")
+	fs.StringVar(&o.Pause, "pause", "", "the real node's sandbox binary (static; internal/dev/pause)")
 	fs.StringVar(&o.Controller, "controller", "", "controller binary (with --gateway: run execplane on the cluster)")
 	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
 	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/crds", "directory of the CRD manifests")
@@ -148,7 +180,7 @@ func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Wr
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		return err
 	}
-	for _, p := range []*string{&o.Helper, &o.Controller, &o.Gateway, &o.CRDs} {
+	for _, p := range []*string{&o.Helper, &o.Pause, &o.Controller, &o.Gateway, &o.CRDs} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
 				return err
@@ -160,6 +192,16 @@ func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Wr
 	}
 	if o.system() && o.Helper == "" {
 		return cli.Usagef("--helper is required to run execplane (the executors run it)")
+	}
+	starts := fs.Arg(0) == "up" || fs.Arg(0) == "serve"
+	switch o.Node {
+	case NodeKWOK:
+	case NodeReal:
+		if starts && (o.Helper == "" || o.Pause == "") {
+			return cli.Usagef("--node %s needs --helper and --pause (the images are built from them)", NodeReal)
+		}
+	default:
+		return cli.Usagef("--node: want %s or %s, not %q", NodeReal, NodeKWOK, o.Node)
 	}
 	switch fs.Arg(0) {
 	case "serve":
@@ -193,6 +235,13 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 	if o.Helper != "" {
 		copts.ImageFiles = map[string]string{devcluster.HelperImagePath: o.Helper}
 	}
+	if o.Node == NodeReal {
+		archive := filepath.Join(o.StateDir, "images.tar")
+		if err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.Helper, Pause: o.Pause, Busybox: devimage.BusyboxPath}); err != nil {
+			return fmt.Errorf("building the real node's images (make node-packages installs busybox-static): %w", err)
+		}
+		copts.RealNode = &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef}
+	}
 	c, err := devcluster.Start(ctx, copts)
 	if err != nil {
 		return err
@@ -211,7 +260,7 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 		info.GatewayAddress, info.ServerName, info.CAFile = sys.Gateways[0].Listen, "localhost", m.CACert
 		info.Caller = Credentials{Identity: m.Caller.Identity, CertFile: m.Caller.CertFile, KeyFile: m.Caller.KeyFile}
 		info.Admin = Credentials{Identity: m.Administrator.Identity, CertFile: m.Administrator.CertFile, KeyFile: m.Administrator.KeyFile}
-		info.Profile = DemoProfile
+		info.Profile, info.Node = DemoProfile, o.Node
 		info.SystemStartup = time.Since(start).Round(time.Millisecond).String()
 		logf("execplane ready in %s: gateway %s, namespace %s, executors in %s", info.SystemStartup, info.GatewayAddress, info.Namespace, info.ExecutorNamespace)
 	}
@@ -255,7 +304,7 @@ func startSystem(ctx context.Context, c *devcluster.Cluster, o Options, logf fun
 	logf("starting the controller and a gateway in namespace %s, executors in %s", ns, executors)
 	return devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, ExecutorNamespace: executors, Dir: filepath.Join(o.StateDir, "system"),
 		ControllerBin: o.Controller, GatewayBin: o.Gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
-		Profiles: []byte(demoProfiles), ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"}})
+		Profiles: []byte(demoProfiles(o.Node)), ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"}})
 }
 
 // writeInfo writes the Info and the shell files, then marks the stack ready.

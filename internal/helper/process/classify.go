@@ -61,6 +61,7 @@ func oomKills() (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(data), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
@@ -69,9 +70,9 @@ func oomKills() (uint64, bool) {
 		var file string
 		switch {
 		case parts[0] == "0" && parts[1] == "":
-			file = filepath.Join("/sys/fs/cgroup", filepath.Clean("/"+parts[2]), "memory.events")
+			file = cgroupFile(string(mounts), "cgroup2", "", parts[2], "memory.events")
 		case slices.Contains(strings.Split(parts[1], ","), "memory"):
-			file = filepath.Join("/sys/fs/cgroup/memory", filepath.Clean("/"+parts[2]), "memory.oom_control")
+			file = cgroupFile(string(mounts), "cgroup", "memory", parts[2], "memory.oom_control")
 		default:
 			continue
 		}
@@ -82,6 +83,41 @@ func oomKills() (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// cgroupFile is the path of a file of cgroup cgPath (as /proc/self/cgroup names it) through
+// the hierarchy's mount. In a container the mount's root is the container's own cgroup (a
+// v1 bind mount of it, or a v2 cgroup namespace): /proc/self/cgroup's path is made relative
+// to that root (mountinfo's fourth field). Without a matching mount, the conventional place
+// under /sys/fs/cgroup.
+func cgroupFile(mountinfo, fstype, controller, cgPath, name string) string {
+	cgPath = filepath.Clean("/" + cgPath)
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 || g[0] != fstype {
+			continue
+		}
+		if controller != "" && !slices.Contains(strings.Split(g[2], ","), controller) {
+			continue
+		}
+		root, mountPoint := filepath.Clean(f[3]), f[4]
+		rel := cgPath
+		if root != "/" {
+			if cgPath != root && !strings.HasPrefix(cgPath, root+"/") {
+				continue
+			}
+			rel = "/" + strings.TrimPrefix(cgPath, root)
+		}
+		return filepath.Join(mountPoint, rel, name)
+	}
+	if fstype == "cgroup2" {
+		return filepath.Join("/sys/fs/cgroup", cgPath, name)
+	}
+	return filepath.Join("/sys/fs/cgroup", controller, cgPath, name)
 }
 
 func parseOOMKills(events string) (uint64, bool) {

@@ -80,3 +80,36 @@ func TestReceiptCoversTheResult(t *testing.T) {
 		t.Fatal("the receipt field itself changed the receipt")
 	}
 }
+
+// The memory cgroup's file is found through the hierarchy's mount: on a host, where the
+// mount's root is the hierarchy's; in a container, where it is the container's own cgroup
+// (what /proc/self/cgroup names in full is the mount's root); and under a cgroup namespace.
+func TestCgroupFileThroughTheMount(t *testing.T) {
+	const pod = "/execplane-devnode/kubepods/burstable/pod1/ctr1"
+	for _, tc := range []struct {
+		name, mountinfo, fstype, controller, path, want string
+	}{
+		{"v1 host", "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n", "cgroup", "memory", "/a/b",
+			"/sys/fs/cgroup/memory/a/b/memory.oom_control"},
+		{"v1 container", "1 0 0:26 / / ro - overlay overlay ro\n" +
+			"40 38 0:26 " + pod + " /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory\n" +
+			"41 38 0:27 " + pod + " /sys/fs/cgroup/pids ro,nosuid - cgroup cgroup rw,pids\n", "cgroup", "memory", pod,
+			"/sys/fs/cgroup/memory/memory.oom_control"},
+		{"v1 other controllers only", "41 38 0:27 / /sys/fs/cgroup/pids ro - cgroup cgroup rw,pids\n", "cgroup", "memory", "/a",
+			"/sys/fs/cgroup/memory/a/memory.oom_control"},
+		{"v2 namespace", "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "cgroup2", "", "/",
+			"/sys/fs/cgroup/memory.events"},
+		{"v2 root elsewhere", "30 25 0:26 /x /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "cgroup2", "", "/y",
+			"/sys/fs/cgroup/y/memory.events"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "memory.oom_control"
+			if tc.fstype == "cgroup2" {
+				name = "memory.events"
+			}
+			if got := cgroupFile(tc.mountinfo, tc.fstype, tc.controller, tc.path, name); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
