@@ -156,6 +156,13 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	switch {
 	case res.Err != nil:
 		return nil, res.Err
+	case res.Resp == nil && sent && errors.As(streamErr, &code) && killedBySignal(code.Code):
+		// Killed before it answered — by the kernel's OOM killer, when the workload took the
+		// container's memory (a command of its is the killer's first choice, but the helper is
+		// the largest process, and the runtime may have given it the same adjustment): the
+		// command may have run. Not a protocol violation of the helper's.
+		return nil, fmt.Errorf("%w: the helper was killed by signal %d before it answered (the OOM killer, when the container's memory ran out)",
+			ErrOutcomeUnknown, code.Code-signalExitBase)
 	case streamErr != nil && errors.As(streamErr, &code):
 		return nil, fmt.Errorf("%w: the helper exited with %d", ErrProtocol, code.Code)
 	case res.Resp == nil && streamErr != nil && !sent:
@@ -172,6 +179,13 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	}
 	return res.Resp, nil
 }
+
+// signalExitBase is how a container runtime reports a process killed by signal n: exit
+// status signalExitBase+n.
+const signalExitBase = 128
+
+// killedBySignal reports whether an exit status is a death by signal (SIGKILL is 137).
+func killedBySignal(status int) bool { return status > signalExitBase && status <= signalExitBase+64 }
 
 // checkPod refuses to exec into a Pod that is not the one the environment records: a Pod of
 // the same name with another UID (re-created behind this gateway's view) would otherwise

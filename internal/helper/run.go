@@ -39,6 +39,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// A broken output pipe must surface as a write error (and cancel a running command),
 	// never kill the helper before it has reaped what it started.
 	signal.Ignore(syscall.SIGPIPE)
+	// Before the helper stops being dumpable, which gives its /proc files to root.
+	_ = process.OpenOOMScoreAdj()
 	// Not dumpable: a command (same user) cannot open /proc/<helper>/fd/1 to forge response
 	// frames, nor ptrace the helper. Commands are exec'd, which makes them dumpable again.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)

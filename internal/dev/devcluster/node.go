@@ -326,3 +326,19 @@ func (n *realNode) stop() error {
 	n.logf("devcluster: real node stopped; the machine is as before")
 	return nil
 }
+
+// RealNodeCtr runs containerd's ctr against the real node (in the Kubernetes namespace,
+// k8s.io) and returns its output: for tests that check what runs on the node.
+func (c *Cluster) RealNodeCtr(ctx context.Context, args ...string) ([]byte, error) {
+	n := c.realNode
+	if n == nil {
+		return nil, errors.New("devcluster: no real node")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(n.opts.BinDir, "ctr"),
+		append([]string{"--address=" + filepath.Join(n.dir, "containerd.sock"), "--namespace=k8s.io"}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("ctr %s: %w", strings.Join(args, " "), err)
+	}
+	return out, nil
+}

@@ -38,19 +38,11 @@ func realNodeOptions(t *testing.T) *devcluster.RealNodeOptions {
 	if _, err := os.Stat(devimage.BusyboxPath); err != nil {
 		precondition.Missing(t, "%s (make node-packages): %v", devimage.BusyboxPath, err)
 	}
-	dir := t.TempDir()
-	helper := os.Getenv("EXECPLANE_HELPER_BIN")
-	if helper == "" {
-		helper = filepath.Join(dir, "helper")
-		staticBuild(t, helper, "./cmd/helper")
-	}
-	pause := filepath.Join(dir, "pause")
-	staticBuild(t, pause, "./internal/dev/pause")
-	archive := filepath.Join(dir, "images.tar")
-	if err := devimage.WriteStack(archive, devimage.Binaries{Helper: helper, Pause: pause, Busybox: devimage.BusyboxPath}); err != nil {
+	node, err := clustertest.RealNodeImages(t.TempDir(), "../../..")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef}
+	return node
 }
 
 // keptDir is a state directory removed after a passing test and kept, with the node's logs,
@@ -69,17 +61,6 @@ func keptDir(t *testing.T) string {
 		_ = os.RemoveAll(dir)
 	})
 	return dir
-}
-
-// staticBuild builds pkg as a static binary: the images hold no C library.
-func staticBuild(t *testing.T, out, pkg string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Dir = "../../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v\n%s", pkg, err, b)
-	}
 }
 
 func startWithRealNode(t *testing.T, ctx context.Context, stateDir string, node *devcluster.RealNodeOptions) *devcluster.Cluster {

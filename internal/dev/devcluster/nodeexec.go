@@ -179,7 +179,19 @@ func (n *NodeExec) ExecInContainer(ctx context.Context, name, uid, container str
 	c.Dir = fs.workDir
 	c.Env = fs.env
 	if in != nil {
-		c.Stdin = in
+		// Through a pipe of our own, not exec's copying goroutine, which Wait would wait
+		// for: a container runtime reports the exit as soon as the process is gone, while
+		// the caller may still hold stdin open (the gateway does, until it has an answer).
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("node exec: %w", err)
+		}
+		defer r.Close()
+		go func() {
+			_, _ = io.Copy(w, in)
+			w.Close()
+		}()
+		c.Stdin = r
 	}
 	c.Stdout, c.Stderr = out, errOut
 	c.WaitDelay = exitIOGrace

@@ -24,6 +24,8 @@ const (
 	PauseRef    = "localhost/execplane/pause:dev"
 	HelperRef   = "localhost/execplane/helper:dev"
 	ExecutorRef = "localhost/execplane/executor:dev"
+	// UserlandRef is UserlandImage: an executor image without the helper.
+	UserlandRef = "localhost/execplane/userland:dev"
 )
 
 // Paths and identities inside the images.
@@ -148,22 +150,44 @@ func HelperImage(helperBin string) (v1.Image, error) {
 	return image([]File{{Path: HelperPath, Mode: 0o555, Content: bin}}, v1.Config{User: User, Entrypoint: []string{HelperPath}})
 }
 
-// ExecutorImage is an example executor image: busybox (a static binary) at /bin/busybox with
-// a link per applet, a passwd and group naming the non-root user, the helper at HelperPath,
-// and the entrypoint the executor Pod runs (helper --pause), as the Dockerfile's
+// ExecutorImage is an example executor image: the userland of UserlandImage, the helper at
+// HelperPath, and the entrypoint the executor Pod runs (helper --pause), as the Dockerfile's
 // "executor-example" target on a smaller userland.
 func ExecutorImage(helperBin, busyboxBin string, applets []string) (v1.Image, error) {
 	helper, err := read(helperBin)
 	if err != nil {
 		return nil, err
 	}
+	files, err := userland(busyboxBin, applets)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, File{Path: HelperPath, Mode: 0o555, Content: helper})
+	return image(files, v1.Config{
+		User: User, WorkingDir: Workspace, Entrypoint: []string{HelperPath, "--pause"},
+		Env: []string{"PATH=/bin"},
+	})
+}
+
+// UserlandImage is an executor image without the helper — any image an operator brings —
+// for a profile whose helperImage installs the helper: busybox (a static binary) at
+// /bin/busybox with a link per applet, a passwd and group naming the non-root user, the
+// workspace and /tmp mount points.
+func UserlandImage(busyboxBin string, applets []string) (v1.Image, error) {
+	files, err := userland(busyboxBin, applets)
+	if err != nil {
+		return nil, err
+	}
+	return image(files, v1.Config{User: User, WorkingDir: Workspace, Env: []string{"PATH=/bin"}})
+}
+
+func userland(busyboxBin string, applets []string) ([]File, error) {
 	busybox, err := read(busyboxBin)
 	if err != nil {
 		return nil, err
 	}
 	files := []File{
 		{Path: "/bin/busybox", Mode: 0o555, Content: busybox},
-		{Path: HelperPath, Mode: 0o555, Content: helper},
 		{Path: "/etc/passwd", Mode: 0o444, Content: []byte("root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/workspace:/bin/sh\n")},
 		{Path: "/etc/group", Mode: 0o444, Content: []byte("root:x:0:\nnonroot:x:65532:\n")},
 		{Path: Workspace, Mode: os.ModeDir | 0o755},
@@ -177,10 +201,7 @@ func ExecutorImage(helperBin, busyboxBin string, applets []string) (v1.Image, er
 		seen[a] = true
 		files = append(files, File{Path: "/bin/" + a, Mode: os.ModeSymlink | 0o777, Link: "busybox"})
 	}
-	return image(files, v1.Config{
-		User: User, WorkingDir: Workspace, Entrypoint: []string{HelperPath, "--pause"},
-		Env: []string{"PATH=/bin"},
-	})
+	return files, nil
 }
 
 // Applets lists the applets of a busybox binary (busybox --list).
@@ -217,8 +238,8 @@ type Binaries struct {
 	Helper, Pause, Busybox string
 }
 
-// WriteStack writes the local stack's three images — PauseRef, HelperRef, ExecutorRef —
-// into one archive at p.
+// WriteStack writes the local stack's images — PauseRef, HelperRef, ExecutorRef and
+// UserlandRef — into one archive at p.
 func WriteStack(p string, b Binaries) error {
 	applets, err := Applets(b.Busybox)
 	if err != nil {
@@ -232,6 +253,9 @@ func WriteStack(p string, b Binaries) error {
 		return err
 	}
 	if images[ExecutorRef], err = ExecutorImage(b.Helper, b.Busybox, applets); err != nil {
+		return err
+	}
+	if images[UserlandRef], err = UserlandImage(b.Busybox, applets); err != nil {
 		return err
 	}
 	return Write(p, images)

@@ -47,6 +47,9 @@ func images(t *testing.T) map[string]v1.Image {
 	if out[ExecutorRef], err = ExecutorImage(helper, busybox, applets); err != nil {
 		t.Fatal(err)
 	}
+	if out[UserlandRef], err = UserlandImage(busybox, applets); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
@@ -129,6 +132,25 @@ func TestExecutorImageContents(t *testing.T) {
 	}
 	if cf.OS != "linux" || cf.Architecture == "" || cf.Config.User != "65532:65532" || cf.Config.WorkingDir != "/workspace" {
 		t.Fatalf("config: %+v", cf)
+	}
+}
+
+// The userland image is the executor image without the helper — nothing under /execplane —
+// and without an entrypoint: a profile's helperImage brings both.
+func TestUserlandImageHasNoHelper(t *testing.T) {
+	all := images(t)
+	executor, userland := entries(t, all[ExecutorRef]), entries(t, all[UserlandRef])
+	delete(executor, "/execplane")
+	delete(executor, HelperPath)
+	if diff := cmp.Diff(executor, userland); diff != "" {
+		t.Fatalf("userland image vs the executor image without the helper (-want +got):\n%s", diff)
+	}
+	cf, err := all[UserlandRef].ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cf.Config.Entrypoint) != 0 || cf.Config.User != User {
+		t.Fatalf("config: %+v", cf.Config)
 	}
 }
 

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -78,12 +79,14 @@ type command struct {
 // start starts the command in its own process group and sets stdin, output and reaping
 // going. Every pipe end is closed or handed to the command, whether or not it started.
 func start(l launch, p pipes) (*command, error) {
+	restore := preferAsOOMVictim()
 	proc, err := os.StartProcess(l.program, l.argv, &os.ProcAttr{
 		Dir:   l.dir,
 		Env:   l.env,
 		Files: []*os.File{p.stdinR, p.outW, p.errW},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
+	restore()
 	// The child holds its ends; ours must close so EOF arrives when the last writer is gone.
 	p.stdinR.Close()
 	p.outW.Close()
@@ -110,6 +113,60 @@ func start(l launch, p pipes) (*command, error) {
 	go c.copyOutput(c.stderr, c.errR)
 	go c.reapChildren()
 	return c, nil
+}
+
+// oomScoreAdjPath is this process's OOM killer adjustment (-1000..1000).
+const oomScoreAdjPath = "/proc/self/oom_score_adj"
+
+// oomVictim is the adjustment commands start with: the OOM killer's first choice.
+const oomVictim = "1000"
+
+// oomScoreAdj is this process's adjustment file, opened by OpenOOMScoreAdj.
+var oomScoreAdj *os.File
+
+// OpenOOMScoreAdj opens this process's OOM adjustment for the commands it will start (see
+// preferAsOOMVictim). The helper calls it before it makes itself non-dumpable, which turns
+// its /proc files over to root: opened before, the file stays writable through this
+// descriptor (close-on-exec, so no command inherits it). Best effort: an error leaves
+// commands with the helper's adjustment.
+func OpenOOMScoreAdj() error {
+	f, err := os.OpenFile(oomScoreAdjPath, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	oomScoreAdj = f
+	return nil
+}
+
+// preferAsOOMVictim makes the command, and everything it forks, the OOM killer's first
+// choice in the container's memory cgroup, before the helper: a memory or fork bomb past
+// the limit then loses its own processes and is reported OUT_OF_MEMORY, instead of the
+// helper dying mid-call (an outcome nobody can report). An unprivileged process may raise
+// its adjustment and lower it again down to the value it was given, so the helper raises
+// its own for the instant of the fork (the child inherits it) and restores it; the
+// returned function restores. Where the file was not opened or cannot be written, nothing
+// changes. (Against a helper the runtime gave an adjustment close to the maximum already —
+// a Burstable Pod's is 1000 minus its share of the node's memory — this gains little, and
+// a bomb of many small processes can still make the helper, the largest one, the victim:
+// the gateway then reports an unknown outcome.)
+func preferAsOOMVictim() (restore func()) {
+	f := oomScoreAdj
+	if f == nil {
+		return func() {}
+	}
+	buf := make([]byte, 16)
+	n, err := f.ReadAt(buf, 0)
+	if n == 0 || (err != nil && !errors.Is(err, io.EOF)) {
+		return func() {}
+	}
+	was := []byte(strings.TrimSpace(string(buf[:n])))
+	if string(was) == oomVictim {
+		return func() {}
+	}
+	if _, err := f.WriteAt([]byte(oomVictim), 0); err != nil {
+		return func() {}
+	}
+	return func() { _, _ = f.WriteAt(was, 0) }
 }
 
 // copyOutput consumes one stream until EOF (no writer left) or its read deadline (see drain).

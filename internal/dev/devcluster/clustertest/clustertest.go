@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devimage"
 )
 
 // KeepEnv keeps the cluster's state directory (logs, etcd data) after the tests when set
@@ -45,6 +46,8 @@ type Options struct {
 	Nodes int
 	// ImageFiles maps paths inside executor images to local files.
 	ImageFiles map[string]string
+	// RealNode, when set, joins the real node (RealNodeImages builds its images).
+	RealNode *devcluster.RealNodeOptions
 }
 
 var (
@@ -69,6 +72,7 @@ func Main(m *testing.M, opts Options) int {
 		StateDir:   stateDir,
 		Nodes:      opts.Nodes,
 		ImageFiles: opts.ImageFiles,
+		RealNode:   opts.RealNode,
 		Logf:       func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 	})
 	cancel()
@@ -163,6 +167,8 @@ var Hostile = map[string]string{
 	"exitcode": `printf '\000\000\000\002\022\000'; exit 3`,
 	// A valid empty response, then never exits.
 	"lingers": `printf '\000\000\000\002\022\000'; exec sleep 3600`,
+	// Takes the request, then dies by SIGKILL before answering (as the OOM killer kills).
+	"killed": `head -c 4 >/dev/null; kill -KILL $$`,
 }
 
 // ExecutorFiles returns Options.ImageFiles with the helper ($EXECPLANE_HELPER_BIN, or built
@@ -196,6 +202,39 @@ func ExecutorFiles(dir, modRoot string) (map[string]string, error) {
 func GoBuild(modRoot, out, pkg string, flags ...string) error {
 	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", out, pkg)...)
 	cmd.Dir = modRoot
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// RealNodeImages builds the real node's images into dir/images.tar: the helper
+// ($EXECPLANE_HELPER_BIN, which must be static, or built from modRoot's cmd/helper), the
+// sandbox process (internal/dev/pause) and the machine's static busybox.
+func RealNodeImages(dir, modRoot string) (*devcluster.RealNodeOptions, error) {
+	helper := os.Getenv("EXECPLANE_HELPER_BIN")
+	if helper == "" {
+		helper = filepath.Join(dir, "helper")
+		if err := staticBuild(modRoot, helper, "./cmd/helper"); err != nil {
+			return nil, err
+		}
+	}
+	pause := filepath.Join(dir, "pause")
+	if err := staticBuild(modRoot, pause, "./internal/dev/pause"); err != nil {
+		return nil, err
+	}
+	archive := filepath.Join(dir, "images.tar")
+	if err := devimage.WriteStack(archive, devimage.Binaries{Helper: helper, Pause: pause, Busybox: devimage.BusyboxPath}); err != nil {
+		return nil, err
+	}
+	return &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef}, nil
+}
+
+// staticBuild builds pkg as a static binary: the images hold no C library.
+func staticBuild(modRoot, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = modRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
 	}
