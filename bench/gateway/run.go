@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devimage"
 	"github.com/execplane/execplane/internal/dev/devsystem"
 	"github.com/execplane/execplane/internal/gateway"
 	"github.com/execplane/execplane/internal/kube"
@@ -32,12 +33,21 @@ import (
 )
 
 // The benchmark's profile: files up to 8 MiB, so that the 5 MiB transfer fits one call.
-const (
-	profileName  = "bench"
-	profilesYAML = `profiles:
+const profileName = "bench"
+
+// profilesYAML is the profile for the node kind: on the fake node the image is a name and
+// the node exec endpoint runs the helper as a local process; on the real node, the example
+// executor image in a container.
+func profilesYAML(node string) string {
+	image, placement := "registry.example/bench:1", ""
+	if node == nodeReal {
+		image = devimage.ExecutorRef
+		placement = fmt.Sprintf("    nodeSelector: {%[1]s: \"true\"}\n    tolerations: [{key: %[1]s, operator: Exists, effect: NoSchedule}]\n", devcluster.RealNodeLabel)
+	}
+	return fmt.Sprintf(`profiles:
   bench:
-    image: registry.example/bench:1
-    storageClass: kwok-volume
+    image: %s
+    storageClass: %s
     storageSize: 1Gi
     memoryLimit: 256Mi
     tmpSizeLimit: 16Mi
@@ -45,7 +55,13 @@ const (
     maxCommandBytes: 65536
     maxCommandDuration: 1m
     maxEnvironments: 10
-`
+%s`, image, devcluster.StorageClassName, placement)
+}
+
+// Node kinds the executor runs on.
+const (
+	nodeKWOK = "kwok"
+	nodeReal = "real"
 )
 
 // Sizes of the transfers the issue names.
@@ -57,9 +73,10 @@ const (
 )
 
 type options struct {
-	n, nLarge, concurrency, rounds int
-	duration                       time.Duration
-	controller, gateway, helper    string
+	n, nLarge, concurrency, rounds     int
+	duration                           time.Duration
+	controller, gateway, helper, pause string
+	nodes                              []string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -77,40 +94,82 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.controller, "controller", filepath.Join(root, "bin/controller"), "controller binary (make build)")
 	fs.StringVar(&o.gateway, "gateway", filepath.Join(root, "bin/gateway"), "gateway binary (make build)")
 	fs.StringVar(&o.helper, "helper", filepath.Join(root, "bin/helper"), "static helper binary (make build)")
+	fs.StringVar(&o.pause, "pause", filepath.Join(root, "bin/pause"), "the real node's static sandbox binary (make bin/pause)")
+	nodes := fs.String("nodes", nodeKWOK+","+nodeReal, "the node kinds to measure on, in order: "+nodeKWOK+" (the helper a process of this machine) and "+nodeReal+" (a container on the real node)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for _, bin := range []string{o.controller, o.gateway, o.helper} {
-		if _, err := os.Stat(bin); err != nil {
-			return fmt.Errorf("%w (run make build first)", err)
+	o.nodes = strings.Split(*nodes, ",")
+	bins := []string{o.controller, o.gateway, o.helper}
+	for _, n := range o.nodes {
+		switch n {
+		case nodeKWOK:
+		case nodeReal:
+			bins = append(bins, o.pause)
+		default:
+			return fmt.Errorf("-nodes: unknown node kind %q", n)
 		}
 	}
+	for _, bin := range bins {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("%w (run make build bin/pause first)", err)
+		}
+	}
+	var results []nodeResult
+	for i, node := range o.nodes {
+		r, err := benchNode(ctx, o, root, node, i == 0)
+		if err != nil {
+			return fmt.Errorf("on the %s node: %w", node, err)
+		}
+		results = append(results, r)
+	}
+	report(os.Stdout, o, results)
+	return nil
+}
+
+// nodeResult is what one node kind measured; the throughput (no exec) only on the first.
+type nodeResult struct {
+	node  string
+	pairs []comparison
+	tp    *rates
+}
+
+// benchNode runs the measurements on a fresh local cluster whose executor runs on node.
+func benchNode(ctx context.Context, o options, root, node string, withThroughput bool) (nodeResult, error) {
+	res := nodeResult{node: node}
 
 	dir, err := os.MkdirTemp("", "bench-gateway-")
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer os.RemoveAll(dir)
-	logf("starting the local cluster")
-	c, err := devcluster.Start(ctx, devcluster.Options{StateDir: filepath.Join(dir, "cluster"),
-		ImageFiles: map[string]string{devcluster.HelperImagePath: o.helper}})
+	copts := devcluster.Options{StateDir: filepath.Join(dir, "cluster"), ImageFiles: map[string]string{devcluster.HelperImagePath: o.helper}}
+	if node == nodeReal {
+		archive := filepath.Join(dir, "images.tar")
+		if err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.helper, Pause: o.pause, Busybox: devimage.BusyboxPath}); err != nil {
+			return res, err
+		}
+		copts.RealNode = &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef}
+	}
+	logf("starting the local cluster (executor on the %s node)", node)
+	c, err := devcluster.Start(ctx, copts)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer c.Stop()
 	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/crds")); err != nil {
-		return err
+		return res, err
 	}
 	ns, err := c.CreateNamespace(ctx, "bench")
 	if err != nil {
-		return err
+		return res, err
 	}
 	logf("starting the controller and a gateway")
 	sys, err := devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(dir, "system"),
 		ControllerBin: o.controller, GatewayBin: o.gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
-		Profiles: []byte(profilesYAML)})
+		Profiles: []byte(profilesYAML(node))})
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer sys.Stop()
 
@@ -118,7 +177,7 @@ func run(ctx context.Context, args []string) error {
 	// raise it to the gateway's own bound, as the SDK does.
 	conn, err := sys.Dial(devsystem.Caller, 0, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer conn.Close()
 	api := executionv1grpc.NewExecutionProviderServiceClient(conn)
@@ -126,44 +185,45 @@ func run(ctx context.Context, args []string) error {
 	logf("ensuring an environment and waiting until it is ready")
 	e, err := sdk.Ensure(ctx, client.EnsureRequest{Owner: client.Owner{Issuer: "https://idp.example", Subject: "bench"}, BindingID: "bench", Profile: profileName})
 	if err != nil {
-		return err
+		return res, err
 	}
 	s, err := e.Acquire(ctx, client.AcquireOptions{RunID: "bench", TTL: client.MaxRunTTL})
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer s.Close(context.WithoutCancel(ctx))
 
 	clients, err := kube.NewClients(kube.ClientOptions{Kubeconfig: c.Kubeconfig(), UserAgent: "bench-gateway", QPS: 1000, Burst: 2000})
 	if err != nil {
-		return err
+		return res, err
 	}
 	restCfg := clients.REST
 	env, err := clients.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, e.ID(), metav1.GetOptions{})
 	if err != nil {
-		return err
+		return res, err
 	}
 	if env.Status.Pod == nil {
-		return errors.New("the environment records no executor Pod")
+		return res, errors.New("the environment records no executor Pod")
 	}
 	raw := rawExec{rest: restCfg, kube: clients.Kube, namespace: ns, pod: env.Status.Pod.Name}
 
 	executor, err := gateway.NewPodExecutor(gateway.PodExecutorConfig{HelperPath: devcluster.HelperImagePath}, restCfg, ns)
 	if err != nil {
-		return err
+		return res, err
 	}
 	leg := &helperLeg{executor: executor, pod: gateway.PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}}
-	pairs, err := measureData(ctx, o, s, leg, raw)
-	if err != nil {
-		return err
+	if res.pairs, err = measureData(ctx, o, s, leg, raw); err != nil {
+		return res, err
 	}
-	logf("throughput: %d callers, %d rounds of %s per side", o.concurrency, o.rounds, o.duration)
-	tp, err := measureThroughput(ctx, o, sys, api)
-	if err != nil {
-		return err
+	if withThroughput {
+		logf("throughput: %d callers, %d rounds of %s per side", o.concurrency, o.rounds, o.duration)
+		tp, err := measureThroughput(ctx, o, sys, api)
+		if err != nil {
+			return res, err
+		}
+		res.tp = &tp
 	}
-	report(os.Stdout, o, pairs, tp)
-	return nil
+	return res, nil
 }
 
 // measureData compares the data plane with its exec leg and with raw exec on the same Pod.
@@ -305,20 +365,28 @@ func measureThroughput(ctx context.Context, o options, sys *devsystem.System, ap
 	return r, nil
 }
 
-func report(w io.Writer, o options, cs []comparison, tp rates) {
+func report(w io.Writer, o options, results []nodeResult) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(w, "\n| operation | samples per side | gateway p50 / p90 (ms) | exec leg alone p50 / p90 (ms) | baseline | baseline p50 / p90 (ms) | **gateway ÷ baseline** | gateway ÷ exec leg |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|\n")
-	for _, c := range cs {
-		fmt.Fprintf(w, "| %s | %d | %s / %s | %s / %s | %s | %s / %s | **%.2f** | %.2f |\n", c.name, len(c.gateway),
-			ms(c.gateway.quantile(0.5)), ms(c.gateway.quantile(0.9)), ms(c.leg.quantile(0.5)), ms(c.leg.quantile(0.9)),
-			c.baseline, ms(c.raw.quantile(0.5)), ms(c.raw.quantile(0.9)), c.ratio(), c.overhead())
+	fmt.Fprintf(w, "\n| operation | node | samples per side | gateway p50 / p90 (ms) | exec leg alone p50 / p90 (ms) | baseline | baseline p50 / p90 (ms) | **gateway ÷ baseline** | gateway ÷ exec leg |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|\n")
+	for i := range results[0].pairs {
+		for _, r := range results {
+			c := r.pairs[i]
+			fmt.Fprintf(w, "| %s | %s | %d | %s / %s | %s / %s | %s | %s / %s | **%.2f** | %.2f |\n", c.name, r.node, len(c.gateway),
+				ms(c.gateway.quantile(0.5)), ms(c.gateway.quantile(0.9)), ms(c.leg.quantile(0.5)), ms(c.leg.quantile(0.9)),
+				c.baseline, ms(c.raw.quantile(0.5)), ms(c.raw.quantile(0.9)), c.ratio(), c.overhead())
+		}
 	}
-	g, b := median(tp.gateway), median(tp.baseline)
-	fmt.Fprintf(w, "\n| throughput at concurrency %d | rounds | median RPC/s | every round |\n|---|---|---|---|\n", o.concurrency)
-	fmt.Fprintf(w, "| gateway: authorised ValidateProfile | %d × %s | %.0f | %s |\n", len(tp.gateway), o.duration, g, join(tp.gateway))
-	fmt.Fprintf(w, "| baseline: bare grpc-go mTLS echo | %d × %s | %.0f | %s |\n", len(tp.baseline), o.duration, b, join(tp.baseline))
-	fmt.Fprintf(w, "| **gateway ÷ baseline** | | **%.2f** | |\n", g/b)
+	for _, r := range results {
+		if r.tp == nil {
+			continue
+		}
+		g, b := median(r.tp.gateway), median(r.tp.baseline)
+		fmt.Fprintf(w, "\n| throughput at concurrency %d | rounds | median RPC/s | every round |\n|---|---|---|---|\n", o.concurrency)
+		fmt.Fprintf(w, "| gateway: authorised ValidateProfile | %d × %s | %.0f | %s |\n", len(r.tp.gateway), o.duration, g, join(r.tp.gateway))
+		fmt.Fprintf(w, "| baseline: bare grpc-go mTLS echo | %d × %s | %.0f | %s |\n", len(r.tp.baseline), o.duration, b, join(r.tp.baseline))
+		fmt.Fprintf(w, "| **gateway ÷ baseline** | | **%.2f** | |\n", g/b)
+	}
 }
 
 func join(v []float64) string {

@@ -25,7 +25,7 @@ const (
 	hostileDir = clustertest.HostileDir
 )
 
-func TestMain(m *testing.M) { os.Exit(clustertest.MainWithExecutors(m, "../..")) }
+func TestMain(m *testing.M) { os.Exit(clustertest.MainWithExecutors(m, "../..", nil)) }
 
 // executorPod starts an executor Pod (built as the controller builds it) on a claim and
 // waits until it runs.

@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	// Executors run the real helper (for the session through chart-rendered processes).
-	code := clustertest.MainWithExecutors(m, "../..")
+	code := clustertest.MainWithExecutors(m, "../..", nil)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/precondition"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,8 +44,14 @@ type session struct {
 // ensureReady ensures the binding's environment, waits until it is ready and acquires a run.
 func ensureReady(t *testing.T, api executionv1grpc.ExecutionProviderServiceClient, subject, binding string) *session {
 	t.Helper()
+	return ensureReadyOn(t, api, subject, binding, profiletest.Name)
+}
+
+// ensureReadyOn is ensureReady with the environment built from profile.
+func ensureReadyOn(t *testing.T, api executionv1grpc.ExecutionProviderServiceClient, subject, binding, profile string) *session {
+	t.Helper()
 	s := &session{api: api, owner: ownerOf(subject), binding: binding}
-	resp, err := api.EnsureEnvironment(callCtx(t), &executionv1.EnsureEnvironmentRequest{OperationId: op(), Owner: s.owner, BindingId: binding, Profile: profiletest.Name})
+	resp, err := api.EnsureEnvironment(callCtx(t), &executionv1.EnsureEnvironmentRequest{OperationId: op(), Owner: s.owner, BindingId: binding, Profile: profile})
 	if err != nil {
 		t.Fatalf("ensure: %v", err)
 	}
@@ -111,24 +118,37 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, reason stri
 }
 
 // Every RPC's happy path through a gateway process, against the controller process and the
-// real helper in a KWOK executor: ensure → ready → acquire → every file operation → a
-// command reading a file → renew → references → release → retire → delete-retired.
+// real helper — in a KWOK executor (the helper a process of this machine) and in a container
+// of the example executor image on the real node: ensure → ready → acquire → every file
+// operation → a command reading a file → renew → references → release → retire →
+// delete-retired.
 func TestSessionEveryRPC(t *testing.T) {
+	for _, node := range []struct{ name, profile string }{{"kwok", profiletest.Name}, {"real-node", realNodeProfile}} {
+		t.Run(node.name, func(t *testing.T) {
+			if node.profile == realNodeProfile && realNodeMissing != nil {
+				precondition.Missing(t, "the real node: %v", realNodeMissing)
+			}
+			sessionEveryRPC(t, node.profile)
+		})
+	}
+}
+
+func sessionEveryRPC(t *testing.T, profile string) {
 	sys := startSystem(t, 1)
 	api := sys.dial(t, "caller", 0)
 	admin := sys.dial(t, "admin", 0)
 	ctx := callCtx(t)
 
-	vp, err := api.ValidateProfile(ctx, &executionv1.ValidateProfileRequest{Profile: profiletest.Name})
+	vp, err := api.ValidateProfile(ctx, &executionv1.ValidateProfileRequest{Profile: profile})
 	if err != nil || vp.GetProfile().GetMaxFileBytes() != 1<<20 || len(vp.GetProfile().GetDigest()) != 71 {
 		t.Fatalf("validate profile: %v %v", vp, err)
 	}
-	_, err = api.ValidateProfile(ctx, &executionv1.ValidateProfileRequest{Profile: profiletest.Name, ExpectedDigest: vp.GetProfile().GetDigest()})
+	_, err = api.ValidateProfile(ctx, &executionv1.ValidateProfileRequest{Profile: profile, ExpectedDigest: vp.GetProfile().GetDigest()})
 	if err != nil {
 		t.Fatalf("validate profile with its digest: %v", err)
 	}
 
-	s := ensureReady(t, api, "alice", "conv-1")
+	s := ensureReadyOn(t, api, "alice", "conv-1", profile)
 	if s.run.GetEpoch() != s.env.GetEpoch() || s.runG.GetToken() == "" {
 		t.Fatalf("run %v on environment epoch %d", s.run, s.env.GetEpoch())
 	}

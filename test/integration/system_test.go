@@ -1,6 +1,7 @@
 // Package integration_test runs the whole system as it is deployed: the local cluster (real
 // kube-apiserver, etcd, controller-manager, scheduler; KWOK nodes whose pods/exec runs the
-// real helper), a controller process and gateway processes, and callers over mTLS.
+// real helper; the real node, where it runs in a container), a controller process and
+// gateway processes, and callers over mTLS.
 package integration_test
 
 import (
@@ -16,13 +17,18 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devimage"
 	"github.com/execplane/execplane/internal/dev/devsystem"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 var controllerBin, gatewayBin, execctlBin, grpcurlBin, healthProbeBin string
+
+// realNodeMissing says why the package's cluster has no real node (nil when it has one).
+var realNodeMissing error
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "e2e-bin-")
@@ -49,7 +55,14 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := clustertest.MainWithExecutors(m, "../..")
+	var node *devcluster.RealNodeOptions
+	if realNodeMissing = devcluster.RealNodeAvailable(); realNodeMissing == nil {
+		if node, err = clustertest.RealNodeImages(dir, "../.."); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	code := clustertest.MainWithExecutors(m, "../..", node)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -60,6 +73,26 @@ const (
 	plainClient = "plain"  // a client with no capability
 	scopedAdmin = "scoped" // an administrator of "other"'s environments only
 )
+
+// realNodeProfile runs the example executor image on the cluster's real node (the
+// profiletest profile's limits), beside profiletest's on the fake nodes.
+const realNodeProfile = "real-node"
+
+var realNodeProfileYAML = fmt.Sprintf(`  %s:
+    image: %s
+    storageClass: %s
+    storageSize: 1Gi
+    memoryLimit: 64Mi
+    tmpSizeLimit: 16Mi
+    maxFileBytes: 1048576
+    maxCommandBytes: 65536
+    maxCommandDuration: 5m
+    maxEnvironments: 50
+    nodeSelector:
+      %s: "true"
+    tolerations:
+    - {key: %s, operator: Exists, effect: NoSchedule}
+`, realNodeProfile, devimage.ExecutorRef, devcluster.StorageClassName, devcluster.RealNodeLabel, devcluster.RealNodeTaint)
 
 // system is one deployment in its own namespaces: ns for the control plane, executors for
 // the environments and their Pods (the chart's shape).
@@ -93,7 +126,7 @@ func startSystem(t *testing.T, n int) *system {
 	sys, err := devsystem.Start(t.Context(), devsystem.Options{
 		Kubeconfig: s.kubeconfig, Namespace: s.ns, ExecutorNamespace: s.executors, Dir: t.TempDir(),
 		ControllerBin: controllerBin, GatewayBin: gatewayBin, Gateways: n,
-		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(50)),
+		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(50) + realNodeProfileYAML),
 		ExtraClients: []devbundle.ExtraClient{
 			{Name: otherClient, MayAttestOwner: true},
 			{Name: plainClient},

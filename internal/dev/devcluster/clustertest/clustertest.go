@@ -245,9 +245,10 @@ func staticBuild(modRoot, out, pkg string) error {
 var LocalHelper string
 
 // MainWithExecutors is Main with ExecutorFiles (the real helper at HelperPath, the hostile
-// stand-ins under HostileDir) in a temporary directory removed afterwards. modRoot is the
-// module root, relative to the test package.
-func MainWithExecutors(m *testing.M, modRoot string) int {
+// stand-ins under HostileDir) in a temporary directory removed afterwards, and the real node
+// when realNode is set (RealNodeImages). modRoot is the module root, relative to the test
+// package.
+func MainWithExecutors(m *testing.M, modRoot string, realNode *devcluster.RealNodeOptions) int {
 	dir, err := os.MkdirTemp("", "executor-files-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "clustertest:", err)
@@ -260,7 +261,7 @@ func MainWithExecutors(m *testing.M, modRoot string) int {
 		return 1
 	}
 	LocalHelper = files[HelperPath]
-	return Main(m, Options{ImageFiles: files})
+	return Main(m, Options{ImageFiles: files, RealNode: realNode})
 }
 
 // Eventually polls cond every 50 ms until it holds, failing the test after d.

@@ -1,0 +1,188 @@
+// Package demo_test runs the stack `make demo` starts, as a user would, on each kind of node:
+// it starts clusters of its own (execctl dev up), so it keeps none in the package.
+package demo_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devstack"
+	"github.com/execplane/execplane/internal/dev/precondition"
+	"github.com/execplane/execplane/internal/executor"
+)
+
+var controllerBin, gatewayBin, execctlBin, helperBin, pauseBin string
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "demo-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	controllerBin, gatewayBin, execctlBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway"), filepath.Join(dir, "execctl")
+	helperBin, pauseBin = filepath.Join(dir, "helper"), filepath.Join(dir, "pause")
+	for _, b := range []struct{ out, pkg string }{
+		{controllerBin, "./cmd/controller"}, {gatewayBin, "./cmd/gateway"}, {execctlBin, "./cmd/execctl"},
+	} {
+		if err := clustertest.GoBuild("../..", b.out, b.pkg, "-race"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	// Static, as make build and bin/pause build them: the real node's images hold no libc.
+	for _, b := range []struct{ out, pkg string }{{helperBin, "./cmd/helper"}, {pauseBin, "./internal/dev/pause"}} {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", b.out, b.pkg)
+		cmd.Dir, cmd.Env = "../..", append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.pkg, err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// upTimeout covers the stack's start, and on the real node the wait for the machine's real
+// node lock while another test package holds it (a few minutes).
+const upTimeout = 15 * time.Minute
+
+// The stack `make demo` starts, on the real node (its default) and on the fake nodes: `execctl
+// dev up` with the controller and gateway binaries brings up a cluster of its own and
+// execplane on it in the background, `execctl dev demo` walks a real client through the
+// session, a command in a new environment runs as the profile's user (the real node's
+// container: 65532; the fake node: this machine's user, the helper a local process),
+// `execctl dev down` leaves nothing running — on the real node, the machine as it was — and
+// a new stack in the same directory starts afresh.
+func TestDemoStack(t *testing.T) {
+	for _, node := range []string{devstack.NodeReal, devstack.NodeKWOK} {
+		t.Run(node, func(t *testing.T) {
+			if testing.Short() {
+				t.Skip("starts local clusters (run without -short)")
+			}
+			var before devcluster.HostState
+			if node == devstack.NodeReal {
+				if err := devcluster.RealNodeAvailable(); err != nil {
+					precondition.Missing(t, "the real node: %v", err)
+				}
+				var err error
+				if before, err = devcluster.SnapshotHost(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			demoStack(t, node)
+			if node == devstack.NodeReal {
+				after, err := devcluster.SnapshotHost()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := after.Diff(before); len(d) > 0 {
+					t.Fatalf("after dev down the machine is not as before:\n  %s", strings.Join(d, "\n  "))
+				}
+			}
+		})
+	}
+}
+
+func demoStack(t *testing.T, node string) {
+	state := filepath.Join(t.TempDir(), "dev")
+	execctl := func(timeout time.Duration, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(execctlBin, args...)
+		cmd.Dir = "../.."
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(timeout):
+				_ = cmd.Process.Kill()
+			}
+		}()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("execctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	defer func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(state, "devstack.log"))
+			t.Logf("--- devstack log ---\n%s", log)
+		}
+		_ = exec.Command(execctlBin, "dev", "down", "--state-dir", state).Run()
+	}()
+	upArgs := []string{"dev", "up", "--state-dir", state, "--node", node, "--helper", helperBin, "--pause", pauseBin,
+		"--controller", controllerBin, "--gateway", gatewayBin}
+	up := execctl(upTimeout, upArgs...)
+	if !strings.Contains(up, "source "+filepath.Join(state, "caller.env")) {
+		t.Fatalf("up did not say how to reach the stack:\n%s", up)
+	}
+	pid, err := os.ReadFile(filepath.Join(state, "devstack.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := execctl(time.Minute, upArgs...); !strings.Contains(again, "already running") {
+		t.Fatalf("a second up:\n%s", again)
+	}
+	demo := execctl(3*time.Minute, "dev", "demo", "--state-dir", state)
+	for _, want := range []string{"10/10 delete the retired environment", `"HELLO FROM AN EXECPLANE WORKSPACE\n"`, "done in"} {
+		if !strings.Contains(demo, want) {
+			t.Fatalf("the walkthrough lacks %q:\n%s", want, demo)
+		}
+	}
+	// By hand, as docs/quickstart.md says: a command in a new environment, and who runs it.
+	script := fmt.Sprintf(`set -e
+. %s
+out=$(%[2]s env ensure by-hand --profile %[3]s)
+id=$(echo "$out" | awk 'NR==2 {print $1}'); rev=$(echo "$out" | awk 'NR==2 {print $2}')
+%[2]s run acquire by-hand "$id" --revision "$rev" --run-id turn-1 >/dev/null
+%[2]s exec "$id" -- id -u
+%[2]s run release "$id" >/dev/null`, filepath.Join(state, "caller.env"), execctlBin, devstack.DemoProfile)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = "../.."
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("by hand: %v\n%s%s", err, out, stderr.String())
+	}
+	want := strconv.Itoa(os.Getuid()) // the fake node runs the helper as this machine's user
+	if node == devstack.NodeReal {
+		want = strconv.Itoa(executor.RunAsUser)
+	}
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("execctl exec ENV -- id -u printed %q, want %s", got, want)
+	}
+	if down := execctl(time.Minute, "dev", "down", "--state-dir", state); !strings.Contains(down, "stopped") {
+		t.Fatalf("down:\n%s", down)
+	}
+	// A second stack in the same directory starts afresh (new material, no stale state).
+	execctl(upTimeout, upArgs...)
+	if again := execctl(3*time.Minute, "dev", "demo", "--state-dir", state); !strings.Contains(again, "done in") {
+		t.Fatalf("the walkthrough on a second stack:\n%s", again)
+	}
+	execctl(time.Minute, "dev", "down", "--state-dir", state)
+	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(n, 0); err == nil {
+		t.Fatalf("the stack's daemon (pid %d) still runs after down", n)
+	}
+}
