@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,8 +59,10 @@ type nodeLedger struct {
 	CreatedPaths []string `json:"createdPaths"`
 }
 
+func (l *nodeLedger) marshal() ([]byte, error) { return json.MarshalIndent(l, "", "  ") }
+
 func (l *nodeLedger) write() error {
-	data, err := json.MarshalIndent(l, "", "  ")
+	data, err := l.marshal()
 	if err != nil {
 		return err
 	}
@@ -75,9 +78,21 @@ func readLedger() (*nodeLedger, error) {
 	if err != nil {
 		return nil, err
 	}
-	var l nodeLedger
-	if err := json.Unmarshal(data, &l); err != nil {
+	l, err := unmarshalLedger(data)
+	if err != nil {
 		return nil, fmt.Errorf("devcluster: %s: %w", nodeLedgerPath, err)
+	}
+	return l, nil
+}
+
+// unmarshalLedger decodes a ledger strictly: a field this version does not know may be a
+// change it would not undo.
+func unmarshalLedger(data []byte) (*nodeLedger, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var l nodeLedger
+	if err := dec.Decode(&l); err != nil {
+		return nil, err
 	}
 	return &l, nil
 }
@@ -86,12 +101,18 @@ func readLedger() (*nodeLedger, error) {
 // its holder dies.
 type nodeLock struct{ f *os.File }
 
-// lockNode takes the lock, waiting while another real node holds it.
+// lockNode takes the machine's real-node lock, waiting while another real node holds it.
 func lockNode(ctx context.Context, logf func(string, ...any)) (*nodeLock, error) {
 	if err := os.MkdirAll(nodeRunDir, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(nodeLockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	return lockFile(ctx, nodeLockPath, logf)
+}
+
+// lockFile takes an exclusive flock on path, polling while another holder has it, until ctx
+// ends. The file records the holder's PID.
+func lockFile(ctx context.Context, path string, logf func(string, ...any)) (*nodeLock, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -103,17 +124,17 @@ func lockNode(ctx context.Context, logf func(string, ...any)) (*nodeLock, error)
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("devcluster: lock %s: %w", nodeLockPath, err)
+			return nil, fmt.Errorf("devcluster: lock %s: %w", path, err)
 		}
 		if !waiting {
-			holder, _ := os.ReadFile(nodeLockPath)
+			holder, _ := os.ReadFile(path)
 			logf("devcluster: another real node runs on this machine (pid %s); waiting for it", strings.TrimSpace(string(holder)))
 			waiting = true
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("devcluster: waiting for the real node lock %s: %w", nodeLockPath, ctx.Err())
+			return nil, fmt.Errorf("devcluster: waiting for the real node lock %s: %w", path, ctx.Err())
 		case <-time.After(nodeLockPoll):
 		}
 	}
