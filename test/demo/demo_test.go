@@ -80,23 +80,32 @@ func TestDemoStack(t *testing.T) {
 				if err := devcluster.RealNodeAvailable(); err != nil {
 					precondition.Missing(t, "the real node: %v", err)
 				}
-				var err error
-				if before, err = devcluster.SnapshotHost(); err != nil {
-					t.Fatal(err)
-				}
+				before = idleSnapshot(t)
 			}
 			demoStack(t, node)
 			if node == devstack.NodeReal {
-				after, err := devcluster.SnapshotHost()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := after.Diff(before); len(d) > 0 {
+				if d := idleSnapshot(t).Diff(before); len(d) > 0 {
 					t.Fatalf("after dev down the machine is not as before:\n  %s", strings.Join(d, "\n  "))
 				}
 			}
 		})
 	}
+}
+
+// idleSnapshot reads the machine while no real node runs: under the machine's real-node
+// lock, which other test packages' nodes take turns on.
+func idleSnapshot(t *testing.T) devcluster.HostState {
+	t.Helper()
+	lock, err := devcluster.LockRealNode(clustertest.Context(t, upTimeout), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	s, err := devcluster.SnapshotHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func demoStack(t *testing.T, node string) {

@@ -68,10 +68,14 @@ const (
 	tmpSizeLimit       = 8 << 20
 )
 
-var profiles = fmt.Sprintf(`profiles:
-  %[1]s:
-    image: %[3]s
-    storageClass: %[5]s
+var profiles = "profiles:\n" + profileYAML(profileExample, devimage.ExecutorRef, "") +
+	profileYAML(profileHelperImage, devimage.UserlandRef, "    helperImage: "+devimage.HelperRef+"\n")
+
+// profileYAML is one profile of image on the real node, with extra lines.
+func profileYAML(name, image, extra string) string {
+	return fmt.Sprintf(`  %[1]s:
+    image: %[2]s
+%[3]s    storageClass: %[4]s
     storageSize: 1Gi
     memoryLimit: 256Mi
     tmpSizeLimit: 8Mi
@@ -80,26 +84,11 @@ var profiles = fmt.Sprintf(`profiles:
     maxCommandDuration: 5m
     maxEnvironments: 20
     nodeSelector:
-      %[6]s: "true"
+      %[5]s: "true"
     tolerations:
-    - {key: %[6]s, operator: Exists, effect: NoSchedule}
-  %[2]s:
-    image: %[4]s
-    helperImage: %[7]s
-    storageClass: %[5]s
-    storageSize: 1Gi
-    memoryLimit: 256Mi
-    tmpSizeLimit: 8Mi
-    maxFileBytes: 1048576
-    maxCommandBytes: 65536
-    maxCommandDuration: 5m
-    maxEnvironments: 20
-    nodeSelector:
-      %[6]s: "true"
-    tolerations:
-    - {key: %[6]s, operator: Exists, effect: NoSchedule}
-`, profileExample, profileHelperImage, devimage.ExecutorRef, devimage.UserlandRef,
-	devcluster.StorageClassName, devcluster.RealNodeLabel, devimage.HelperRef)
+    - {key: %[5]s, operator: Exists, effect: NoSchedule}
+`, name, image, extra, devcluster.StorageClassName, devcluster.RealNodeLabel)
+}
 
 // system is execplane on the cluster with the real node: its controller and a gateway, a
 // caller and an administrator.

@@ -42,22 +42,30 @@ var ErrBinariesMissing = errors.New("local cluster binaries missing")
 // when set, otherwise the output of hack/build-cluster-bins.sh (which builds them once, ~7
 // minutes cold on 2 cores, and caches them by version).
 func FindBinaries(ctx context.Context) (string, error) {
-	dir := os.Getenv(BinEnv)
-	if dir == "" {
-		root, err := RepoRoot()
-		if err != nil {
-			return "", err
-		}
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-cluster-bins.sh"))
-		var out bytes.Buffer
-		cmd.Stdout = &out
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("building the local cluster binaries: %w", err)
-		}
-		dir = strings.TrimSpace(out.String())
+	dir, err := binaryDir(ctx, BinEnv, "build-cluster-bins.sh", "the local cluster binaries")
+	if err != nil {
+		return "", err
 	}
 	return dir, checkBinaries(dir)
+}
+
+// binaryDir is $env when set, otherwise the directory hack/<script> prints (building the
+// binaries once, cached by version).
+func binaryDir(ctx context.Context, env, script, what string) (string, error) {
+	if dir := os.Getenv(env); dir != "" {
+		return dir, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", script))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w", what, err)
+	}
+	return strings.TrimSpace(out.String()), nil
 }
 
 func checkBinaries(dir string) error {

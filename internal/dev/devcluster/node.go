@@ -70,6 +70,9 @@ type RealNodeOptions struct {
 	Images string
 	// SandboxImage is the Pods' sandbox (pause) image reference.
 	SandboxImage string
+	// HeldLock, when set, is the machine's real-node lock, already held by the caller
+	// (LockRealNode): Start uses it instead of taking the lock, and Stop leaves it held.
+	HeldLock *RealNodeLock
 }
 
 // realNode is the running real node.
@@ -82,25 +85,17 @@ type realNode struct {
 	before      HostState
 	procs       processes
 	logf        func(string, ...any)
+	// keepLock leaves the lock held on stop: the caller's (HeldLock).
+	keepLock bool
 }
 
 // FindNodeBinaries returns the directory of the real node's binaries: $EXECPLANE_NODE_BIN
 // when set, otherwise the output of hack/build-node-bins.sh (which builds them once, cached
 // by version).
 func FindNodeBinaries(ctx context.Context) (string, error) {
-	dir := os.Getenv(NodeBinEnv)
-	if dir == "" {
-		root, err := RepoRoot()
-		if err != nil {
-			return "", err
-		}
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-node-bins.sh"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("building the real node's binaries: %w", err)
-		}
-		dir = strings.TrimSpace(out.String())
+	dir, err := binaryDir(ctx, NodeBinEnv, "build-node-bins.sh", "the real node's binaries")
+	if err != nil {
+		return "", err
 	}
 	var missing []string
 	for _, name := range nodeBinaries {
@@ -152,7 +147,9 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 		return errors.New("devcluster: the real node needs Images and SandboxImage")
 	}
 	n := &realNode{opts: opts, dir: nodeDataDir, logDir: filepath.Join(c.opts.StateDir, "real-node"), logf: c.opts.Logf}
-	if n.lock, err = lockNode(ctx, c.opts.Logf); err != nil {
+	if opts.HeldLock != nil {
+		n.lock, n.keepLock = opts.HeldLock.l, true
+	} else if n.lock, err = lockNode(ctx, c.opts.Logf); err != nil {
 		return err
 	}
 	c.realNode = n
@@ -308,7 +305,9 @@ func (n *realNode) ready(ctx context.Context, c *Cluster) (bool, error) {
 // settings, the directories. It then compares the machine with the start's snapshot and
 // reports any difference. The lock is released last.
 func (n *realNode) stop() error {
-	defer n.lock.release()
+	if !n.keepLock {
+		defer n.lock.release()
+	}
 	if n.ledger == nil {
 		return nil
 	}

@@ -86,6 +86,16 @@ func realExecutorPod(name, claim string) *corev1.Pod {
 	return pod
 }
 
+func lockRealNode(t *testing.T, ctx context.Context) *devcluster.RealNodeLock {
+	t.Helper()
+	lock, err := devcluster.LockRealNode(ctx, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lock.Release)
+	return lock
+}
+
 func snapshot(t *testing.T) devcluster.HostState {
 	t.Helper()
 	s, err := devcluster.SnapshotHost()
@@ -109,8 +119,11 @@ func requireUnchanged(t *testing.T, before devcluster.HostState) {
 // cgroups, directories, processes and firewall rules.
 func TestRealNodeRunsTheExecutorImageAndLeavesTheMachineAsItWas(t *testing.T) {
 	node := realNodeOptions(t)
-	before := snapshot(t)
 	ctx := clustertest.Context(t, realNodeStartTimeout)
+	// Held from before to after: no other real node (another test package's) runs while the
+	// machine is compared.
+	node.HeldLock = lockRealNode(t, ctx)
+	before := snapshot(t)
 	c := startWithRealNode(t, ctx, keptDir(t), node)
 	stopped := false
 	defer func() {
@@ -147,14 +160,17 @@ func TestRealNodeRunsTheExecutorImageAndLeavesTheMachineAsItWas(t *testing.T) {
 const crashEnv = "EXECPLANE_TEST_REAL_NODE_OWNER"
 
 // TestRealNodeOwner is the process TestRealNodeCrashIsCleanedUpByTheNextStart kills: it
-// starts a cluster with the real node and a running Pod, says so, and waits to be killed.
+// starts a cluster with the real node and a running Pod, says so, and waits to be killed. It
+// runs under the lock its parent holds (descriptor 3, inherited).
 func TestRealNodeOwner(t *testing.T) {
 	dir := os.Getenv(crashEnv)
 	if dir == "" {
 		t.Skip("run by TestRealNodeCrashIsCleanedUpByTheNextStart")
 	}
 	ctx := context.Background()
-	c := startWithRealNode(t, ctx, dir, &devcluster.RealNodeOptions{Images: filepath.Join(dir, "..", "images.tar"), SandboxImage: devimage.PauseRef})
+	lock := devcluster.RealNodeLockFrom(os.NewFile(3, "real-node-lock"))
+	c := startWithRealNode(t, ctx, dir, &devcluster.RealNodeOptions{Images: filepath.Join(dir, "..", "images.tar"),
+		SandboxImage: devimage.PauseRef, HeldLock: lock})
 	ns, err := c.CreateNamespace(ctx, "crash")
 	if err != nil {
 		t.Fatal(err)
@@ -167,9 +183,13 @@ func TestRealNodeOwner(t *testing.T) {
 
 // A run killed with its real node up leaves containers, mounts, the address, the bridge and
 // the changed kernel settings behind; the next start finds its ledger and undoes all of it
-// before it starts, and its own stop leaves the machine as it was before either.
+// before it starts, and its own stop leaves the machine as it was before either. The test
+// holds the machine's lock throughout (the killed owner ran under it), so that no other real
+// node cleans up in between.
 func TestRealNodeCrashIsCleanedUpByTheNextStart(t *testing.T) {
 	node := realNodeOptions(t)
+	ctx := clustertest.Context(t, realNodeStartTimeout)
+	node.HeldLock = lockRealNode(t, ctx)
 	before := snapshot(t)
 	parent := t.TempDir()
 	if err := os.Rename(node.Images, filepath.Join(parent, "images.tar")); err != nil {
@@ -177,9 +197,9 @@ func TestRealNodeCrashIsCleanedUpByTheNextStart(t *testing.T) {
 	}
 	node.Images = filepath.Join(parent, "images.tar")
 	state := filepath.Join(parent, "state")
-	ctx := clustertest.Context(t, realNodeStartTimeout)
-	owner := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRealNodeOwner$", "-test.v", "-test.timeout=0")
+	owner := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRealNodeOwner$", "-test.v", "-test.timeout=0", "-test.short")
 	owner.Env = append(os.Environ(), crashEnv+"="+state)
+	owner.ExtraFiles = []*os.File{node.HeldLock.File()}
 	owner.Stderr = os.Stderr
 	out, err := owner.StdoutPipe()
 	if err != nil {

@@ -144,6 +144,33 @@ func lockFile(ctx context.Context, path string, logf func(string, ...any)) (*nod
 	return &nodeLock{f: f}, nil
 }
 
+// RealNodeLock is the machine's real-node lock held by a caller that keeps the machine
+// across cluster starts: a test that compares the machine before and after, or that crashes
+// a node on purpose and proves the next start cleans up (RealNodeOptions.HeldLock).
+type RealNodeLock struct{ l *nodeLock }
+
+// LockRealNode takes the machine's real-node lock, waiting while a real node runs.
+func LockRealNode(ctx context.Context, logf func(string, ...any)) (*RealNodeLock, error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	l, err := lockNode(ctx, logf)
+	if err != nil {
+		return nil, err
+	}
+	return &RealNodeLock{l: l}, nil
+}
+
+// RealNodeLockFrom is the lock held through f, an inherited descriptor of the lock file
+// (File, passed to a child process): the flock belongs to the open file, which both share.
+func RealNodeLockFrom(f *os.File) *RealNodeLock { return &RealNodeLock{l: &nodeLock{f: f}} }
+
+// File is the lock's open file, for a child process to inherit (exec.Cmd.ExtraFiles).
+func (r *RealNodeLock) File() *os.File { return r.l.f }
+
+// Release releases the lock.
+func (r *RealNodeLock) Release() { r.l.release() }
+
 func (l *nodeLock) release() {
 	if l != nil && l.f != nil {
 		_ = l.f.Truncate(0)
