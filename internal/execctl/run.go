@@ -125,6 +125,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return runDemo(ctx, args[1:], stdout)
 	case "bundle":
 		return runBundle(args[1:], stdout, stderr)
+	case "host":
+		return runHost(ctx, args[1:], stdout, stderr)
 	}
 	if devCommands[args[0]] {
 		args = append(args[1:len(args):len(args)], args[0])

@@ -45,14 +45,14 @@ var nodeProgramNames = []string{"containerd", "containerd-shim", "containerd-shi
 
 // HostState is a snapshot of the parts of the machine the real node changes.
 type HostState struct {
-	Sysctls   map[string]string
-	Addresses []string // "link addr/prefix"
-	Links     []string
-	Mounts    []string
-	Paths     []string // the hostPaths that exist
-	Cgroups   []string // "hierarchy/name" of every top-level cgroup
-	Processes []string // the commands of running node programs
-	Firewall  string   // iptables-save and ip6tables-save, rules only
+	Sysctls   map[string]string `json:"sysctls"`
+	Addresses []string          `json:"addresses"` // "link addr/prefix"
+	Links     []string          `json:"links"`
+	Mounts    []string          `json:"mounts"`    // outside the temporary directory
+	Paths     []string          `json:"paths"`     // the hostPaths that exist
+	Cgroups   []string          `json:"cgroups"`   // "hierarchy/name" of every top-level cgroup
+	Processes []string          `json:"processes"` // the commands of running node programs
+	Firewall  string            `json:"firewall"`  // iptables-save and ip6tables-save, rules only
 }
 
 // SnapshotHost reads the machine's HostState.
