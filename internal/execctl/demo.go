@@ -50,7 +50,12 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	defer cancel()
 
 	s := &steps{w: stdout, total: 10}
-	fmt.Fprintf(stdout, "execplane demo: gateway %s, namespace %s, executors in %s\n  caller %s\n  admin  %s\n\n", info.GatewayAddress, info.Namespace, info.ExecutorNamespace, info.Caller.Identity, info.Admin.Identity)
+	where := "on the fake node (the helper a process of this machine)"
+	if info.Node == devstack.NodeReal {
+		where = "on the real node (containers of the example executor image)"
+	}
+	fmt.Fprintf(stdout, "execplane demo: gateway %s, namespace %s, executors in %s %s\n  caller %s\n  admin  %s\n\n",
+		info.GatewayAddress, info.Namespace, info.ExecutorNamespace, where, info.Caller.Identity, info.Admin.Identity)
 
 	var p client.Profile
 	if err := s.do("validate the profile", func() (string, error) {

@@ -174,7 +174,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.writeEnvFile(apiPort, execPort); err != nil {
 		return nil, err
 	}
-	opts.Logf("devcluster: ready in %s (%d node(s)); KUBECONFIG=%s", c.StartupTime.Round(10*time.Millisecond), opts.Nodes, c.kubeconfig)
+	nodes := fmt.Sprintf("%d fake node(s)", opts.Nodes)
+	if c.realNode != nil {
+		nodes += " and the real node " + RealNodeName
+	}
+	opts.Logf("devcluster: ready in %s (%s); KUBECONFIG=%s", c.StartupTime.Round(10*time.Millisecond), nodes, c.kubeconfig)
 	return c, nil
 }
 
