@@ -35,6 +35,9 @@ func runHost(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.Usage()
 		return cli.Usagef("no arguments")
 	}
+	if err := devcluster.RealNodeAvailable(); err != nil {
+		return err
+	}
 	// A moment at least: the lock is polled.
 	lockCtx, cancel := context.WithTimeout(ctx, max(*wait, time.Second))
 	defer cancel()

@@ -157,11 +157,12 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	case res.Err != nil:
 		return nil, res.Err
 	case res.Resp == nil && sent && errors.As(streamErr, &code) && killedBySignal(code.Code):
-		// Killed before it answered — by the kernel's OOM killer, when the workload took the
-		// container's memory (a command of its is the killer's first choice, but the helper is
-		// the largest process, and the runtime may have given it the same adjustment): the
-		// command may have run. Not a protocol violation of the helper's.
-		return nil, fmt.Errorf("%w: the helper was killed by signal %d before it answered (the OOM killer, when the container's memory ran out)",
+		// The stream took the request and the helper died by a signal without answering —
+		// most often the kernel's OOM killer, when the workload took the container's memory
+		// (a command of the workload is its first choice, but the helper can be the largest
+		// process); the workload can also kill it. Either way the command may have run: the
+		// outcome is unknown, which a caller never retries blindly. Not a protocol violation.
+		return nil, fmt.Errorf("%w: the helper died by signal %d before it answered (the OOM killer, or the workload)",
 			ErrOutcomeUnknown, code.Code-signalExitBase)
 	case streamErr != nil && errors.As(streamErr, &code):
 		return nil, fmt.Errorf("%w: the helper exited with %d", ErrProtocol, code.Code)

@@ -47,8 +47,8 @@ type ProfileSpec struct {
 	// EphemeralStorageLimit is the executor container's ephemeral-storage limit (optional,
 	// whole bytes).
 	EphemeralStorageLimit *resource.Quantity `json:"ephemeralStorageLimit,omitempty"`
-	// TmpSizeLimit is the size limit of the emptyDir mounted at /tmp (required, whole bytes,
-	// at most EphemeralStorageLimit when that is set).
+	// TmpSizeLimit is the size of the memory-backed emptyDir (a tmpfs) mounted at /tmp
+	// (required, whole bytes, at most MemoryLimit: its pages are the container's memory).
 	TmpSizeLimit *resource.Quantity `json:"tmpSizeLimit,omitempty"`
 
 	// RuntimeClassName selects a RuntimeClass (for example gVisor or Kata); empty means the

@@ -112,17 +112,8 @@ func demoStack(t *testing.T, node string) {
 	state := filepath.Join(t.TempDir(), "dev")
 	execctl := func(timeout time.Duration, args ...string) string {
 		t.Helper()
-		cmd := exec.Command(execctlBin, args...)
+		cmd := exec.CommandContext(clustertest.Context(t, timeout), execctlBin, args...)
 		cmd.Dir = "../.."
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			select {
-			case <-done:
-			case <-time.After(timeout):
-				_ = cmd.Process.Kill()
-			}
-		}()
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("execctl %s: %v\n%s", strings.Join(args, " "), err, out)

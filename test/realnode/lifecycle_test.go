@@ -180,21 +180,22 @@ func TestRetireEndsRunningCommandsAndRecordsTheRealExit(t *testing.T) {
 		}
 	}()
 
-	var retired bool
-	clustertest.Eventually(t, 2*client.MinRunTTL, "the retirement, once the run claim has expired", func() bool {
+	// The claim expires unrenewed; then, with the command still running, the retirement.
+	clustertest.Eventually(t, 2*client.MinRunTTL, "the run claim expired", func() bool {
 		if err := env.Refresh(ctx(t)); err != nil {
 			t.Fatal(err)
 		}
-		if !retired {
-			if len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker))) != 1 {
-				t.Fatal("the command stopped before the retirement: the test would prove nothing")
-			}
-			_, err := s.admin.Retire(ctx(t), client.AdminRequest{ID: env.ID(), Revision: env.Revision(),
-				Preconditions: client.Preconditions{Epoch: client.PreconditionsOf(env.Status()).Epoch}, Reason: "real node test"})
-			retired = err == nil
-			return false
-		}
-		return env.Status().GetPodUid() == ""
+		return time.Now().After(env.Status().GetActiveRun().GetExpiresAt().AsTime().Add(time.Second))
+	})
+	if len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker))) != 1 {
+		t.Fatal("the command stopped before the retirement: the test would prove nothing")
+	}
+	if _, err := s.admin.Retire(ctx(t), client.AdminRequest{ID: env.ID(), Revision: env.Revision(),
+		Preconditions: client.Preconditions{Epoch: client.PreconditionsOf(env.Status()).Epoch}, Reason: "real node test"}); err != nil {
+		t.Fatalf("retire: %v", err)
+	}
+	clustertest.Eventually(t, 2*time.Minute, "the executor retired", func() bool {
+		return env.Refresh(ctx(t)) == nil && env.Status().GetPodUid() == ""
 	})
 	clustertest.Eventually(t, time.Minute, "the executor Pod gone", func() bool {
 		_, err := s.cluster.Kube().CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{})
@@ -218,7 +219,7 @@ func TestRetireEndsRunningCommandsAndRecordsTheRealExit(t *testing.T) {
 	if proof == nil || proof.PodUID != pod.UID || proof.ExitCode == nil {
 		t.Fatalf("termination proof: %+v", proof)
 	}
-	if *proof.ExitCode != terminated.ExitCode || (proof.Reason != terminated.Reason && proof.Reason == "") {
+	if *proof.ExitCode != terminated.ExitCode || proof.Reason != terminated.Reason {
 		t.Fatalf("the proof records exit %d (%s); the kubelet reported %d (%s)", *proof.ExitCode, proof.Reason, terminated.ExitCode, terminated.Reason)
 	}
 	t.Logf("termination proof: phase %s, exit %d, reason %s; the kubelet: exit %d, reason %s, finished %s",

@@ -171,6 +171,32 @@ func liveProcess(pid string) (string, bool) {
 	return string(stat[open+1 : end]), true
 }
 
+// owned is the part of s that the node recorded in l would have changed: the kernel settings
+// the kubelet sets, the node's address, bridge, mounts and cgroup root, the fixed directories.
+// A node's stop compares only that, so that what other programs did to the machine meanwhile
+// (a container runtime's links, a firewall rule) does not fail it; its processes are checked
+// by the sweeps themselves. Tests compare whole snapshots under the lock.
+func (s HostState) owned(l *nodeLedger) HostState {
+	o := HostState{Sysctls: map[string]string{}, Paths: s.Paths}
+	for k := range kubeletSysctls {
+		o.Sysctls[k] = s.Sysctls[k]
+	}
+	keep := func(in []string, f func(string) bool) []string {
+		var out []string
+		for _, x := range in {
+			if f(x) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	o.Addresses = keep(s.Addresses, func(a string) bool { return a == "lo "+l.Address })
+	o.Links = keep(s.Links, func(n string) bool { return n == l.Bridge })
+	o.Mounts = keep(s.Mounts, l.isOurs)
+	o.Cgroups = keep(s.Cgroups, func(c string) bool { return filepath.Base(c) == l.CgroupRoot })
+	return o
+}
+
 func sysctlPath(key string) string {
 	return filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,8 @@ const (
 	realNodeSubnet = "10.88.0.0/24"
 	// realNodeCgroupRoot is the cgroup, in every hierarchy, above all of the node's Pods.
 	realNodeCgroupRoot = "execplane-devnode"
+	// cniNetwork is the Pod network's name: libcni names its cached results after it.
+	cniNetwork = "execplane-devnode"
 	// realNodePodPidsLimit bounds the processes of one Pod (a fork bomb stays in its Pod).
 	realNodePodPidsLimit = 512
 	// runcPath and cniBinDir are Debian's runc and CNI plugins (make node-packages).
@@ -97,6 +100,25 @@ func FindNodeBinaries(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The exact path the kernel reports as the programs' executables: stop finds the node's
+	// processes (the shims among them) by it.
+	if dir, err = filepath.Abs(dir); err == nil {
+		dir, err = filepath.EvalSymlinks(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("devcluster: the real node's binaries: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("devcluster: the real node's binaries: %w", err)
+	}
+	for _, e := range entries {
+		if !slices.Contains(nodeBinaries, e.Name()) && e.Name() != ".complete" {
+			// Stop kills what runs from here by path: a shared directory (/usr/bin) would
+			// make the node's programs indistinguishable from the machine's.
+			return "", fmt.Errorf("devcluster: %s holds %s beside the node's programs: give the node a directory of its own (hack/build-node-bins.sh)", dir, e.Name())
+		}
+	}
 	var missing []string
 	for _, name := range nodeBinaries {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
@@ -143,6 +165,9 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 			return err
 		}
 	}
+	if !filepath.IsAbs(opts.BinDir) {
+		return fmt.Errorf("devcluster: the real node's BinDir %q is not absolute", opts.BinDir)
+	}
 	if opts.Images == "" || opts.SandboxImage == "" {
 		return errors.New("devcluster: the real node needs Images and SandboxImage")
 	}
@@ -170,7 +195,7 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 	if _, err := net.InterfaceByName(realNodeBridge); err == nil {
 		return fmt.Errorf("devcluster: a link %s exists, not by a real node of ours", realNodeBridge)
 	}
-	n.ledger = &nodeLedger{PID: os.Getpid(), StateDir: n.dir, BinDir: opts.BinDir, Sysctls: n.before.Sysctls,
+	n.ledger = &nodeLedger{PID: os.Getpid(), StateDir: n.dir, LogDir: n.logDir, BinDir: opts.BinDir, Sysctls: n.before.Sysctls,
 		Address: realNodeAddress, Bridge: realNodeBridge, CgroupRoot: realNodeCgroupRoot}
 	for _, p := range hostPaths {
 		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
@@ -198,7 +223,7 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 	}
 	cfg := nodeConfig{
 		State: n.dir, Logs: n.logDir, Socket: filepath.Join(n.dir, "containerd.sock"), Runc: runcPath, CNIBin: cniBinDir,
-		SandboxImage: opts.SandboxImage, Bridge: realNodeBridge, Subnet: realNodeSubnet, NodeIP: realNodeIP,
+		SandboxImage: opts.SandboxImage, Bridge: realNodeBridge, Subnet: realNodeSubnet, Network: cniNetwork, NodeIP: realNodeIP,
 		CgroupRoot: realNodeCgroupRoot, HealthzPort: healthz[0], ClientCA: c.pki.CACert,
 		ServingCert: c.pki.NodeServingCert, ServingKey: c.pki.NodeServingKey, TaintKey: RealNodeTaint,
 		PodPidsLimit: realNodePodPidsLimit,
@@ -255,7 +280,9 @@ func (n *realNode) writeConfig(cfg nodeConfig, apiPort int, pki *PKI) error {
 }
 
 func (n *realNode) startContainerd(ctx context.Context, socket string) error {
-	p, err := n.procs.start(n.logDir, "containerd", filepath.Join(n.opts.BinDir, "containerd"),
+	// The shim is looked up on PATH: the node's own first, never a system one (stop finds the
+	// node's shims by their executable's path).
+	p, err := n.procs.startWithPath(n.logDir, "containerd", n.opts.BinDir+":/usr/sbin:/usr/bin:/sbin:/bin", filepath.Join(n.opts.BinDir, "containerd"),
 		"--config="+filepath.Join(n.dir, "containerd", "config.toml"))
 	if err != nil {
 		return err
@@ -319,7 +346,7 @@ func (n *realNode) stop() error {
 	if err != nil {
 		return err
 	}
-	if d := after.Diff(n.before); len(d) > 0 {
+	if d := after.owned(n.ledger).Diff(n.before.owned(n.ledger)); len(d) > 0 {
 		return fmt.Errorf("devcluster: the real node left the machine changed:\n  %s", strings.Join(d, "\n  "))
 	}
 	n.logf("devcluster: real node stopped; the machine is as before")

@@ -168,7 +168,10 @@ func TestRealNodeOwner(t *testing.T) {
 		t.Skip("run by TestRealNodeCrashIsCleanedUpByTheNextStart")
 	}
 	ctx := context.Background()
-	lock := devcluster.RealNodeLockFrom(os.NewFile(3, "real-node-lock"))
+	lock, err := devcluster.RealNodeLockFrom(os.NewFile(3, "real-node-lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := startWithRealNode(t, ctx, dir, &devcluster.RealNodeOptions{Images: filepath.Join(dir, "..", "images.tar"),
 		SandboxImage: devimage.PauseRef, HeldLock: lock})
 	ns, err := c.CreateNamespace(ctx, "crash")

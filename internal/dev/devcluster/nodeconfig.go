@@ -14,7 +14,7 @@ import (
 // nodeConfig are the values the templates fill in.
 type nodeConfig struct {
 	State, Logs, Socket, Runc, CNIBin, SandboxImage string
-	Bridge, Subnet                                  string
+	Bridge, Subnet, Network                         string
 	NodeIP, CgroupRoot                              string
 	HealthzPort                                     int
 	ClientCA, ServingCert, ServingKey               string
@@ -77,7 +77,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bl
 // forwarding stays off.
 var cniTemplate = template.Must(template.New("cni").Parse(`{
   "cniVersion": "1.0.0",
-  "name": "execplane-devnode",
+  "name": "{{.Network}}",
   "plugins": [
     {
       "type": "bridge",

@@ -42,8 +42,10 @@ const (
 type nodeLedger struct {
 	// PID started the node.
 	PID int `json:"pid"`
-	// StateDir holds the node's files; every mount beneath it is the node's.
+	// StateDir holds the node's files; every mount beneath it is the node's. LogDir holds
+	// its logs (the Pods' too: the kubelet links them from /var/log/containers).
 	StateDir string `json:"stateDir"`
+	LogDir   string `json:"logDir,omitempty"`
 	// BinDir holds containerd, its shim and the kubelet: a process running a program from
 	// there is the node's.
 	BinDir string `json:"binDir"`
@@ -95,6 +97,16 @@ func unmarshalLedger(data []byte) (*nodeLedger, error) {
 		return nil, err
 	}
 	return &l, nil
+}
+
+// RealNodeLedgerPID returns the PID of the process whose real node's changes to the machine
+// are recorded and not undone (it runs, or it stopped without undoing them all).
+func RealNodeLedgerPID() (int, bool) {
+	l, err := readLedger()
+	if err != nil {
+		return 0, false
+	}
+	return l.PID, true
 }
 
 // nodeLock is the machine-wide lock of the real node: an flock, released by the kernel when
@@ -163,7 +175,19 @@ func LockRealNode(ctx context.Context, logf func(string, ...any)) (*RealNodeLock
 
 // RealNodeLockFrom is the lock held through f, an inherited descriptor of the lock file
 // (File, passed to a child process): the flock belongs to the open file, which both share.
-func RealNodeLockFrom(f *os.File) *RealNodeLock { return &RealNodeLock{l: &nodeLock{f: f}} }
+// It is made close-on-exec, so that the processes the node starts do not hold it too.
+func RealNodeLockFrom(f *os.File) (*RealNodeLock, error) {
+	if f == nil {
+		return nil, errors.New("devcluster: no lock descriptor")
+	}
+	unix.CloseOnExec(int(f.Fd()))
+	// Held already through the shared open file: taking it again on it succeeds at once;
+	// on a descriptor without the lock, it fails when someone else holds it.
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, fmt.Errorf("devcluster: the inherited descriptor does not hold the real node lock: %w", err)
+	}
+	return &RealNodeLock{l: &nodeLock{f: f}}, nil
+}
 
 // File is the lock's open file, for a child process to inherit (exec.Cmd.ExtraFiles).
 func (r *RealNodeLock) File() *os.File { return r.l.f }
@@ -180,6 +204,14 @@ func (l *nodeLock) release() {
 	}
 }
 
+// kubeletSysctls are the kernel settings the kubelet sets (setupKernelTunables), with the
+// value it sets: undo restores a setting only while it still holds that value, so a change
+// another program made meanwhile stays.
+var kubeletSysctls = map[string]string{
+	"vm.overcommit_memory": "1", "vm.panic_on_oom": "0", "kernel.panic": "10", "kernel.panic_on_oops": "1",
+	"kernel.keys.root_maxkeys": "1000000", "kernel.keys.root_maxbytes": "25000000",
+}
+
 // undo reverts every change l records, in the reverse order of making them, and removes the
 // ledger. It goes on past failures and reports them all; it is safe to run again.
 func (l *nodeLedger) undo() error {
@@ -189,8 +221,12 @@ func (l *nodeLedger) undo() error {
 	if l.CgroupRoot != "" {
 		errs = append(errs, killCgroup(l.CgroupRoot), removeCgroup(l.CgroupRoot))
 	}
+	unmounted := true
 	if l.StateDir != "" {
-		errs = append(errs, unmountBeneath(l.StateDir))
+		if err := unmountBeneath(l.StateDir); err != nil {
+			unmounted = false
+			errs = append(errs, err)
+		}
 	}
 	if l.Bridge != "" {
 		if _, err := net.InterfaceByName(l.Bridge); err == nil {
@@ -206,12 +242,27 @@ func (l *nodeLedger) undo() error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if now, err := readSysctl(k); err == nil && now != l.Sysctls[k] {
+		set, byKubelet := kubeletSysctls[k]
+		if now, err := readSysctl(k); err == nil && byKubelet && now == set && now != l.Sysctls[k] {
 			errs = append(errs, writeSysctl(k, l.Sysctls[k]))
 		}
 	}
+	// The shared directories first, while the node's own still names its sandboxes (libcni
+	// names its cached results after them); the node's own last, and only once the shared
+	// ones are clean, so that a retry can still tell what is the node's.
+	sandboxes := l.sandboxIDs()
+	shared := true
 	for _, p := range l.CreatedPaths {
-		errs = append(errs, os.RemoveAll(p))
+		if p == l.StateDir {
+			continue
+		}
+		if err := l.removeCreated(p, sandboxes); err != nil {
+			shared = false
+			errs = append(errs, err)
+		}
+	}
+	if slices.Contains(l.CreatedPaths, l.StateDir) && unmounted && shared {
+		errs = append(errs, os.RemoveAll(l.StateDir)) // never through a mount left in place
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("devcluster: undoing the real node's changes (ledger %s kept): %w", nodeLedgerPath, err)
@@ -220,6 +271,83 @@ func (l *nodeLedger) undo() error {
 		return err
 	}
 	return nil
+}
+
+// removeCreated removes what the node put in p, a shared directory that did not exist before
+// the node started (/run/containerd, /var/lib/cni, /var/log/containers, ...): sockets, links
+// into the node's directories, files named for its network or one of its sandboxes, and the
+// directories left empty — so that a system containerd or kubelet that started meanwhile
+// keeps its files. What remains is reported.
+func (l *nodeLedger) removeCreated(p string, sandboxes []string) error {
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	named := func(base string) bool {
+		return strings.Contains(base, cniNetwork) || slices.ContainsFunc(sandboxes, func(id string) bool { return strings.Contains(base, id) })
+	}
+	var entries []string
+	err := filepath.WalkDir(p, func(q string, d os.DirEntry, err error) error {
+		if err == nil {
+			entries = append(entries, q)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Deepest first, so that directories are empty by the time they are reached.
+	sort.Slice(entries, func(i, j int) bool { return len(entries[i]) > len(entries[j]) })
+	var kept []string
+	for _, q := range entries {
+		fi, err := os.Lstat(q)
+		if err != nil {
+			continue
+		}
+		switch {
+		case fi.IsDir():
+			if os.Remove(q) != nil {
+				kept = append(kept, q)
+			}
+		case fi.Mode()&os.ModeSocket != 0, named(filepath.Base(q)):
+			_ = os.Remove(q)
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(q); err == nil && l.isOurs(target) {
+				_ = os.Remove(q)
+			} else {
+				kept = append(kept, q)
+			}
+		default:
+			kept = append(kept, q)
+		}
+	}
+	if files := slices.DeleteFunc(kept, func(q string) bool { _, err := os.Lstat(q); return err != nil }); len(files) > 0 {
+		return fmt.Errorf("%s: kept what the node did not make: %v", p, files)
+	}
+	return nil
+}
+
+// sandboxIDs lists the Pod sandboxes the node's containerd has a record of.
+func (l *nodeLedger) sandboxIDs() []string {
+	var ids []string
+	for _, d := range []string{"state", "root"} {
+		entries, _ := os.ReadDir(filepath.Join(l.StateDir, "containerd", d, "io.containerd.grpc.v1.cri", "sandboxes"))
+		for _, e := range entries {
+			if len(e.Name()) >= 12 && !slices.Contains(ids, e.Name()) {
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	return ids
+}
+
+// isOurs reports whether path is beneath one of the node's directories.
+func (l *nodeLedger) isOurs(path string) bool {
+	for _, d := range []string{l.StateDir, l.LogDir} {
+		if d != "" && (path == d || strings.HasPrefix(path, d+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 func run(name string, args ...string) error {
@@ -242,11 +370,15 @@ func hasAddress(link, cidr string) bool {
 	return slices.ContainsFunc(addrs, func(a net.Addr) bool { return a.String() == cidr })
 }
 
-// killPrograms kills every process running a program from binDir and waits until they are
-// gone.
+// killPrograms kills every process running one of the node's programs from binDir (by the
+// exact path of its executable) and waits until they are gone.
 func killPrograms(binDir string) error {
 	if binDir == "" {
 		return nil
+	}
+	programs := map[string]bool{}
+	for _, name := range nodeBinaries {
+		programs[filepath.Join(binDir, name)] = true
 	}
 	find := func() []int {
 		var pids []int
@@ -257,13 +389,13 @@ func killPrograms(binDir string) error {
 				continue
 			}
 			exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-			if err == nil && filepath.Dir(strings.TrimSuffix(exe, " (deleted)")) == binDir {
+			if err == nil && programs[strings.TrimSuffix(exe, " (deleted)")] {
 				pids = append(pids, pid)
 			}
 		}
 		return pids
 	}
-	return killUntilGone("programs of "+binDir, find)
+	return killUntilGone("the node's programs in "+binDir, find)
 }
 
 // killUntilGone SIGKILLs what find returns until it returns nothing.
@@ -350,7 +482,9 @@ func createCgroup(root string) error {
 	}
 	for _, h := range hierarchies {
 		d := filepath.Join(h, root)
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := os.Mkdir(d, 0o755); errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s exists, not by a real node of ours", d)
+		} else if err != nil {
 			return err
 		}
 		if filepath.Base(h) == "cpuset" {

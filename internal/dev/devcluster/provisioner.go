@@ -41,6 +41,10 @@ type provisioner struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 }
 
+// executorUID and executorGID are the executor Pods' fixed identity (executor.RunAsUser and
+// RunAsGroup, repeated: internal/executor's own tests run on this cluster).
+const executorUID, executorGID = 65532, 65532
+
 // runProvisioner starts the provisioner; it stops when ctx ends.
 // Volumes are directories beneath dir: the node exec endpoint maps a claim to
 // dir/<PV name>, and the real node's kubelet mounts the same path (hostPath).
@@ -111,13 +115,17 @@ func (p *provisioner) provision(ctx context.Context, key string) error {
 	if _, exists, _ := p.vols.GetByKey(name); exists {
 		return nil
 	}
-	// World-writable, as a fresh volume of a real provisioner is to the Pod's fsGroup: the
-	// kubelet applies no fsGroup to hostPath volumes, and the executor runs as non-root.
+	// Owned by the executor's user, as a real provisioner honouring the Pod's fsGroup would
+	// leave it: the kubelet applies no fsGroup to hostPath volumes, and the executor runs as
+	// non-root.
 	path := filepath.Join(p.dir, name)
-	if err := os.MkdirAll(path, 0o777); err != nil {
+	if err := os.MkdirAll(path, 0o770); err != nil {
 		return err
 	}
-	if err := os.Chmod(path, 0o777); err != nil {
+	if err := os.Chown(path, executorUID, executorGID); err != nil {
+		return err
+	}
+	if err := os.Chmod(path, 0o770); err != nil {
 		return err
 	}
 	mode := corev1.PersistentVolumeFilesystem

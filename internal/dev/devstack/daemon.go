@@ -36,8 +36,9 @@ const (
 	// startTimeout covers a cold build of the cluster binaries (~7–15 min on 2 cores) plus
 	// start.
 	startTimeout = 20 * time.Minute
-	// stopTimeout covers the gateway's drain, the controller's and the cluster's stop.
-	stopTimeout = 60 * time.Second
+	// stopTimeout covers the gateway's drain, the controller's and the cluster's stop — with
+	// the real node's undo, whose process sweeps may take up to 30 s each.
+	stopTimeout = 150 * time.Second
 	// healthInterval is how often serve checks that every process still runs.
 	healthInterval = time.Second
 )
@@ -246,7 +247,13 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer c.Stop()
+	defer func() {
+		// The real node's stop undoes its changes to the machine and checks them: say so
+		// when it could not (the log is what `down` points at).
+		if err := c.Stop(); err != nil {
+			logf("the cluster's stop: %v", err)
+		}
+	}()
 	info := Info{Kubeconfig: c.Kubeconfig(), KubectlDir: c.BinDir(), ClusterStartup: c.StartupTime.Round(time.Millisecond).String()}
 	var sys *devsystem.System
 	if o.system() {
@@ -462,6 +469,9 @@ func down(dir string, stdout io.Writer) error {
 	for time.Now().Before(deadline) {
 		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 			clean()
+			if owner, ok := devcluster.RealNodeLedgerPID(); ok && owner == pid {
+				return fmt.Errorf("stopped, but the real node's changes to this machine were not all undone (%s says why; the next real node's start undoes them)", filepath.Join(dir, logFile))
+			}
 			fmt.Fprintln(stdout, "stopped")
 			return nil
 		}
