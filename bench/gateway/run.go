@@ -41,8 +41,7 @@ const profileName = "bench"
 func profilesYAML(node string) string {
 	image, placement := "registry.example/bench:1", ""
 	if node == nodeReal {
-		image = devimage.ExecutorRef
-		placement = fmt.Sprintf("    nodeSelector: {%[1]s: \"true\"}\n    tolerations: [{key: %[1]s, operator: Exists, effect: NoSchedule}]\n", devcluster.RealNodeLabel)
+		image, placement = devimage.ExecutorRef, devcluster.RealNodePlacement
 	}
 	return fmt.Sprintf(`profiles:
   bench:

@@ -48,10 +48,8 @@ func run(m *testing.M) int {
 	}
 	// Static, as make build and bin/pause build them: the real node's images hold no libc.
 	for _, b := range []struct{ out, pkg string }{{helperBin, "./cmd/helper"}, {pauseBin, "./internal/dev/pause"}} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", b.out, b.pkg)
-		cmd.Dir, cmd.Env = "../..", append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.pkg, err, out)
+		if err := clustertest.StaticBuild("../..", b.out, b.pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
@@ -72,9 +70,7 @@ const upTimeout = 15 * time.Minute
 func TestDemoStack(t *testing.T) {
 	for _, node := range []string{devstack.NodeReal, devstack.NodeKWOK} {
 		t.Run(node, func(t *testing.T) {
-			if testing.Short() {
-				t.Skip("starts local clusters (run without -short)")
-			}
+			clustertest.SkipShort(t) // starts clusters of its own
 			var before devcluster.HostState
 			if node == devstack.NodeReal {
 				if err := devcluster.RealNodeAvailable(); err != nil {

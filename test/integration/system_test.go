@@ -88,11 +88,7 @@ var realNodeProfileYAML = fmt.Sprintf(`  %s:
     maxCommandBytes: 65536
     maxCommandDuration: 5m
     maxEnvironments: 50
-    nodeSelector:
-      %s: "true"
-    tolerations:
-    - {key: %s, operator: Exists, effect: NoSchedule}
-`, realNodeProfile, devimage.ExecutorRef, devcluster.StorageClassName, devcluster.RealNodeLabel, devcluster.RealNodeTaint)
+`, realNodeProfile, devimage.ExecutorRef, devcluster.StorageClassName) + devcluster.RealNodePlacement
 
 // system is one deployment in its own namespaces: ns for the control plane, executors for
 // the environments and their Pods (the chart's shape).

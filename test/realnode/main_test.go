@@ -73,9 +73,9 @@ var profiles = "profiles:\n" + profileYAML(profileExample, devimage.ExecutorRef,
 
 // profileYAML is one profile of image on the real node, with extra lines.
 func profileYAML(name, image, extra string) string {
-	return fmt.Sprintf(`  %[1]s:
-    image: %[2]s
-%[3]s    storageClass: %[4]s
+	return fmt.Sprintf(`  %s:
+    image: %s
+%s    storageClass: %s
     storageSize: 1Gi
     memoryLimit: 256Mi
     tmpSizeLimit: 8Mi
@@ -83,11 +83,7 @@ func profileYAML(name, image, extra string) string {
     maxCommandBytes: 65536
     maxCommandDuration: 5m
     maxEnvironments: 20
-    nodeSelector:
-      %[5]s: "true"
-    tolerations:
-    - {key: %[5]s, operator: Exists, effect: NoSchedule}
-`, name, image, extra, devcluster.StorageClassName, devcluster.RealNodeLabel)
+`, name, image, extra, devcluster.StorageClassName) + devcluster.RealNodePlacement
 }
 
 // system is execplane on the cluster with the real node: its controller and a gateway, a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -29,7 +30,14 @@ import (
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 )
 
-func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashEnv); dir != "" {
+		err := realNodeOwner(dir) // returns only on failure: it waits to be killed
+		fmt.Fprintln(os.Stderr, "real node owner:", err)
+		os.Exit(1)
+	}
+	os.Exit(clustertest.Main(m, clustertest.Options{}))
+}
 
 // A CRD with a status subresource: status is written through /status only, and a write with
 // a stale resourceVersion is refused with 409 Conflict.

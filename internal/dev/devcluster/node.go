@@ -29,6 +29,10 @@ const (
 	// keeps Pods that do not ask for it off it.
 	RealNodeLabel = "execplane.dev/real-node"
 	RealNodeTaint = RealNodeLabel
+	// RealNodePlacement are a profile's fields (YAML, at a profile entry's indentation) that
+	// place its executors on the real node: its label selected, its taint tolerated.
+	RealNodePlacement = "    nodeSelector:\n      " + RealNodeLabel + ": \"true\"\n" +
+		"    tolerations:\n    - {key: " + RealNodeTaint + ", operator: Exists, effect: NoSchedule}\n"
 	// NodeBinEnv names the environment variable that points at the real node's binaries
 	// (hack/build-node-bins.sh); when unset, that script finds or builds them.
 	NodeBinEnv = "EXECPLANE_NODE_BIN"

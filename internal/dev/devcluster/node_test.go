@@ -29,9 +29,7 @@ const realNodeStartTimeout = 15 * time.Minute
 // where the machine cannot run one.
 func realNodeOptions(t *testing.T) *devcluster.RealNodeOptions {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local cluster's real node (run without -short)")
-	}
+	clustertest.SkipShort(t)
 	if err := devcluster.RealNodeAvailable(); err != nil {
 		precondition.Missing(t, "%v", err)
 	}
@@ -159,27 +157,42 @@ func TestRealNodeRunsTheExecutorImageAndLeavesTheMachineAsItWas(t *testing.T) {
 // crashEnv makes the test binary a real node's owner that a test kills.
 const crashEnv = "EXECPLANE_TEST_REAL_NODE_OWNER"
 
-// TestRealNodeOwner is the process TestRealNodeCrashIsCleanedUpByTheNextStart kills: it
-// starts a cluster with the real node and a running Pod, says so, and waits to be killed. It
-// runs under the lock its parent holds (descriptor 3, inherited).
-func TestRealNodeOwner(t *testing.T) {
-	dir := os.Getenv(crashEnv)
-	if dir == "" {
-		t.Skip("run by TestRealNodeCrashIsCleanedUpByTheNextStart")
-	}
+// realNodeOwner is the process TestRealNodeCrashIsCleanedUpByTheNextStart kills (the test
+// binary, run with crashEnv set: TestMain runs this instead of the tests): it starts a cluster
+// with the real node and a running Pod, says so, and waits to be killed. It runs under the
+// lock its parent holds (descriptor 3, inherited).
+func realNodeOwner(dir string) error {
 	ctx := context.Background()
 	lock, err := devcluster.RealNodeLockFrom(os.NewFile(3, "real-node-lock"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	c := startWithRealNode(t, ctx, dir, &devcluster.RealNodeOptions{Images: filepath.Join(dir, "..", "images.tar"),
-		SandboxImage: devimage.PauseRef, HeldLock: lock})
+	c, err := devcluster.Start(ctx, devcluster.Options{StateDir: dir, RealNode: &devcluster.RealNodeOptions{
+		Images: filepath.Join(dir, "..", "images.tar"), SandboxImage: devimage.PauseRef, HeldLock: lock}})
+	if err != nil {
+		return err
+	}
 	ns, err := c.CreateNamespace(ctx, "crash")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	claim := createClaim(t, c, ns, "workspace")
-	runPod(t, c, ns, realExecutorPod("executor", claim.Name))
+	// No claim: the Pod's workspace volume is an emptyDir, which leaves as much behind.
+	pod := realExecutorPod("executor", "")
+	pod.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	if _, err := c.Kube().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := c.Kube().CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err == nil && got.Status.Phase == corev1.PodRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the owner's Pod is not Running after a minute: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	fmt.Println("REAL-NODE-RUNNING")
 	select {}
 }
@@ -200,7 +213,7 @@ func TestRealNodeCrashIsCleanedUpByTheNextStart(t *testing.T) {
 	}
 	node.Images = filepath.Join(parent, "images.tar")
 	state := filepath.Join(parent, "state")
-	owner := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRealNodeOwner$", "-test.v", "-test.timeout=0", "-test.short")
+	owner := exec.CommandContext(ctx, os.Args[0], "-test.timeout=0")
 	owner.Env = append(os.Environ(), crashEnv+"="+state)
 	owner.ExtraFiles = []*os.File{node.HeldLock.File()}
 	owner.Stderr = os.Stderr

@@ -52,14 +52,7 @@ const DemoProfile = "sandbox"
 func demoProfiles(node string) string {
 	image, placement := "registry.example/sandbox:1", ""
 	if node == NodeReal {
-		image = devimage.ExecutorRef
-		placement = fmt.Sprintf(`    nodeSelector:
-      %[1]s: "true"
-    tolerations:
-    - key: %[1]s
-      operator: Exists
-      effect: NoSchedule
-`, devcluster.RealNodeLabel)
+		image, placement = devimage.ExecutorRef, devcluster.RealNodePlacement
 	}
 	return fmt.Sprintf(`profiles:
   sandbox:

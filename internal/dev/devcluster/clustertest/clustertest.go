@@ -108,12 +108,20 @@ func Main(m *testing.M, opts Options) int {
 	return code
 }
 
-// Cluster returns the package's cluster, skipping the test under -short.
-func Cluster(t testing.TB) *devcluster.Cluster {
+// SkipShort skips t under -short (make test-unit): it needs a local cluster, its own or the
+// package's. Nothing else skips a cluster test: a missing machine precondition goes through
+// internal/dev/precondition.
+func SkipShort(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs the local cluster (run without -short)")
 	}
+}
+
+// Cluster returns the package's cluster, skipping the test under -short.
+func Cluster(t testing.TB) *devcluster.Cluster {
+	t.Helper()
+	SkipShort(t)
 	if shared == nil {
 		t.Fatal("clustertest: no cluster; call clustertest.Main from TestMain")
 	}
@@ -219,12 +227,12 @@ func RealNodeImages(dir, modRoot string) (*devcluster.RealNodeOptions, error) {
 	helper := os.Getenv("EXECPLANE_HELPER_BIN")
 	if helper == "" {
 		helper = filepath.Join(dir, "helper")
-		if err := staticBuild(modRoot, helper, "./cmd/helper"); err != nil {
+		if err := StaticBuild(modRoot, helper, "./cmd/helper"); err != nil {
 			return nil, err
 		}
 	}
 	pause := filepath.Join(dir, "pause")
-	if err := staticBuild(modRoot, pause, "./internal/dev/pause"); err != nil {
+	if err := StaticBuild(modRoot, pause, "./internal/dev/pause"); err != nil {
 		return nil, err
 	}
 	archive := filepath.Join(dir, "images.tar")
@@ -234,8 +242,9 @@ func RealNodeImages(dir, modRoot string) (*devcluster.RealNodeOptions, error) {
 	return &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef}, nil
 }
 
-// staticBuild builds pkg as a static binary: the images hold no C library.
-func staticBuild(modRoot, out, pkg string) error {
+// StaticBuild builds pkg, in modRoot, as a static binary (as make build builds the helper):
+// the real node's images hold no C library.
+func StaticBuild(modRoot, out, pkg string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = modRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
