@@ -6,11 +6,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/execplane/execplane/internal/protocol"
 )
 
 // The helper's cost is dominated by starting a process, so each benchmark runs the real
 // helper binary per operation next to `cat` doing the same I/O in the same run: the ratio
-// helper/cat is the overhead of framing, confinement and fsync over a bare process.
+// helper/cat is the overhead of framing, confinement and fsync over a bare process. The
+// "session" side sends the same operation over one open session of the same binary (no
+// process start: framing, chunks and the operation itself).
 //
 //	go test -run '^$' -bench . -benchtime 2s ./internal/helper/
 
@@ -40,6 +44,13 @@ func BenchmarkStat(b *testing.B) {
 	b.Run("helper", func(b *testing.B) {
 		for b.Loop() {
 			mustFile(b, root, statOp("4k"))
+		}
+		reportOps(b)
+	})
+	b.Run("session", func(b *testing.B) {
+		h := openSession(b, root)
+		for b.Loop() {
+			h.file(b, statOp("4k"))
 		}
 		reportOps(b)
 	})
@@ -82,6 +93,16 @@ func BenchmarkRead5MiB(b *testing.B) {
 			}
 		}
 	})
+	b.Run("session", func(b *testing.B) {
+		h := openSession(b, root)
+		b.SetBytes(5 << 20)
+		for b.Loop() {
+			resp, err := h.s.Do(b.Context(), readRequest("5m"), protocol.MaxResponseBytes)
+			if err != nil || len(resp.GetFile().GetRead().GetContent()) != 5<<20 {
+				b.Fatalf("short read: %v %v", resp.GetError(), err)
+			}
+		}
+	})
 	b.Run("cat-baseline", func(b *testing.B) {
 		b.SetBytes(5 << 20)
 		for b.Loop() {
@@ -99,6 +120,16 @@ func BenchmarkWrite5MiB(b *testing.B) {
 			r := call(b, root, writeRequest("out", content), callOptions{})
 			if r.resp.GetError() != nil {
 				b.Fatal(r.resp.GetError())
+			}
+		}
+	})
+	b.Run("session", func(b *testing.B) {
+		h := openSession(b, root)
+		b.SetBytes(5 << 20)
+		for b.Loop() {
+			resp, err := h.s.Do(b.Context(), writeRequest("out", content), protocol.MaxResponseBytes)
+			if err != nil || resp.GetError() != nil {
+				b.Fatal(resp.GetError(), err)
 			}
 		}
 	})

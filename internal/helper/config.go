@@ -33,6 +33,9 @@ type Config struct {
 	// Pause makes the helper the executor container's idle main process: it waits for
 	// SIGTERM and reaps orphans, and serves no request (see pause.go).
 	Pause bool
+	// Session serves many requests over the one stream (protocol version 2, session.go)
+	// instead of exactly one.
+	Session bool
 	// Install, when set, copies the helper to this path and exits (install.go): the helper
 	// image's init container.
 	Install string
@@ -50,6 +53,7 @@ func DefaultConfig(getenv func(string) string) Config {
 // RegisterFlags binds every field to a flag on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Root, "root", c.Root, "workspace root (default from $"+RootEnv+", else "+DefaultRoot+")")
+	fs.BoolVar(&c.Session, "session", false, "serve many framed requests over stdin/stdout (protocol version 2) until stdin ends")
 	fs.BoolVar(&c.Pause, "pause", false, "run as the executor container's idle main process until SIGTERM")
 	fs.StringVar(&c.Install, "install", "", "copy this helper to the given absolute path (mode 0555) and exit: the helper image's init container")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "interval of heartbeat frames while a command runs")

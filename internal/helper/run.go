@@ -21,10 +21,8 @@ import (
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
-// maxRequestIDBytes bounds the echoed request id (the protocol documents 64).
-const maxRequestIDBytes = 64
-
-// Run is the helper's entry point: one request from stdin, one response on stdout.
+// Run is the helper's entry point: one request from stdin, one response on stdout; or, with
+// --session, many (session.go).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig(os.Getenv)
 	if done, err := cli.Load("helper", &cfg, args, stdout, stderr); done {
@@ -44,6 +42,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Not dumpable: a command (same user) cannot open /proc/<helper>/fd/1 to forge response
 	// frames, nor ptrace the helper. Commands are exec'd, which makes them dumpable again.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if cfg.Session {
+		return ServeSession(ctx, cfg, os.Stdin, stdout)
+	}
 	return Serve(ctx, cfg, os.Stdin, stdout)
 }
 
@@ -56,7 +57,7 @@ func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 		return out.error("", helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bad request frame: "+err.Error())
 	}
 	id := req.GetRequestId()
-	if len(id) > maxRequestIDBytes {
+	if len(id) > protocol.MaxRequestIDBytes {
 		return out.error("", helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "request_id too long")
 	}
 	if req.GetVersion() != helperv1.ProtocolVersion_PROTOCOL_VERSION_1 {
@@ -159,23 +160,36 @@ func (f *frameWriter) response(r *helperv1.Response) error {
 type coded interface{ HelperCode() helperv1.ErrorCode }
 
 func (f *frameWriter) fail(id string, err error) error {
-	code := helperv1.ErrorCode_ERROR_CODE_INTERNAL
-	var c coded
-	if errors.As(err, &c) {
-		code = c.HelperCode()
+	return f.response(failure(id, err))
+}
+
+func (f *frameWriter) error(id string, code helperv1.ErrorCode, msg string) error {
+	err := f.response(errorResponse(id, code, msg))
+	if err != nil && !errors.Is(err, syscall.EPIPE) {
+		// The message could not be encoded: answer with the code alone rather than nothing.
+		err = f.response(errorResponse(id, code, ""))
 	}
-	return f.error(id, code, err.Error())
+	return err
 }
 
 // maxErrorMessageBytes bounds error messages (the protocol documents 1024).
 const maxErrorMessageBytes = 1024
 
-func (f *frameWriter) error(id string, code helperv1.ErrorCode, msg string) error {
-	msg = process.TruncateUTF8(msg, maxErrorMessageBytes)
-	err := f.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Error{Error: &helperv1.Error{Code: code, Message: msg}}})
-	if err != nil && !errors.Is(err, syscall.EPIPE) {
-		// The message could not be encoded: answer with the code alone rather than nothing.
-		err = f.response(&helperv1.Response{RequestId: process.TruncateUTF8(id, maxRequestIDBytes), Outcome: &helperv1.Response_Error{Error: &helperv1.Error{Code: code}}})
+// failure is the error response for err: its typed code, or INTERNAL.
+func failure(id string, err error) *helperv1.Response {
+	code := helperv1.ErrorCode_ERROR_CODE_INTERNAL
+	var c coded
+	if errors.As(err, &c) {
+		code = c.HelperCode()
 	}
-	return err
+	return errorResponse(id, code, err.Error())
+}
+
+// errorResponse is a refusal, its message cut to the protocol's bound and made valid UTF-8
+// (an invalid string could not be encoded at all).
+func errorResponse(id string, code helperv1.ErrorCode, msg string) *helperv1.Response {
+	return &helperv1.Response{
+		RequestId: process.TruncateUTF8(id, protocol.MaxRequestIDBytes),
+		Outcome:   &helperv1.Response_Error{Error: &helperv1.Error{Code: code, Message: process.TruncateUTF8(msg, maxErrorMessageBytes)}},
+	}
 }

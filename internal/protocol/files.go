@@ -39,6 +39,18 @@ type File struct {
 	tree bool
 	// is reports whether a result is of this kind.
 	is func(*executionv1.FileResult) bool
+	// changes: the operation may change the workspace (it is not safe to repeat blindly).
+	changes bool
+}
+
+// ReadOnly reports whether the operation only reads: repeating it changes nothing, so a
+// read whose answer was lost may be sent again.
+func (f File) ReadOnly() bool { return !f.changes }
+
+// ReadOnly reports whether req is a file operation that only reads (never a command).
+func ReadOnly(req *helperv1.Request) bool {
+	f, err := DescribeFile(req.GetFile())
+	return err == nil && f.ReadOnly()
 }
 
 // DescribeFile describes op, or refuses an operation of no known kind.
@@ -48,7 +60,7 @@ func DescribeFile(op *executionv1.FileOperation) (File, error) {
 		return File{Kind: "read", read: true, paths: [][]byte{o.Read.GetPath()}, readLength: o.Read.GetLength(),
 			is: func(r *executionv1.FileResult) bool { return r.GetRead() != nil }}, nil
 	case *executionv1.FileOperation_Write:
-		return File{Kind: "write", paths: [][]byte{o.Write.GetPath()}, writeLength: uint64(len(o.Write.GetContent())),
+		return File{Kind: "write", changes: true, paths: [][]byte{o.Write.GetPath()}, writeLength: uint64(len(o.Write.GetContent())),
 			is: func(r *executionv1.FileResult) bool { return r.GetWrite() != nil }}, nil
 	case *executionv1.FileOperation_Stat:
 		return File{Kind: "stat", paths: [][]byte{o.Stat.GetPath()},
@@ -57,16 +69,16 @@ func DescribeFile(op *executionv1.FileOperation) (File, error) {
 		return File{Kind: "list", paths: [][]byte{o.List.GetPath()}, tree: true,
 			is: func(r *executionv1.FileResult) bool { return r.GetList() != nil }}, nil
 	case *executionv1.FileOperation_Mkdir:
-		return File{Kind: "mkdir", paths: [][]byte{o.Mkdir.GetPath()},
+		return File{Kind: "mkdir", changes: true, paths: [][]byte{o.Mkdir.GetPath()},
 			is: func(r *executionv1.FileResult) bool { return r.GetMkdir() != nil }}, nil
 	case *executionv1.FileOperation_Remove:
-		return File{Kind: "remove", paths: [][]byte{o.Remove.GetPath()},
+		return File{Kind: "remove", changes: true, paths: [][]byte{o.Remove.GetPath()},
 			is: func(r *executionv1.FileResult) bool { return r.GetRemove() != nil }}, nil
 	case *executionv1.FileOperation_Rename:
-		return File{Kind: "rename", paths: [][]byte{o.Rename.GetFrom(), o.Rename.GetTo()},
+		return File{Kind: "rename", changes: true, paths: [][]byte{o.Rename.GetFrom(), o.Rename.GetTo()},
 			is: func(r *executionv1.FileResult) bool { return r.GetRename() != nil }}, nil
 	case *executionv1.FileOperation_Copy:
-		return File{Kind: "copy", paths: [][]byte{o.Copy.GetFrom(), o.Copy.GetTo()},
+		return File{Kind: "copy", changes: true, paths: [][]byte{o.Copy.GetFrom(), o.Copy.GetTo()},
 			is: func(r *executionv1.FileResult) bool { return r.GetCopy() != nil }}, nil
 	case *executionv1.FileOperation_Glob:
 		return File{Kind: "glob", optional: [][]byte{o.Glob.GetBase()}, tree: true,

@@ -48,35 +48,71 @@ func WriteFrame(w io.Writer, msg proto.Message, max int) error {
 	if err != nil {
 		return fmt.Errorf("marshal: %w", err)
 	}
-	if len(payload) > max {
-		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, len(payload), max)
+	return WritePayload(w, payload, max)
+}
+
+// WritePayload writes an encoded message as one frame. It refuses payloads over max.
+func WritePayload(w io.Writer, payload []byte, max int) error {
+	return WriteEncoded(w, Whole(payload), max)
+}
+
+// WriteEncoded writes a frame whose payload is e.Head then e.Body: in one Write when it is
+// small, else the header and the head joined, then the body (a large body is not worth
+// copying to join them; every caller is its stream's only writer). It refuses payloads
+// over max.
+func WriteEncoded(w io.Writer, e Encoded, max int) error {
+	n := e.Len()
+	if n > max {
+		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
 	}
-	buf := make([]byte, headerBytes+len(payload))
-	binary.BigEndian.PutUint32(buf, uint32(len(payload)))
-	copy(buf[headerBytes:], payload)
-	_, err = w.Write(buf)
+	head, body := e.Head, e.Body
+	switch {
+	case n <= joinBytes:
+		head, body = append(head[:len(head):len(head)], body...), nil
+	case len(body) == 0:
+		head, body = nil, head // one large piece: the header alone first
+	}
+	buf := make([]byte, headerBytes, headerBytes+len(head))
+	binary.BigEndian.PutUint32(buf, uint32(n))
+	if _, err := w.Write(append(buf, head...)); err != nil || len(body) == 0 {
+		return err
+	}
+	_, err := w.Write(body)
 	return err
 }
+
+// joinBytes: frames up to this size are written in one Write (one system call, one stream
+// message); above it the body's copy costs more than a second Write.
+const joinBytes = 64 << 10
 
 // ReadFrame reads one frame into msg. It returns io.EOF when the stream ends cleanly before a
 // frame starts, and ErrFrameTooLarge, ErrFrameTruncated or ErrInvalidFrame otherwise.
 func ReadFrame(r io.Reader, msg proto.Message, max int) error {
+	payload, err := readPayload(r, max)
+	if err != nil {
+		return err
+	}
+	return DecodeFrame(payload, msg)
+}
+
+// readPayload reads one frame's payload, its length checked against max first.
+func readPayload(r io.Reader, max int) ([]byte, error) {
 	var header [headerBytes]byte
 	if _, err := io.ReadFull(r, header[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return io.EOF
+			return nil, io.EOF
 		}
-		return fmt.Errorf("%w: header: %v", ErrFrameTruncated, err)
+		return nil, fmt.Errorf("%w: header: %v", ErrFrameTruncated, err)
 	}
 	n := binary.BigEndian.Uint32(header[:])
 	if uint64(n) > uint64(max) {
-		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
+		return nil, fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
 	}
 	payload := make([]byte, n)
 	if _, err := io.ReadFull(r, payload); err != nil {
-		return fmt.Errorf("%w: payload: %v", ErrFrameTruncated, err)
+		return nil, fmt.Errorf("%w: payload: %v", ErrFrameTruncated, err)
 	}
-	return DecodeFrame(payload, msg)
+	return payload, nil
 }
 
 // DecodeFrame strictly unmarshals payload into msg.

@@ -110,23 +110,28 @@ func (c *command) drain() {
 // setsid included), so a chain of any depth dies at once rather than one level per round.
 func killDescendants(pgid int) {
 	_ = unix.Kill(-pgid, unix.SIGKILL)
+	KillTrees(Children(os.Getpid())...)
+}
+
+// KillTrees SIGKILLs each of roots and every descendant of each, found from /proc in one
+// walk. A session helper uses it for what an ended command left behind.
+func KillTrees(roots ...int) {
 	seen := map[int]bool{}
-	queue := []int{os.Getpid()}
+	queue := append([]int(nil), roots...)
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
-		for _, c := range children(pid) {
-			if !seen[c] {
-				seen[c] = true
-				_ = unix.Kill(c, unix.SIGKILL)
-				queue = append(queue, c)
-			}
+		if seen[pid] {
+			continue
 		}
+		seen[pid] = true
+		_ = unix.Kill(pid, unix.SIGKILL)
+		queue = append(queue, Children(pid)...)
 	}
 }
 
-// children lists the live children of pid from /proc.
-func children(pid int) []int {
+// Children lists the live children of pid from /proc.
+func Children(pid int) []int {
 	// The kernel's own lists (CONFIG_PROC_CHILDREN), one per thread: a child belongs to
 	// the thread that forked it, and orphans are reparented to any live thread.
 	if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid)); err == nil {

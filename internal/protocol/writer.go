@@ -1,0 +1,165 @@
+package protocol
+
+import (
+	"io"
+	"sync"
+	"time"
+)
+
+// Writer is the one writer of a session's stream, at either end. Each Send is a message of
+// one or more encoded frames; the writer takes one frame at a time from the queued
+// messages round-robin, so a large message (many chunks) interleaves with small ones
+// instead of holding them behind it. A failed write stops the writer: what is queued is
+// dropped, later sends are dropped, and the failure callback runs once.
+type Writer struct {
+	w      io.Writer
+	max    int
+	failed func()
+
+	mu       sync.Mutex
+	cond     *sync.Cond // broadcast after every write and on Stop
+	writing  bool
+	wake     chan struct{}
+	queue    []*message
+	beating  bool // a heartbeat is queued
+	stopped  bool
+	broken   bool
+	finished chan struct{}
+}
+
+// message is the encoded frames of one request or response, or a heartbeat.
+type message struct {
+	frames []Encoded
+	// last runs just before the last frame is written: from then on the peer may have the
+	// whole message.
+	last      func()
+	heartbeat bool
+}
+
+// NewWriter starts the writer of w; every frame is at most max bytes. failed, if not nil,
+// runs once when a write fails.
+func NewWriter(w io.Writer, max int, failed func()) *Writer {
+	s := &Writer{w: w, max: max, failed: failed, wake: make(chan struct{}, 1), finished: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	go s.run()
+	return s
+}
+
+// Send queues one message's frames; last, if not nil, runs just before its last frame is
+// written (never, when the writer stops first).
+func (s *Writer) Send(frames []Encoded, last func()) {
+	s.enqueue(&message{frames: frames, last: last})
+}
+
+// Heartbeat queues a heartbeat frame unless one is waiting already (a slow reader must not
+// make them pile up).
+func (s *Writer) Heartbeat(frame []byte) {
+	s.mu.Lock()
+	skip := s.beating
+	s.mu.Unlock()
+	if !skip {
+		s.enqueue(&message{frames: []Encoded{Whole(frame)}, heartbeat: true})
+	}
+}
+
+func (s *Writer) enqueue(m *message) {
+	if len(m.frames) == 0 {
+		return
+	}
+	s.mu.Lock()
+	if !s.stopped {
+		s.queue = append(s.queue, m)
+		s.beating = s.beating || m.heartbeat
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Queued counts the messages waiting, in part or whole, to be written.
+func (s *Writer) Queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+// Failed reports whether a write failed: the peer is gone.
+func (s *Writer) Failed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.broken
+}
+
+// Stop drops what is queued and stops the writer after the write under way, if any; it
+// does not wait for that write (a peer that stopped reading must not hold the caller: the
+// caller ends the stream). It may be called more than once, and from the failure callback.
+func (s *Writer) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.queue = nil
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Flush waits until everything queued has been written, or the writer stopped, for at most
+// d.
+func (s *Writer) Flush(d time.Duration) {
+	timer := time.AfterFunc(d, s.cond.Broadcast)
+	defer timer.Stop()
+	deadline := time.Now().Add(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for (len(s.queue) > 0 || s.writing) && !s.stopped && time.Now().Before(deadline) {
+		s.cond.Wait()
+	}
+}
+
+func (s *Writer) run() {
+	defer close(s.finished)
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.stopped {
+			s.mu.Unlock()
+			<-s.wake
+			s.mu.Lock()
+		}
+		if s.stopped {
+			s.mu.Unlock()
+			return
+		}
+		m := s.queue[0]
+		s.queue = s.queue[1:]
+		frame := m.frames[0]
+		m.frames = m.frames[1:]
+		if len(m.frames) > 0 {
+			s.queue = append(s.queue, m) // to the back: round-robin
+		} else if m.heartbeat {
+			s.beating = false
+		}
+		s.writing = true
+		s.mu.Unlock()
+		if len(m.frames) == 0 && m.last != nil {
+			m.last()
+		}
+		err := WriteEncoded(s.w, frame, s.max)
+		s.mu.Lock()
+		s.writing = false
+		if err != nil {
+			s.broken, s.stopped, s.queue = true, true, nil
+		}
+		s.mu.Unlock()
+		s.cond.Broadcast()
+		if err != nil {
+			if s.failed != nil {
+				s.failed()
+			}
+			return
+		}
+	}
+}
