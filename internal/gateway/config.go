@@ -6,6 +6,7 @@ import (
 
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/protocol"
 )
 
 // Bounds on the gateway's tunables. Values outside them are configuration errors.
@@ -29,6 +30,11 @@ const (
 	// maxEnvironmentCalls bounds --max-environment-calls: more concurrent helpers than this
 	// in one executor Pod is a fork bomb by configuration.
 	maxEnvironmentCalls = 1024
+	// maxSessionIdle bounds --session-idle: a session is a stream through the API server
+	// and a process in the Pod; an hour unused is abandoned.
+	maxSessionIdle = time.Hour
+	// maxSessions bounds --max-sessions: each session is a connection to the API server.
+	maxSessions = 65536
 )
 
 // Config is the gateway's configuration, from flags.
@@ -78,6 +84,14 @@ type Config struct {
 	// FreshnessBound is how long the environment view may go unproven before grant-authorised
 	// calls answer UNAVAILABLE and the gateway reports not ready (Environments).
 	FreshnessBound time.Duration
+	// Sessions keeps an exec stream open per executor Pod and sends it many requests
+	// (docs/sessions.md); false drives every call one exec per operation.
+	Sessions bool
+	// SessionIdle closes a session unused this long; MaxSessions bounds the open sessions;
+	// SessionMaxInFlight bounds the requests in flight on one session.
+	SessionIdle        time.Duration
+	MaxSessions        int
+	SessionMaxInFlight int
 	// Log configures the process's logger.
 	Log logging.Options
 }
@@ -103,6 +117,10 @@ func DefaultConfig() Config {
 		KubeQPS:             500,
 		KubeBurst:           1000,
 		FreshnessBound:      DefaultFreshnessBound,
+		Sessions:            true,
+		SessionIdle:         DefaultSessionIdle,
+		MaxSessions:         DefaultMaxSessions,
+		SessionMaxInFlight:  protocol.DefaultMaxInFlight,
 		Log:                 logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}
 }
@@ -132,6 +150,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second; one per data operation)")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	fs.DurationVar(&c.FreshnessBound, "view-freshness-bound", c.FreshnessBound, "longest time the environment view may go unproven current (one probe read per second) before grant-authorised calls answer UNAVAILABLE")
+	fs.BoolVar(&c.Sessions, "sessions", c.Sessions, "keep one exec stream open per executor Pod and send it many requests; false: one exec per operation")
+	fs.DurationVar(&c.SessionIdle, "session-idle", c.SessionIdle, "close a session unused this long")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "open sessions on this replica (the least recently used closes beyond it)")
+	fs.IntVar(&c.SessionMaxInFlight, "session-max-in-flight", c.SessionMaxInFlight, "requests in flight on one session (more wait)")
 	c.Log.RegisterFlags(fs)
 }
 
@@ -177,6 +199,9 @@ func (c Config) Validate() error {
 	if c.KubeBurst < int(c.KubeQPS) || c.KubeBurst > 2*maxKubeQPS {
 		p.Addf("kube-api-burst", "%d must be at least --kube-api-qps and at most %d", c.KubeBurst, 2*maxKubeQPS)
 	}
+	p.DurationBetween("session-idle", c.SessionIdle, time.Second, maxSessionIdle)
+	p.IntBetween("max-sessions", c.MaxSessions, 1, maxSessions)
+	p.IntBetween("session-max-in-flight", c.SessionMaxInFlight, 1, protocol.MaxInFlightCeiling)
 	if err := c.Log.Validate(); err != nil {
 		p.Addf("log-format", "%v", err)
 	}

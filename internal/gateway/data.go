@@ -204,7 +204,7 @@ func (h *Handler) execute(ctx context.Context, a *admitted, req *helperv1.Reques
 	req.RequestId = RequestID(ctx)
 	ctx, stop := h.fenced(ctx, env, a.claims)
 	defer stop()
-	resp, err := h.b.Executor.Execute(ctx, PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}, req, responseCap)
+	resp, err := h.b.Executor.Execute(ctx, TargetOf(env), req, responseCap)
 	if err != nil && errors.Is(context.Cause(ctx), errAuthorityLost) {
 		h.cfg.Metrics.executor(outcomeUnknown)
 		return nil, errAuthorityLost
@@ -243,6 +243,7 @@ var helperCodes = map[helperv1.ErrorCode]error{
 	helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED:  apierror.ErrLimitExceeded,
 	helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE:          apierror.ErrWrongType,
 	helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE:         apierror.ErrNotReady,
+	helperv1.ErrorCode_ERROR_CODE_OUTCOME_UNKNOWN:     apierror.ErrOutcomeUnknown,
 	helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION: nil,
 	helperv1.ErrorCode_ERROR_CODE_INTERNAL:            nil,
 }

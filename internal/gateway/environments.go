@@ -210,6 +210,9 @@ func (e *Environments) notify() {
 	e.mu.Unlock()
 }
 
+// Changes returns a channel closed at the next change of the view.
+func (e *Environments) Changes() <-chan struct{} { return e.next() }
+
 func (e *Environments) next() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -104,10 +104,10 @@ type fakeExecutor struct {
 
 func newFakeExecutor() *fakeExecutor { return &fakeExecutor{entered: make(chan struct{}, 64)} }
 
-func (f *fakeExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+func (f *fakeExecutor) Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 	deadline, _ := ctx.Deadline()
 	f.mu.Lock()
-	f.calls = append(f.calls, execCall{Pod: pod, Request: proto.CloneOf(req), ResponseCap: responseCap, Deadline: deadline})
+	f.calls = append(f.calls, execCall{Pod: t.Pod, Request: proto.CloneOf(req), ResponseCap: responseCap, Deadline: deadline})
 	f.mu.Unlock()
 	select {
 	case f.entered <- struct{}{}:

@@ -36,9 +36,9 @@ type EnvironmentSource interface {
 	Fresh() error
 }
 
-// Executor runs one helper request in an executor Pod (PodExecutor in production).
+// Executor runs one helper request at its target's executor Pod (Sessions in production).
 type Executor interface {
-	Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
+	Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
 }
 
 // Backend is what the Handler serves from.

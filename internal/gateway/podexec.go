@@ -22,6 +22,7 @@ import (
 
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/internal/protocol"
+	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/pkg/apierror"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -180,6 +181,56 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	}
 	return res.Resp, nil
 }
+
+// openSession starts the helper with --session in pod and opens a session on it. The stream
+// lives until the session closes, whatever becomes of ctx (which bounds only the opening).
+// A helper that refused the flag (it exited without a frame) is session.ErrUnsupported; a
+// stream that could not be opened is ErrExecutorUnreachable.
+func (e *PodExecutor) openSession(ctx context.Context, pod PodRef, cfg session.Config) (*session.Session, error) {
+	if err := e.checkPod(ctx, pod); err != nil {
+		return nil, err
+	}
+	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath, sessionFlag}, Stdin: true, Stdout: true, Stderr: true}
+	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
+		VersionedParams(opts, scheme.ParameterCodec).URL()
+	exec, err := StreamExecutor(e.rest, url)
+	if err != nil {
+		return nil, err
+	}
+	streamCtx, end := context.WithCancel(context.Background())
+	stdinR, stdinW := io.Pipe()
+	stdoutR, stdoutW := io.Pipe()
+	ended := make(chan error, 1)
+	go func() {
+		err := exec.StreamWithContext(streamCtx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: &capped{limit: stderrCap}})
+		stdoutW.CloseWithError(io.EOF)
+		stdinR.Close()
+		ended <- err
+	}()
+	s, err := session.Open(ctx, cfg, stdinW, stdoutR, end)
+	switch {
+	case errors.Is(err, session.ErrUnsupported) && s == nil:
+		// The stream ended before a frame, or the helper refused the version. Only a helper
+		// that refused the flag — a usage error, before it read anything — does not speak
+		// sessions; a helper killed during the handshake, or a stream that never came up,
+		// says nothing about sessions, and nothing ran.
+		var code utilexec.CodeExitError
+		streamErr := <-ended
+		if streamErr == nil || errors.Is(streamErr, context.Canceled) || (errors.As(streamErr, &code) && code.Code == usageExit) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: opening a session: %v", ErrExecutorUnreachable, streamErr)
+	case err != nil && !errors.Is(err, session.ErrViolation):
+		return nil, fmt.Errorf("%w: opening a session: %v", ErrExecutorUnreachable, err)
+	}
+	return s, err
+}
+
+// usageExit is the helper's exit status for a usage error (an unknown flag): cli.ExitUsage.
+const usageExit = 2
+
+// sessionFlag starts the helper in session mode (fixed argv).
+const sessionFlag = "--session"
 
 // signalExitBase is how a container runtime reports a process killed by signal n: exit
 // status signalExitBase+n.

@@ -17,6 +17,7 @@ import (
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/internal/version"
 	"github.com/execplane/execplane/pkg/profile"
 )
@@ -71,7 +72,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeControl() //nolint:errcheck // closing on exit
-	executor, err := NewPodExecutor(PodExecutorConfig{HelperPath: cfg.HelperPath}, restCfg, cfg.Executors())
+	podExec, err := NewPodExecutor(PodExecutorConfig{HelperPath: cfg.HelperPath}, restCfg, cfg.Executors())
 	if err != nil {
 		return err
 	}
@@ -98,6 +99,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Name: "execplane_gateway_view_relists_total",
 			Help: "Rebuilds of the environment view from a fresh list after it could not be proven current.",
 		}, func() float64 { return float64(envs.Relists()) }))
+	executor := NewSessions(SessionsConfig{
+		Disabled: !cfg.Sessions, Idle: cfg.SessionIdle, Max: cfg.MaxSessions,
+		Session: session.Config{MaxInFlight: cfg.SessionMaxInFlight}, Logger: logger, Metrics: metrics,
+	}, podExec, envs.Get)
+	registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "execplane_gateway_sessions_open", Help: "Helper sessions open on this replica.",
+	}, func() float64 { return float64(executor.Open()) }))
 	handler, err := NewHandler(HandlerConfig{MaxEnvironmentCalls: cfg.MaxEnvironmentCalls, Logger: logger, Metrics: metrics}, Backend{
 		Control: control, Environments: envs, Executor: executor, Profiles: profiles, Material: manager.Current,
 	})
@@ -136,12 +144,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g.Go(func() error { return diag.Serve(ctx) })
 	g.Go(func() error { manager.Run(ctx); return nil })
 	envs.Start(ctx)
+	g.Go(func() error { executor.Run(ctx, envs.Changes); return nil })
 	g.Go(func() error {
 		followReadiness(ctx, server, ready)
 		// Drain only once the follower has stopped, so that NOT_SERVING is the last word:
-		// balancers stop sending new calls, then in-flight ones get the grace.
+		// balancers stop sending new calls, then in-flight ones get the grace; their
+		// sessions close after them.
 		server.SetServing(false)
 		stop(server.GRPC, cfg.ShutdownGrace)
+		executor.Drain()
 		return nil
 	})
 	g.Go(func() error {

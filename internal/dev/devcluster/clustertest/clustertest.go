@@ -184,8 +184,9 @@ var Hostile = map[string]string{
 }
 
 // ExecutorFiles returns Options.ImageFiles with the helper ($EXECPLANE_HELPER_BIN, or built
-// from modRoot's cmd/helper into dir) at HelperPath and the hostile scripts, written into
-// dir, under HostileDir.
+// from modRoot's cmd/helper into dir) at HelperPath, the hostile scripts (Hostile,
+// HostileSessions), written into dir, under HostileDir, and the pre-session helper's
+// stand-in at OldHelperPath.
 func ExecutorFiles(dir, modRoot string) (map[string]string, error) {
 	files := map[string]string{}
 	helper := os.Getenv("EXECPLANE_HELPER_BIN")
@@ -199,12 +200,19 @@ func ExecutorFiles(dir, modRoot string) (map[string]string, error) {
 		}
 	}
 	files[HelperPath] = helper
+	scripts := map[string]string{OldHelperPath: oldHelper(helper)}
 	for name, script := range Hostile {
-		path := filepath.Join(dir, "hostile-"+name)
+		scripts[HostileDir+name] = script
+	}
+	for name, script := range HostileSessions {
+		scripts[HostileDir+name] = script
+	}
+	for at, script := range scripts {
+		path := filepath.Join(dir, "stand-in-"+filepath.Base(at))
 		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
 			return nil, err
 		}
-		files[HostileDir+name] = path
+		files[at] = path
 	}
 	return files, nil
 }

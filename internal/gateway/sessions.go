@@ -1,0 +1,377 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/protocol"
+	"github.com/execplane/execplane/internal/session"
+	"github.com/execplane/execplane/pkg/apierror"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Bounds of the session pool (docs/sessions.md).
+const (
+	// DefaultSessionIdle closes a session unused this long: an agent's turn has pauses of
+	// seconds, a minute covers them; an idle session costs a stream and a few goroutines.
+	DefaultSessionIdle = 60 * time.Second
+	// DefaultMaxSessions bounds the sessions one gateway holds; beyond it the least recently
+	// used closes. An idle session holds about 280 KiB and 13 goroutines in the gateway,
+	// nearly all of it client-go's WebSocket stream (docs/benchmarks.md): 1024 of them are
+	// about 290 MiB, well inside the chart's 1 GiB limit beside the calls in flight.
+	DefaultMaxSessions = 1024
+	// sessionOpenTimeout bounds opening a session (the exec upgrade and the handshake),
+	// whatever the first caller's deadline: callers wait under their own.
+	sessionOpenTimeout = 15 * time.Second
+	// unsupportedMemory is how many executor Pods known not to speak sessions are
+	// remembered; a Pod is driven one exec per operation for its whole life.
+	unsupportedMemory = 4096
+)
+
+// Target is where a data call runs: the environment's executor Pod, under the view of the
+// environment that admitted the call.
+type Target struct {
+	// Environment is the environment's name and UID.
+	Environment    string
+	EnvironmentUID types.UID
+	// Pod is the executor Pod the environment records.
+	Pod PodRef
+	// Epoch and Generation are the environment's, as the call was admitted.
+	Epoch, Generation int64
+}
+
+// TargetOf is the target of a call admitted on env.
+func TargetOf(env *executionv1alpha1.ExecutionEnvironment) Target {
+	t := Target{Environment: env.Name, EnvironmentUID: env.UID, Epoch: env.Status.Epoch, Generation: env.Status.GrantGeneration}
+	if env.Status.Pod != nil {
+		t.Pod = PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}
+	}
+	return t
+}
+
+// SessionsConfig configures the pool.
+type SessionsConfig struct {
+	// Disabled drives every call one exec per operation.
+	Disabled bool
+	// Idle closes a session unused this long (DefaultSessionIdle).
+	Idle time.Duration
+	// Max bounds the open sessions (DefaultMaxSessions).
+	Max int
+	// Session bounds each session.
+	Session session.Config
+	Logger  hclog.Logger
+	Metrics *Metrics
+}
+
+// sessionOpener opens sessions and runs single execs: the PodExecutor.
+type sessionOpener interface {
+	openSession(ctx context.Context, pod PodRef, cfg session.Config) (*session.Session, error)
+	Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
+}
+
+// Sessions is the gateway's Executor: each call goes over a session to its target's executor
+// Pod — at most one per (environment, Pod UID), opened by the first call — or, for a helper
+// that does not speak sessions (or with sessions disabled), one exec per operation.
+//
+// A session is bound to the view it was opened under: when this gateway's view of its
+// environment shows another epoch, grant generation, UID or executor Pod, or the
+// environment unusable or gone, the session closes (its helper kills what it runs), so no
+// request of a superseded run or a revoked grant reaches the Pod through it. It authorises
+// nothing itself: every call was admitted before it gets here.
+type Sessions struct {
+	cfg     SessionsConfig
+	exec    sessionOpener
+	lookup  func(name string) *executionv1alpha1.ExecutionEnvironment
+	opening singleflight.Group
+
+	mu          sync.Mutex
+	open        map[sessionKey]*pooled
+	unsupported map[types.UID]bool
+	drained     bool
+}
+
+// sessionKey identifies a session: one per environment and executor Pod.
+type sessionKey struct {
+	env, pod types.UID
+}
+
+// pooled is an open session and the view it is bound to.
+type pooled struct {
+	s      *session.Session
+	target Target
+}
+
+// NewSessions returns the pool over exec. lookup reads this gateway's view of an
+// environment (nil when absent).
+func NewSessions(cfg SessionsConfig, exec *PodExecutor, lookup func(string) *executionv1alpha1.ExecutionEnvironment) *Sessions {
+	return newSessions(cfg, exec, lookup)
+}
+
+func newSessions(cfg SessionsConfig, exec sessionOpener, lookup func(string) *executionv1alpha1.ExecutionEnvironment) *Sessions {
+	if cfg.Idle <= 0 {
+		cfg.Idle = DefaultSessionIdle
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = DefaultMaxSessions
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Sessions{cfg: cfg, exec: exec, lookup: lookup, open: map[sessionKey]*pooled{}, unsupported: map[types.UID]bool{}}
+}
+
+// Execute runs req at t and returns the helper's response (see Executor).
+func (p *Sessions) Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	if p.cfg.Disabled || p.perExec(t.Pod.UID) {
+		return p.exec.Execute(ctx, t.Pod, req, responseCap)
+	}
+	for attempt := 0; ; attempt++ {
+		s, err := p.session(ctx, t)
+		switch {
+		case errors.Is(err, session.ErrUnsupported):
+			return p.exec.Execute(ctx, t.Pod, req, responseCap)
+		case err != nil:
+			return nil, err
+		}
+		resp, err := s.Do(ctx, req, responseCap)
+		if err == nil {
+			p.cfg.Metrics.sessionRequest(s.Served() == 1)
+			return resp, nil
+		}
+		// One more try on a new session, only where it cannot act twice: a request that
+		// surely did not run, or a read whose answer the stream lost. Never when the caller
+		// is gone, nor after a violation or a change of view (the call's authority moved).
+		retry := ctx.Err() == nil && attempt == 0 && retryOn(s.Reason()) &&
+			(errors.Is(err, session.ErrNotSent) || (errors.Is(err, session.ErrLost) && protocol.ReadOnly(req)))
+		if !retry {
+			return nil, sessionError(err)
+		}
+	}
+}
+
+// retryOn reports whether a call that failed on a session closed for r may go to a new
+// one: not when the view moved (its authority did), nor when the helper broke the protocol
+// (it would again).
+func retryOn(r session.Reason) bool {
+	return r != session.ReasonView && r != session.ReasonPod && r != session.ReasonViolation
+}
+
+// sessionError translates a session call's failure into the data plane's vocabulary.
+func sessionError(err error) error {
+	switch {
+	case errors.Is(err, session.ErrViolation):
+		return err // protocol.ErrViolation is ErrProtocol
+	case errors.Is(err, session.ErrNotSent):
+		return fmt.Errorf("%w: %v", ErrExecutorUnreachable, err)
+	case errors.Is(err, session.ErrLost):
+		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// errSupersededView: a call admitted under an older view than the session in use; the
+// newer view wins, and this call's authority is gone. Nothing ran.
+var errSupersededView = fmt.Errorf("%w: the environment's epoch or grant generation moved while the call was admitted", apierror.ErrStaleEpoch)
+
+// session returns the open session for t, opening it when there is none.
+func (p *Sessions) session(ctx context.Context, t Target) (*session.Session, error) {
+	key := sessionKey{env: t.EnvironmentUID, pod: t.Pod.UID}
+	p.mu.Lock()
+	if cur := p.open[key]; cur != nil && cur.s.Reason() != "" {
+		delete(p.open, key) // closed, not forgotten yet
+	}
+	if cur := p.open[key]; cur != nil {
+		switch {
+		case cur.target == t:
+			p.mu.Unlock()
+			return cur.s, nil
+		case cur.target.Epoch > t.Epoch || cur.target.Generation > t.Generation:
+			p.mu.Unlock()
+			return nil, errSupersededView
+		}
+		// The call's view is newer: the session's is superseded.
+		delete(p.open, key)
+		p.mu.Unlock()
+		cur.s.Close(session.ReasonView)
+	} else {
+		p.mu.Unlock()
+	}
+	flight := fmt.Sprintf("%s/%s/%d/%d", t.EnvironmentUID, t.Pod.UID, t.Epoch, t.Generation)
+	ch := p.opening.DoChan(flight, func() (any, error) { return p.dial(t) })
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*session.Session), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// dial opens a session for t and adds it to the pool.
+func (p *Sessions) dial(t Target) (*session.Session, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), sessionOpenTimeout)
+	defer cancel()
+	s, err := p.exec.openSession(ctx, t.Pod, p.cfg.Session)
+	if errors.Is(err, session.ErrUnsupported) {
+		p.markUnsupported(t.Pod.UID)
+		p.cfg.Logger.Info("executor helper does not speak sessions: one exec per operation", logging.KeyEnvironment, t.Environment, logging.KeyPod, t.Pod.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.cfg.Metrics.sessionOpened()
+	key := sessionKey{env: t.EnvironmentUID, pod: t.Pod.UID}
+	p.mu.Lock()
+	var evict []*pooled
+	if old := p.open[key]; old != nil {
+		evict = append(evict, old) // opened under an older view meanwhile
+	}
+	p.open[key] = &pooled{s: s, target: t}
+	for len(p.open) > p.cfg.Max {
+		evict = append(evict, p.leastRecent())
+	}
+	p.mu.Unlock()
+	for _, e := range evict {
+		e.s.Close(session.ReasonEvicted)
+	}
+	go p.forget(key, s)
+	// The view may have moved while the session opened.
+	p.check(key)
+	return s, nil
+}
+
+// leastRecent removes and returns the least recently used session. The caller holds mu.
+func (p *Sessions) leastRecent() *pooled {
+	var oldKey sessionKey
+	var old *pooled
+	for k, c := range p.open {
+		if old == nil || c.s.LastUsed().Before(old.s.LastUsed()) {
+			oldKey, old = k, c
+		}
+	}
+	delete(p.open, oldKey)
+	return old
+}
+
+// forget removes a session from the pool once it has closed, for whatever reason.
+func (p *Sessions) forget(key sessionKey, s *session.Session) {
+	<-s.Done()
+	p.mu.Lock()
+	if cur := p.open[key]; cur != nil && cur.s == s {
+		delete(p.open, key)
+	}
+	p.mu.Unlock()
+	p.cfg.Metrics.sessionClosed(s.Reason(), s.Served())
+}
+
+// perExec reports whether calls to pod go one exec per operation: its helper does not
+// speak sessions, or the pool has drained.
+func (p *Sessions) perExec(pod types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drained || p.unsupported[pod]
+}
+
+func (p *Sessions) markUnsupported(pod types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.unsupported) >= unsupportedMemory {
+		clear(p.unsupported) // forgetting costs one failed open per Pod, nothing more
+	}
+	p.unsupported[pod] = true
+}
+
+// reasonFor says why a session bound to t must close under the current view of its
+// environment, or "" when it may stay.
+func reasonFor(t Target, env *executionv1alpha1.ExecutionEnvironment) session.Reason {
+	switch {
+	case env == nil || env.UID != t.EnvironmentUID || env.Status.Epoch != t.Epoch || env.Status.GrantGeneration != t.Generation ||
+		authority.Usable(env) != nil:
+		return session.ReasonView
+	case env.Status.Pod == nil || env.Status.Pod.UID != t.Pod.UID:
+		return session.ReasonPod
+	}
+	return ""
+}
+
+// check closes the session of key if the view has moved away from it.
+func (p *Sessions) check(key sessionKey) {
+	p.mu.Lock()
+	cur := p.open[key]
+	p.mu.Unlock()
+	if cur == nil {
+		return
+	}
+	if r := reasonFor(cur.target, p.lookup(cur.target.Environment)); r != "" {
+		cur.s.Close(r)
+	}
+}
+
+// Run follows the view until ctx ends, closing the sessions it supersedes and the idle
+// ones. changes yields after every change of the view.
+func (p *Sessions) Run(ctx context.Context, changes func() <-chan struct{}) {
+	idle := time.NewTicker(p.cfg.Idle / 4)
+	defer idle.Stop()
+	for {
+		changed := changes()
+		p.sweep(false)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-idle.C:
+			p.sweep(true)
+		}
+	}
+}
+
+// sweep closes what the view supersedes and, with idle, what has not been used within the
+// idle bound.
+func (p *Sessions) sweep(idle bool) {
+	p.mu.Lock()
+	all := make([]*pooled, 0, len(p.open))
+	for _, c := range p.open {
+		all = append(all, c)
+	}
+	p.mu.Unlock()
+	for _, c := range all {
+		if r := reasonFor(c.target, p.lookup(c.target.Environment)); r != "" {
+			c.s.Close(r)
+		} else if idle && c.s.Idle(p.cfg.Idle) {
+			c.s.Close(session.ReasonIdle)
+		}
+	}
+}
+
+// Drain closes every session: the gateway has stopped serving, once its in-flight calls
+// ended. A call after it goes one exec per operation.
+func (p *Sessions) Drain() {
+	p.mu.Lock()
+	all := p.open
+	p.open = map[sessionKey]*pooled{}
+	p.drained = true
+	p.mu.Unlock()
+	for _, c := range all {
+		c.s.Close(session.ReasonDrain)
+	}
+}
+
+// Open counts the open sessions.
+func (p *Sessions) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.open)
+}
