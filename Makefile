@@ -94,6 +94,11 @@ test: build lint verify vuln node-packages ## Lint, verify generated code, check
 fuzz: ## Run every fuzz target for FUZZTIME each (default 1m).
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
+.PHONY: test-per-exec
+test-per-exec: build node-packages ## Run the end-to-end suite (test/integration) with every gateway's helper sessions off (--sessions=false): one exec per operation.
+	EXECPLANE_E2E_SESSIONS=false EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./test/integration/
+
 .PHONY: test-unit
 test-unit: ## Run the unit tests only (no local cluster), with -race.
 	$(GO) test -race -short -count=1 $(GO_TEST_FLAGS) ./...

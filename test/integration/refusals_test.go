@@ -213,13 +213,20 @@ func wantTransportRefusal(t *testing.T, sys *system, cfg *tls.Config) {
 
 // A gateway whose executors answer outside the helper protocol (a replaced or compromised
 // helper): every hostile answer is refused (INTERNAL, or UNKNOWN when the stream broke), the
-// call's deadline is honoured, and the gateway's memory stays bounded.
+// call's deadline is honoured, and the gateway's memory stays bounded. The per-exec hostile
+// helpers are met one exec per operation (their gateways run with --sessions=false), the
+// session ones over a session.
 func TestHostileExecutorThroughTheGateway(t *testing.T) {
 	sys := startSystem(t, 1)
 	s := ensureReady(t, sys.dial(t, "caller", 0), "alice", "conv-1")
-	names := slices.Sorted(maps.Keys(clustertest.Hostile))
-	for _, name := range names {
-		sys.gateways = append(sys.gateways, sys.startGateway(t, "hostile-"+name, clustertest.HostileDir+name))
+	perExec := slices.Sorted(maps.Keys(clustertest.Hostile))
+	names := append(perExec, slices.Sorted(maps.Keys(clustertest.HostileSessions))...)
+	for i, name := range names {
+		mode := "--sessions=true"
+		if i < len(perExec) {
+			mode = "--sessions=false"
+		}
+		sys.gateways = append(sys.gateways, sys.startGateway(t, "hostile-"+name, clustertest.HostileDir+name, mode))
 	}
 	clustertest.Eventually(t, 30*time.Second, "the hostile gateways ready", func() bool {
 		for _, p := range sys.gateways {
@@ -242,17 +249,33 @@ func TestHostileExecutorThroughTheGateway(t *testing.T) {
 		start := time.Now()
 		_, err := api.Files(ctx, &executionv1.FilesRequest{RunGrant: s.runG, Environment: s.envRef, Operation: read("a.txt")})
 		elapsed := time.Since(start)
-		// Only the executor that never answers runs into the deadline; every other answer
-		// is refused as soon as it is seen to be outside the protocol.
+		// Only the executors that never answer run into the deadline; every other answer is
+		// refused as soon as it is seen to be outside the protocol.
 		code := status.Code(err)
-		if want := codes.Internal; name == "silent" && code != codes.DeadlineExceeded || name != "silent" && code != want && code != codes.Unknown {
-			t.Errorf("%s: answered %v", name, err)
+		want := []codes.Code{codes.Internal, codes.Unknown}
+		switch name {
+		case "silent", "session-mute":
+			want = []codes.Code{codes.DeadlineExceeded}
+		case "session-duplicate":
+			// Its first answer is a well-formed refusal (no such file); the second breaks
+			// the session.
+			want = []codes.Code{codes.NotFound}
+		}
+		if !slices.Contains(want, code) {
+			t.Errorf("%s: answered %v, want one of %v", name, err, want)
 		}
 		if elapsed > deadline+time.Second {
 			t.Errorf("%s: took %s past a %s deadline", name, elapsed, deadline)
 		}
 		if grew := p.metric(t, "process_resident_memory_bytes") - rssBefore; grew > 64<<20 {
 			t.Errorf("%s: the gateway's resident memory grew by %.0f bytes", name, grew)
+		}
+		if strings.HasPrefix(name, "session-") {
+			clustertest.Eventually(t, 15*time.Second, name+"'s session closed as a violation, silent or stuck", func() bool {
+				return p.metric(t, `execplane_gateway_sessions_closed_total{reason="violation"}`)+
+					p.metric(t, `execplane_gateway_sessions_closed_total{reason="silent"}`)+
+					p.metric(t, `execplane_gateway_sessions_closed_total{reason="stuck"}`) >= 1
+			})
 		}
 		t.Logf("%s: %s/%s after %s", name, code, apierror.Reason(err), elapsed.Round(time.Millisecond))
 	}

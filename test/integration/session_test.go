@@ -122,19 +122,38 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, reason stri
 // of the example executor image on the real node: ensure → ready → acquire → every file
 // operation → a command reading a file → renew → references → release → retire →
 // delete-retired.
+//
+// Each runs twice: with helper sessions (the default: one exec stream per executor Pod
+// carries the data calls) and with --sessions=false (one exec per operation); the
+// gateway's metrics prove which way the calls went.
 func TestSessionEveryRPC(t *testing.T) {
 	for _, node := range []struct{ name, profile string }{{"kwok", profiletest.Name}, {"real-node", realNodeProfile}} {
-		t.Run(node.name, func(t *testing.T) {
-			if node.profile == realNodeProfile && realNodeMissing != nil {
-				precondition.Missing(t, "the real node: %v", realNodeMissing)
-			}
-			sessionEveryRPC(t, node.profile)
-		})
+		for _, mode := range []struct {
+			name string
+			args []string
+		}{{"sessions", []string{"--sessions=true"}}, {"per-exec", []string{"--sessions=false"}}} {
+			t.Run(node.name+"/"+mode.name, func(t *testing.T) {
+				if node.profile == realNodeProfile && realNodeMissing != nil {
+					precondition.Missing(t, "the real node: %v", realNodeMissing)
+				}
+				sys := startSystem(t, 1, mode.args...)
+				sessionEveryRPC(t, sys, node.profile)
+				g := sys.gateways[0]
+				opened, avoided := g.metric(t, "execplane_gateway_sessions_opened_total"), g.metric(t, "execplane_gateway_exec_upgrades_avoided_total")
+				switch {
+				case mode.name == "sessions" && (opened < 2 || avoided < 10):
+					// Two at least: one per executor Pod (the replacement's is new).
+					t.Fatalf("with sessions: %v opened, %v exec upgrades avoided", opened, avoided)
+				case mode.name == "per-exec" && (opened != 0 || avoided != 0):
+					t.Fatalf("with sessions off: %v opened, %v exec upgrades avoided", opened, avoided)
+				}
+				t.Logf("sessions opened %v, exec upgrades avoided %v", opened, avoided)
+			})
+		}
 	}
 }
 
-func sessionEveryRPC(t *testing.T, profile string) {
-	sys := startSystem(t, 1)
+func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 	api := sys.dial(t, "caller", 0)
 	admin := sys.dial(t, "admin", 0)
 	ctx := callCtx(t)

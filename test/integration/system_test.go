@@ -108,9 +108,20 @@ type process struct {
 	*devsystem.Process
 }
 
-// startSystem starts a controller and n gateways (real helper) in a fresh namespace and waits
-// until all are ready.
-func startSystem(t *testing.T, n int) *system {
+// sessionsArgs are the gateway flags that $EXECPLANE_E2E_SESSIONS asks for: "false" runs the
+// suite with helper sessions off (make test-per-exec); unset or "true", the default, on.
+func sessionsArgs() []string {
+	switch v := os.Getenv("EXECPLANE_E2E_SESSIONS"); v {
+	case "", "true":
+		return nil
+	default:
+		return []string{"--sessions=" + v}
+	}
+}
+
+// startSystem starts a controller and n gateways (real helper, gatewayArgs appended to their
+// flags) in a fresh namespace and waits until all are ready.
+func startSystem(t *testing.T, n int, gatewayArgs ...string) *system {
 	t.Helper()
 	c := clustertest.Cluster(t)
 	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
@@ -129,7 +140,7 @@ func startSystem(t *testing.T, n int) *system {
 			{Name: scopedAdmin, Administrator: true, AdministratorFor: []string{"spiffe://" + devbundle.DefaultTrustDomain + "/client/" + otherClient}},
 		},
 		ControllerArgs: append([]string{"--identity", "controller-0", "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms"}, verbose...),
-		GatewayArgs:    verbose,
+		GatewayArgs:    append(append(verbose, sessionsArgs()...), gatewayArgs...),
 		Logs: func(name string) io.Writer {
 			mu.Lock()
 			defer mu.Unlock()
