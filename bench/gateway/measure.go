@@ -18,20 +18,12 @@ func (l latencies) quantile(q float64) time.Duration {
 }
 
 // comparison is one operation measured three ways, in the same run on the same Pod: through
-// the gateway; as the gateway's exec leg alone (its PodExecutor running the helper with the
-// same request, in this process: what the gateway adds is the difference); and the raw
-// baseline (a plain exec of a standard tool doing the same work).
+// the gateway with sessions; through a gateway with --sessions=false (one exec per
+// operation); and the raw baseline (a plain exec of a standard tool doing the same work).
 type comparison struct {
-	name, baseline    string
-	gateway, leg, raw latencies
+	name, baseline        string
+	session, perExec, raw latencies
 }
-
-// ratio is the gateway's median over the baseline's.
-func (c comparison) ratio() float64 { return ratio(c.gateway, c.raw) }
-
-// overhead is the gateway's median over its exec leg's: the cost of the gRPC hop, mTLS,
-// authorisation and grant checks.
-func (c comparison) overhead() float64 { return ratio(c.gateway, c.leg) }
 
 func ratio(a, b latencies) float64 { return float64(a.quantile(0.5)) / float64(b.quantile(0.5)) }
 

@@ -13,8 +13,6 @@ import (
 
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/internal/gateway"
-	executionv1 "github.com/execplane/execplane/proto/execution/v1"
-	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 // rawExec is the baseline: a plain client-go remotecommand exec into the executor Pod —
@@ -48,43 +46,3 @@ func (r rawExec) run(ctx context.Context, stdin []byte, argv ...string) ([]byte,
 }
 
 func truncate(b []byte) []byte { return b[:min(len(b), 256)] }
-
-// helperLeg is the gateway's exec leg without the gateway: its PodExecutor, in this process,
-// sending the helper the request the gateway would send.
-type helperLeg struct {
-	executor *gateway.PodExecutor
-	pod      gateway.PodRef
-}
-
-func (l *helperLeg) call(ctx context.Context, req *helperv1.Request) error {
-	resp, err := l.executor.Execute(ctx, l.pod, req, 0)
-	if err != nil {
-		return err
-	}
-	if e := resp.GetError(); e != nil {
-		return fmt.Errorf("helper: %s", e.GetCode())
-	}
-	return nil
-}
-
-// benchLimits are the bench profile's limits, as the gateway passes them to the helper.
-var benchLimits = &helperv1.Limits{MaxFileBytes: 8 << 20, MaxCommandBytes: 64 << 10, MaxCommandMillis: 60_000}
-
-func fileRequest(op *executionv1.FileOperation) *helperv1.Request {
-	return &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: "bench", Limits: benchLimits,
-		Operation: &helperv1.Request_File{File: op}}
-}
-
-func commandRequest(spec *executionv1.CommandSpec) *helperv1.Request {
-	return &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: "bench", Limits: benchLimits,
-		Operation: &helperv1.Request_Command{Command: spec}}
-}
-
-func readOp(path string) *executionv1.FileOperation {
-	return &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{Path: []byte(path)}}}
-}
-
-func writeOp(path string, content []byte) *executionv1.FileOperation {
-	return &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: &executionv1.WriteFile{
-		Path: []byte(path), Content: content, Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}}}
-}

@@ -23,13 +23,11 @@ import (
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devimage"
 	"github.com/execplane/execplane/internal/dev/devsystem"
-	"github.com/execplane/execplane/internal/gateway"
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/client"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
-	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 // The benchmark's profile: files up to 8 MiB, so that the 5 MiB transfer fits one call.
@@ -73,6 +71,7 @@ const (
 
 type options struct {
 	n, nLarge, concurrency, rounds     int
+	idleSessions                       int
 	duration                           time.Duration
 	controller, gateway, helper, pause string
 	nodes                              []string
@@ -88,6 +87,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.n, "n", 300, "samples per side for the small operations")
 	fs.IntVar(&o.nLarge, "n-large", 30, "samples per side for the 5 MiB transfers")
 	fs.IntVar(&o.concurrency, "concurrency", 50, "concurrent callers for the throughput comparison")
+	fs.IntVar(&o.idleSessions, "idle-sessions", 1000, "idle sessions the gateway's pool holds for the memory figure (fake node only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "alternating rounds of the throughput comparison (the median is reported)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of one throughput round")
 	fs.StringVar(&o.controller, "controller", filepath.Join(root, "bin/controller"), "controller binary (make build)")
@@ -126,11 +126,15 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// nodeResult is what one node kind measured; the throughput (no exec) only on the first.
+// nodeResult is what one node kind measured; the throughput (no exec) only on the first,
+// the idle sessions only on the fake node (each session is a helper process there).
 type nodeResult struct {
-	node  string
-	pairs []comparison
-	tp    *rates
+	node       string
+	pairs      []comparison
+	concurrent rates
+	upgrades   upgrades
+	idle       *idleCost
+	tp         *rates
 }
 
 // benchNode runs the measurements on a fresh local cluster whose executor runs on node.
@@ -172,32 +176,42 @@ func benchNode(ctx context.Context, o options, root, node string, withThroughput
 	}
 	defer sys.Stop()
 
+	// Two gateways: with sessions (the default) and with --sessions=false (one exec per
+	// operation), so both ways are measured in one run on the same executor Pod.
+	if _, err := sys.StartGateway("gateway-per-exec", devcluster.HelperImagePath, "--sessions=false"); err != nil {
+		return res, err
+	}
+	if err := sys.WaitReady(ctx, time.Minute); err != nil {
+		return res, err
+	}
 	// The default receive cap (4 MiB) is below a 5 MiB read: callers that move large files
 	// raise it to the gateway's own bound, as the SDK does.
-	conn, err := sys.Dial(devsystem.Caller, 0, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-	if err != nil {
-		return res, err
+	var apis [2]executionv1grpc.ExecutionProviderServiceClient
+	var first *grpc.ClientConn
+	for i := range apis {
+		conn, err := sys.Dial(devsystem.Caller, i, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		if err != nil {
+			return res, err
+		}
+		defer conn.Close()
+		apis[i] = executionv1grpc.NewExecutionProviderServiceClient(conn)
+		if i == 0 {
+			first = conn
+		}
 	}
-	defer conn.Close()
-	api := executionv1grpc.NewExecutionProviderServiceClient(conn)
-	sdk := client.NewFromConn(conn, client.Config{})
+	api := apis[0]
 	logf("ensuring an environment and waiting until it is ready")
-	e, err := sdk.Ensure(ctx, client.EnsureRequest{Owner: client.Owner{Issuer: "https://idp.example", Subject: "bench"}, BindingID: "bench", Profile: profileName})
+	run, err := acquire(ctx, client.NewFromConn(first, client.Config{}), api)
 	if err != nil {
 		return res, err
 	}
-	s, err := e.Acquire(ctx, client.AcquireOptions{RunID: "bench", TTL: client.MaxRunTTL})
-	if err != nil {
-		return res, err
-	}
-	defer s.Close(context.WithoutCancel(ctx))
 
 	clients, err := kube.NewClients(kube.ClientOptions{Kubeconfig: c.Kubeconfig(), UserAgent: "bench-gateway", QPS: 1000, Burst: 2000})
 	if err != nil {
 		return res, err
 	}
 	restCfg := clients.REST
-	env, err := clients.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, e.ID(), metav1.GetOptions{})
+	env, err := clients.Execution.ExecutionV1alpha1().ExecutionEnvironments(ns).Get(ctx, run.ref.GetId(), metav1.GetOptions{})
 	if err != nil {
 		return res, err
 	}
@@ -205,14 +219,25 @@ func benchNode(ctx context.Context, o options, root, node string, withThroughput
 		return res, errors.New("the environment records no executor Pod")
 	}
 	raw := rawExec{rest: restCfg, kube: clients.Kube, namespace: ns, pod: env.Status.Pod.Name}
-
-	executor, err := gateway.NewPodExecutor(gateway.PodExecutorConfig{HelperPath: devcluster.HelperImagePath}, restCfg, ns)
-	if err != nil {
+	sides := [2]dataSide{{api: apis[0], run: run}, {api: apis[1], run: run}}
+	if res.pairs, err = measureData(ctx, o, sides, raw); err != nil {
 		return res, err
 	}
-	leg := &helperLeg{executor: executor, pod: gateway.PodRef{Name: env.Status.Pod.Name, UID: env.Status.Pod.UID}}
-	if res.pairs, err = measureData(ctx, o, s, leg, raw); err != nil {
+	logf("small reads at concurrency %d on one environment: %d rounds of %s per side", sessionConcurrency, o.rounds, o.duration)
+	if res.concurrent, err = measureConcurrentReads(ctx, o, sides); err != nil {
 		return res, err
+	}
+	logf("exec upgrades at the API server per %d data calls", upgradeCalls)
+	if res.upgrades, err = measureUpgrades(ctx, clients.Kube, sides); err != nil {
+		return res, err
+	}
+	if node == nodeKWOK {
+		logf("%d idle sessions held by the gateway's pool", o.idleSessions)
+		idle, err := measureIdleSessions(ctx, c.Kubeconfig(), ns, env, o.idleSessions)
+		if err != nil {
+			return res, err
+		}
+		res.idle = &idle
 	}
 	if withThroughput {
 		logf("throughput: %d callers, %d rounds of %s per side", o.concurrency, o.rounds, o.duration)
@@ -225,26 +250,15 @@ func benchNode(ctx context.Context, o options, root, node string, withThroughput
 	return res, nil
 }
 
-// measureData compares the data plane with its exec leg and with raw exec on the same Pod.
-func measureData(ctx context.Context, o options, s *client.Run, leg *helperLeg, raw rawExec) ([]comparison, error) {
+// measureData compares each data operation through the gateway with sessions, through the
+// gateway one exec per operation, and as a raw exec doing the same work, on the same Pod.
+func measureData(ctx context.Context, o options, sides [2]dataSide, raw rawExec) ([]comparison, error) {
 	small, large := random(smallFile), random(largeFile)
-	if _, err := s.WriteFile(ctx, "bench-4k", small); err != nil {
+	if err := sides[0].write(ctx, "bench-4k", small); err != nil {
 		return nil, fmt.Errorf("writing the 4 KiB file: %w", err)
 	}
-	if _, err := s.WriteFile(ctx, "bench-5m", large); err != nil {
+	if err := sides[0].write(ctx, "bench-5m", large); err != nil {
 		return nil, fmt.Errorf("writing the 5 MiB file: %w", err)
-	}
-	read := func(path string, want []byte) func(context.Context) error {
-		return func(ctx context.Context) error {
-			got, err := s.ReadFile(ctx, path)
-			if err == nil && !bytes.Equal(got, want) {
-				err = fmt.Errorf("read %s: %d bytes, not the %d written", path, len(got), len(want))
-			}
-			return err
-		}
-	}
-	write := func(path string, content []byte) func(context.Context) error {
-		return func(ctx context.Context) error { _, err := s.WriteFile(ctx, path, content); return err }
 	}
 	cat := func(path string, want []byte) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -255,46 +269,36 @@ func measureData(ctx context.Context, o options, s *client.Run, leg *helperLeg, 
 			return err
 		}
 	}
-	trueCmd := &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"true"}}}}
 	cases := []struct {
 		name, baseline string
 		n              int
-		gateway, raw   func(context.Context) error
-		op             func() *helperv1.Request
+		side           func(d dataSide) func(context.Context) error
+		raw            func(context.Context) error
 	}{
 		{"Files read 4 KiB", "exec `cat`", o.n,
-			read("bench-4k", small), cat("bench-4k", small),
-			func() *helperv1.Request { return fileRequest(readOp("bench-4k")) }},
+			func(d dataSide) func(context.Context) error { return d.reader("bench-4k", small) }, cat("bench-4k", small)},
 		{"StartCommand `true`", "exec `true`", o.n,
-			func(ctx context.Context) error {
-				r, err := s.Run(ctx, client.Command{Args: []string{"true"}})
-				if err == nil && !r.Succeeded() {
-					err = fmt.Errorf("true ended %s", r.State)
-				}
-				return err
-			},
-			func(ctx context.Context) error { _, err := raw.run(ctx, nil, "true"); return err },
-			func() *helperv1.Request { return commandRequest(trueCmd) }},
+			func(d dataSide) func(context.Context) error { return d.runTrue },
+			func(ctx context.Context) error { _, err := raw.run(ctx, nil, "true"); return err }},
 		{"Files write 5 MiB", "exec `sh -c 'cat > f'`", o.nLarge,
-			write("bench-5m", large),
+			func(d dataSide) func(context.Context) error {
+				return func(ctx context.Context) error { return d.write(ctx, "bench-5m", large) }
+			},
 			func(ctx context.Context) error {
 				_, err := raw.run(ctx, large, "sh", "-c", "cat > bench-5m.raw")
 				return err
-			},
-			func() *helperv1.Request { return fileRequest(writeOp("bench-5m.leg", large)) }},
+			}},
 		{"Files read 5 MiB", "exec `cat`", o.nLarge,
-			read("bench-5m", large), cat("bench-5m", large),
-			func() *helperv1.Request { return fileRequest(readOp("bench-5m")) }},
+			func(d dataSide) func(context.Context) error { return d.reader("bench-5m", large) }, cat("bench-5m", large)},
 	}
 	var out []comparison
 	for _, c := range cases {
 		logf("%s: %d samples per side", c.name, c.n)
-		legCall := func(ctx context.Context) error { return leg.call(ctx, c.op()) }
-		samples, err := measure(ctx, c.n, max(c.n/10, 3), c.gateway, legCall, c.raw)
+		samples, err := measure(ctx, c.n, max(c.n/10, 3), c.side(sides[0]), c.side(sides[1]), c.raw)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
-		out = append(out, comparison{name: c.name, baseline: c.baseline, gateway: samples[0], leg: samples[1], raw: samples[2]})
+		out = append(out, comparison{name: c.name, baseline: c.baseline, session: samples[0], perExec: samples[1], raw: samples[2]})
 	}
 	return out, nil
 }
@@ -366,15 +370,33 @@ func measureThroughput(ctx context.Context, o options, sys *devsystem.System, ap
 
 func report(w io.Writer, o options, results []nodeResult) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(w, "\n| operation | node | samples per side | gateway p50 / p90 (ms) | exec leg alone p50 / p90 (ms) | baseline | baseline p50 / p90 (ms) | **gateway ÷ baseline** | gateway ÷ exec leg |\n")
+	fmt.Fprintf(w, "\n| operation | node | samples per side | sessions p50 / p90 (ms) | one exec per operation p50 / p90 (ms) | baseline | baseline p50 / p90 (ms) | **sessions ÷ baseline** | one exec per operation ÷ baseline |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|\n")
 	for i := range results[0].pairs {
 		for _, r := range results {
 			c := r.pairs[i]
-			fmt.Fprintf(w, "| %s | %s | %d | %s / %s | %s / %s | %s | %s / %s | **%.2f** | %.2f |\n", c.name, r.node, len(c.gateway),
-				ms(c.gateway.quantile(0.5)), ms(c.gateway.quantile(0.9)), ms(c.leg.quantile(0.5)), ms(c.leg.quantile(0.9)),
-				c.baseline, ms(c.raw.quantile(0.5)), ms(c.raw.quantile(0.9)), c.ratio(), c.overhead())
+			fmt.Fprintf(w, "| %s | %s | %d | %s / %s | %s / %s | %s | %s / %s | **%.2f** | %.2f |\n", c.name, r.node, len(c.session),
+				ms(c.session.quantile(0.5)), ms(c.session.quantile(0.9)), ms(c.perExec.quantile(0.5)), ms(c.perExec.quantile(0.9)),
+				c.baseline, ms(c.raw.quantile(0.5)), ms(c.raw.quantile(0.9)), ratio(c.session, c.raw), ratio(c.perExec, c.raw))
 		}
+	}
+	fmt.Fprintf(w, "\n| small reads on one environment at concurrency %d | node | rounds | median ops/s | every round |\n|---|---|---|---|---|\n", sessionConcurrency)
+	for _, r := range results {
+		s, p := median(r.concurrent.gateway), median(r.concurrent.baseline)
+		fmt.Fprintf(w, "| with sessions | %s | %d × %s | %.0f | %s |\n", r.node, len(r.concurrent.gateway), o.duration, s, join(r.concurrent.gateway))
+		fmt.Fprintf(w, "| one exec per operation | %s | %d × %s | %.0f | %s |\n", r.node, len(r.concurrent.baseline), o.duration, p, join(r.concurrent.baseline))
+		fmt.Fprintf(w, "| **sessions ÷ one exec per operation** | %s | | **%.1f** | |\n", r.node, s/p)
+	}
+	fmt.Fprintf(w, "\n| pods/exec requests at the API server per %d small reads | node | with sessions | one exec per operation |\n|---|---|---|---|\n", upgradeCalls)
+	for _, r := range results {
+		fmt.Fprintf(w, "| apiserver_request_total{subresource=\"exec\"} | %s | **%.0f** | %.0f |\n", r.node, r.upgrades.session, r.upgrades.perExec)
+	}
+	for _, r := range results {
+		if r.idle == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\n| idle sessions held by the gateway's pool (%s node) | sessions | goroutines per session | heap in use per session | resident memory per session |\n|---|---|---|---|---|\n", r.node)
+		fmt.Fprintf(w, "| gateway.Sessions over gateway.PodExecutor (client-go WebSocket exec), a process of its own | %d | %.1f | %.1f KiB | %.1f KiB |\n", r.idle.N, r.idle.Goroutines, r.idle.HeapBytes/1024, r.idle.RSSBytes/1024)
 	}
 	for _, r := range results {
 		if r.tp == nil {
