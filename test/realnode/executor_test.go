@@ -1,6 +1,7 @@
 package realnode_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -150,11 +151,33 @@ func TestForkBombIsHeldByThePodPidLimit(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second+10*time.Second {
 		t.Errorf("the call took %s", d)
 	}
-	// Only the executor's main process, the helper and this command's (sh, ls, wc) remain,
-	// once the last of the bomb's processes has been reaped.
+	// Only the executor's main process, the session's helper, this command's helper and its
+	// own processes (sh, wc; busybox runs ls inside sh) remain, once the last of the bomb's
+	// processes has been reaped.
 	clustertest.Eventually(t, 10*time.Second, "the bomb's processes gone", func() bool {
 		return mustAtoi(t, w.must(t, "ls -d /proc/[0-9]* | wc -l")) <= 5
 	})
+}
+
+// The session's helper killed mid-command by SIGKILL — here by the workload itself, as the
+// OOM killer would — in a real container: the call's outcome is unknown (never a result, never
+// retried), and the next call opens a new session on the same Pod and works.
+func TestSessionHelperKilledMidCommand(t *testing.T) {
+	s := startSystem(t)
+	w := s.ensure(t, "killed-helper", profileExample)
+	before := w.must(t, "echo $PPID; cut -d' ' -f4 /proc/$PPID/stat") // the command's helper, and the session's
+	// $PPID is the command's helper; its parent, field 4 of its stat, the session's.
+	_, err := w.run.Run(ctx(t), client.Command{Shell: "kill -KILL $(cut -d' ' -f4 /proc/$PPID/stat); sleep 30", Timeout: time.Minute})
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("a command whose session helper was killed: %v, want an unknown outcome", err)
+	}
+	after := w.must(t, "echo $PPID; cut -d' ' -f4 /proc/$PPID/stat")
+	if strings.Fields(before)[1] == strings.Fields(after)[1] {
+		t.Fatalf("the next call ran under the same session helper (%s)", strings.Fields(after)[1])
+	}
+	if opened, err := s.Gateways[0].Metric(t.Context(), "execplane_gateway_sessions_opened_total"); err != nil || opened != 2 {
+		t.Fatalf("sessions opened: %v %v, want 2", opened, err)
+	}
 }
 
 // With a helperImage, the init container installs the helper into an image that has none
