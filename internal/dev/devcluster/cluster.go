@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -382,7 +383,20 @@ func (c *Cluster) writeEnvFile(apiPort, execPort int) error {
 	return os.WriteFile(filepath.Join(c.opts.StateDir, "env"), []byte(env), 0o600)
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
+// Ports handed to the processes a cluster, test or demo starts come from below the kernel's
+// ephemeral range (32768–60999 by default; net.ipv4.ip_local_port_range), not from it: a
+// port taken from the ephemeral range is free only until the next outgoing connection —
+// and a gateway's helper sessions open many — picks it as its source port, between our
+// check and the process's bind ("address already in use").
+const (
+	minServicePort = 20000
+	maxServicePort = 32767
+	// portTries bounds the random picks (most are free: few listeners live down there).
+	portTries = 1000
+)
+
+// freePorts returns n distinct loopback ports, below the ephemeral range, that were free a
+// moment ago: each was listened on, and all are released together.
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener
@@ -391,13 +405,17 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for try := 0; len(ports) < n; try++ {
+		if try == portTries {
+			return nil, fmt.Errorf("devcluster: no free port in %d..%d after %d tries", minServicePort, maxServicePort, portTries)
+		}
+		p := minServicePort + mathrand.IntN(maxServicePort-minServicePort+1)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
-			return nil, err
+			continue // taken: another pick
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }
