@@ -211,9 +211,7 @@ func (e *Environments) notify() {
 }
 
 // Changes returns a channel closed at the next change of the view.
-func (e *Environments) Changes() <-chan struct{} { return e.next() }
-
-func (e *Environments) next() <-chan struct{} {
+func (e *Environments) Changes() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.changed
@@ -238,7 +236,7 @@ func (e *Environments) Await(ctx context.Context, name string, wait time.Duratio
 		return errNotSynced
 	}
 	for {
-		changed := e.next() // before the read, so no change between them is missed
+		changed := e.Changes() // before the read, so no change between them is missed
 		err := check(e.Get(name))
 		if !errors.Is(err, grant.ErrNotObserved) {
 			return err

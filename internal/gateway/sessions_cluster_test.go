@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/helper/process"
 	"github.com/execplane/execplane/internal/session"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -140,11 +141,7 @@ func TestSessionHostileHelpers(t *testing.T) {
 				t.Fatalf("allocated %d bytes", grew)
 			}
 			// Every session it opened closes (the mute one after its grace).
-			for deadline := time.Now().Add(5 * time.Second); p.Open() > 0; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the hostile session stayed open")
-				}
-			}
+			clustertest.Eventually(t, 5*time.Second, "the hostile session closed", func() bool { return p.Open() == 0 })
 			if closed := testutil.ToFloat64(m.sessions.closed.WithLabelValues(string(wantReason))); closed < 1 {
 				t.Fatalf("no session closed as %q", wantReason)
 			}
@@ -210,11 +207,9 @@ func TestSessionHelperKilledMidOperation(t *testing.T) {
 		_, err := p.Execute(ctx, target, commandRequest("sleep 30"), 1<<20)
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(m.sessions.requests) < 1 || len(children(helpers[0])) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the command never started")
-		}
-	}
+	clustertest.Eventually(t, 10*time.Second, "the command started", func() bool {
+		return testutil.ToFloat64(m.sessions.requests) >= 1 && len(process.Children(helpers[0])) > 0
+	})
 	if err := syscall.Kill(helpers[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -232,15 +227,4 @@ func TestSessionHelperKilledMidOperation(t *testing.T) {
 	if opened := testutil.ToFloat64(m.sessions.opened); opened != 2 {
 		t.Fatalf("sessions opened %v, want 2", opened)
 	}
-}
-
-// children lists pid's children (any thread's).
-func children(pid int) []string {
-	tasks, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "task"))
-	var out []string
-	for _, task := range tasks {
-		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "task", task.Name(), "children"))
-		out = append(out, strings.Fields(string(b))...)
-	}
-	return out
 }

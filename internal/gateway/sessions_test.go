@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/helper"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/internal/session"
@@ -172,11 +173,7 @@ func workspaceWith(t *testing.T, files map[string]string) string {
 // awaitSessions polls until the pool holds n sessions.
 func awaitSessions(t *testing.T, p *Sessions, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); p.Open() != n; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool holds %d sessions, want %d", p.Open(), n)
-		}
-	}
+	clustertest.Eventually(t, 5*time.Second, fmt.Sprintf("the pool holding %d sessions", n), func() bool { return p.Open() == n })
 }
 
 func TestSessionsOpenOneSessionPerPodLazily(t *testing.T) {

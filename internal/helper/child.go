@@ -57,10 +57,8 @@ func (c *children) run(cfg Config, req *helperv1.Request, cancel <-chan struct{}
 	id := req.GetRequestId()
 	one := proto.Clone(req).(*helperv1.Request)
 	one.Version = helperv1.ProtocolVersion_PROTOCOL_VERSION_1
-	var frame []byte
-	if payload, err := protocol.Marshal(one); err == nil {
-		frame = payload
-	} else {
+	frame, err := protocol.Marshal(one)
+	if err != nil {
 		return failure(id, err)
 	}
 	inR, inW, err := os.Pipe()

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/internal/session"
@@ -190,53 +190,44 @@ func marker(t *testing.T) string {
 	return "execplane-session-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 }
 
-// livePIDs lists the live processes (zombies are dead) whose command line holds m.
-func livePIDs(m string) []int {
-	entries, _ := os.ReadDir("/proc")
+// livePIDs are the pids of the live processes whose command line holds m (survivors, in
+// commands_test.go, lists them).
+func livePIDs(t *testing.T, m string) []int {
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err == nil && bytes.Contains(cmdline, []byte(m)) && !bytes.Contains(stat, []byte(") Z ")) {
+	for _, s := range survivors(t, m) {
+		field, _, _ := strings.Cut(s, ":")
+		if pid, err := strconv.Atoi(field); err == nil {
 			out = append(out, pid)
 		}
 	}
 	return out
 }
 
-// awaitNoSurvivor polls until no process carries m, failing after the bound.
-func awaitNoSurvivor(t *testing.T, m string, bound time.Duration) {
+// await polls cond until it holds, failing after bound.
+func await(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		left := livePIDs(m)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, pid := range left {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-			t.Fatalf("processes survived: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, bound, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("%s: not within %s", what, bound)
 	}
 }
 
-// awaitProcess polls until a process carries m.
-func awaitProcess(t *testing.T, m string) {
+// awaitNoSurvivor polls until no process carries m, failing (and killing what is left)
+// after the bound.
+func awaitNoSurvivor(t *testing.T, m string, bound time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(livePIDs(m)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no process %s started", m)
+	t.Cleanup(func() {
+		for _, pid := range livePIDs(t, m) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	await(t, bound, "no process "+m+" left", func() bool { return len(livePIDs(t, m)) == 0 })
+}
+
+// awaitProcesses polls until n processes carry m.
+func awaitProcesses(t *testing.T, m string, n int) {
+	t.Helper()
+	await(t, 10*time.Second, fmt.Sprintf("%d processes %s", n, m), func() bool { return len(livePIDs(t, m)) >= n })
 }
 
 func TestSessionCancelEndsOnlyThatCommand(t *testing.T) {
@@ -258,7 +249,7 @@ func TestSessionCancelEndsOnlyThatCommand(t *testing.T) {
 		other <- resp
 		return err
 	})
-	awaitProcess(t, m)
+	awaitProcesses(t, m, 1)
 	cancel()
 	awaitNoSurvivor(t, m, 3*time.Second)
 	if err := g.Wait(); err != nil {
@@ -282,10 +273,7 @@ func TestSessionEndKillsEverythingItStarted(t *testing.T) {
 	} {
 		go func() { _, err := h.command(t, context.Background(), shell(script)); done <- err }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(livePIDs(m)) < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitProcesses(t, m, 3)
 	h.close(t)
 	awaitNoSurvivor(t, m, time.Second)
 	for range 2 {
@@ -309,10 +297,10 @@ func TestSessionCommandHelperKilledIsAnUnknownOutcome(t *testing.T) {
 		}
 		got <- resp
 	}()
-	awaitProcess(t, m)
+	awaitProcesses(t, m, 1)
 	// The per-command helper is the session helper's child named in its argv.
 	var killed bool
-	for _, pid := range livePIDs("execplane-helper-command") {
+	for _, pid := range livePIDs(t, "execplane-helper-command") {
 		if ppid(pid) == h.cmd.Process.Pid {
 			killed = syscall.Kill(pid, syscall.SIGKILL) == nil || killed
 		}

@@ -16,15 +16,13 @@ type Writer struct {
 	max    int
 	failed func()
 
-	mu       sync.Mutex
-	cond     *sync.Cond // broadcast after every write and on Stop
-	writing  bool
-	wake     chan struct{}
-	queue    []*message
-	beating  bool // a heartbeat is queued
-	stopped  bool
-	broken   bool
-	finished chan struct{}
+	mu      sync.Mutex
+	cond    *sync.Cond // broadcast on every change of the fields below
+	writing bool
+	queue   []*message
+	beating bool // a heartbeat is queued
+	stopped bool
+	broken  bool
 }
 
 // message is the encoded frames of one request or response, or a heartbeat.
@@ -39,7 +37,7 @@ type message struct {
 // NewWriter starts the writer of w; every frame is at most max bytes. failed, if not nil,
 // runs once when a write fails.
 func NewWriter(w io.Writer, max int, failed func()) *Writer {
-	s := &Writer{w: w, max: max, failed: failed, wake: make(chan struct{}, 1), finished: make(chan struct{})}
+	s := &Writer{w: w, max: max, failed: failed}
 	s.cond = sync.NewCond(&s.mu)
 	go s.run()
 	return s
@@ -54,12 +52,7 @@ func (s *Writer) Send(frames []Encoded, last func()) {
 // Heartbeat queues a heartbeat frame unless one is waiting already (a slow reader must not
 // make them pile up).
 func (s *Writer) Heartbeat(frame []byte) {
-	s.mu.Lock()
-	skip := s.beating
-	s.mu.Unlock()
-	if !skip {
-		s.enqueue(&message{frames: []Encoded{Whole(frame)}, heartbeat: true})
-	}
+	s.enqueue(&message{frames: []Encoded{Whole(frame)}, heartbeat: true})
 }
 
 func (s *Writer) enqueue(m *message) {
@@ -67,15 +60,12 @@ func (s *Writer) enqueue(m *message) {
 		return
 	}
 	s.mu.Lock()
-	if !s.stopped {
+	if !s.stopped && !(m.heartbeat && s.beating) {
 		s.queue = append(s.queue, m)
 		s.beating = s.beating || m.heartbeat
 	}
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.cond.Broadcast()
 }
 
 // Queued counts the messages waiting, in part or whole, to be written.
@@ -101,10 +91,6 @@ func (s *Writer) Stop() {
 	s.queue = nil
 	s.mu.Unlock()
 	s.cond.Broadcast()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Flush waits until everything queued has been written, or the writer stopped, for at most
@@ -121,13 +107,10 @@ func (s *Writer) Flush(d time.Duration) {
 }
 
 func (s *Writer) run() {
-	defer close(s.finished)
 	for {
 		s.mu.Lock()
 		for len(s.queue) == 0 && !s.stopped {
-			s.mu.Unlock()
-			<-s.wake
-			s.mu.Lock()
+			s.cond.Wait()
 		}
 		if s.stopped {
 			s.mu.Unlock()

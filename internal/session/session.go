@@ -99,15 +99,14 @@ type Session struct {
 
 	readDone chan struct{} // closed when the reader has stopped: the stream's output ended
 
-	mu      sync.Mutex
-	calls   map[string]*call
-	nextID  uint64
-	reason  Reason
-	done    chan struct{}
-	heard   atomic.Int64 // unix nanoseconds of the last frame read
-	used    atomic.Int64 // unix nanoseconds of the last call's start or end
-	served  atomic.Uint64
-	started time.Time
+	mu     sync.Mutex
+	calls  map[string]*call
+	nextID uint64
+	reason Reason
+	done   chan struct{}
+	heard  atomic.Int64 // unix nanoseconds of the last frame read
+	used   atomic.Int64 // unix nanoseconds of the last call's start or end
+	served atomic.Uint64
 }
 
 // call is one request in flight.
@@ -169,7 +168,7 @@ func Open(ctx context.Context, cfg Config, in io.WriteCloser, out io.Reader, end
 		in: in, out: out, end: end, ready: ready,
 		chunk: int(ready.GetChunkBytes()), frameCap: protocol.SessionFrameCap(int(ready.GetChunkBytes())),
 		grace: cfg.AbandonGrace, slots: make(chan struct{}, ready.GetMaxInFlight()),
-		calls: map[string]*call{}, done: make(chan struct{}), started: time.Now(), readDone: make(chan struct{}),
+		calls: map[string]*call{}, done: make(chan struct{}), readDone: make(chan struct{}),
 	}
 	now := time.Now().UnixNano()
 	s.heard.Store(now)
@@ -505,6 +504,3 @@ func (s *Session) LastUsed() time.Time { return time.Unix(0, s.used.Load()) }
 
 // Served counts the requests answered on the session.
 func (s *Session) Served() uint64 { return s.served.Load() }
-
-// MaxInFlight is the bound the helper agreed to.
-func (s *Session) MaxInFlight() int { return int(s.ready.GetMaxInFlight()) }

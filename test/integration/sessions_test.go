@@ -19,12 +19,7 @@ func openSessions(t *testing.T, g *process) float64 {
 // took from since.
 func awaitNoSession(t *testing.T, g *process, since time.Time, bound time.Duration) time.Duration {
 	t.Helper()
-	for openSessions(t, g) != 0 {
-		if time.Since(since) > bound {
-			t.Fatalf("a session stayed open %s after the change", bound)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	clustertest.Eventually(t, bound-time.Since(since), "no session open", func() bool { return openSessions(t, g) == 0 })
 	return time.Since(since)
 }
 

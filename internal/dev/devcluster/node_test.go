@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -182,16 +183,11 @@ func realNodeOwner(dir string) error {
 	if _, err := c.Kube().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err := c.Kube().CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err == nil && got.Status.Phase == corev1.PodRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the owner's Pod is not Running after a minute: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err == nil && got.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		return fmt.Errorf("the owner's Pod is not Running after a minute: %w", err)
 	}
 	fmt.Println("REAL-NODE-RUNNING")
 	select {}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devimage"
+	"github.com/execplane/execplane/internal/dev/precondition"
 )
 
 // KeepEnv keeps the cluster's state directory (logs, etcd data) after the tests when set
@@ -109,12 +110,12 @@ func Main(m *testing.M, opts Options) int {
 }
 
 // SkipShort skips t under -short (make test-unit): it needs a local cluster, its own or the
-// package's. Nothing else skips a cluster test: a missing machine precondition goes through
-// internal/dev/precondition.
+// package's. Like every missing precondition (internal/dev/precondition), it fails instead
+// under CI=true: CI runs the cluster tests, and a -short run there would prove nothing.
 func SkipShort(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("integration test: needs the local cluster (run without -short)")
+		precondition.Missing(t, "integration test: needs the local cluster (run without -short)")
 	}
 }
 
