@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -75,6 +76,7 @@ type options struct {
 	duration                           time.Duration
 	controller, gateway, helper, pause string
 	nodes                              []string
+	only                               *regexp.Regexp
 }
 
 func run(ctx context.Context, args []string) error {
@@ -95,10 +97,16 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.helper, "helper", filepath.Join(root, "bin/helper"), "static helper binary (make build)")
 	fs.StringVar(&o.pause, "pause", filepath.Join(root, "bin/pause"), "the real node's static sandbox binary (make bin/pause)")
 	nodes := fs.String("nodes", nodeKWOK+","+nodeReal, "the node kinds to measure on, in order: "+nodeKWOK+" (the helper a process of this machine) and "+nodeReal+" (a container on the real node)")
+	only := fs.String("only", "", "measure only the data operations whose name matches this regular expression (e.g. 'Stream'; the other figures are measured as usual)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	o.nodes = strings.Split(*nodes, ",")
+	if *only != "" {
+		if o.only, err = regexp.Compile(*only); err != nil {
+			return fmt.Errorf("-only: %w", err)
+		}
+	}
 	bins := []string{o.controller, o.gateway, o.helper}
 	for _, n := range o.nodes {
 		switch n {
@@ -290,9 +298,22 @@ func measureData(ctx context.Context, o options, sides [2]dataSide, raw rawExec)
 			}},
 		{"Files read 5 MiB", "exec `cat`", o.nLarge,
 			func(d dataSide) func(context.Context) error { return d.reader("bench-5m", large) }, cat("bench-5m", large)},
+		{"WriteFileStream 5 MiB", "exec `sh -c 'cat > f'`", o.nLarge,
+			func(d dataSide) func(context.Context) error {
+				return func(ctx context.Context) error { return d.writeStream(ctx, "bench-5m", large) }
+			},
+			func(ctx context.Context) error {
+				_, err := raw.run(ctx, large, "sh", "-c", "cat > bench-5m.raw")
+				return err
+			}},
+		{"ReadFileStream 5 MiB", "exec `cat`", o.nLarge,
+			func(d dataSide) func(context.Context) error { return d.streamReader("bench-5m", large) }, cat("bench-5m", large)},
 	}
 	var out []comparison
 	for _, c := range cases {
+		if o.only != nil && !o.only.MatchString(c.name) {
+			continue
+		}
 		logf("%s: %d samples per side", c.name, c.n)
 		samples, err := measure(ctx, c.n, max(c.n/10, 3), c.side(sides[0]), c.side(sides[1]), c.raw)
 		if err != nil {

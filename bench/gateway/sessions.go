@@ -96,6 +96,55 @@ func (d dataSide) reader(path string, want []byte) func(context.Context) error {
 	}
 }
 
+// streamPiece is the content of one WriteFileStream message, as the SDK sends it.
+const streamPiece = 256 << 10
+
+// writeStream writes content through WriteFileStream, in pieces as the SDK sends them.
+func (d dataSide) writeStream(ctx context.Context, path string, content []byte) error {
+	st, err := d.api.WriteFileStream(ctx)
+	if err != nil {
+		return err
+	}
+	msg := &executionv1.WriteFileStreamRequest{RunGrant: d.run.grant, Environment: d.run.ref, Size: uint64(len(content)),
+		Write: &executionv1.WriteFile{Path: []byte(path), Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}}
+	for first := true; first || len(content) > 0; first = false {
+		n := min(streamPiece, len(content))
+		msg.Content, content = content[:n], content[n:]
+		if err := st.Send(msg); err != nil {
+			break // the gateway answered: CloseAndRecv says how
+		}
+		msg = &executionv1.WriteFileStreamRequest{}
+	}
+	_, err = st.CloseAndRecv()
+	return err
+}
+
+// streamReader reads a file through ReadFileStream and checks what came.
+func (d dataSide) streamReader(path string, want []byte) func(context.Context) error {
+	return func(ctx context.Context) error {
+		st, err := d.api.ReadFileStream(ctx, &executionv1.ReadFileStreamRequest{RunGrant: d.run.grant, Environment: d.run.ref,
+			Read: &executionv1.ReadFile{Path: []byte(path)}})
+		if err != nil {
+			return err
+		}
+		got := make([]byte, 0, len(want))
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				return err
+			}
+			if m.GetResult() != nil {
+				break
+			}
+			got = append(got, m.GetContent()...)
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("stream read %s: %d bytes, not the %d written", path, len(got), len(want))
+		}
+		return nil
+	}
+}
+
 func (d dataSide) runTrue(ctx context.Context) error {
 	r, err := d.api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: d.run.grant, Environment: d.run.ref,
 		Command: &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"true"}}}}})

@@ -194,6 +194,11 @@ func (h *Handler) fenced(ctx context.Context, env *executionv1alpha1.ExecutionEn
 
 // execute runs req in the environment's executor Pod, for as long as the claim stays current.
 func (h *Handler) execute(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	return h.run(ctx, a, req, responseCap, h.b.Executor.Execute)
+}
+
+// run is execute through run: the Executor's Execute, or a call with a body.
+func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, run executeFunc) (*helperv1.Response, error) {
 	env := a.env
 	release, err := h.calls.acquire(env.UID)
 	if err != nil {
@@ -204,7 +209,7 @@ func (h *Handler) execute(ctx context.Context, a *admitted, req *helperv1.Reques
 	req.RequestId = RequestID(ctx)
 	ctx, stop := h.fenced(ctx, env, a.claims)
 	defer stop()
-	resp, err := h.b.Executor.Execute(ctx, TargetOf(env), req, responseCap)
+	resp, err := run(ctx, TargetOf(env), req, responseCap)
 	if err != nil && errors.Is(context.Cause(ctx), errAuthorityLost) {
 		h.cfg.Metrics.executor(outcomeUnknown)
 		return nil, errAuthorityLost

@@ -160,6 +160,33 @@ func (p *Sessions) Execute(ctx context.Context, t Target, req *helperv1.Request,
 	}
 }
 
+// Stream runs a call with a body at t (see BodyExecutor). A helper without bodies — one
+// exec per operation, or a session helper without them — gets the whole request. A call
+// with a body is not retried: its body is the caller's, consumed as it went.
+func (p *Sessions) Stream(ctx context.Context, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
+	perExec := func(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+		return p.exec.Execute(ctx, t.Pod, req, responseCap)
+	}
+	if p.cfg.Disabled || p.perExec(t.Pod.UID) {
+		return Whole(ctx, perExec, t, req, responseCap, tr)
+	}
+	s, err := p.session(ctx, t)
+	switch {
+	case errors.Is(err, session.ErrUnsupported):
+		return Whole(ctx, perExec, t, req, responseCap, tr)
+	case err != nil:
+		return nil, err
+	case !s.Bodies():
+		return Whole(ctx, p.Execute, t, req, responseCap, tr)
+	}
+	resp, err := s.Stream(ctx, req, responseCap, tr)
+	if err != nil {
+		return nil, sessionError(err)
+	}
+	p.cfg.Metrics.sessionRequest(s.Served() == 1)
+	return resp, nil
+}
+
 // retryOn reports whether a call that failed on a session closed for r may go to a new
 // one: not when the view moved (its authority did), nor when the helper broke the protocol
 // (it would again).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/execplane/execplane/internal/helper/fileops"
 	"github.com/execplane/execplane/internal/protocol"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
@@ -45,9 +46,13 @@ type session struct {
 	wg      sync.WaitGroup
 }
 
-// inFlight is a request being served; cancel ends its command.
+// inFlight is a request being served; cancel ends its command, or its write's body.
 type inFlight struct {
 	cancel func()
+	// body is a write's content still to come (Request.body_bytes), nil otherwise. The
+	// request id stays in use until the body ends, even once answered.
+	body     *body
+	answered bool
 }
 
 // ServeSession serves requests until stdin ends, then kills everything it started and
@@ -90,8 +95,10 @@ func (s *session) read(stdin io.Reader) {
 		var f helperv1.SessionFrame
 		c, err := protocol.ReadRequestFrame(stdin, &f, s.frameCap)
 		switch {
+		case err == nil && c != nil && c.Body:
+			err = s.body(c)
 		case err == nil && c != nil:
-			err = s.chunk(c)
+			err = s.chunk(c.Chunk)
 		case err == nil:
 			err = s.handle(&f)
 		}
@@ -121,9 +128,20 @@ func (s *session) handle(f *helperv1.SessionFrame) error {
 		s.start(fr.Request)
 	case *helperv1.SessionFrame_RequestChunk:
 		return s.chunk(fr.RequestChunk)
+	case *helperv1.SessionFrame_Body:
+		return s.body(&protocol.Piece{Chunk: fr.Body, Body: true})
 	case *helperv1.SessionFrame_Cancel:
+		id := fr.Cancel.GetRequestId()
 		s.mu.Lock()
-		r := s.running[fr.Cancel.GetRequestId()]
+		r := s.running[id]
+		if r != nil && r.body != nil {
+			// Nothing more of the body comes: a write not yet committed is abandoned, and an
+			// answered one frees its id.
+			r.body.cancel()
+			if r.answered {
+				delete(s.running, id)
+			}
+		}
 		s.mu.Unlock()
 		if r != nil { // an unknown id: the request has just ended, its answer is on its way
 			r.cancel()
@@ -188,66 +206,158 @@ func (s *session) chunk(c *helperv1.Chunk) error {
 	return nil
 }
 
+// body adds a piece of a write's content to its request.
+func (s *session) body(c *protocol.Piece) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.running[c.GetRequestId()]
+	if r == nil || r.body == nil || r.body.ended() {
+		return errors.New("a body piece for no request taking one")
+	}
+	if err := r.body.add(c); err != nil {
+		return err
+	}
+	if c.GetLast() && r.answered {
+		delete(s.running, c.GetRequestId())
+	}
+	return nil
+}
+
 // start serves req in its own goroutine.
 func (s *session) start(req *helperv1.Request) {
 	id := req.GetRequestId()
 	cancel := make(chan struct{})
 	r := &inFlight{cancel: sync.OnceFunc(func() { close(cancel) })}
+	if n := req.GetBodyBytes(); n > 0 {
+		r.body = newBody(n)
+	}
 	s.mu.Lock()
 	s.running[id] = r
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		resp := s.serve(req, cancel)
+		resp, content := s.serve(req, r.body, cancel)
 		// Out of the running set before the answer leaves: once the gateway has read it, it
-		// may send another request in the slot this one frees.
+		// may send another request in the slot this one frees. A body still coming keeps the
+		// id in use until it ends.
 		s.mu.Lock()
-		delete(s.running, id)
+		if r.body != nil && !r.body.ended() {
+			r.answered = true
+			r.body.close()
+		} else {
+			delete(s.running, id)
+		}
 		s.mu.Unlock()
-		s.respond(resp)
+		s.respond(resp, content)
 	}()
 }
 
-// serve performs one request and returns its response, refusals included.
-func (s *session) serve(req *helperv1.Request, cancel <-chan struct{}) *helperv1.Response {
+// serve performs one request and returns its response, refusals included, and for a read
+// with Request.body_response its content, sent as a body before the response.
+func (s *session) serve(req *helperv1.Request, b *body, cancel <-chan struct{}) (*helperv1.Response, []byte) {
 	id := req.GetRequestId()
 	if req.GetVersion() != helperv1.ProtocolVersion_PROTOCOL_VERSION_2 {
-		return errorResponse(id, helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "a session's requests are protocol version 2")
+		return errorResponse(id, helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "a session's requests are protocol version 2"), nil
+	}
+	if err := checkBodies(req); err != nil {
+		return failure(id, err), nil
 	}
 	switch op := req.GetOperation().(type) {
 	case *helperv1.Request_File:
 		root, err := fileops.OpenRoot(s.cfg.Root)
 		if err != nil {
-			return failure(id, err)
+			return failure(id, err), nil
 		}
 		defer root.Close()
-		res, err := root.Do(op.File, fileops.Limits{MaxFileBytes: req.GetLimits().GetMaxFileBytes()})
-		if err != nil {
-			return failure(id, err)
+		lim := fileops.Limits{MaxFileBytes: req.GetLimits().GetMaxFileBytes()}
+		var res *executionv1.FileResult
+		if b != nil {
+			res, err = upload(root, op.File.GetWrite(), b, lim, cancel)
+		} else {
+			res, err = root.Do(op.File, lim)
 		}
-		return &helperv1.Response{RequestId: id, Outcome: &helperv1.Response_File{File: res}}
+		if err != nil {
+			return failure(id, err), nil
+		}
+		var content []byte
+		if req.GetBodyResponse() {
+			// Never nil: an empty read still answers with its (empty, marked) body.
+			if content = res.GetRead().GetContent(); content == nil {
+				content = []byte{}
+			}
+			res.GetRead().Content = nil
+		}
+		return &helperv1.Response{RequestId: id, Outcome: &helperv1.Response_File{File: res}}, content
 	case *helperv1.Request_Command:
-		return s.children.run(s.cfg, req, cancel)
+		return s.children.run(s.cfg, req, cancel), nil
 	default:
-		return errorResponse(id, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "no operation")
+		return errorResponse(id, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "no operation"), nil
 	}
 }
 
-// respond sends a response: one frame when it fits a chunk, else chunks of its encoding.
-func (s *session) respond(resp *helperv1.Response) {
+// checkBodies refuses a body where the operation has none.
+func checkBodies(req *helperv1.Request) error {
+	write := req.GetFile().GetWrite()
+	switch {
+	case req.GetBodyBytes() > 0 && (write == nil || len(write.GetContent()) > 0):
+		return protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "a body is the content of a write that carries none")
+	case req.GetBodyResponse() && req.GetFile().GetRead() == nil:
+		return protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "only a read answers with a body")
+	}
+	return nil
+}
+
+// upload performs a write whose content is the request's body, written as it comes.
+func upload(root *fileops.Root, req *executionv1.WriteFile, b *body, lim fileops.Limits, cancel <-chan struct{}) (*executionv1.FileResult, error) {
+	u, err := root.BeginWrite(req, b.want, lim)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		piece, err := b.next(cancel)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			err = u.Write(piece.GetData())
+			piece.Release()
+		}
+		if err != nil {
+			u.Abort()
+			return nil, err
+		}
+	}
+	u.ReleaseLater()
+	res, err := u.Commit()
+	go u.Release() // beside the answer, not before it
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.FileResult{Result: &executionv1.FileResult_Write{Write: res}}, nil
+}
+
+// respond sends a response — one frame when it fits a chunk, else chunks of its encoding —
+// after content as a body, when there is one. Body and response are one message of the
+// writer, so they stay in order.
+func (s *session) respond(resp *helperv1.Response, content []byte) {
+	id := resp.GetRequestId()
 	chunk := int(s.ready.GetChunkBytes())
+	var frames []protocol.Encoded
+	if resp.GetError() == nil && content != nil {
+		frames = protocol.ResponseBody(id, content, chunk)
+	}
 	frame := responseFrame(resp)
 	if proto.Size(frame) <= chunk {
-		s.send(frame)
+		s.out.Send(append(frames, protocol.Whole(frameBytes(frame))), nil)
 		return
 	}
 	payload, err := protocol.Marshal(resp)
 	if err != nil {
-		s.send(responseFrame(errorResponse(resp.GetRequestId(), helperv1.ErrorCode_ERROR_CODE_INTERNAL, "the response could not be encoded")))
+		s.send(responseFrame(errorResponse(id, helperv1.ErrorCode_ERROR_CODE_INTERNAL, "the response could not be encoded")))
 		return
 	}
-	s.out.Send(protocol.ResponseChunks(resp.GetRequestId(), payload, chunk), nil)
+	s.out.Send(append(frames, protocol.ResponseChunks(id, payload, chunk)...), nil)
 }
 
 // send queues one whole frame.

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -57,33 +58,40 @@ func WritePayload(w io.Writer, payload []byte, max int) error {
 }
 
 // WriteEncoded writes a frame whose payload is e.Head then e.Body: in one Write when it is
-// small, else the header and the head joined, then the body (a large body is not worth
-// copying to join them; every caller is its stream's only writer). It refuses payloads
-// over max.
-func WriteEncoded(w io.Writer, e Encoded, max int) error {
+// small, else the header, the head and the start of the body joined into one Write of
+// streamMessageBytes, then the rest of the body (every caller is its stream's only
+// writer). It refuses payloads over limit.
+func WriteEncoded(w io.Writer, e Encoded, limit int) error {
 	n := e.Len()
-	if n > max {
-		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
+	if n > limit {
+		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, limit)
 	}
 	head, body := e.Head, e.Body
-	switch {
-	case n <= joinBytes:
+	if n <= joinBytes {
 		head, body = append(head[:len(head):len(head)], body...), nil
-	case len(body) == 0:
-		head, body = nil, head // one large piece: the header alone first
+	} else if len(body) == 0 {
+		head, body = nil, head
 	}
-	buf := make([]byte, headerBytes, headerBytes+len(head))
+	// The exec stream carries stdin in messages of what one Read returns: a header and head
+	// written alone would be a message of a few bytes of their own, through the API server.
+	carry := min(len(body), max(0, streamMessageBytes-headerBytes-len(head)))
+	buf := make([]byte, headerBytes, headerBytes+len(head)+carry)
 	binary.BigEndian.PutUint32(buf, uint32(n))
-	if _, err := w.Write(append(buf, head...)); err != nil || len(body) == 0 {
+	buf = append(append(buf, head...), body[:carry]...)
+	if _, err := w.Write(buf); err != nil || carry == len(body) {
 		return err
 	}
-	_, err := w.Write(body)
+	_, err := w.Write(body[carry:])
 	return err
 }
 
 // joinBytes: frames up to this size are written in one Write (one system call, one stream
 // message); above it the body's copy costs more than a second Write.
 const joinBytes = 64 << 10
+
+// streamMessageBytes is what client-go's exec stream reads from stdin at a time (and the
+// size of its WebSocket messages).
+const streamMessageBytes = 32 << 10
 
 // ReadFrame reads one frame into msg. It returns io.EOF when the stream ends cleanly before a
 // frame starts, and ErrFrameTooLarge, ErrFrameTruncated or ErrInvalidFrame otherwise.
@@ -97,22 +105,47 @@ func ReadFrame(r io.Reader, msg proto.Message, max int) error {
 
 // readPayload reads one frame's payload, its length checked against max first.
 func readPayload(r io.Reader, max int) ([]byte, error) {
+	payload, _, err := readPooled(r, max, false)
+	return payload, err
+}
+
+// payloads recycles the buffers of large frames a reader gives back (Piece.Release): a
+// 5 MiB body is then read into the same few buffers, not twenty fresh zeroed ones.
+var payloads sync.Pool
+
+// pooledFrom is the smallest payload read into a recycled buffer.
+const pooledFrom = 64 << 10
+
+// readPooled is readPayload, into a recycled buffer when pooled is asked for and the
+// payload is large (the buffer is returned then, for the caller to give back or drop).
+func readPooled(r io.Reader, max int, pooled bool) ([]byte, *[]byte, error) {
 	var header [headerBytes]byte
 	if _, err := io.ReadFull(r, header[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, io.EOF
+			return nil, nil, io.EOF
 		}
-		return nil, fmt.Errorf("%w: header: %v", ErrFrameTruncated, err)
+		return nil, nil, fmt.Errorf("%w: header: %v", ErrFrameTruncated, err)
 	}
 	n := binary.BigEndian.Uint32(header[:])
 	if uint64(n) > uint64(max) {
-		return nil, fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
+		return nil, nil, fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, n, max)
 	}
-	payload := make([]byte, n)
+	var buf *[]byte
+	var payload []byte
+	if pooled && n >= pooledFrom {
+		buf, _ = payloads.Get().(*[]byte)
+		if buf == nil || cap(*buf) < int(n) {
+			b := make([]byte, n)
+			buf = &b
+		}
+		payload = (*buf)[:n]
+	} else {
+		payload = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, payload); err != nil {
-		return nil, fmt.Errorf("%w: payload: %v", ErrFrameTruncated, err)
+		return nil, nil, fmt.Errorf("%w: payload: %v", ErrFrameTruncated, err)
 	}
-	return payload, nil
+	return payload, buf, nil
 }
 
 // DecodeFrame strictly unmarshals payload into msg.

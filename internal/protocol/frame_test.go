@@ -142,3 +142,30 @@ func FuzzRead(f *testing.F) {
 		_ = ReadFrame(bytes.NewReader(data), &fr, small)
 	})
 }
+
+// writes records the size of every Write.
+type writes struct{ sizes []int }
+
+func (w *writes) Write(p []byte) (int, error) { w.sizes = append(w.sizes, len(p)); return len(p), nil }
+
+// A large frame's header and head go out with the start of its body in one Write of the
+// exec stream's message size — never as a message of a few bytes of their own.
+func TestLargeFramesStartWithAWholeStreamMessage(t *testing.T) {
+	for _, e := range []Encoded{
+		{Head: []byte("head"), Body: make([]byte, 256<<10)},
+		Whole(make([]byte, 200<<10)),
+		{Head: make([]byte, 40<<10), Body: make([]byte, 40<<10)},
+	} {
+		var w writes
+		if err := WriteEncoded(&w, e, MaxRequestBytes); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, n := range w.sizes {
+			total += n
+		}
+		if total != headerBytes+e.Len() || w.sizes[0] < streamMessageBytes || len(w.sizes) > 2 {
+			t.Fatalf("a %d-byte frame written as %v", e.Len(), w.sizes)
+		}
+	}
+}

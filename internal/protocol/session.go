@@ -69,6 +69,7 @@ func Accept(h *helperv1.SessionHello) (*helperv1.SessionReady, error) {
 		MaxInFlight:     min(h.GetMaxInFlight(), MaxInFlightCeiling),
 		ChunkBytes:      min(h.GetChunkBytes(), MaxChunkBytes),
 		HeartbeatMillis: h.GetHeartbeatMillis(),
+		Bodies:          true,
 	}
 	if err := checkSession(r); err != nil {
 		return nil, err
@@ -119,10 +120,13 @@ func Whole(payload []byte) Encoded { return Encoded{Head: payload} }
 // Len is the payload's length.
 func (e Encoded) Len() int { return len(e.Head) + len(e.Body) }
 
-// The fields chunks travel in: SessionFrame.request_chunk and Frame.response_chunk.
+// The fields chunks travel in: SessionFrame.request_chunk and Frame.response_chunk for the
+// pieces of a message, SessionFrame.body and Frame.body for the pieces of a body.
 var (
 	requestChunkField  = (&helperv1.SessionFrame{}).ProtoReflect().Descriptor().Fields().ByName("request_chunk").Number()
 	responseChunkField = (&helperv1.Frame{}).ProtoReflect().Descriptor().Fields().ByName("response_chunk").Number()
+	requestBodyField   = (&helperv1.SessionFrame{}).ProtoReflect().Descriptor().Fields().ByName("body").Number()
+	responseBodyField  = (&helperv1.Frame{}).ProtoReflect().Descriptor().Fields().ByName("body").Number()
 )
 
 // RequestChunks cuts an encoded Request into SessionFrame request_chunk frames of at most
@@ -136,15 +140,31 @@ func ResponseChunks(id string, payload []byte, chunk int) []Encoded {
 	return chunks(responseChunkField, id, payload, chunk)
 }
 
-// chunks encodes each piece as the frame field {request_id, last, data} by hand — data
-// last, so that it is the Body, shared with payload. (Fields may come in any order on the
-// wire; the decoder is the generated one.)
+// RequestBody cuts a piece of a write's content into SessionFrame body frames of at most
+// chunk bytes; the last of them is marked when the piece ends the body (an empty last
+// piece is one empty marked frame).
+func RequestBody(id string, piece []byte, chunk int, last bool) []Encoded {
+	return cut(requestBodyField, id, piece, chunk, last)
+}
+
+// ResponseBody cuts a read's whole content into Frame body frames, the last marked.
+func ResponseBody(id string, content []byte, chunk int) []Encoded {
+	return cut(responseBodyField, id, content, chunk, true)
+}
+
 func chunks(field protowire.Number, id string, payload []byte, chunk int) []Encoded {
+	return cut(field, id, payload, chunk, true)
+}
+
+// cut encodes each piece as the frame field {request_id, last, data} by hand — data last,
+// so that it is the Body, shared with payload. (Fields may come in any order on the wire;
+// the decoder is the generated one.) The last piece is marked when end is set.
+func cut(field protowire.Number, id string, payload []byte, chunk int, end bool) []Encoded {
 	var out []Encoded
 	for {
 		data := payload[:min(chunk, len(payload))]
 		payload = payload[len(data):]
-		last := len(payload) == 0
+		last := end && len(payload) == 0
 		var inner []byte
 		inner = protowire.AppendTag(inner, chunkIDField, protowire.BytesType)
 		inner = protowire.AppendString(inner, id)
@@ -157,33 +177,58 @@ func chunks(field protowire.Number, id string, payload []byte, chunk int) []Enco
 		head := protowire.AppendTag(nil, field, protowire.BytesType)
 		head = protowire.AppendVarint(head, uint64(len(inner)+len(data)))
 		out = append(out, Encoded{Head: append(head, inner...), Body: data})
-		if last {
+		if len(payload) == 0 {
 			return out
 		}
 	}
 }
 
+// Piece is a chunk frame read by the fast path: a piece of a chunked message, or of a body.
+type Piece struct {
+	*helperv1.Chunk
+	Body bool
+	buf  *[]byte
+}
+
+// Release gives the piece's buffer back for the next frame: call it once nothing refers to
+// its data any more, or never (the buffer is then collected). Only body pieces read by
+// ReadRequestFrame have one.
+func (p *Piece) Release() {
+	if p.buf != nil {
+		payloads.Put(p.buf)
+		p.buf = nil
+	}
+}
+
 // ReadRequestFrame reads one frame of a session's gateway → helper stream into msg; a
-// request chunk, the bulk of a large transfer, comes back instead as a Chunk whose data
-// shares the frame's buffer (msg is then untouched).
-func ReadRequestFrame(r io.Reader, msg *helperv1.SessionFrame, max int) (*helperv1.Chunk, error) {
-	return readChunkOr(r, msg, requestChunkField, max)
+// request chunk or body piece, the bulk of a large transfer, comes back instead as a Piece
+// whose data shares the frame's buffer (msg is then untouched).
+func ReadRequestFrame(r io.Reader, msg *helperv1.SessionFrame, max int) (*Piece, error) {
+	return readChunkOr(r, msg, requestChunkField, requestBodyField, max, true)
 }
 
-// ReadResponseFrame is ReadRequestFrame for the helper → gateway stream.
-func ReadResponseFrame(r io.Reader, msg *helperv1.Frame, max int) (*helperv1.Chunk, error) {
-	return readChunkOr(r, msg, responseChunkField, max)
+// ReadResponseFrame is ReadRequestFrame for the helper → gateway stream (its pieces have
+// no buffer to give back).
+func ReadResponseFrame(r io.Reader, msg *helperv1.Frame, max int) (*Piece, error) {
+	return readChunkOr(r, msg, responseChunkField, responseBodyField, max, false)
 }
 
-func readChunkOr(r io.Reader, msg proto.Message, field protowire.Number, max int) (*helperv1.Chunk, error) {
-	payload, err := readPayload(r, max)
+func readChunkOr(r io.Reader, msg proto.Message, chunkField, bodyField protowire.Number, max int, pooled bool) (*Piece, error) {
+	payload, buf, err := readPooled(r, max, pooled)
 	if err != nil {
 		return nil, err
 	}
-	if c, ok := parseChunk(payload, field); ok {
-		return c, nil
+	if c, ok := parseChunk(payload, chunkField); ok {
+		return &Piece{Chunk: c}, nil // kept by an assembly: its buffer is not recycled
 	}
-	return nil, DecodeFrame(payload, msg)
+	if c, ok := parseChunk(payload, bodyField); ok {
+		return &Piece{Chunk: c, Body: true, buf: buf}, nil
+	}
+	err = DecodeFrame(payload, msg) // the decoder copies what it keeps
+	if buf != nil {
+		payloads.Put(buf)
+	}
+	return nil, err
 }
 
 // parseChunk reads payload as a frame holding exactly one chunk in field, each of the

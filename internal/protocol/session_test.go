@@ -52,6 +52,52 @@ func TestChunksDecodeAsGeneratedFramesAndReassemble(t *testing.T) {
 	}
 }
 
+// Body frames decode as the generated SessionFrame.body and Frame.body, are cut at the
+// chunk size, and only the end of a body is marked.
+func TestBodiesDecodeAsGeneratedFrames(t *testing.T) {
+	for _, size := range []int{0, 1, MinChunkBytes, 3*MinChunkBytes + 5} {
+		content := bytes.Repeat([]byte{0x5a}, size)
+		for _, end := range []bool{false, true} {
+			var got []byte
+			frames := RequestBody("9", content, MinChunkBytes, end)
+			for i, e := range frames {
+				var f helperv1.SessionFrame
+				if err := DecodeFrame(append(append([]byte(nil), e.Head...), e.Body...), &f); err != nil {
+					t.Fatalf("%d bytes: %v", size, err)
+				}
+				b := f.GetBody()
+				if b == nil || b.GetRequestId() != "9" || b.GetLast() != (end && i == len(frames)-1) || len(b.GetData()) > MinChunkBytes {
+					t.Fatalf("%d bytes, end %v: frame %d is %v", size, end, i, &f)
+				}
+				got = append(got, b.GetData()...)
+			}
+			if !bytes.Equal(got, content) {
+				t.Fatalf("%d bytes: the body reassembles as %d bytes", size, len(got))
+			}
+		}
+		var got []byte
+		for _, e := range ResponseBody("9", content, MinChunkBytes) {
+			p, err := ReadResponseFrame(bytes.NewReader(frameOf(t, e)), &helperv1.Frame{}, SessionFrameCap(MinChunkBytes))
+			if err != nil || p == nil || !p.Body {
+				t.Fatalf("%d bytes: read %v, %v", size, p, err)
+			}
+			got = append(got, p.GetData()...)
+		}
+		if !bytes.Equal(got, content) {
+			t.Fatalf("%d bytes: the response body reads back as %d bytes", size, len(got))
+		}
+	}
+}
+
+func frameOf(t *testing.T, e Encoded) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := WriteEncoded(&b, e, MaxResponseBytes); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 func TestAssemblyRefusesToGrowPastItsLimit(t *testing.T) {
 	a := NewAssembly(10)
 	if err := a.Add(make([]byte, 6)); err != nil {
@@ -113,6 +159,9 @@ func FuzzChunkFastPath(f *testing.F) {
 	for _, e := range ResponseChunks("12", []byte("some data"), MinChunkBytes) {
 		f.Add(append(append([]byte(nil), e.Head...), e.Body...))
 	}
+	for _, e := range RequestBody("13", []byte("a body"), MinChunkBytes, false) {
+		f.Add(append(append([]byte(nil), e.Head...), e.Body...))
+	}
 	f.Add([]byte{0x22, 0x00})
 	f.Add([]byte{0x22, 0x04, 0x18, 0x01, 0x18, 0x00})
 	f.Fuzz(func(t *testing.T, payload []byte) {
@@ -123,6 +172,8 @@ func FuzzChunkFastPath(f *testing.F) {
 		}{
 			{responseChunkField, func() proto.Message { return &helperv1.Frame{} }, func(m proto.Message) *helperv1.Chunk { return m.(*helperv1.Frame).GetResponseChunk() }},
 			{requestChunkField, func() proto.Message { return &helperv1.SessionFrame{} }, func(m proto.Message) *helperv1.Chunk { return m.(*helperv1.SessionFrame).GetRequestChunk() }},
+			{requestBodyField, func() proto.Message { return &helperv1.SessionFrame{} }, func(m proto.Message) *helperv1.Chunk { return m.(*helperv1.SessionFrame).GetBody() }},
+			{responseBodyField, func() proto.Message { return &helperv1.Frame{} }, func(m proto.Message) *helperv1.Chunk { return m.(*helperv1.Frame).GetBody() }},
 		} {
 			fast, ok := parseChunk(payload, field.number)
 			if !ok {

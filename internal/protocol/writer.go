@@ -32,6 +32,78 @@ type message struct {
 	// whole message.
 	last      func()
 	heartbeat bool
+	// open: a Stream's message, more frames to come; parked: open with none waiting, so
+	// out of the queue until some are appended.
+	open, parked bool
+	// opened runs just before the last of a Stream's first openFrames frames is written.
+	opened     func()
+	openFrames int
+}
+
+// Stream is a message whose frames become known over time — a request followed by its
+// body as the caller receives it. Its frames are written in order, in the same round-robin
+// as whole messages.
+type Stream struct {
+	w *Writer
+	m *message
+}
+
+// Open starts a Stream with its first frames (none is fine); opened, if not nil, runs just
+// before the last of them is written.
+func (s *Writer) Open(frames []Encoded, opened func()) *Stream {
+	m := &message{frames: frames, open: true}
+	if len(frames) > 0 {
+		m.opened, m.openFrames = opened, len(frames)
+	}
+	s.mu.Lock()
+	if len(frames) == 0 {
+		m.parked = true
+	} else if !s.stopped {
+		s.queue = append(s.queue, m)
+	}
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	return &Stream{w: s, m: m}
+}
+
+// Abort drops the frames of the stream not yet written and closes it (a frame being
+// written is finished).
+func (st *Stream) Abort() {
+	s, m := st.w, st.m
+	s.mu.Lock()
+	m.frames, m.open, m.last, m.opened = nil, false, nil, nil
+	if !m.parked {
+		for i, q := range s.queue {
+			if q == m {
+				s.queue = append(s.queue[:i], s.queue[i+1:]...)
+				break
+			}
+		}
+	}
+	m.parked = true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// Send appends frames to the stream; end closes it, and last, if not nil, then runs just
+// before its final frame is written. A stream must end with at least one frame.
+func (st *Stream) Send(frames []Encoded, end bool, last func()) {
+	s, m := st.w, st.m
+	s.mu.Lock()
+	if !m.open || s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	m.frames = append(m.frames, frames...)
+	if end {
+		m.open, m.last = false, last
+	}
+	if m.parked && len(m.frames) > 0 {
+		m.parked = false
+		s.queue = append(s.queue, m)
+	}
+	s.mu.Unlock()
+	s.cond.Broadcast()
 }
 
 // NewWriter starts the writer of w; every frame is at most max bytes. failed, if not nil,
@@ -120,15 +192,28 @@ func (s *Writer) run() {
 		s.queue = s.queue[1:]
 		frame := m.frames[0]
 		m.frames = m.frames[1:]
-		if len(m.frames) > 0 {
+		var run []func() // read under the lock: Abort may clear them meanwhile
+		if len(m.frames) == 0 && !m.open && m.last != nil {
+			run = append(run, m.last)
+		}
+		if m.opened != nil {
+			if m.openFrames--; m.openFrames == 0 {
+				run = append(run, m.opened)
+				m.opened = nil
+			}
+		}
+		switch {
+		case len(m.frames) > 0:
 			s.queue = append(s.queue, m) // to the back: round-robin
-		} else if m.heartbeat {
+		case m.open:
+			m.parked = true // until the stream has more
+		case m.heartbeat:
 			s.beating = false
 		}
 		s.writing = true
 		s.mu.Unlock()
-		if len(m.frames) == 0 && m.last != nil {
-			m.last()
+		for _, f := range run {
+			f()
 		}
 		err := WriteEncoded(s.w, frame, s.max)
 		s.mu.Lock()

@@ -113,10 +113,17 @@ type Session struct {
 type call struct {
 	id        string
 	cap       int
-	sent      atomic.Bool
-	abandoned time.Time // zero while the caller waits
+	sent      atomic.Bool // the request, with its body if any, is whole on the stream
+	abandoned time.Time   // zero while the caller waits
 	assembly  *protocol.Assembly
 	answer    chan answer // buffered 1
+	// download is a read's content as it arrives (Transfer.Download), nil otherwise.
+	download *pipe
+	// upload: a write's body goes beside the call, and its slot is freed by the second of
+	// the answer and the body's end (Session.release).
+	upload    bool
+	requested atomic.Bool // an upload's request frames are out (its body may follow)
+	releases  atomic.Int32
 }
 
 type answer struct {
@@ -196,9 +203,7 @@ func (s *Session) Do(ctx context.Context, req *helperv1.Request, responseCap int
 		<-s.slots
 		return nil, err
 	}
-	// A new envelope around the caller's operation: its content (up to the file cap) is
-	// shared, not copied.
-	req = &helperv1.Request{Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_2, RequestId: c.id, Limits: req.GetLimits(), Operation: req.GetOperation()}
+	req = envelope(c.id, req)
 	frames, err := s.requestFrames(req)
 	if err != nil {
 		s.forget(c)
@@ -221,6 +226,15 @@ func (s *Session) Do(ctx context.Context, req *helperv1.Request, responseCap int
 			return nil, fmt.Errorf("%w: %w", ErrLost, ctx.Err())
 		}
 		return nil, ctx.Err()
+	}
+}
+
+// envelope is a new request around the caller's operation: its content (up to the file
+// cap) is shared, not copied.
+func envelope(id string, req *helperv1.Request) *helperv1.Request {
+	return &helperv1.Request{
+		Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_2, RequestId: id, Limits: req.GetLimits(), Operation: req.GetOperation(),
+		BodyBytes: req.GetBodyBytes(), BodyResponse: req.GetBodyResponse(),
 	}
 }
 
@@ -290,7 +304,7 @@ func (s *Session) read() {
 	defer close(s.readDone)
 	for {
 		var f helperv1.Frame
-		chunk, err := protocol.ReadResponseFrame(s.out, &f, s.frameCap)
+		piece, err := protocol.ReadResponseFrame(s.out, &f, s.frameCap)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				s.Close(ReasonBroken)
@@ -300,9 +314,12 @@ func (s *Session) read() {
 			return
 		}
 		s.heard.Store(time.Now().UnixNano())
-		if chunk != nil {
-			err = s.handleChunk(chunk)
-		} else {
+		switch {
+		case piece != nil && piece.Body:
+			err = s.handleBody(piece.Chunk)
+		case piece != nil:
+			err = s.handleChunk(piece.Chunk)
+		default:
 			err = s.handle(&f)
 		}
 		if err != nil {
@@ -324,9 +341,14 @@ func (s *Session) handle(f *helperv1.Frame) error {
 		if proto.Size(fr.Response) > c.cap {
 			return s.violate(c, fmt.Errorf("a response over the request's cap of %d bytes", c.cap))
 		}
+		if err := checkBodyAnswered(c, fr.Response); err != nil {
+			return s.violate(c, err)
+		}
 		s.deliver(c, fr.Response)
 	case *helperv1.Frame_ResponseChunk:
 		return s.handleChunk(fr.ResponseChunk)
+	case *helperv1.Frame_Body:
+		return s.handleBody(fr.Body)
 	default:
 		return s.violate(nil, errors.New("a frame of a kind the session does not expect"))
 	}
@@ -355,8 +377,42 @@ func (s *Session) handleChunk(ch *helperv1.Chunk) error {
 	if resp.GetRequestId() != c.id {
 		return s.violate(c, errors.New("chunks of one request decode as another's response"))
 	}
+	if err := checkBodyAnswered(c, &resp); err != nil {
+		return s.violate(c, err)
+	}
 	c.assembly = nil
 	s.deliver(c, &resp)
+	return nil
+}
+
+// handleBody adds a piece of a read's content to its call, under the call's response cap.
+func (s *Session) handleBody(ch *helperv1.Chunk) error {
+	c, err := s.lookup(ch.GetRequestId(), false)
+	if err != nil {
+		return s.violate(c, err)
+	}
+	if c.download == nil || c.download.ended() {
+		return s.violate(c, errors.New("a body for a request that takes none, or after its end"))
+	}
+	if err := c.download.add(ch.GetData(), ch.GetLast(), c.cap); err != nil {
+		return s.violate(c, err)
+	}
+	return nil
+}
+
+// checkBodyAnswered: a read answered with a body has all of it before its response; an
+// error may come instead of a body, never after a piece of one.
+func checkBodyAnswered(c *call, resp *helperv1.Response) error {
+	switch {
+	case c.download == nil:
+		return nil
+	case resp.GetError() != nil && c.download.empty():
+		return nil
+	case !c.download.ended():
+		return errors.New("a response before the end of its body")
+	case resp.GetError() != nil:
+		return errors.New("an error after a body")
+	}
 	return nil
 }
 
@@ -369,7 +425,9 @@ func (s *Session) lookup(id string, chunk bool) (*call, error) {
 	switch {
 	case !ok:
 		return nil, errors.New("an answer for a request id not in flight")
-	case !c.sent.Load():
+	case !c.sent.Load() && !(c.upload && c.requested.Load()):
+		// (An upload may be answered — refused — once its request is out, before its body
+		// is whole.)
 		return nil, errors.New("an answer before its request was sent")
 	case !chunk && c.assembly != nil:
 		return c, errors.New("a response in the middle of a chunked one")
@@ -382,9 +440,17 @@ func (s *Session) deliver(c *call, resp *helperv1.Response) {
 	s.mu.Lock()
 	delete(s.calls, c.id)
 	s.mu.Unlock()
-	<-s.slots
+	s.release(c)
 	s.served.Add(1)
 	c.answer <- answer{resp: resp}
+}
+
+// release frees a call's slot once it is answered — and, for an upload, once its body has
+// ended too.
+func (s *Session) release(c *call) {
+	if !c.upload || c.releases.Add(1) == 2 {
+		<-s.slots
+	}
 }
 
 // violate closes the session for a protocol violation: the call the bad answer was for
@@ -395,7 +461,7 @@ func (s *Session) violate(c *call, err error) error {
 		s.mu.Lock()
 		if _, ok := s.calls[c.id]; ok {
 			delete(s.calls, c.id)
-			<-s.slots
+			s.release(c)
 			c.answer <- answer{err: err}
 		}
 		s.mu.Unlock()

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -75,41 +76,115 @@ func (r *Run) ReadRange(ctx context.Context, path string, offset, length uint64)
 	return Chunk{Content: rd.GetContent(), Info: fileInfo(rd.GetInfo()), More: rd.GetMore()}, nil
 }
 
-// ReadFile reads a whole regular file into memory (ReadFileTo streams it). If the file
+// ReadFile reads a whole regular file into memory, one Files call's worth at a time (the
+// cheapest call for the small files agents read most; ReadFileTo streams). If the file
 // changes between calls it fails with ErrVersionMismatch rather than return a mix of
 // versions.
 func (r *Run) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	var buf bytes.Buffer
-	if _, err := r.ReadFileTo(ctx, path, &buf); err != nil {
+	if _, err := r.readTo(ctx, path, &buf, false); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-// ReadFileTo writes a whole regular file to w, one call's worth (the profile's
-// maxFileBytes) at a time, and returns the bytes written. If the file changes between calls
-// it fails with ErrVersionMismatch; what was written by then is a prefix of one version.
+// ReadFileTo writes a whole regular file to w as it arrives (ReadFileStream, one call's
+// worth — the profile's maxFileBytes — at a time), and returns the bytes written. If the file
+// changes between calls it fails with ErrVersionMismatch; what was written by then is a
+// prefix of one version, as it is when a call fails midway. A gateway without streams is
+// read one Files call at a time.
 func (r *Run) ReadFileTo(ctx context.Context, path string, w io.Writer) (int64, error) {
+	return r.readTo(ctx, path, w, true)
+}
+
+func (r *Run) readTo(ctx context.Context, path string, w io.Writer, streams bool) (int64, error) {
 	var n int64
 	var version string
 	for {
-		c, err := r.ReadRange(ctx, path, uint64(n), 0)
+		var c Chunk
+		var m int64
+		var err error
+		if streams {
+			c, m, err = r.readStream(ctx, path, uint64(n), w)
+			if e := (*Error)(nil); errors.As(err, &e) && e.Code == codes.Unimplemented && m == 0 {
+				streams = false
+				continue
+			}
+		} else {
+			c, err = r.ReadRange(ctx, path, uint64(n), 0)
+			if err == nil {
+				var k int
+				k, err = w.Write(c.Content)
+				m = int64(k)
+			}
+		}
+		n += m
 		if err != nil {
 			return n, err
 		}
-		if n > 0 && c.Info.Version != version {
+		if n > m && c.Info.Version != version {
 			return n, &Error{Code: codes.Aborted, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_VERSION_MISMATCH), Message: fmt.Sprintf("%s changed while it was read", path)}
 		}
 		version = c.Info.Version
-		m, err := w.Write(c.Content)
-		n += int64(m)
-		if err != nil {
-			return n, err
-		}
-		if !c.More || len(c.Content) == 0 {
+		if !c.More || m == 0 {
 			return n, nil
 		}
 	}
+}
+
+// partial is a stream that failed after some of its content was handed on: not retried.
+type partial struct{ err error }
+
+func (p partial) Error() string { return p.err.Error() }
+
+// readStream reads from offset as much as one call carries, writing the content to w as it
+// arrives; the Chunk has the result without content, m the bytes written. It is retried as
+// a read is only while nothing was written.
+func (r *Run) readStream(ctx context.Context, path string, offset uint64, w io.Writer) (Chunk, int64, error) {
+	g, err := r.runGrant()
+	if err != nil {
+		return Chunk{}, 0, err
+	}
+	req := &executionv1.ReadFileStreamRequest{RunGrant: g, Environment: r.env.Ref(), Read: &executionv1.ReadFile{Path: []byte(path), Offset: offset}}
+	var written int64
+	res, err := call(ctx, r.env.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.ReadFileResult, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := r.env.c.api.ReadFileStream(ctx, req, opts...)
+		if err != nil {
+			return nil, err
+		}
+		for {
+			m, err := st.Recv()
+			if err == nil && m.GetResult() != nil {
+				return m.GetResult(), nil
+			}
+			if err == nil {
+				var k int
+				k, err = w.Write(m.GetContent())
+				written += int64(k)
+				if err != nil {
+					return nil, partial{err}
+				}
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				err = &Error{Code: codes.Internal, Message: "the read's stream ended without its result"}
+			}
+			if written > 0 {
+				return nil, partial{asError(err, "")}
+			}
+			return nil, err
+		}
+	})
+	var p partial
+	if errors.As(err, &p) {
+		err = p.err
+	}
+	if err != nil {
+		return Chunk{}, written, err
+	}
+	return Chunk{Info: fileInfo(res.GetInfo()), More: res.GetMore()}, written, nil
 }
 
 // WriteOption refines WriteFile.
@@ -139,6 +214,13 @@ func CreateParents() WriteOption { return func(w *executionv1.WriteFile) { w.Cre
 // WriteFile replaces the file's content atomically (the old content stays intact on any
 // failure) and returns its new info. By default it overwrites; see CreateOnly and IfVersion.
 func (r *Run) WriteFile(ctx context.Context, path string, content []byte, opts ...WriteOption) (FileInfo, error) {
+	if len(content) > streamThreshold {
+		// Streamed, the content starts on to the Pod while the rest is still arriving.
+		fi, err := r.WriteFileFrom(ctx, path, bytes.NewReader(content), int64(len(content)), opts...)
+		if e := (*Error)(nil); !errors.As(err, &e) || e.Code != codes.Unimplemented {
+			return fi, err
+		}
+	}
 	w := &executionv1.WriteFile{Path: []byte(path), Content: content, Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}
 	for _, o := range opts {
 		o(w)
@@ -148,6 +230,76 @@ func (r *Run) WriteFile(ctx context.Context, path string, content []byte, opts .
 		return FileInfo{}, err
 	}
 	return fileInfo(res.GetWrite().GetInfo()), nil
+}
+
+// streamThreshold: WriteFile streams content larger than this (WriteFileFrom).
+const streamThreshold = 1 << 20
+
+// streamPiece is the content of one WriteFileStream message: the gateway forwards each as
+// it comes, so smaller pieces start the transfer to the Pod sooner.
+const streamPiece = 256 << 10
+
+// WriteFileFrom writes size bytes read from src as the file's content, streamed to the
+// workspace as they are read (WriteFileStream): as atomic as WriteFile — the file changes
+// only if all size bytes arrived and the write's options held at the rename — and bounded
+// by the profile's maxFileBytes alike, without holding the content in memory. It is retried
+// as WriteFile only when src is an io.Seeker (read again from where it stood).
+func (r *Run) WriteFileFrom(ctx context.Context, path string, src io.Reader, size int64, opts ...WriteOption) (FileInfo, error) {
+	if size < 0 {
+		return FileInfo{}, &Error{Code: codes.InvalidArgument, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT), Message: "a negative size"}
+	}
+	w := &executionv1.WriteFile{Path: []byte(path), Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}
+	for _, o := range opts {
+		o(w)
+	}
+	g, err := r.runGrant()
+	if err != nil {
+		return FileInfo{}, err
+	}
+	s, seeker := once, io.Seeker(nil)
+	var start int64
+	if sk, ok := src.(io.Seeker); ok {
+		if start, err = sk.Seek(0, io.SeekCurrent); err == nil {
+			s, seeker = serverSaysSo, sk
+		}
+	}
+	attempt := 0
+	res, err := call(ctx, r.env.c, s, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.WriteFileStreamResponse, error) {
+		if attempt++; attempt > 1 {
+			if _, err := seeker.Seek(start, io.SeekStart); err != nil {
+				return nil, partial{err}
+			}
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel() // a source that fails ends the call: nothing is written
+		st, err := r.env.c.api.WriteFileStream(ctx, opts...)
+		if err != nil {
+			return nil, err
+		}
+		msg := &executionv1.WriteFileStreamRequest{RunGrant: g, Environment: r.env.Ref(), Write: w, Size: uint64(size)}
+		buf := make([]byte, min(int64(streamPiece), size))
+		for sent := int64(0); sent < size || msg.Write != nil; {
+			n, err := io.ReadFull(src, buf[:min(int64(len(buf)), size-sent)])
+			if err != nil {
+				return nil, partial{fmt.Errorf("reading the content at byte %d: %w", sent, err)}
+			}
+			msg.Content = buf[:n]
+			if err := st.Send(msg); err != nil {
+				break // the gateway ended the call: its answer says why
+			}
+			sent += int64(n)
+			msg = &executionv1.WriteFileStreamRequest{}
+		}
+		return st.CloseAndRecv()
+	})
+	var p partial
+	if errors.As(err, &p) {
+		err = p.err
+	}
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return fileInfo(res.GetResult().GetInfo()), nil
 }
 
 // Stat returns the object's info without following a final symlink.

@@ -26,6 +26,9 @@ const (
 	// idempotent: also transport failures (UNAVAILABLE without an answer), because running
 	// the call twice is harmless — reads, or mutations that carry an operation id.
 	idempotent
+	// once: never retried — a call whose input was consumed as it went (a stream from an
+	// io.Reader that cannot seek).
+	once
 )
 
 type retryPolicy struct {
@@ -87,7 +90,7 @@ func call[T any](ctx context.Context, c *Client, s safety, f func(context.Contex
 
 func retryable(err error, s safety) bool {
 	e, ok := err.(*Error)
-	if !ok {
+	if !ok || s == once {
 		return false
 	}
 	if s == serverSaysSo && (e.Code == codes.Canceled || e.Code == codes.DeadlineExceeded) {

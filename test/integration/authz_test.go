@@ -107,6 +107,27 @@ func TestAuthorisationMatrix(t *testing.T) {
 		"Files": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
 			return p.api.Files(ctx, &executionv1.FilesRequest{RunGrant: p.runG, Environment: ref, Operation: read})
 		},
+		"WriteFileStream": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
+			st, err := p.api.WriteFileStream(ctx)
+			if err != nil {
+				return nil, err
+			}
+			_ = st.Send(&executionv1.WriteFileStreamRequest{RunGrant: p.runG, Environment: ref, Size: 6, Content: []byte("stolen"),
+				Write: &executionv1.WriteFile{Path: []byte("secret.txt"), Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}})
+			return st.CloseAndRecv()
+		},
+		"ReadFileStream": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
+			st, err := p.api.ReadFileStream(ctx, &executionv1.ReadFileStreamRequest{RunGrant: p.runG, Environment: ref, Read: read.GetRead()})
+			if err != nil {
+				return nil, err
+			}
+			for {
+				m, err := st.Recv()
+				if err != nil || m.GetResult() != nil {
+					return m, err
+				}
+			}
+		},
 		"StartCommand": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
 			return p.api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: p.runG, Environment: ref, Command: shell("cat secret.txt")})
 		},
@@ -145,7 +166,8 @@ func TestAuthorisationMatrix(t *testing.T) {
 	// capability is PERMISSION_DENIED before any lookup, with it but out of scope NOT_FOUND;
 	// an owner-scoped call by a client that may not attest owners is PERMISSION_DENIED, by
 	// one that may NOT_FOUND (the owner's references are not there).
-	grantRPCs := map[string]bool{"AcquireRun": true, "RenewRun": true, "ReleaseRun": true, "Files": true, "StartCommand": true, "CommandStatus": true, "CancelCommand": true}
+	grantRPCs := map[string]bool{"AcquireRun": true, "RenewRun": true, "ReleaseRun": true, "Files": true, "WriteFileStream": true, "ReadFileStream": true,
+		"StartCommand": true, "CommandStatus": true, "CancelCommand": true}
 	adminRPCs := map[string]bool{"RetireEnvironment": true, "ReplaceExecutor": true, "RevokeEnvironment": true, "RecoverEnvironment": true,
 		"MigrateEnvironment": true, "DeleteRetiredEnvironment": true}
 	expected := func(p principal, rpc string) codes.Code {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -108,6 +110,27 @@ func TestSDKSession(t *testing.T) {
 	}
 	if _, err := run.ReadFile(ctx, "../etc/passwd"); err == nil {
 		t.Fatal("read outside the workspace succeeded")
+	}
+	// Streamed content: from a reader that cannot seek, back to a writer; a source that fails
+	// midway writes nothing; content over the profile's limit is refused before it travels.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 900<<10/16)
+	if fi, err := run.WriteFileFrom(ctx, "streamed/big.bin", struct{ io.Reader }{bytes.NewReader(big)}, int64(len(big)), client.CreateParents()); err != nil || fi.Size != int64(len(big)) {
+		t.Fatalf("write from a reader: %+v %v", fi, err)
+	}
+	var back bytes.Buffer
+	if n, err := run.ReadFileTo(ctx, "streamed/big.bin", &back); err != nil || n != int64(len(big)) || !bytes.Equal(back.Bytes(), big) {
+		t.Fatalf("read to a writer: %d bytes, %v", n, err)
+	}
+	failing := io.MultiReader(bytes.NewReader(big[:300<<10]), iotest.ErrReader(errors.New("the disk went away")))
+	if _, err := run.WriteFileFrom(ctx, "streamed/failed.bin", failing, int64(len(big))); err == nil || !strings.Contains(err.Error(), "the disk went away") {
+		t.Fatalf("a failing source: %v", err)
+	}
+	clustertest.Eventually(t, 10*time.Second, "nothing of the failed write", func() bool {
+		_, err := run.Stat(ctx, "streamed/failed.bin")
+		return errors.Is(err, client.ErrNotFound)
+	})
+	if _, err := run.WriteFile(ctx, "streamed/huge.bin", make([]byte, 1<<20+1)); !errors.Is(err, client.ErrExhausted) {
+		t.Fatalf("content over max_file_bytes: %v", err)
 	}
 	if _, err := run.MkdirAll(ctx, "a/b/c"); err != nil {
 		t.Fatalf("mkdir -p: %v", err)

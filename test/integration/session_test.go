@@ -205,6 +205,7 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 			t.Fatalf("%s: %v %v", st.name, r, err)
 		}
 	}
+	streamFiles(t, s)
 
 	// A command reading the file.
 	res, err := s.command(ctx, shell("wc -c < src/hello.txt; cat src/hello.txt >&2; exit 3"))

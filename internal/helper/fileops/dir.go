@@ -151,7 +151,7 @@ func (r *Root) mkdir(req *executionv1.MakeDirectory) (*executionv1.MakeDirectory
 		mode = defaultDirMode
 	}
 	if req.GetParents() {
-		if err := r.mkdirAll(p, mode); err != nil {
+		if _, err := r.mkdirAll(p, mode); err != nil {
 			return nil, err
 		}
 	} else {
@@ -172,17 +172,18 @@ func (r *Root) mkdir(req *executionv1.MakeDirectory) (*executionv1.MakeDirectory
 	return &executionv1.MakeDirectoryResult{Info: st.GetInfo()}, nil
 }
 
-// mkdirAll creates p and its missing parents, each resolved beneath the root. An existing
-// directory is not an error; an existing non-directory is.
-func (r *Root) mkdirAll(p string, mode uint32) error {
+// mkdirAll creates p and its missing parents, each resolved beneath the root, and returns
+// the ones it created, outermost first. An existing directory is not an error; an existing
+// non-directory is.
+func (r *Root) mkdirAll(p string, mode uint32) (made []string, err error) {
 	if isRoot(p) {
-		return nil
+		return nil, nil
 	}
 	comps := strings.Split(p, "/")
 	// A ".." after a component that does not exist yet would have it created before the
 	// escape is detected; refusing ".." here keeps every refusal free of side effects.
 	if slices.Contains(comps, "..") {
-		return errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "creating parents needs a path without '..'")
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "creating parents needs a path without '..'")
 	}
 	for i := range comps {
 		if comps[i] == "" || comps[i] == "." {
@@ -195,25 +196,43 @@ func (r *Root) mkdirAll(p string, mode uint32) error {
 			continue
 		}
 		if !errors.Is(err, unix.ENOENT) {
-			return fromErrno("open directory", err)
+			return made, fromErrno("open directory", err)
 		}
 		dirfd, name, err := r.openParent(prefix)
 		if err != nil {
-			return err
+			return made, err
 		}
 		err = unix.Mkdirat(dirfd, name, mode)
 		unix.Close(dirfd)
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return fromErrno("mkdir", err)
+		if err == nil {
+			made = append(made, prefix)
+		} else if !errors.Is(err, unix.EEXIST) {
+			return made, fromErrno("mkdir", err)
 		}
 		// Re-resolve: whatever now has this name must be a directory beneath the root.
 		fd, err = r.resolve(prefix, unix.O_PATH|unix.O_DIRECTORY)
 		if err != nil {
-			return fromErrno("open directory", err)
+			return made, fromErrno("open directory", err)
 		}
 		unix.Close(fd)
 	}
-	return nil
+	return made, nil
+}
+
+// unmake removes, innermost first, directories mkdirAll created, as long as they are still
+// empty: a write that did not happen leaves no parents behind.
+func (r *Root) unmake(made []string) {
+	for i := len(made) - 1; i >= 0; i-- {
+		dirfd, name, err := r.openParent(made[i])
+		if err != nil {
+			return
+		}
+		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		unix.Close(dirfd)
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (r *Root) rename(req *executionv1.RenamePath) (*executionv1.RenamePathResult, error) {

@@ -20,6 +20,16 @@ var contract = []string{
 	"MigrateEnvironment", "DeleteRetiredEnvironment",
 }
 
+// additions are the RPCs added since, after the contract's, with how each streams: the
+// contract's RPCs keep their names, order and meaning.
+var additions = []struct {
+	name                 string
+	clientSends, streams bool
+}{
+	{"WriteFileStream", true, false},
+	{"ReadFileStream", false, true},
+}
+
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
 	svc := executionv1grpc.File_execution_v1_executionv1grpc_service_proto.Services().ByName("ExecutionProviderService")
 	if svc == nil {
@@ -30,11 +40,21 @@ func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
 	}
 	var got []string
 	methods := svc.Methods()
+	if methods.Len() != len(contract)+len(additions) {
+		t.Fatalf("%d RPCs, want the %d of the contract and %d additions", methods.Len(), len(contract), len(additions))
+	}
 	for i := range methods.Len() {
 		m := methods.Get(i)
-		got = append(got, string(m.Name()))
-		if m.IsStreamingClient() || m.IsStreamingServer() {
-			t.Errorf("%s streams; the contract is unary", m.Name())
+		if i >= len(contract) {
+			a := additions[i-len(contract)]
+			if string(m.Name()) != a.name || m.IsStreamingClient() != a.clientSends || m.IsStreamingServer() != a.streams {
+				t.Errorf("RPC %d is %s (client stream %v, server stream %v), want %+v", i, m.Name(), m.IsStreamingClient(), m.IsStreamingServer(), a)
+			}
+		} else {
+			got = append(got, string(m.Name()))
+			if m.IsStreamingClient() || m.IsStreamingServer() {
+				t.Errorf("%s streams; the contract is unary", m.Name())
+			}
 		}
 		if want := string(m.Name()) + "Request"; string(m.Input().Name()) != want {
 			t.Errorf("%s takes %s, want %s", m.Name(), m.Input().Name(), want)
@@ -64,7 +84,7 @@ func TestRequestShapes(t *testing.T) {
 	for _, name := range mutating {
 		assertField(t, fd, name+"Request", "operation_id", protoreflect.StringKind)
 	}
-	for _, name := range []string{"Files", "StartCommand", "CommandStatus", "CancelCommand", "RenewRun", "ReleaseRun"} {
+	for _, name := range []string{"Files", "WriteFileStream", "ReadFileStream", "StartCommand", "CommandStatus", "CancelCommand", "RenewRun", "ReleaseRun"} {
 		assertField(t, fd, name+"Request", "run_grant", protoreflect.MessageKind)
 	}
 	assertField(t, fd, "AcquireRunRequest", "environment_grant", protoreflect.MessageKind)

@@ -4713,6 +4713,246 @@ func (x *FilesResponse) GetResult() *FileResult {
 	return nil
 }
 
+// WriteFileStreamRequest is one message of a WriteFileStream call.
+type WriteFileStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First message only: the run grant, the environment, the write (its content empty) and
+	// the content's size — at most the profile's max_file_bytes; the call must carry exactly
+	// this many bytes of content, then end its side.
+	RunGrant    *Grant          `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment *EnvironmentRef `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	Write       *WriteFile      `protobuf:"bytes,3,opt,name=write,proto3" json:"write,omitempty"`
+	Size        uint64          `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// Any message, the first included: the next piece of the content, at most 1 MiB.
+	Content       []byte `protobuf:"bytes,5,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileStreamRequest) Reset() {
+	*x = WriteFileStreamRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileStreamRequest) ProtoMessage() {}
+
+func (x *WriteFileStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileStreamRequest.ProtoReflect.Descriptor instead.
+func (*WriteFileStreamRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *WriteFileStreamRequest) GetRunGrant() *Grant {
+	if x != nil {
+		return x.RunGrant
+	}
+	return nil
+}
+
+func (x *WriteFileStreamRequest) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *WriteFileStreamRequest) GetWrite() *WriteFile {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+func (x *WriteFileStreamRequest) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *WriteFileStreamRequest) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+type WriteFileStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *WriteFileResult       `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileStreamResponse) Reset() {
+	*x = WriteFileStreamResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileStreamResponse) ProtoMessage() {}
+
+func (x *WriteFileStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileStreamResponse.ProtoReflect.Descriptor instead.
+func (*WriteFileStreamResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *WriteFileStreamResponse) GetResult() *WriteFileResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type ReadFileStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunGrant      *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment   *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	Read          *ReadFile              `protobuf:"bytes,3,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileStreamRequest) Reset() {
+	*x = ReadFileStreamRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileStreamRequest) ProtoMessage() {}
+
+func (x *ReadFileStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileStreamRequest.ProtoReflect.Descriptor instead.
+func (*ReadFileStreamRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ReadFileStreamRequest) GetRunGrant() *Grant {
+	if x != nil {
+		return x.RunGrant
+	}
+	return nil
+}
+
+func (x *ReadFileStreamRequest) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *ReadFileStreamRequest) GetRead() *ReadFile {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+// ReadFileStreamResponse is one message of a ReadFileStream answer: pieces of the content
+// in order, then one message with the result (whose content is empty).
+type ReadFileStreamResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Content []byte                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// The last message only.
+	Result        *ReadFileResult `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileStreamResponse) Reset() {
+	*x = ReadFileStreamResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileStreamResponse) ProtoMessage() {}
+
+func (x *ReadFileStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileStreamResponse.ProtoReflect.Descriptor instead.
+func (*ReadFileStreamResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ReadFileStreamResponse) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ReadFileStreamResponse) GetResult() *ReadFileResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 // EnvironmentVariable is one variable passed to a command. Names are 1..256 bytes of
 // [A-Za-z_][A-Za-z0-9_]*; dangerous names (LD_*, BASH_ENV, ENV, IFS, ...; docs/api.md) are
 // refused. Values are at most 32768 bytes with no NUL. At most 128 variables per command.
@@ -4726,7 +4966,7 @@ type EnvironmentVariable struct {
 
 func (x *EnvironmentVariable) Reset() {
 	*x = EnvironmentVariable{}
-	mi := &file_execution_v1_execution_proto_msgTypes[63]
+	mi := &file_execution_v1_execution_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4738,7 +4978,7 @@ func (x *EnvironmentVariable) String() string {
 func (*EnvironmentVariable) ProtoMessage() {}
 
 func (x *EnvironmentVariable) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[63]
+	mi := &file_execution_v1_execution_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4751,7 +4991,7 @@ func (x *EnvironmentVariable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentVariable.ProtoReflect.Descriptor instead.
 func (*EnvironmentVariable) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{63}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EnvironmentVariable) GetName() string {
@@ -4789,7 +5029,7 @@ type CommandSpec struct {
 
 func (x *CommandSpec) Reset() {
 	*x = CommandSpec{}
-	mi := &file_execution_v1_execution_proto_msgTypes[64]
+	mi := &file_execution_v1_execution_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4801,7 +5041,7 @@ func (x *CommandSpec) String() string {
 func (*CommandSpec) ProtoMessage() {}
 
 func (x *CommandSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[64]
+	mi := &file_execution_v1_execution_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4814,7 +5054,7 @@ func (x *CommandSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSpec.ProtoReflect.Descriptor instead.
 func (*CommandSpec) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{64}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CommandSpec) GetProgram() isCommandSpec_Program {
@@ -4898,7 +5138,7 @@ type Argv struct {
 
 func (x *Argv) Reset() {
 	*x = Argv{}
-	mi := &file_execution_v1_execution_proto_msgTypes[65]
+	mi := &file_execution_v1_execution_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +5150,7 @@ func (x *Argv) String() string {
 func (*Argv) ProtoMessage() {}
 
 func (x *Argv) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[65]
+	mi := &file_execution_v1_execution_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5163,7 @@ func (x *Argv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Argv.ProtoReflect.Descriptor instead.
 func (*Argv) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{65}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Argv) GetArgs() []string {
@@ -4950,7 +5190,7 @@ type CapturedOutput struct {
 
 func (x *CapturedOutput) Reset() {
 	*x = CapturedOutput{}
-	mi := &file_execution_v1_execution_proto_msgTypes[66]
+	mi := &file_execution_v1_execution_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5202,7 @@ func (x *CapturedOutput) String() string {
 func (*CapturedOutput) ProtoMessage() {}
 
 func (x *CapturedOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[66]
+	mi := &file_execution_v1_execution_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5215,7 @@ func (x *CapturedOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapturedOutput.ProtoReflect.Descriptor instead.
 func (*CapturedOutput) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{66}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CapturedOutput) GetHead() []byte {
@@ -5028,7 +5268,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[67]
+	mi := &file_execution_v1_execution_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5040,7 +5280,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[67]
+	mi := &file_execution_v1_execution_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5053,7 +5293,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{67}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CommandResult) GetState() CommandState {
@@ -5130,7 +5370,7 @@ type StartCommandRequest struct {
 
 func (x *StartCommandRequest) Reset() {
 	*x = StartCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[68]
+	mi := &file_execution_v1_execution_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5382,7 @@ func (x *StartCommandRequest) String() string {
 func (*StartCommandRequest) ProtoMessage() {}
 
 func (x *StartCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[68]
+	mi := &file_execution_v1_execution_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5395,7 @@ func (x *StartCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCommandRequest.ProtoReflect.Descriptor instead.
 func (*StartCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{68}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StartCommandRequest) GetRunGrant() *Grant {
@@ -5188,7 +5428,7 @@ type StartCommandResponse struct {
 
 func (x *StartCommandResponse) Reset() {
 	*x = StartCommandResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[69]
+	mi := &file_execution_v1_execution_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5200,7 +5440,7 @@ func (x *StartCommandResponse) String() string {
 func (*StartCommandResponse) ProtoMessage() {}
 
 func (x *StartCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[69]
+	mi := &file_execution_v1_execution_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5213,7 +5453,7 @@ func (x *StartCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCommandResponse.ProtoReflect.Descriptor instead.
 func (*StartCommandResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{69}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *StartCommandResponse) GetResult() *CommandResult {
@@ -5235,7 +5475,7 @@ type CommandStatusRequest struct {
 
 func (x *CommandStatusRequest) Reset() {
 	*x = CommandStatusRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[70]
+	mi := &file_execution_v1_execution_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5247,7 +5487,7 @@ func (x *CommandStatusRequest) String() string {
 func (*CommandStatusRequest) ProtoMessage() {}
 
 func (x *CommandStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[70]
+	mi := &file_execution_v1_execution_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5260,7 +5500,7 @@ func (x *CommandStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStatusRequest.ProtoReflect.Descriptor instead.
 func (*CommandStatusRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{70}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CommandStatusRequest) GetRunGrant() *Grant {
@@ -5293,7 +5533,7 @@ type CommandStatusResponse struct {
 
 func (x *CommandStatusResponse) Reset() {
 	*x = CommandStatusResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[71]
+	mi := &file_execution_v1_execution_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5305,7 +5545,7 @@ func (x *CommandStatusResponse) String() string {
 func (*CommandStatusResponse) ProtoMessage() {}
 
 func (x *CommandStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[71]
+	mi := &file_execution_v1_execution_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5318,7 +5558,7 @@ func (x *CommandStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStatusResponse.ProtoReflect.Descriptor instead.
 func (*CommandStatusResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{71}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CommandStatusResponse) GetResult() *CommandResult {
@@ -5339,7 +5579,7 @@ type CancelCommandRequest struct {
 
 func (x *CancelCommandRequest) Reset() {
 	*x = CancelCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	mi := &file_execution_v1_execution_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5351,7 +5591,7 @@ func (x *CancelCommandRequest) String() string {
 func (*CancelCommandRequest) ProtoMessage() {}
 
 func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	mi := &file_execution_v1_execution_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5364,7 +5604,7 @@ func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandRequest.ProtoReflect.Descriptor instead.
 func (*CancelCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{72}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CancelCommandRequest) GetRunGrant() *Grant {
@@ -5396,7 +5636,7 @@ type CancelCommandResponse struct {
 
 func (x *CancelCommandResponse) Reset() {
 	*x = CancelCommandResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	mi := &file_execution_v1_execution_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5408,7 +5648,7 @@ func (x *CancelCommandResponse) String() string {
 func (*CancelCommandResponse) ProtoMessage() {}
 
 func (x *CancelCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	mi := &file_execution_v1_execution_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5421,7 +5661,7 @@ func (x *CancelCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandResponse.ProtoReflect.Descriptor instead.
 func (*CancelCommandResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{73}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{77}
 }
 
 // AdminPreconditions are exact expectations about the environment's current state. Each set
@@ -5441,7 +5681,7 @@ type AdminPreconditions struct {
 
 func (x *AdminPreconditions) Reset() {
 	*x = AdminPreconditions{}
-	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	mi := &file_execution_v1_execution_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5453,7 +5693,7 @@ func (x *AdminPreconditions) String() string {
 func (*AdminPreconditions) ProtoMessage() {}
 
 func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	mi := &file_execution_v1_execution_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5466,7 +5706,7 @@ func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminPreconditions.ProtoReflect.Descriptor instead.
 func (*AdminPreconditions) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{74}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AdminPreconditions) GetEpoch() uint64 {
@@ -5511,7 +5751,7 @@ type RetireEnvironmentRequest struct {
 
 func (x *RetireEnvironmentRequest) Reset() {
 	*x = RetireEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	mi := &file_execution_v1_execution_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5523,7 +5763,7 @@ func (x *RetireEnvironmentRequest) String() string {
 func (*RetireEnvironmentRequest) ProtoMessage() {}
 
 func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	mi := &file_execution_v1_execution_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5536,7 +5776,7 @@ func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{75}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RetireEnvironmentRequest) GetOperationId() string {
@@ -5576,7 +5816,7 @@ type RetireEnvironmentResponse struct {
 
 func (x *RetireEnvironmentResponse) Reset() {
 	*x = RetireEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[76]
+	mi := &file_execution_v1_execution_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5588,7 +5828,7 @@ func (x *RetireEnvironmentResponse) String() string {
 func (*RetireEnvironmentResponse) ProtoMessage() {}
 
 func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[76]
+	mi := &file_execution_v1_execution_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5601,7 +5841,7 @@ func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{76}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RetireEnvironmentResponse) GetEnvironment() *Environment {
@@ -5624,7 +5864,7 @@ type ReplaceExecutorRequest struct {
 
 func (x *ReplaceExecutorRequest) Reset() {
 	*x = ReplaceExecutorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[77]
+	mi := &file_execution_v1_execution_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5636,7 +5876,7 @@ func (x *ReplaceExecutorRequest) String() string {
 func (*ReplaceExecutorRequest) ProtoMessage() {}
 
 func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[77]
+	mi := &file_execution_v1_execution_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5649,7 +5889,7 @@ func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{77}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ReplaceExecutorRequest) GetOperationId() string {
@@ -5689,7 +5929,7 @@ type ReplaceExecutorResponse struct {
 
 func (x *ReplaceExecutorResponse) Reset() {
 	*x = ReplaceExecutorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[78]
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5701,7 +5941,7 @@ func (x *ReplaceExecutorResponse) String() string {
 func (*ReplaceExecutorResponse) ProtoMessage() {}
 
 func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[78]
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5714,7 +5954,7 @@ func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{78}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ReplaceExecutorResponse) GetEnvironment() *Environment {
@@ -5737,7 +5977,7 @@ type RevokeEnvironmentRequest struct {
 
 func (x *RevokeEnvironmentRequest) Reset() {
 	*x = RevokeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[79]
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5749,7 +5989,7 @@ func (x *RevokeEnvironmentRequest) String() string {
 func (*RevokeEnvironmentRequest) ProtoMessage() {}
 
 func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[79]
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5762,7 +6002,7 @@ func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{79}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RevokeEnvironmentRequest) GetOperationId() string {
@@ -5802,7 +6042,7 @@ type RevokeEnvironmentResponse struct {
 
 func (x *RevokeEnvironmentResponse) Reset() {
 	*x = RevokeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[80]
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5814,7 +6054,7 @@ func (x *RevokeEnvironmentResponse) String() string {
 func (*RevokeEnvironmentResponse) ProtoMessage() {}
 
 func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[80]
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5827,7 +6067,7 @@ func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{80}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RevokeEnvironmentResponse) GetEnvironment() *Environment {
@@ -5850,7 +6090,7 @@ type RecoverEnvironmentRequest struct {
 
 func (x *RecoverEnvironmentRequest) Reset() {
 	*x = RecoverEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[81]
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5862,7 +6102,7 @@ func (x *RecoverEnvironmentRequest) String() string {
 func (*RecoverEnvironmentRequest) ProtoMessage() {}
 
 func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[81]
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5875,7 +6115,7 @@ func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{81}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RecoverEnvironmentRequest) GetOperationId() string {
@@ -5915,7 +6155,7 @@ type RecoverEnvironmentResponse struct {
 
 func (x *RecoverEnvironmentResponse) Reset() {
 	*x = RecoverEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5927,7 +6167,7 @@ func (x *RecoverEnvironmentResponse) String() string {
 func (*RecoverEnvironmentResponse) ProtoMessage() {}
 
 func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5940,7 +6180,7 @@ func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RecoverEnvironmentResponse) GetEnvironment() *Environment {
@@ -5964,7 +6204,7 @@ type MigrateEnvironmentRequest struct {
 
 func (x *MigrateEnvironmentRequest) Reset() {
 	*x = MigrateEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5976,7 +6216,7 @@ func (x *MigrateEnvironmentRequest) String() string {
 func (*MigrateEnvironmentRequest) ProtoMessage() {}
 
 func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5989,7 +6229,7 @@ func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *MigrateEnvironmentRequest) GetOperationId() string {
@@ -6031,7 +6271,7 @@ type MigrateEnvironmentResponse struct {
 
 func (x *MigrateEnvironmentResponse) Reset() {
 	*x = MigrateEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6043,7 +6283,7 @@ func (x *MigrateEnvironmentResponse) String() string {
 func (*MigrateEnvironmentResponse) ProtoMessage() {}
 
 func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6056,7 +6296,7 @@ func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *MigrateEnvironmentResponse) GetEnvironment() *Environment {
@@ -6086,7 +6326,7 @@ type DeleteRetiredEnvironmentRequest struct {
 
 func (x *DeleteRetiredEnvironmentRequest) Reset() {
 	*x = DeleteRetiredEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6098,7 +6338,7 @@ func (x *DeleteRetiredEnvironmentRequest) String() string {
 func (*DeleteRetiredEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6111,7 +6351,7 @@ func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *DeleteRetiredEnvironmentRequest) GetOperationId() string {
@@ -6150,7 +6390,7 @@ type DeleteRetiredEnvironmentResponse struct {
 
 func (x *DeleteRetiredEnvironmentResponse) Reset() {
 	*x = DeleteRetiredEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6162,7 +6402,7 @@ func (x *DeleteRetiredEnvironmentResponse) String() string {
 func (*DeleteRetiredEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6175,7 +6415,7 @@ func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
 }
 
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
@@ -6475,7 +6715,22 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x129\n" +
 	"\toperation\x18\x03 \x01(\v2\x1b.execution.v1.FileOperationR\toperation\"A\n" +
 	"\rFilesResponse\x120\n" +
-	"\x06result\x18\x01 \x01(\v2\x18.execution.v1.FileResultR\x06result\"?\n" +
+	"\x06result\x18\x01 \x01(\v2\x18.execution.v1.FileResultR\x06result\"\xe7\x01\n" +
+	"\x16WriteFileStreamRequest\x120\n" +
+	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
+	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12-\n" +
+	"\x05write\x18\x03 \x01(\v2\x17.execution.v1.WriteFileR\x05write\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x18\n" +
+	"\acontent\x18\x05 \x01(\fR\acontent\"P\n" +
+	"\x17WriteFileStreamResponse\x125\n" +
+	"\x06result\x18\x01 \x01(\v2\x1d.execution.v1.WriteFileResultR\x06result\"\xb5\x01\n" +
+	"\x15ReadFileStreamRequest\x120\n" +
+	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
+	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12*\n" +
+	"\x04read\x18\x03 \x01(\v2\x16.execution.v1.ReadFileR\x04read\"h\n" +
+	"\x16ReadFileStreamResponse\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\fR\acontent\x124\n" +
+	"\x06result\x18\x02 \x01(\v2\x1c.execution.v1.ReadFileResultR\x06result\"?\n" +
 	"\x13EnvironmentVariable\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\x97\x02\n" +
@@ -6657,7 +6912,7 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -6729,45 +6984,49 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(*FileResult)(nil),                       // 67: execution.v1.FileResult
 	(*FilesRequest)(nil),                     // 68: execution.v1.FilesRequest
 	(*FilesResponse)(nil),                    // 69: execution.v1.FilesResponse
-	(*EnvironmentVariable)(nil),              // 70: execution.v1.EnvironmentVariable
-	(*CommandSpec)(nil),                      // 71: execution.v1.CommandSpec
-	(*Argv)(nil),                             // 72: execution.v1.Argv
-	(*CapturedOutput)(nil),                   // 73: execution.v1.CapturedOutput
-	(*CommandResult)(nil),                    // 74: execution.v1.CommandResult
-	(*StartCommandRequest)(nil),              // 75: execution.v1.StartCommandRequest
-	(*StartCommandResponse)(nil),             // 76: execution.v1.StartCommandResponse
-	(*CommandStatusRequest)(nil),             // 77: execution.v1.CommandStatusRequest
-	(*CommandStatusResponse)(nil),            // 78: execution.v1.CommandStatusResponse
-	(*CancelCommandRequest)(nil),             // 79: execution.v1.CancelCommandRequest
-	(*CancelCommandResponse)(nil),            // 80: execution.v1.CancelCommandResponse
-	(*AdminPreconditions)(nil),               // 81: execution.v1.AdminPreconditions
-	(*RetireEnvironmentRequest)(nil),         // 82: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 83: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 84: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 85: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 86: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 87: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 88: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 89: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 90: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 91: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 92: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 93: execution.v1.DeleteRetiredEnvironmentResponse
-	(*timestamppb.Timestamp)(nil),            // 94: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 95: google.protobuf.Duration
+	(*WriteFileStreamRequest)(nil),           // 70: execution.v1.WriteFileStreamRequest
+	(*WriteFileStreamResponse)(nil),          // 71: execution.v1.WriteFileStreamResponse
+	(*ReadFileStreamRequest)(nil),            // 72: execution.v1.ReadFileStreamRequest
+	(*ReadFileStreamResponse)(nil),           // 73: execution.v1.ReadFileStreamResponse
+	(*EnvironmentVariable)(nil),              // 74: execution.v1.EnvironmentVariable
+	(*CommandSpec)(nil),                      // 75: execution.v1.CommandSpec
+	(*Argv)(nil),                             // 76: execution.v1.Argv
+	(*CapturedOutput)(nil),                   // 77: execution.v1.CapturedOutput
+	(*CommandResult)(nil),                    // 78: execution.v1.CommandResult
+	(*StartCommandRequest)(nil),              // 79: execution.v1.StartCommandRequest
+	(*StartCommandResponse)(nil),             // 80: execution.v1.StartCommandResponse
+	(*CommandStatusRequest)(nil),             // 81: execution.v1.CommandStatusRequest
+	(*CommandStatusResponse)(nil),            // 82: execution.v1.CommandStatusResponse
+	(*CancelCommandRequest)(nil),             // 83: execution.v1.CancelCommandRequest
+	(*CancelCommandResponse)(nil),            // 84: execution.v1.CancelCommandResponse
+	(*AdminPreconditions)(nil),               // 85: execution.v1.AdminPreconditions
+	(*RetireEnvironmentRequest)(nil),         // 86: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 87: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 88: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 89: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 90: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 91: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 92: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 93: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 94: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 95: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 96: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 97: execution.v1.DeleteRetiredEnvironmentResponse
+	(*timestamppb.Timestamp)(nil),            // 98: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 99: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	94,  // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	98,  // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	94,  // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	94,  // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	98,  // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	98,  // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
 	8,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
 	11,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
 	10,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	94,  // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	95,  // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	98,  // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	99,  // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
 	13,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
 	7,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
 	12,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
@@ -6803,20 +7062,20 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	35,  // 43: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
 	9,   // 44: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
 	8,   // 45: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	99,  // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
 	12,  // 47: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
 	11,  // 48: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
 	9,   // 49: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
 	9,   // 50: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
 	8,   // 51: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	99,  // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
 	11,  // 53: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
 	9,   // 54: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
 	9,   // 55: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
 	8,   // 56: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
 	12,  // 57: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	4,   // 58: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	94,  // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	98,  // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	44,  // 60: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	5,   // 61: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
 	44,  // 62: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
@@ -6850,45 +7109,53 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	8,   // 90: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
 	66,  // 91: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
 	67,  // 92: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
-	72,  // 93: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
-	70,  // 94: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	95,  // 95: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
-	6,   // 96: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
-	73,  // 97: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
-	73,  // 98: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	94,  // 99: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	95,  // 100: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
-	9,   // 101: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 102: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	71,  // 103: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
-	74,  // 104: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
-	9,   // 105: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 106: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
-	74,  // 107: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
-	9,   // 108: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 109: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	8,   // 110: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	81,  // 111: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 112: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 113: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	81,  // 114: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 115: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	8,   // 116: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	81,  // 117: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 118: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 119: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	81,  // 120: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 121: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 122: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	81,  // 123: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 124: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 125: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	81,  // 126: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	127, // [127:127] is the sub-list for method output_type
-	127, // [127:127] is the sub-list for method input_type
-	127, // [127:127] is the sub-list for extension type_name
-	127, // [127:127] is the sub-list for extension extendee
-	0,   // [0:127] is the sub-list for field type_name
+	9,   // 93: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	8,   // 94: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	47,  // 95: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
+	48,  // 96: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
+	9,   // 97: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	8,   // 98: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	45,  // 99: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
+	46,  // 100: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
+	76,  // 101: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
+	74,  // 102: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
+	99,  // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	6,   // 104: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
+	77,  // 105: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
+	77,  // 106: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
+	98,  // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	99,  // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	9,   // 109: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
+	8,   // 110: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	75,  // 111: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
+	78,  // 112: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
+	9,   // 113: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
+	8,   // 114: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
+	78,  // 115: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
+	9,   // 116: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
+	8,   // 117: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	8,   // 118: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	85,  // 119: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	12,  // 120: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	8,   // 121: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	85,  // 122: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	12,  // 123: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	8,   // 124: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	85,  // 125: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	12,  // 126: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	8,   // 127: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	85,  // 128: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	12,  // 129: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	8,   // 130: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	85,  // 131: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	12,  // 132: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	8,   // 133: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	85,  // 134: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	135, // [135:135] is the sub-list for method output_type
+	135, // [135:135] is the sub-list for method input_type
+	135, // [135:135] is the sub-list for extension type_name
+	135, // [135:135] is the sub-list for extension extendee
+	0,   // [0:135] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -6920,18 +7187,18 @@ func file_execution_v1_execution_proto_init() {
 		(*FileResult_Glob)(nil),
 		(*FileResult_Grep)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[64].OneofWrappers = []any{
+	file_execution_v1_execution_proto_msgTypes[68].OneofWrappers = []any{
 		(*CommandSpec_Argv)(nil),
 		(*CommandSpec_Shell)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[74].OneofWrappers = []any{}
+	file_execution_v1_execution_proto_msgTypes[78].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   87,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

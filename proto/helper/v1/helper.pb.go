@@ -15,7 +15,11 @@
 // the session), RequestChunks of requests too large for one frame, and Cancels. The helper
 // answers each request with one Response, or with ResponseChunks that reassemble into one;
 // responses interleave, and a Heartbeat without id comes every heartbeat interval. Every
-// frame of a session is at most chunk_bytes plus an envelope. When stdin ends the helper
+// frame of a session is at most chunk_bytes plus an envelope. A file's content may also
+// travel as a body beside its request (SessionReady.bodies): the content of a write after
+// its Request, in SessionFrame body frames, and the content of a read before its Response,
+// in Frame body frames — so that the gateway forwards a large transfer as it goes instead of
+// holding it whole. When stdin ends the helper
 // kills everything it started and exits. A helper that does not know "--session" exits 2
 // before reading anything: the gateway then drives it one exec per operation.
 
@@ -255,7 +259,15 @@ type Request struct {
 	//
 	//	*Request_File
 	//	*Request_Command
-	Operation     isRequest_Operation `protobuf_oneof:"operation"`
+	Operation isRequest_Operation `protobuf_oneof:"operation"`
+	// Session mode, a write only (SessionReady.bodies): the content follows the request in
+	// SessionFrame body frames, exactly this many bytes, the last frame marked; the write's
+	// own content is empty. The request id stays in use until the body ends (its last frame
+	// or a Cancel), even when the helper answers before it.
+	BodyBytes uint64 `protobuf:"varint,6,opt,name=body_bytes,json=bodyBytes,proto3" json:"body_bytes,omitempty"`
+	// Session mode, a read only (SessionReady.bodies): the content comes back in Frame body
+	// frames, the last marked, before the Response, whose content is then empty.
+	BodyResponse  bool `protobuf:"varint,7,opt,name=body_response,json=bodyResponse,proto3" json:"body_response,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +346,20 @@ func (x *Request) GetCommand() *v1.CommandSpec {
 		}
 	}
 	return nil
+}
+
+func (x *Request) GetBodyBytes() uint64 {
+	if x != nil {
+		return x.BodyBytes
+	}
+	return 0
+}
+
+func (x *Request) GetBodyResponse() bool {
+	if x != nil {
+		return x.BodyResponse
+	}
+	return false
 }
 
 type isRequest_Operation interface {
@@ -566,6 +592,7 @@ type Frame struct {
 	//	*Frame_Response
 	//	*Frame_Ready
 	//	*Frame_ResponseChunk
+	//	*Frame_Body
 	Frame         isFrame_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -644,6 +671,15 @@ func (x *Frame) GetResponseChunk() *Chunk {
 	return nil
 }
 
+func (x *Frame) GetBody() *Chunk {
+	if x != nil {
+		if x, ok := x.Frame.(*Frame_Body); ok {
+			return x.Body
+		}
+	}
+	return nil
+}
+
 type isFrame_Frame interface {
 	isFrame_Frame()
 }
@@ -666,6 +702,12 @@ type Frame_ResponseChunk struct {
 	ResponseChunk *Chunk `protobuf:"bytes,4,opt,name=response_chunk,json=responseChunk,proto3,oneof"`
 }
 
+type Frame_Body struct {
+	// Session mode only: a piece of a read's content (Request.body_response), before its
+	// Response; the last piece is marked.
+	Body *Chunk `protobuf:"bytes,5,opt,name=body,proto3,oneof"`
+}
+
 func (*Frame_Heartbeat) isFrame_Frame() {}
 
 func (*Frame_Response) isFrame_Frame() {}
@@ -673,6 +715,8 @@ func (*Frame_Response) isFrame_Frame() {}
 func (*Frame_Ready) isFrame_Frame() {}
 
 func (*Frame_ResponseChunk) isFrame_Frame() {}
+
+func (*Frame_Body) isFrame_Frame() {}
 
 // SessionHello opens a session: what the gateway speaks and asks for.
 type SessionHello struct {
@@ -754,8 +798,11 @@ type SessionReady struct {
 	MaxInFlight     uint32                 `protobuf:"varint,2,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	ChunkBytes      uint32                 `protobuf:"varint,3,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	HeartbeatMillis uint64                 `protobuf:"varint,4,opt,name=heartbeat_millis,json=heartbeatMillis,proto3" json:"heartbeat_millis,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The helper takes a write's content and gives a read's as bodies (Request.body_bytes,
+	// Request.body_response). A helper without it is sent whole requests only.
+	Bodies        bool `protobuf:"varint,5,opt,name=bodies,proto3" json:"bodies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionReady) Reset() {
@@ -816,14 +863,23 @@ func (x *SessionReady) GetHeartbeatMillis() uint64 {
 	return 0
 }
 
-// Chunk is one piece of a message too large for one frame: the deterministic encoding of a
-// Request (gateway → helper) or a Response (helper → gateway), cut into pieces of at most
-// chunk_bytes sent in order; the pieces of one message may interleave with other frames.
+func (x *SessionReady) GetBodies() bool {
+	if x != nil {
+		return x.Bodies
+	}
+	return false
+}
+
+// Chunk is one piece of a message too large for one frame — the deterministic encoding of
+// a Request (gateway → helper) or a Response (helper → gateway) — or of a body, cut into
+// pieces of at most chunk_bytes sent in order; the pieces of one message or body may
+// interleave with other frames.
 type Chunk struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Data      []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	// The final piece: the pieces so far decode as one message, with this request_id.
+	// The final piece: the pieces so far decode as one message with this request_id, or make
+	// the whole body.
 	Last          bool `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -881,7 +937,8 @@ func (x *Chunk) GetLast() bool {
 }
 
 // Cancel asks the helper to end a request: a running command is killed as if its call had
-// ended; a file operation (bounded and short) runs to its end. The request is answered
+// ended; a write whose body has not ended is abandoned, nothing written; another file
+// operation (bounded and short) runs to its end. The request is answered
 // either way.
 type Cancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -936,6 +993,7 @@ type SessionFrame struct {
 	//	*SessionFrame_Request
 	//	*SessionFrame_RequestChunk
 	//	*SessionFrame_Cancel
+	//	*SessionFrame_Body
 	Frame         isSessionFrame_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1014,6 +1072,15 @@ func (x *SessionFrame) GetCancel() *Cancel {
 	return nil
 }
 
+func (x *SessionFrame) GetBody() *Chunk {
+	if x != nil {
+		if x, ok := x.Frame.(*SessionFrame_Body); ok {
+			return x.Body
+		}
+	}
+	return nil
+}
+
 type isSessionFrame_Frame interface {
 	isSessionFrame_Frame()
 }
@@ -1034,6 +1101,12 @@ type SessionFrame_Cancel struct {
 	Cancel *Cancel `protobuf:"bytes,4,opt,name=cancel,proto3,oneof"`
 }
 
+type SessionFrame_Body struct {
+	// A piece of a write's content (Request.body_bytes), after its Request; the last piece
+	// is marked.
+	Body *Chunk `protobuf:"bytes,5,opt,name=body,proto3,oneof"`
+}
+
 func (*SessionFrame_Hello) isSessionFrame_Frame() {}
 
 func (*SessionFrame_Request) isSessionFrame_Frame() {}
@@ -1041,6 +1114,8 @@ func (*SessionFrame_Request) isSessionFrame_Frame() {}
 func (*SessionFrame_RequestChunk) isSessionFrame_Frame() {}
 
 func (*SessionFrame_Cancel) isSessionFrame_Frame() {}
+
+func (*SessionFrame_Body) isSessionFrame_Frame() {}
 
 var File_helper_v1_helper_proto protoreflect.FileDescriptor
 
@@ -1050,14 +1125,17 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x06Limits\x12$\n" +
 	"\x0emax_file_bytes\x18\x01 \x01(\x04R\fmaxFileBytes\x12*\n" +
 	"\x11max_command_bytes\x18\x02 \x01(\x04R\x0fmaxCommandBytes\x12,\n" +
-	"\x12max_command_millis\x18\x03 \x01(\x04R\x10maxCommandMillis\"\x80\x02\n" +
+	"\x12max_command_millis\x18\x03 \x01(\x04R\x10maxCommandMillis\"\xc4\x02\n" +
 	"\aRequest\x124\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1a.helper.v1.ProtocolVersionR\aversion\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12)\n" +
 	"\x06limits\x18\x03 \x01(\v2\x11.helper.v1.LimitsR\x06limits\x121\n" +
 	"\x04file\x18\x04 \x01(\v2\x1b.execution.v1.FileOperationH\x00R\x04file\x125\n" +
-	"\acommand\x18\x05 \x01(\v2\x19.execution.v1.CommandSpecH\x00R\acommandB\v\n" +
+	"\acommand\x18\x05 \x01(\v2\x19.execution.v1.CommandSpecH\x00R\acommand\x12\x1d\n" +
+	"\n" +
+	"body_bytes\x18\x06 \x01(\x04R\tbodyBytes\x12#\n" +
+	"\rbody_response\x18\a \x01(\bR\fbodyResponseB\v\n" +
 	"\toperation\"K\n" +
 	"\x05Error\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.helper.v1.ErrorCodeR\x04code\x12\x18\n" +
@@ -1070,25 +1148,27 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x10.helper.v1.ErrorH\x00R\x05errorB\t\n" +
 	"\aoutcome\"2\n" +
 	"\tHeartbeat\x12%\n" +
-	"\x0eelapsed_millis\x18\x01 \x01(\x04R\relapsedMillis\"\xe5\x01\n" +
+	"\x0eelapsed_millis\x18\x01 \x01(\x04R\relapsedMillis\"\x8d\x02\n" +
 	"\x05Frame\x124\n" +
 	"\theartbeat\x18\x01 \x01(\v2\x14.helper.v1.HeartbeatH\x00R\theartbeat\x121\n" +
 	"\bresponse\x18\x02 \x01(\v2\x13.helper.v1.ResponseH\x00R\bresponse\x12/\n" +
 	"\x05ready\x18\x03 \x01(\v2\x17.helper.v1.SessionReadyH\x00R\x05ready\x129\n" +
-	"\x0eresponse_chunk\x18\x04 \x01(\v2\x10.helper.v1.ChunkH\x00R\rresponseChunkB\a\n" +
+	"\x0eresponse_chunk\x18\x04 \x01(\v2\x10.helper.v1.ChunkH\x00R\rresponseChunk\x12&\n" +
+	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04bodyB\a\n" +
 	"\x05frame\"\xb6\x01\n" +
 	"\fSessionHello\x126\n" +
 	"\bversions\x18\x01 \x03(\x0e2\x1a.helper.v1.ProtocolVersionR\bversions\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\rR\vmaxInFlight\x12\x1f\n" +
 	"\vchunk_bytes\x18\x03 \x01(\rR\n" +
 	"chunkBytes\x12)\n" +
-	"\x10heartbeat_millis\x18\x04 \x01(\x04R\x0fheartbeatMillis\"\xb4\x01\n" +
+	"\x10heartbeat_millis\x18\x04 \x01(\x04R\x0fheartbeatMillis\"\xcc\x01\n" +
 	"\fSessionReady\x124\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1a.helper.v1.ProtocolVersionR\aversion\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\rR\vmaxInFlight\x12\x1f\n" +
 	"\vchunk_bytes\x18\x03 \x01(\rR\n" +
 	"chunkBytes\x12)\n" +
-	"\x10heartbeat_millis\x18\x04 \x01(\x04R\x0fheartbeatMillis\"N\n" +
+	"\x10heartbeat_millis\x18\x04 \x01(\x04R\x0fheartbeatMillis\x12\x16\n" +
+	"\x06bodies\x18\x05 \x01(\bR\x06bodies\"N\n" +
 	"\x05Chunk\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -1096,12 +1176,13 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x04last\x18\x03 \x01(\bR\x04last\"'\n" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"\xde\x01\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\x86\x02\n" +
 	"\fSessionFrame\x12/\n" +
 	"\x05hello\x18\x01 \x01(\v2\x17.helper.v1.SessionHelloH\x00R\x05hello\x12.\n" +
 	"\arequest\x18\x02 \x01(\v2\x12.helper.v1.RequestH\x00R\arequest\x127\n" +
 	"\rrequest_chunk\x18\x03 \x01(\v2\x10.helper.v1.ChunkH\x00R\frequestChunk\x12+\n" +
-	"\x06cancel\x18\x04 \x01(\v2\x11.helper.v1.CancelH\x00R\x06cancelB\a\n" +
+	"\x06cancel\x18\x04 \x01(\v2\x11.helper.v1.CancelH\x00R\x06cancel\x12&\n" +
+	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04bodyB\a\n" +
 	"\x05frame*c\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1169,17 +1250,19 @@ var file_helper_v1_helper_proto_depIdxs = []int32{
 	5,  // 9: helper.v1.Frame.response:type_name -> helper.v1.Response
 	9,  // 10: helper.v1.Frame.ready:type_name -> helper.v1.SessionReady
 	10, // 11: helper.v1.Frame.response_chunk:type_name -> helper.v1.Chunk
-	0,  // 12: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
-	0,  // 13: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
-	8,  // 14: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
-	3,  // 15: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
-	10, // 16: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
-	11, // 17: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	10, // 12: helper.v1.Frame.body:type_name -> helper.v1.Chunk
+	0,  // 13: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
+	0,  // 14: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
+	8,  // 15: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
+	3,  // 16: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
+	10, // 17: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
+	11, // 18: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
+	10, // 19: helper.v1.SessionFrame.body:type_name -> helper.v1.Chunk
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_helper_v1_helper_proto_init() }
@@ -1201,12 +1284,14 @@ func file_helper_v1_helper_proto_init() {
 		(*Frame_Response)(nil),
 		(*Frame_Ready)(nil),
 		(*Frame_ResponseChunk)(nil),
+		(*Frame_Body)(nil),
 	}
 	file_helper_v1_helper_proto_msgTypes[10].OneofWrappers = []any{
 		(*SessionFrame_Hello)(nil),
 		(*SessionFrame_Request)(nil),
 		(*SessionFrame_RequestChunk)(nil),
 		(*SessionFrame_Cancel)(nil),
+		(*SessionFrame_Body)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

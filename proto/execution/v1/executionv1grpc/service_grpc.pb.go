@@ -49,6 +49,8 @@ const (
 	ExecutionProviderService_RecoverEnvironment_FullMethodName       = "/execution.v1.ExecutionProviderService/RecoverEnvironment"
 	ExecutionProviderService_MigrateEnvironment_FullMethodName       = "/execution.v1.ExecutionProviderService/MigrateEnvironment"
 	ExecutionProviderService_DeleteRetiredEnvironment_FullMethodName = "/execution.v1.ExecutionProviderService/DeleteRetiredEnvironment"
+	ExecutionProviderService_WriteFileStream_FullMethodName          = "/execution.v1.ExecutionProviderService/WriteFileStream"
+	ExecutionProviderService_ReadFileStream_FullMethodName           = "/execution.v1.ExecutionProviderService/ReadFileStream"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -128,6 +130,15 @@ type ExecutionProviderServiceClient interface {
 	// DeleteRetiredEnvironment deletes a retired environment's workspace (PVC), then the
 	// environment itself. Administrators only.
 	DeleteRetiredEnvironment(ctx context.Context, in *v1.DeleteRetiredEnvironmentRequest, opts ...grpc.CallOption) (*v1.DeleteRetiredEnvironmentResponse, error)
+	// WriteFileStream is the Files write with its content streamed: the first message names
+	// the write and the content's exact size, every message may carry the next piece. The
+	// gateway forwards the pieces as they come; the write is as atomic as Files' (nothing
+	// changes unless the whole content arrived and the write's precondition held at the
+	// rename). Requires a live run grant.
+	WriteFileStream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse], error)
+	// ReadFileStream is the Files read with its content streamed back in pieces, then the
+	// result (size, version, more) in the last message. Requires a live run grant.
+	ReadFileStream(ctx context.Context, in *v1.ReadFileStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.ReadFileStreamResponse], error)
 }
 
 type executionProviderServiceClient struct {
@@ -378,6 +389,38 @@ func (c *executionProviderServiceClient) DeleteRetiredEnvironment(ctx context.Co
 	return out, nil
 }
 
+func (c *executionProviderServiceClient) WriteFileStream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutionProviderService_ServiceDesc.Streams[0], ExecutionProviderService_WriteFileStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_WriteFileStreamClient = grpc.ClientStreamingClient[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse]
+
+func (c *executionProviderServiceClient) ReadFileStream(ctx context.Context, in *v1.ReadFileStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.ReadFileStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutionProviderService_ServiceDesc.Streams[1], ExecutionProviderService_ReadFileStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v1.ReadFileStreamRequest, v1.ReadFileStreamResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_ReadFileStreamClient = grpc.ServerStreamingClient[v1.ReadFileStreamResponse]
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -455,6 +498,15 @@ type ExecutionProviderServiceServer interface {
 	// DeleteRetiredEnvironment deletes a retired environment's workspace (PVC), then the
 	// environment itself. Administrators only.
 	DeleteRetiredEnvironment(context.Context, *v1.DeleteRetiredEnvironmentRequest) (*v1.DeleteRetiredEnvironmentResponse, error)
+	// WriteFileStream is the Files write with its content streamed: the first message names
+	// the write and the content's exact size, every message may carry the next piece. The
+	// gateway forwards the pieces as they come; the write is as atomic as Files' (nothing
+	// changes unless the whole content arrived and the write's precondition held at the
+	// rename). Requires a live run grant.
+	WriteFileStream(grpc.ClientStreamingServer[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse]) error
+	// ReadFileStream is the Files read with its content streamed back in pieces, then the
+	// result (size, version, more) in the last message. Requires a live run grant.
+	ReadFileStream(*v1.ReadFileStreamRequest, grpc.ServerStreamingServer[v1.ReadFileStreamResponse]) error
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -536,6 +588,12 @@ func (UnimplementedExecutionProviderServiceServer) MigrateEnvironment(context.Co
 }
 func (UnimplementedExecutionProviderServiceServer) DeleteRetiredEnvironment(context.Context, *v1.DeleteRetiredEnvironmentRequest) (*v1.DeleteRetiredEnvironmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteRetiredEnvironment not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) WriteFileStream(grpc.ClientStreamingServer[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteFileStream not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) ReadFileStream(*v1.ReadFileStreamRequest, grpc.ServerStreamingServer[v1.ReadFileStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadFileStream not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -991,6 +1049,24 @@ func _ExecutionProviderService_DeleteRetiredEnvironment_Handler(srv interface{},
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionProviderService_WriteFileStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecutionProviderServiceServer).WriteFileStream(&grpc.GenericServerStream[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_WriteFileStreamServer = grpc.ClientStreamingServer[v1.WriteFileStreamRequest, v1.WriteFileStreamResponse]
+
+func _ExecutionProviderService_ReadFileStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(v1.ReadFileStreamRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutionProviderServiceServer).ReadFileStream(m, &grpc.GenericServerStream[v1.ReadFileStreamRequest, v1.ReadFileStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_ReadFileStreamServer = grpc.ServerStreamingServer[v1.ReadFileStreamResponse]
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1095,6 +1171,17 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ExecutionProviderService_DeleteRetiredEnvironment_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WriteFileStream",
+			Handler:       _ExecutionProviderService_WriteFileStream_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadFileStream",
+			Handler:       _ExecutionProviderService_ReadFileStream_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "execution/v1/executionv1grpc/service.proto",
 }
