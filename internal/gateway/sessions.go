@@ -161,8 +161,9 @@ func (p *Sessions) Execute(ctx context.Context, t Target, req *helperv1.Request,
 }
 
 // Stream runs a call with a body at t (see BodyExecutor). A helper without bodies — one
-// exec per operation, or a session helper without them — gets the whole request. A call
-// with a body is not retried: its body is the caller's, consumed as it went.
+// exec per operation, or a session helper without them — gets the whole request. A write
+// is not retried (its body is the caller's, consumed as it went); a read is, once, as long
+// as none of its content reached the caller.
 func (p *Sessions) Stream(ctx context.Context, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
 	perExec := func(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 		return p.exec.Execute(ctx, t.Pod, req, responseCap)
@@ -170,21 +171,35 @@ func (p *Sessions) Stream(ctx context.Context, t Target, req *helperv1.Request, 
 	if p.cfg.Disabled || p.perExec(t.Pod.UID) {
 		return Whole(ctx, perExec, t, req, responseCap, tr)
 	}
-	s, err := p.session(ctx, t)
-	switch {
-	case errors.Is(err, session.ErrUnsupported):
-		return Whole(ctx, perExec, t, req, responseCap, tr)
-	case err != nil:
-		return nil, err
-	case !s.Bodies():
-		return Whole(ctx, p.Execute, t, req, responseCap, tr)
+	handed := false // a read's content reached the caller: it cannot be sent again
+	if take := tr.Download; take != nil {
+		tr.Download = func(b []byte) error { handed = true; return take(b) }
 	}
-	resp, err := s.Stream(ctx, req, responseCap, tr)
-	if err != nil {
-		return nil, sessionError(err)
+	for attempt := 0; ; attempt++ {
+		s, err := p.session(ctx, t)
+		switch {
+		case errors.Is(err, session.ErrUnsupported):
+			return Whole(ctx, perExec, t, req, responseCap, tr)
+		case err != nil:
+			return nil, err
+		case !s.Bodies():
+			return Whole(ctx, p.Execute, t, req, responseCap, tr)
+		}
+		resp, err := s.Stream(ctx, req, responseCap, tr)
+		if err == nil {
+			p.cfg.Metrics.sessionRequest(s.Served() == 1)
+			return resp, nil
+		}
+		lost := errors.Is(err, session.ErrNotSent) || errors.Is(err, session.ErrLost)
+		if tr.Download == nil || !lost {
+			return nil, sessionError(err)
+		}
+		// A read changes nothing: one more try while none of it reached the caller, as
+		// Execute retries; else the stream broke under it — unreachable, not unknown.
+		if handed || ctx.Err() != nil || attempt > 0 || !retryOn(s.Reason()) {
+			return nil, fmt.Errorf("%w: %v", ErrExecutorUnreachable, err)
+		}
 	}
-	p.cfg.Metrics.sessionRequest(s.Served() == 1)
-	return resp, nil
 }
 
 // retryOn reports whether a call that failed on a session closed for r may go to a new

@@ -16,7 +16,9 @@ import (
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
-// MaxStreamPiece bounds one message's content in WriteFileStream and ReadFileStream.
+// MaxStreamPiece bounds one message's content in WriteFileStream and ReadFileStream: four
+// session chunks, so that a piece is forwarded soon after it arrived, while a caller's
+// messages stay far below the gateway's message cap.
 const MaxStreamPiece = 1 << 20
 
 // BodyExecutor is an Executor that can also carry a call's content as a body, forwarded as
@@ -34,11 +36,15 @@ type executeFunc func(ctx context.Context, t Target, req *helperv1.Request, resp
 func Whole(ctx context.Context, execute executeFunc, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
 	req = proto.CloneOf(req)
 	if tr.Upload != nil {
+		write := req.GetFile().GetWrite()
+		if write == nil {
+			return nil, fmt.Errorf("%w: a body is the content of a write", apierror.ErrInvalidArgument)
+		}
 		content, err := gather(req.GetBodyBytes(), tr.Upload)
 		if err != nil {
 			return nil, err
 		}
-		req.GetFile().GetWrite().Content = content
+		write.Content = content
 	}
 	req.BodyBytes, req.BodyResponse = 0, false
 	resp, err := execute(ctx, t, req, responseCap)

@@ -51,6 +51,7 @@ func NewHello(maxInFlight, chunk int, heartbeat time.Duration) *helperv1.Session
 		MaxInFlight:     uint32(maxInFlight),
 		ChunkBytes:      uint32(chunk),
 		HeartbeatMillis: uint64(heartbeat / time.Millisecond),
+		Bodies:          true,
 	}}}
 }
 
@@ -69,7 +70,7 @@ func Accept(h *helperv1.SessionHello) (*helperv1.SessionReady, error) {
 		MaxInFlight:     min(h.GetMaxInFlight(), MaxInFlightCeiling),
 		ChunkBytes:      min(h.GetChunkBytes(), MaxChunkBytes),
 		HeartbeatMillis: h.GetHeartbeatMillis(),
-		Bodies:          true,
+		Bodies:          h.GetBodies(), // only to a gateway that asked: it knows the field
 	}
 	if err := checkSession(r); err != nil {
 		return nil, err
@@ -85,6 +86,8 @@ func CheckReady(h *helperv1.SessionHello, r *helperv1.SessionReady) error {
 		return fmt.Errorf("%w: session version %d", ErrViolation, r.GetVersion())
 	case r.GetMaxInFlight() > h.GetMaxInFlight(), r.GetChunkBytes() > h.GetChunkBytes(), r.GetHeartbeatMillis() > h.GetHeartbeatMillis():
 		return fmt.Errorf("%w: the helper raised a session bound", ErrViolation)
+	case r.GetBodies() && !h.GetBodies():
+		return fmt.Errorf("%w: the helper offered bodies it was not asked for", ErrViolation)
 	}
 	if err := checkSession(r); err != nil {
 		return fmt.Errorf("%w: %v", ErrViolation, err)

@@ -123,6 +123,22 @@ func TestHandshakeTakesTheSmallerBounds(t *testing.T) {
 	if err := CheckReady(hello, ready); err != nil {
 		t.Fatal(err)
 	}
+	// Bodies only to a gateway that asks for them, and never offered unasked.
+	if !ready.GetBodies() {
+		t.Fatal("a gateway asking for bodies was not offered them")
+	}
+	older := &helperv1.SessionHello{Versions: hello.GetVersions(), MaxInFlight: 4, ChunkBytes: MinChunkBytes, HeartbeatMillis: 1000}
+	r, err := Accept(older)
+	if err != nil || r.GetBodies() {
+		t.Fatalf("a hello without bodies: %v %v", r, err)
+	}
+	if err := CheckReady(older, r); err != nil {
+		t.Fatal(err)
+	}
+	r.Bodies = true
+	if err := CheckReady(older, r); err == nil {
+		t.Fatal("a ready offering bodies to a gateway that did not ask was accepted")
+	}
 	for name, h := range map[string]*helperv1.SessionHello{
 		"no version":     {MaxInFlight: 1, ChunkBytes: MinChunkBytes, HeartbeatMillis: 1000},
 		"tiny chunks":    NewHello(1, 1024, time.Second).GetHello(),

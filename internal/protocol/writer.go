@@ -38,6 +38,9 @@ type message struct {
 	// opened runs just before the last of a Stream's first openFrames frames is written.
 	opened     func()
 	openFrames int
+	// taken counts the frames taken to be written; ended: the final one was.
+	taken int
+	ended bool
 }
 
 // Stream is a message whose frames become known over time — a request followed by its
@@ -67,8 +70,9 @@ func (s *Writer) Open(frames []Encoded, opened func()) *Stream {
 }
 
 // Abort drops the frames of the stream not yet written and closes it (a frame being
-// written is finished).
-func (st *Stream) Abort() {
+// written is finished). It reports how many of its frames were taken to be written, and
+// whether its final frame was: those reach the peer.
+func (st *Stream) Abort() (taken int, ended bool) {
 	s, m := st.w, st.m
 	s.mu.Lock()
 	m.frames, m.open, m.last, m.opened = nil, false, nil, nil
@@ -81,8 +85,10 @@ func (st *Stream) Abort() {
 		}
 	}
 	m.parked = true
+	taken, ended = m.taken, m.ended
 	s.mu.Unlock()
 	s.cond.Broadcast()
+	return taken, ended
 }
 
 // Send appends frames to the stream; end closes it, and last, if not nil, then runs just
@@ -193,8 +199,12 @@ func (s *Writer) run() {
 		frame := m.frames[0]
 		m.frames = m.frames[1:]
 		var run []func() // read under the lock: Abort may clear them meanwhile
-		if len(m.frames) == 0 && !m.open && m.last != nil {
-			run = append(run, m.last)
+		m.taken++
+		if len(m.frames) == 0 && !m.open {
+			m.ended = true
+			if m.last != nil {
+				run = append(run, m.last)
+			}
 		}
 		if m.opened != nil {
 			if m.openFrames--; m.openFrames == 0 {

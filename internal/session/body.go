@@ -46,7 +46,7 @@ func (s *Session) Stream(ctx context.Context, req *helperv1.Request, responseCap
 		return nil, fmt.Errorf("%w: the helper takes no bodies", ErrNotSent)
 	}
 	if (t.Upload != nil) != (req.GetBodyBytes() > 0) || (t.Download != nil) != req.GetBodyResponse() {
-		return nil, errors.New("session: a body transfer must match its request")
+		return nil, fmt.Errorf("%w: a body transfer must match its request", ErrNotSent)
 	}
 	select {
 	case s.slots <- struct{}{}:
@@ -111,15 +111,22 @@ func (s *Session) upload(ctx context.Context, c *call, st *protocol.Stream, size
 			}
 		}
 	}()
-	// stop ends the body short unless its end is already on its way. The call's slot is
-	// freed only once the body has ended and the answer came (release, second of two), so
-	// that the helper never sees more requests than it allows.
-	stop := func() {
-		st.Abort()
-		if !ended.Load() {
+	// stop ends the body short unless its end was taken to be written, and reports whether
+	// the helper may have the whole request. The call's slot is freed only once the body
+	// has ended and the answer came (release, second of two), so that the helper never sees
+	// more requests than it allows — or at once, when none of the request left: the helper
+	// never heard of it, and nothing will answer it.
+	stop := func() (whole bool) {
+		taken, ended := st.Abort()
+		if taken == 0 {
+			s.forgetUnsent(c)
+			return false
+		}
+		if !ended {
 			s.cancel(c.id)
 		}
 		s.release(c)
+		return ended
 	}
 	var err error
 	select {
@@ -130,17 +137,27 @@ func (s *Session) upload(ctx context.Context, c *call, st *protocol.Stream, size
 	case err = <-pumped:
 	case <-ctx.Done():
 		err = ctx.Err()
-		if c.sent.Load() {
-			err = fmt.Errorf("%w: %w", ErrLost, err)
-		}
 	}
 	if !s.abandon(c) { // answered meanwhile
 		stop()
 		a := <-c.answer
 		return a.resp, a.err
 	}
-	stop()
+	if stop() && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLost, err) // the helper may commit it
+	}
 	return nil, err
+}
+
+// forgetUnsent drops an upload none of whose frames was written, and frees its slot.
+func (s *Session) forgetUnsent(c *call) {
+	s.mu.Lock()
+	_, ok := s.calls[c.id]
+	delete(s.calls, c.id)
+	s.mu.Unlock()
+	if ok {
+		<-s.slots
+	}
 }
 
 // download hands the pieces of a read's body to take as they arrive, then the response.

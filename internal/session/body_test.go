@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -457,5 +459,106 @@ func TestAnUploadFailingMidBodyCancelsIt(t *testing.T) {
 				t.Fatalf("closed as %q", s.Reason())
 			}
 		})
+	}
+}
+
+// An upload that fails before any of it reached the stream — the writer busy with another
+// call's frames, the caller's first piece already bad — is forgotten: the helper is sent
+// neither it nor a Cancel, its slot is free at once, and the session is not closed as stuck
+// when the abandon grace passes.
+func TestAnUploadFailingBeforeItWasSentIsForgotten(t *testing.T) {
+	cfg := bodyConfig
+	cfg.AbandonGrace = 300 * time.Millisecond
+	cfg.Heartbeat = 100 * time.Millisecond
+	release := make(chan struct{})
+	seen := make(chan *helperv1.SessionFrame, 64)
+	stop := make(chan struct{})
+	s := open(t, cfg, func(p *peer) {
+		var mu sync.Mutex // one writer at a time on the peer's side
+		write := func(f *helperv1.Frame) { mu.Lock(); p.write(f); mu.Unlock() }
+		go func() {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					write(&helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{}}})
+				}
+			}
+		}()
+		<-release // the writer is stuck on the first call's frames until then
+		for {
+			var f helperv1.SessionFrame
+			if protocol.ReadFrame(p.in, &f, protocol.MaxRequestBytes) != nil {
+				return // the session ended
+			}
+			seen <- &f
+			if r := f.GetRequest(); r != nil {
+				write(fileAnswer(r.GetRequestId(), nil))
+			}
+		}
+	})
+	defer close(stop)
+	// A large request the peer does not read yet holds the writer.
+	big := readReq("big")
+	big.GetFile().GetRead().Path = bytes.Repeat([]byte("p"), 3000)
+	first := make(chan error, 1)
+	go func() { _, err := s.Do(context.Background(), big, 1<<20); first <- err }()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		s.mu.Lock()
+		n := len(s.calls)
+		s.mu.Unlock()
+		if n == 1 && s.w.Queued() == 0 {
+			break // its frame is being written, and the peer does not read
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first call never reached the stream")
+		}
+		runtime.Gosched()
+	}
+	bad := errors.New("the first piece is bad")
+	_, err := streamWithin(t, s, context.Background(), bodyWriteReq("w", 10), Transfer{Upload: func() ([]byte, error) { return nil, bad }})
+	if !errors.Is(err, bad) {
+		t.Fatalf("want the Upload's error, got %v", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatalf("the session closed as %q", s.Reason())
+	case <-time.After(3 * cfg.AbandonGrace):
+	}
+	close(seen)
+	for f := range seen {
+		if f.GetRequest().GetRequestId() != "1" || f.GetRequest().GetFile().GetRead() == nil {
+			t.Fatalf("the helper was sent %v", f)
+		}
+	}
+	if n := len(s.slots); n != 0 {
+		t.Fatalf("%d slots still taken", n)
+	}
+}
+
+// A helper that answers a write as done before its body was whole lies: a violation.
+func TestAnUploadAnsweredAsDoneEarlyIsAViolation(t *testing.T) {
+	s := open(t, bodyConfig, func(p *peer) {
+		f := p.read(t)
+		id := f.GetRequest().GetRequestId()
+		p.write(&helperv1.Frame{Frame: &helperv1.Frame_Response{Response: &helperv1.Response{RequestId: id,
+			Outcome: &helperv1.Response_File{File: &executionv1.FileResult{Result: &executionv1.FileResult_Write{Write: &executionv1.WriteFileResult{}}}}}}})
+		io.Copy(io.Discard, p.in) //nolint:errcheck // until the session ends
+	})
+	hold := make(chan struct{})
+	defer close(hold)
+	_, err := streamWithin(t, s, context.Background(), bodyWriteReq("w", 10), Transfer{Upload: func() ([]byte, error) { <-hold; return nil, io.EOF }})
+	if !errors.Is(err, ErrViolation) {
+		t.Fatalf("want a violation, got %v", err)
+	}
+	if r := awaitClosed(t, s, time.Second); r != ReasonViolation {
+		t.Fatalf("closed as %q", r)
 	}
 }

@@ -401,9 +401,13 @@ func (s *Session) handleBody(ch *helperv1.Chunk) error {
 }
 
 // checkBodyAnswered: a read answered with a body has all of it before its response; an
-// error may come instead of a body, never after a piece of one.
+// error may come instead of a body, never after a piece of one; a write whose body is not
+// whole yet may only be refused.
 func checkBodyAnswered(c *call, resp *helperv1.Response) error {
 	switch {
+	case c.upload && !c.sent.Load() && resp.GetError() == nil:
+		// Before its body is whole a write can only have been refused.
+		return errors.New("a write answered as done before its body was whole")
 	case c.download == nil:
 		return nil
 	case resp.GetError() != nil && c.download.empty():

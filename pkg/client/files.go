@@ -100,18 +100,26 @@ func (r *Run) ReadFileTo(ctx context.Context, path string, w io.Writer) (int64, 
 func (r *Run) readTo(ctx context.Context, path string, w io.Writer, streams bool) (int64, error) {
 	var n int64
 	var version string
+	changed := func() error {
+		return &Error{Code: codes.Aborted, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_VERSION_MISMATCH), Message: fmt.Sprintf("%s changed while it was read", path)}
+	}
 	for {
 		var c Chunk
 		var m int64
 		var err error
-		if streams {
-			c, m, err = r.readStream(ctx, path, uint64(n), w)
+		if streams && n == 0 {
+			// Streamed, the content is handed on before its version is known: only the first
+			// call's. A later call's is checked against it before any of it is written.
+			c, m, err = r.readStream(ctx, path, 0, w)
 			if e := (*Error)(nil); errors.As(err, &e) && e.Code == codes.Unimplemented && m == 0 {
 				streams = false
 				continue
 			}
 		} else {
 			c, err = r.ReadRange(ctx, path, uint64(n), 0)
+			if err == nil && n > 0 && c.Info.Version != version {
+				return n, changed()
+			}
 			if err == nil {
 				var k int
 				k, err = w.Write(c.Content)
@@ -121,9 +129,6 @@ func (r *Run) readTo(ctx context.Context, path string, w io.Writer, streams bool
 		n += m
 		if err != nil {
 			return n, err
-		}
-		if n > m && c.Info.Version != version {
-			return n, &Error{Code: codes.Aborted, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_VERSION_MISMATCH), Message: fmt.Sprintf("%s changed while it was read", path)}
 		}
 		version = c.Info.Version
 		if !c.More || m == 0 {
@@ -277,9 +282,10 @@ func (r *Run) WriteFileFrom(ctx context.Context, path string, src io.Reader, siz
 			return nil, err
 		}
 		msg := &executionv1.WriteFileStreamRequest{RunGrant: g, Environment: r.env.Ref(), Write: w, Size: uint64(size)}
-		buf := make([]byte, min(int64(streamPiece), size))
 		for sent := int64(0); sent < size || msg.Write != nil; {
-			n, err := io.ReadFull(src, buf[:min(int64(len(buf)), size-sent)])
+			// A new buffer each time: a message must not change once sent.
+			buf := make([]byte, min(int64(streamPiece), size-sent))
+			n, err := io.ReadFull(src, buf)
 			if err != nil {
 				return nil, partial{fmt.Errorf("reading the content at byte %d: %w", sent, err)}
 			}

@@ -729,8 +729,12 @@ type SessionHello struct {
 	ChunkBytes uint32 `protobuf:"varint,3,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	// Interval of the helper's session heartbeats, in milliseconds.
 	HeartbeatMillis uint64 `protobuf:"varint,4,opt,name=heartbeat_millis,json=heartbeatMillis,proto3" json:"heartbeat_millis,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The gateway sends and takes bodies (Request.body_bytes, Request.body_response); the
+	// helper says in its ready whether it does too. A gateway that does not ask is never
+	// sent a field it does not know.
+	Bodies        bool `protobuf:"varint,5,opt,name=bodies,proto3" json:"bodies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionHello) Reset() {
@@ -789,6 +793,13 @@ func (x *SessionHello) GetHeartbeatMillis() uint64 {
 		return x.HeartbeatMillis
 	}
 	return 0
+}
+
+func (x *SessionHello) GetBodies() bool {
+	if x != nil {
+		return x.Bodies
+	}
+	return false
 }
 
 // SessionReady accepts a session: each value the smaller of the gateway's and the helper's.
@@ -1155,13 +1166,14 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x05ready\x18\x03 \x01(\v2\x17.helper.v1.SessionReadyH\x00R\x05ready\x129\n" +
 	"\x0eresponse_chunk\x18\x04 \x01(\v2\x10.helper.v1.ChunkH\x00R\rresponseChunk\x12&\n" +
 	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04bodyB\a\n" +
-	"\x05frame\"\xb6\x01\n" +
+	"\x05frame\"\xce\x01\n" +
 	"\fSessionHello\x126\n" +
 	"\bversions\x18\x01 \x03(\x0e2\x1a.helper.v1.ProtocolVersionR\bversions\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\rR\vmaxInFlight\x12\x1f\n" +
 	"\vchunk_bytes\x18\x03 \x01(\rR\n" +
 	"chunkBytes\x12)\n" +
-	"\x10heartbeat_millis\x18\x04 \x01(\x04R\x0fheartbeatMillis\"\xcc\x01\n" +
+	"\x10heartbeat_millis\x18\x04 \x01(\x04R\x0fheartbeatMillis\x12\x16\n" +
+	"\x06bodies\x18\x05 \x01(\bR\x06bodies\"\xcc\x01\n" +
 	"\fSessionReady\x124\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1a.helper.v1.ProtocolVersionR\aversion\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\rR\vmaxInFlight\x12\x1f\n" +
