@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/protocol"
+	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/authority"
@@ -47,7 +51,12 @@ func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*exe
 	if err := file.WithinLimits(a.limits); err != nil {
 		return nil, helperError(err)
 	}
-	resp, err := h.execute(ctx, a, &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_File{File: op}}, file.ResponseCap(a.limits))
+	var resp *helperv1.Response
+	if w := op.GetWrite(); len(w.GetContent()) > protocol.DefaultChunkBytes {
+		resp, err = h.writeAsBody(ctx, a, w, file.ResponseCap(a.limits))
+	} else {
+		resp, err = h.execute(ctx, a, &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_File{File: op}}, file.ResponseCap(a.limits))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +65,27 @@ func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*exe
 		return nil, fmt.Errorf("%w: a result of another kind than the operation", ErrProtocol)
 	}
 	return &executionv1.FilesResponse{Result: res}, nil
+}
+
+// writeAsBody sends a large write's content as a body, as WriteFileStream does: the
+// helper writes it as it arrives instead of assembling and decoding one large request.
+func (h *Handler) writeAsBody(ctx context.Context, a *admitted, w *executionv1.WriteFile, responseCap int) (*helperv1.Response, error) {
+	content := w.GetContent()
+	w.Content = nil // the request is this call's: cleared for the copy, then given back
+	bare := proto.CloneOf(w)
+	w.Content = content
+	op := &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: bare}}
+	rest := content
+	next := func() ([]byte, error) {
+		if len(rest) == 0 {
+			return nil, io.EOF
+		}
+		piece := rest[:min(len(rest), protocol.DefaultChunkBytes)]
+		rest = rest[len(piece):]
+		return piece, nil
+	}
+	req := &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_File{File: op}, BodyBytes: uint64(len(content))}
+	return h.stream(ctx, a, req, responseCap, session.Transfer{Upload: next})
 }
 
 // StartCommand implements ExecutionProviderService: one foreground command, answered when it

@@ -36,6 +36,23 @@ func streamFiles(t *testing.T, s *session) {
 	}
 	t.Logf("read back %d bytes in %d messages", len(got), pieces)
 
+	// A unary Files write larger than a session chunk travels as a body too: the same
+	// content, the same refusals.
+	unary := &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: &executionv1.WriteFile{
+		Path: []byte("streamed/unary.bin"), Content: content, Mode: executionv1.WriteMode_WRITE_MODE_CREATE_ONLY}}}
+	if r, err := s.files(ctx, unary); err != nil || r.GetWrite().GetInfo().GetSize() != uint64(len(content)) {
+		t.Fatalf("a large Files write: %v %v", r, err)
+	}
+	_, err = s.files(ctx, unary)
+	wantCode(t, "a large create-only Files write on an existing file", err, codes.AlreadyExists, "ALREADY_EXISTS")
+	if r, err := s.files(ctx, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{Path: []byte("streamed/unary.bin")}}}); err != nil ||
+		!bytes.Equal(r.GetRead().GetContent(), content) {
+		t.Fatalf("reading the large Files write back: %v", err)
+	}
+	if _, err := s.files(ctx, &executionv1.FileOperation{Operation: &executionv1.FileOperation_Remove{Remove: &executionv1.RemovePath{Path: []byte("streamed/unary.bin")}}}); err != nil {
+		t.Fatal(err)
+	}
+
 	_, err = s.writeStream(ctx, "streamed/huge.bin", executionv1.WriteMode_WRITE_MODE_OVERWRITE, 1<<20+1, nil, 0)
 	wantCode(t, "a streamed write over max_file_bytes", err, codes.ResourceExhausted, "LIMIT_EXCEEDED")
 	_, err = s.writeStream(ctx, "streamed/big.bin", executionv1.WriteMode_WRITE_MODE_CREATE_ONLY, 4, []byte("nope"), 4)
