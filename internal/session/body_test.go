@@ -508,10 +508,13 @@ func TestAnUploadFailingBeforeItWasSentIsForgotten(t *testing.T) {
 	go func() { _, err := s.Do(context.Background(), big, 1<<20); first <- err }()
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		s.mu.Lock()
-		n := len(s.calls)
+		writing := false
+		for _, c := range s.calls {
+			writing = c.sent.Load() // just before its frame is written, which blocks: the peer does not read
+		}
 		s.mu.Unlock()
-		if n == 1 && s.w.Queued() == 0 {
-			break // its frame is being written, and the peer does not read
+		if writing {
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the first call never reached the stream")
