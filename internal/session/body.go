@@ -48,32 +48,16 @@ func (s *Session) Stream(ctx context.Context, req *helperv1.Request, responseCap
 	if (t.Upload != nil) != (req.GetBodyBytes() > 0) || (t.Download != nil) != req.GetBodyResponse() {
 		return nil, fmt.Errorf("%w: a body transfer must match its request", ErrNotSent)
 	}
-	select {
-	case s.slots <- struct{}{}:
-	case <-s.done:
-		return nil, ErrNotSent
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	s.used.Store(time.Now().UnixNano())
-	c, err := s.register(responseCap)
+	c, req, frames, err := s.begin(ctx, req, responseCap, func(c *call) {
+		if t.Download != nil {
+			c.download = newPipe()
+		} else {
+			c.upload = true
+		}
+	})
 	if err != nil {
-		<-s.slots
 		return nil, err
 	}
-	req = envelope(c.id, req)
-	frames, err := s.requestFrames(req)
-	if err != nil {
-		s.forget(c)
-		return nil, err
-	}
-	s.mu.Lock() // before the reader can look the call up
-	if t.Download != nil {
-		c.download = newPipe()
-	} else {
-		c.upload = true
-	}
-	s.mu.Unlock()
 	if t.Download != nil {
 		s.w.Send(frames, func() { c.sent.Store(true) })
 		return s.download(ctx, c, t.Download)
@@ -119,7 +103,7 @@ func (s *Session) upload(ctx context.Context, c *call, st *protocol.Stream, size
 	stop := func() (whole bool) {
 		taken, ended := st.Abort()
 		if taken == 0 {
-			s.forgetUnsent(c)
+			s.forget(c)
 			return false
 		}
 		if !ended {
@@ -147,17 +131,6 @@ func (s *Session) upload(ctx context.Context, c *call, st *protocol.Stream, size
 		return nil, fmt.Errorf("%w: %w", ErrLost, err) // the helper may commit it
 	}
 	return nil, err
-}
-
-// forgetUnsent drops an upload none of whose frames was written, and frees its slot.
-func (s *Session) forgetUnsent(c *call) {
-	s.mu.Lock()
-	_, ok := s.calls[c.id]
-	delete(s.calls, c.id)
-	s.mu.Unlock()
-	if ok {
-		<-s.slots
-	}
 }
 
 // download hands the pieces of a read's body to take as they arrive, then the response.

@@ -190,23 +190,8 @@ func Open(ctx context.Context, cfg Config, in io.WriteCloser, out io.Reader, end
 // helper's response, reading at most responseCap bytes for it. Errors wrap ErrNotSent,
 // ErrLost, ErrViolation, or the caller's context error before anything was sent.
 func (s *Session) Do(ctx context.Context, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
-	select {
-	case s.slots <- struct{}{}:
-	case <-s.done:
-		return nil, ErrNotSent
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	s.used.Store(time.Now().UnixNano())
-	c, err := s.register(responseCap)
+	c, req, frames, err := s.begin(ctx, req, responseCap, nil)
 	if err != nil {
-		<-s.slots
-		return nil, err
-	}
-	req = envelope(c.id, req)
-	frames, err := s.requestFrames(req)
-	if err != nil {
-		s.forget(c)
 		return nil, err
 	}
 	s.w.Send(frames, func() { c.sent.Store(true) })
@@ -238,8 +223,34 @@ func envelope(id string, req *helperv1.Request) *helperv1.Request {
 	}
 }
 
+// begin takes a slot, registers the call (init, when not nil, sets it up before the reader
+// can look it up) and encodes its request under the call's id; it frees what it took on
+// failure.
+func (s *Session) begin(ctx context.Context, req *helperv1.Request, responseCap int, init func(*call)) (*call, *helperv1.Request, []protocol.Encoded, error) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.done:
+		return nil, nil, nil, ErrNotSent
+	case <-ctx.Done():
+		return nil, nil, nil, ctx.Err()
+	}
+	s.used.Store(time.Now().UnixNano())
+	c, err := s.register(responseCap, init)
+	if err != nil {
+		<-s.slots
+		return nil, nil, nil, err
+	}
+	req = envelope(c.id, req)
+	frames, err := s.requestFrames(req)
+	if err != nil {
+		s.forget(c)
+		return nil, nil, nil, err
+	}
+	return c, req, frames, nil
+}
+
 // register allocates the next request id for a call.
-func (s *Session) register(responseCap int) (*call, error) {
+func (s *Session) register(responseCap int, init func(*call)) (*call, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.reason != "" {
@@ -247,6 +258,9 @@ func (s *Session) register(responseCap int) (*call, error) {
 	}
 	s.nextID++
 	c := &call{id: strconv.FormatUint(s.nextID, 10), cap: responseCap, answer: make(chan answer, 1)}
+	if init != nil {
+		init(c)
+	}
 	s.calls[c.id] = c
 	return c, nil
 }
