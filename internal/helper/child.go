@@ -41,14 +41,50 @@ const reapGrace = 2 * time.Second
 // processes to the session, which kills them — a session's only legitimate children are its
 // per-command helpers, so after each of them exits, every other child is swept.
 type children struct {
-	mu      sync.Mutex
-	live    map[int]chan unix.WaitStatus
-	reaping bool
-	empty   chan struct{} // closed when the reaper found no child left
+	mu   sync.Mutex
+	live map[int]chan unix.WaitStatus
+	// detached are durable commands' supervisors started by the session: they outlive it
+	// (docs/commands.md), so no sweep and no end of the session kills them; the reaper
+	// collects one that ends while the session lives.
+	detached map[int]bool
+	reaping  bool
+	empty    chan struct{} // closed when the reaper found no child left
 }
 
 func newChildren() *children {
-	return &children{live: map[int]chan unix.WaitStatus{}}
+	return &children{live: map[int]chan unix.WaitStatus{}, detached: map[int]bool{}}
+}
+
+// spawnDetached starts a durable command's supervisor (supervisor.Config.Spawn): under the
+// lock, so that no sweep takes it for an orphan, and registered as detached.
+func (c *children) spawnDetached(name string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, err := os.StartProcess(name, argv, attr)
+	if err != nil {
+		return nil, err
+	}
+	c.detached[p.Pid] = true
+	if !c.reaping {
+		if err := process.EnableSubreaper(); err != nil {
+			return p, nil // nothing to sweep then; the supervisor is ours all the same
+		}
+		c.reaping = true
+		c.empty = make(chan struct{})
+		go c.reap()
+	}
+	return p, nil
+}
+
+// ours lists the session's children that are not detached supervisors. The caller holds mu.
+func (c *children) ours() []int {
+	var out []int
+	for _, pid := range process.Children(os.Getpid()) {
+		if !c.detached[pid] {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // run serves a command request through a child helper and returns its response; a child
@@ -152,7 +188,7 @@ func (c *children) reap() {
 		}
 		c.mu.Lock()
 		if err != nil { // ECHILD: nothing left, unless a child was started meanwhile
-			if len(c.live) == 0 {
+			if len(c.live) == 0 && len(c.detached) == 0 {
 				c.reaping = false
 				close(c.empty)
 				c.mu.Unlock()
@@ -167,6 +203,7 @@ func (c *children) reap() {
 			status <- ws
 			c.sweep()
 		}
+		delete(c.detached, pid)
 		c.mu.Unlock()
 	}
 }
@@ -175,7 +212,7 @@ func (c *children) reap() {
 // its descendants: what a killed child's command left behind. The caller holds mu.
 func (c *children) sweep() {
 	var orphans []int
-	for _, pid := range process.Children(os.Getpid()) {
+	for _, pid := range c.ours() {
 		if _, ok := c.live[pid]; !ok {
 			orphans = append(orphans, pid)
 		}
@@ -183,13 +220,13 @@ func (c *children) sweep() {
 	process.KillTrees(orphans...)
 }
 
-// killAll kills every process the session started and waits, within reapGrace, until all
-// are reaped.
+// killAll kills every process the session started but its durable commands' supervisors,
+// and waits, within reapGrace, until all are reaped.
 func (c *children) killAll() {
 	c.mu.Lock()
-	reaping, empty := c.reaping, c.empty
+	reaping := c.reaping
 	if reaping { // else no child was started, or all are reaped: nothing is left
-		process.KillTrees(process.Children(os.Getpid())...)
+		process.KillTrees(c.ours()...)
 	}
 	c.mu.Unlock()
 	if !reaping {
@@ -200,14 +237,16 @@ func (c *children) killAll() {
 	defer poll.Stop()
 	for {
 		select {
-		case <-empty:
-			return
 		case <-deadline:
 			return
 		case <-poll.C:
 			c.mu.Lock()
-			process.KillTrees(process.Children(os.Getpid())...)
+			left := c.ours()
+			process.KillTrees(left...)
 			c.mu.Unlock()
+			if len(left) == 0 {
+				return
+			}
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/helper/fileops"
 	"github.com/execplane/execplane/internal/helper/process"
+	"github.com/execplane/execplane/internal/helper/supervisor"
 	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -42,6 +43,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Not dumpable: a command (same user) cannot open /proc/<helper>/fd/1 to forge response
 	// frames, nor ptrace the helper. Commands are exec'd, which makes them dumpable again.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if cfg.Supervise {
+		return supervisor.Supervise(os.Environ())
+	}
 	if cfg.Session {
 		return ServeSession(ctx, cfg, os.Stdin, stdout)
 	}
@@ -82,9 +86,34 @@ func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 			return out.fail(id, err)
 		}
 		return out.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Command{Command: res}})
+	case *helperv1.Request_Durable:
+		res, err := durable(cfg, &req, stdin, out)
+		if err != nil {
+			return out.fail(id, err)
+		}
+		return out.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Durable{Durable: res}})
 	default:
 		return out.error(id, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "no operation")
 	}
+}
+
+// followPiece bounds one output frame of a follow in one exec per operation.
+const followPiece = 256 << 10
+
+// durable serves a durable operation alone: a follow's output goes out as frames before the
+// response, and anything on stdin (EOF when the call ends) cancels it.
+func durable(cfg Config, req *helperv1.Request, stdin io.Reader, out *frameWriter) (*helperv1.DurableResult, error) {
+	cancel := make(chan struct{})
+	go func() {
+		var b [1]byte
+		_, _ = stdin.Read(b[:])
+		close(cancel)
+	}()
+	id := req.GetRequestId()
+	send := func(c *executionv1.OutputChunk) error {
+		return out.frame(&helperv1.Frame{Frame: &helperv1.Frame_Output{Output: &helperv1.Output{RequestId: id, Chunk: c}}})
+	}
+	return supervisor.Do(supervisor.Config{Root: cfg.Root, Self: selfExe}, req, send, followPiece, cancel)
 }
 
 func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1.Limits, heartbeat time.Duration, stdin io.Reader, out *frameWriter) (*executionv1.CommandResult, error) {

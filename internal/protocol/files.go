@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"bytes"
+	"path"
+	"strings"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -90,8 +92,9 @@ func DescribeFile(op *executionv1.FileOperation) (File, error) {
 	return File{}, Errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "operation: exactly one file operation is required")
 }
 
-// Validate refuses paths that no helper would accept — too long, empty or with NUL —
-// before any lookup; where a path resolves is the kernel's business, in the helper.
+// Validate refuses paths that no helper would accept — too long, empty or with NUL, or
+// into the reserved ReservedDir — before any lookup; where a path resolves is the kernel's
+// business, in the helper.
 func (f File) Validate() error {
 	for _, p := range f.paths {
 		if !validPath(p) {
@@ -101,6 +104,11 @@ func (f File) Validate() error {
 	for _, p := range f.optional {
 		if len(p) > 0 && !validPath(p) {
 			return Errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "path: 1..%d bytes without NUL", MaxPathBytes)
+		}
+	}
+	for _, p := range append(f.paths, f.optional...) {
+		if len(p) > 0 && p[0] != '/' && Reserved(string(p)) {
+			return Errorf(helperv1.ErrorCode_ERROR_CODE_PERMISSION_DENIED, "%s is reserved for the records of durable commands", ReservedDir)
 		}
 	}
 	return nil
@@ -141,4 +149,17 @@ func (f File) Matches(res *executionv1.FileResult) bool {
 // both output streams at their cap, plus the result's own fields.
 func CommandResponseCap(lim *helperv1.Limits) int {
 	return int(min(2*lim.GetMaxCommandBytes()+responseOverhead, TreeResultCap))
+}
+
+// ReservedDir is the workspace root's entry that holds durable commands' records and
+// output (docs/commands.md): the file API refuses every path into it and its walks of the
+// root pass it by.
+const ReservedDir = ".execplane"
+
+// Reserved reports whether a relative path, read lexically, names ReservedDir or something
+// beneath it.
+func Reserved(p string) bool {
+	c := path.Clean(p)
+	first, _, _ := strings.Cut(c, "/")
+	return first == ReservedDir
 }

@@ -112,7 +112,26 @@ func checkPath(p []byte) (string, error) {
 	if s == "" {
 		return "", errorf(helperv1.ErrorCode_ERROR_CODE_PATH_ESCAPE, "absolute path")
 	}
+	if protocol.Reserved(s) {
+		return "", errReserved
+	}
 	return s, nil
+}
+
+// errReserved refuses a path into the durable commands' records (docs/commands.md).
+var errReserved = errorf(helperv1.ErrorCode_ERROR_CODE_PERMISSION_DENIED, "%s is reserved for the records of durable commands", protocol.ReservedDir)
+
+// passReserved wraps a walk of the root so that it passes the reserved entry by.
+func passReserved(atRoot bool, fn walkFunc) walkFunc {
+	if !atRoot {
+		return fn
+	}
+	return func(dirfd int, name, rel string, st *unix.Stat_t) (bool, error) {
+		if rel == protocol.ReservedDir {
+			return false, nil
+		}
+		return fn(dirfd, name, rel, st)
+	}
 }
 
 // split returns the parent directory (relative, "." for the root) and the final name of a

@@ -48,9 +48,9 @@ func (c *capture) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// result renders the capture: everything in head when it fits, otherwise the first half of
+// Captured renders the capture: everything in head when it fits, otherwise the first half of
 // the cap in head and the last bytes in tail.
-func (c *capture) result() *executionv1.CapturedOutput {
+func (c *capture) Captured() *executionv1.CapturedOutput {
 	out := &executionv1.CapturedOutput{TotalBytes: c.total}
 	if c.total <= uint64(c.limit) {
 		out.Head = c.head

@@ -21,7 +21,14 @@ func classify(res *executionv1.CommandResult, e ending, oomKilled func() bool) {
 	case e.timedOut:
 		res.State, res.Signal = executionv1.CommandState_COMMAND_STATE_TIMED_OUT, int32(unix.SIGKILL)
 	case e.cancelled:
+		// Killed by the helper (SIGKILL), or ended by a stop's SIGTERM; a command that
+		// handled the SIGTERM and exited still ended because it was cancelled.
 		res.State, res.Signal = executionv1.CommandState_COMMAND_STATE_CANCELLED, int32(unix.SIGKILL)
+		if ws.Signaled() {
+			res.Signal = int32(ws.Signal())
+		} else if e.stopped {
+			res.Signal = int32(unix.SIGTERM)
+		}
 	case ws.Exited() && ws.ExitStatus() == 0:
 		res.State, res.ExitCode = executionv1.CommandState_COMMAND_STATE_SUCCEEDED, 0
 	case ws.Exited():

@@ -29,7 +29,7 @@ func TestCaptureKeepsHeadAndTail(t *testing.T) {
 					t.Fatalf("Write = %d, %v", n, err)
 				}
 			}
-			out := c.result()
+			out := c.Captured()
 			if out.GetTotalBytes() != uint64(len(all)) {
 				t.Fatalf("total %d, want %d", out.GetTotalBytes(), len(all))
 			}

@@ -53,26 +53,41 @@ type ending struct {
 	status    unix.WaitStatus
 	timedOut  bool
 	cancelled bool
+	// stopped: the cancel was a stop (SIGTERM first), which the command may have handled.
+	stopped bool
 }
 
 // wait returns once the command itself has exited. When the timeout passes or the call is
 // cancelled first, it kills the whole tree and keeps waiting for the command's status, so
-// that the status is always the kernel's.
-func (c *command) wait(timeout time.Duration, cancel <-chan struct{}) ending {
+// that the status is always the kernel's. A stop sends SIGTERM to the group and kills the
+// tree once its grace has passed.
+func (c *command) wait(timeout time.Duration, cancel <-chan struct{}, stop <-chan time.Duration) ending {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	var graceEnded <-chan time.Time
 	var e ending
 	for {
 		select {
 		case e.status = <-c.exited:
 			return e
 		case <-timer.C:
-			e.timedOut = true
+			if !e.cancelled {
+				e.timedOut = true
+			}
 			killDescendants(c.pid)
 		case <-cancel:
 			e.cancelled = true
 			killDescendants(c.pid)
 			cancel = nil // closed: would fire on every pass
+		case grace := <-stop:
+			e.cancelled, e.stopped = true, true
+			stop = nil // one stop is enough
+			_ = unix.Kill(-c.pid, unix.SIGTERM)
+			g := time.NewTimer(grace)
+			defer g.Stop()
+			graceEnded = g.C
+		case <-graceEnded:
+			killDescendants(c.pid)
 		}
 	}
 }

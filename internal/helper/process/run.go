@@ -29,8 +29,19 @@ type Options struct {
 	Dir string
 	// Environ is the base environment (the helper's own); the request's variables override it.
 	Environ []string
-	// Cancel is closed when the call is cancelled (EOF on the helper's stdin).
+	// Cancel is closed when the call is cancelled (EOF on the helper's stdin): the command's
+	// tree is killed at once.
 	Cancel <-chan struct{}
+	// Stop, when it delivers a grace, stops the command gently: SIGTERM to its group, then,
+	// once the grace has passed, SIGKILL to everything it started (a durable command's
+	// cancel). The result is CANCELLED either way.
+	Stop <-chan time.Duration
+	// Stdout and Stderr, when set, receive the output as it comes (a durable command's
+	// spool) instead of captures of Limits.MaxOutputBytes; the result carries what they
+	// render.
+	Stdout, Stderr Output
+	// Started, when set, is called with the command's pid (its process group) once it runs.
+	Started func(pid int)
 	// Dir, when empty, starts the command in the helper's working directory: the helper
 	// fchdir's to the kernel-resolved working directory first (see helper.runCommand), so
 	// no path string is ever resolved again.
@@ -68,21 +79,31 @@ func Run(spec *executionv1.CommandSpec, opts Options) (*executionv1.CommandResul
 	}
 	// Read last thing before the start, so that only kills during the command count.
 	oom := readOOMKills()
+	stdout, stderr := opts.Stdout, opts.Stderr
+	if stdout == nil {
+		stdout = newCapture(int(opts.Limits.MaxOutputBytes))
+	}
+	if stderr == nil {
+		stderr = newCapture(int(opts.Limits.MaxOutputBytes))
+	}
 	cmd, err := start(launch{
 		program: program, argv: argv, env: env, dir: opts.Dir,
-		stdin: spec.GetStdin(), maxOutputBytes: int(opts.Limits.MaxOutputBytes),
+		stdin: spec.GetStdin(), stdout: stdout, stderr: stderr,
 	}, p)
 	if err != nil {
 		return startFailed(res, started, err), nil
 	}
 	defer cmd.proc.Release()
+	if opts.Started != nil {
+		opts.Started(cmd.pid)
+	}
 
-	end := cmd.wait(timeout, opts.Cancel)
+	end := cmd.wait(timeout, opts.Cancel, opts.Stop)
 	res.Message = cmd.reap()
 	cmd.drain()
 
 	res.Duration = durationpb.New(time.Since(started))
-	res.Stdout, res.Stderr = cmd.stdout.result(), cmd.stderr.result()
+	res.Stdout, res.Stderr = cmd.stdout.Captured(), cmd.stderr.Captured()
 	classify(res, end, oom.grew)
 	res.Receipt = Receipt(res)
 	return res, nil

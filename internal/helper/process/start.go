@@ -24,8 +24,14 @@ type launch struct {
 	argv, env []string
 	dir       string
 	stdin     []byte
-	// maxOutputBytes caps each captured stream.
-	maxOutputBytes int
+	// stdout and stderr receive the output.
+	stdout, stderr Output
+}
+
+// Output receives one stream of a command's output as it comes and renders what it kept.
+type Output interface {
+	io.Writer
+	Captured() *executionv1.CapturedOutput
 }
 
 // pipes are the command's three standard streams, both ends of each.
@@ -67,7 +73,7 @@ type command struct {
 	proc           *os.Process
 	pid            int
 	outR, errR     *os.File
-	stdout, stderr *capture
+	stdout, stderr Output
 	// copied receives once per output stream when its copy has ended.
 	copied chan struct{}
 	// exited receives the command's own wait status from the reaper.
@@ -100,7 +106,7 @@ func start(l launch, p pipes) (*command, error) {
 	c := &command{
 		proc: proc, pid: proc.Pid,
 		outR: p.outR, errR: p.errR,
-		stdout: newCapture(l.maxOutputBytes), stderr: newCapture(l.maxOutputBytes),
+		stdout: l.stdout, stderr: l.stderr,
 		copied:    make(chan struct{}, 2),
 		exited:    make(chan unix.WaitStatus, 1),
 		allReaped: make(chan struct{}),
@@ -170,7 +176,7 @@ func preferAsOOMVictim() (restore func()) {
 }
 
 // copyOutput consumes one stream until EOF (no writer left) or its read deadline (see drain).
-func (c *command) copyOutput(dst *capture, src *os.File) {
+func (c *command) copyOutput(dst io.Writer, src *os.File) {
 	_, _ = io.Copy(dst, src)
 	src.Close()
 	c.copied <- struct{}{}

@@ -502,6 +502,13 @@ const (
 	CommandState_COMMAND_STATE_OUT_OF_MEMORY CommandState = 6
 	// Could not start (missing binary, bad working directory).
 	CommandState_COMMAND_STATE_START_FAILED CommandState = 7
+	// A durable command (docs/commands.md) that has not ended yet. Never the state of a
+	// result.
+	CommandState_COMMAND_STATE_RUNNING CommandState = 8
+	// A durable command whose supervisor is gone without recording how the command ended:
+	// its executor was replaced or retired (the command died with its Pod), or the
+	// supervisor was killed. Its output so far is kept.
+	CommandState_COMMAND_STATE_ABANDONED CommandState = 9
 )
 
 // Enum value maps for CommandState.
@@ -515,6 +522,8 @@ var (
 		5: "COMMAND_STATE_CANCELLED",
 		6: "COMMAND_STATE_OUT_OF_MEMORY",
 		7: "COMMAND_STATE_START_FAILED",
+		8: "COMMAND_STATE_RUNNING",
+		9: "COMMAND_STATE_ABANDONED",
 	}
 	CommandState_value = map[string]int32{
 		"COMMAND_STATE_UNSPECIFIED":   0,
@@ -525,6 +534,8 @@ var (
 		"COMMAND_STATE_CANCELLED":     5,
 		"COMMAND_STATE_OUT_OF_MEMORY": 6,
 		"COMMAND_STATE_START_FAILED":  7,
+		"COMMAND_STATE_RUNNING":       8,
+		"COMMAND_STATE_ABANDONED":     9,
 	}
 )
 
@@ -553,6 +564,56 @@ func (x CommandState) Number() protoreflect.EnumNumber {
 // Deprecated: Use CommandState.Descriptor instead.
 func (CommandState) EnumDescriptor() ([]byte, []int) {
 	return file_execution_v1_execution_proto_rawDescGZIP(), []int{6}
+}
+
+// OutputStream names one of a command's output streams.
+type OutputStream int32
+
+const (
+	OutputStream_OUTPUT_STREAM_UNSPECIFIED OutputStream = 0
+	OutputStream_OUTPUT_STREAM_STDOUT      OutputStream = 1
+	OutputStream_OUTPUT_STREAM_STDERR      OutputStream = 2
+)
+
+// Enum value maps for OutputStream.
+var (
+	OutputStream_name = map[int32]string{
+		0: "OUTPUT_STREAM_UNSPECIFIED",
+		1: "OUTPUT_STREAM_STDOUT",
+		2: "OUTPUT_STREAM_STDERR",
+	}
+	OutputStream_value = map[string]int32{
+		"OUTPUT_STREAM_UNSPECIFIED": 0,
+		"OUTPUT_STREAM_STDOUT":      1,
+		"OUTPUT_STREAM_STDERR":      2,
+	}
+)
+
+func (x OutputStream) Enum() *OutputStream {
+	p := new(OutputStream)
+	*p = x
+	return p
+}
+
+func (x OutputStream) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OutputStream) Descriptor() protoreflect.EnumDescriptor {
+	return file_execution_v1_execution_proto_enumTypes[7].Descriptor()
+}
+
+func (OutputStream) Type() protoreflect.EnumType {
+	return &file_execution_v1_execution_proto_enumTypes[7]
+}
+
+func (x OutputStream) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OutputStream.Descriptor instead.
+func (OutputStream) EnumDescriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 // Owner is the end user on whose behalf the client acts, attested by the client.
@@ -5359,6 +5420,336 @@ func (x *CommandResult) GetReceipt() string {
 	return ""
 }
 
+// OutputCursor is where a reader of a durable command's output is: per stream, the offset
+// of the next byte it wants (the count of bytes it has, when it read from the start).
+type OutputCursor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stdout        uint64                 `protobuf:"varint,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        uint64                 `protobuf:"varint,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputCursor) Reset() {
+	*x = OutputCursor{}
+	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputCursor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputCursor) ProtoMessage() {}
+
+func (x *OutputCursor) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputCursor.ProtoReflect.Descriptor instead.
+func (*OutputCursor) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *OutputCursor) GetStdout() uint64 {
+	if x != nil {
+		return x.Stdout
+	}
+	return 0
+}
+
+func (x *OutputCursor) GetStderr() uint64 {
+	if x != nil {
+		return x.Stderr
+	}
+	return 0
+}
+
+// OutputChunk is a piece of one stream of a durable command's output.
+type OutputChunk struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream OutputStream           `protobuf:"varint,1,opt,name=stream,proto3,enum=execution.v1.OutputStream" json:"stream,omitempty"`
+	// The offset of data's first byte in the stream as the command wrote it.
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data   []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// Bytes before offset that the reader asked for but that are no longer kept (the
+	// middle of a stream longer than the spool's cap): offset - skipped is where it asked.
+	Skipped       uint64 `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputChunk) Reset() {
+	*x = OutputChunk{}
+	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputChunk) ProtoMessage() {}
+
+func (x *OutputChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
+func (*OutputChunk) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *OutputChunk) GetStream() OutputStream {
+	if x != nil {
+		return x.Stream
+	}
+	return OutputStream_OUTPUT_STREAM_UNSPECIFIED
+}
+
+func (x *OutputChunk) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *OutputChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *OutputChunk) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+// CommandProgram is what a durable command runs, as recorded for display: argv or the
+// script, each cut to 1 KiB; never the environment's values or stdin.
+type CommandProgram struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Argv             []string               `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
+	Shell            string                 `protobuf:"bytes,2,opt,name=shell,proto3" json:"shell,omitempty"`
+	WorkingDirectory []byte                 `protobuf:"bytes,3,opt,name=working_directory,json=workingDirectory,proto3" json:"working_directory,omitempty"`
+	// True when argv or shell was cut.
+	Cut           bool `protobuf:"varint,4,opt,name=cut,proto3" json:"cut,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandProgram) Reset() {
+	*x = CommandProgram{}
+	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandProgram) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandProgram) ProtoMessage() {}
+
+func (x *CommandProgram) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandProgram.ProtoReflect.Descriptor instead.
+func (*CommandProgram) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *CommandProgram) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *CommandProgram) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+func (x *CommandProgram) GetWorkingDirectory() []byte {
+	if x != nil {
+		return x.WorkingDirectory
+	}
+	return nil
+}
+
+func (x *CommandProgram) GetCut() bool {
+	if x != nil {
+		return x.Cut
+	}
+	return false
+}
+
+// CommandInfo describes a durable command (docs/commands.md).
+type CommandInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// RUNNING until it ends, then how it ended (the result's state).
+	State   CommandState    `protobuf:"varint,2,opt,name=state,proto3,enum=execution.v1.CommandState" json:"state,omitempty"`
+	Program *CommandProgram `protobuf:"bytes,3,opt,name=program,proto3" json:"program,omitempty"`
+	// The run claim and the epoch that started it.
+	RunId     string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// True when it was started to outlive its call (StartCommand's detach).
+	Detached bool `protobuf:"varint,7,opt,name=detached,proto3" json:"detached,omitempty"`
+	// Bytes written to each stream so far (exact once ended).
+	StdoutBytes uint64 `protobuf:"varint,8,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
+	StderrBytes uint64 `protobuf:"varint,9,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	// Once ended: the result, its captured output carrying totals only (the output itself is
+	// read by offset).
+	Result *CommandResult `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
+	// Why the spool stopped keeping output early (the volume was full), or why the command
+	// was abandoned. At most 1024 bytes.
+	Message       string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandInfo) Reset() {
+	*x = CommandInfo{}
+	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandInfo) ProtoMessage() {}
+
+func (x *CommandInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
+func (*CommandInfo) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *CommandInfo) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetState() CommandState {
+	if x != nil {
+		return x.State
+	}
+	return CommandState_COMMAND_STATE_UNSPECIFIED
+}
+
+func (x *CommandInfo) GetProgram() *CommandProgram {
+	if x != nil {
+		return x.Program
+	}
+	return nil
+}
+
+func (x *CommandInfo) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *CommandInfo) GetDetached() bool {
+	if x != nil {
+		return x.Detached
+	}
+	return false
+}
+
+func (x *CommandInfo) GetStdoutBytes() uint64 {
+	if x != nil {
+		return x.StdoutBytes
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetStderrBytes() uint64 {
+	if x != nil {
+		return x.StderrBytes
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetResult() *CommandResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CommandInfo) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type StartCommandRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunGrant      *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
@@ -5370,7 +5761,7 @@ type StartCommandRequest struct {
 
 func (x *StartCommandRequest) Reset() {
 	*x = StartCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	mi := &file_execution_v1_execution_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5382,7 +5773,7 @@ func (x *StartCommandRequest) String() string {
 func (*StartCommandRequest) ProtoMessage() {}
 
 func (x *StartCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	mi := &file_execution_v1_execution_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5395,7 +5786,7 @@ func (x *StartCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCommandRequest.ProtoReflect.Descriptor instead.
 func (*StartCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{72}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StartCommandRequest) GetRunGrant() *Grant {
@@ -5428,7 +5819,7 @@ type StartCommandResponse struct {
 
 func (x *StartCommandResponse) Reset() {
 	*x = StartCommandResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	mi := &file_execution_v1_execution_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5440,7 +5831,7 @@ func (x *StartCommandResponse) String() string {
 func (*StartCommandResponse) ProtoMessage() {}
 
 func (x *StartCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	mi := &file_execution_v1_execution_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5453,7 +5844,7 @@ func (x *StartCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCommandResponse.ProtoReflect.Descriptor instead.
 func (*StartCommandResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{73}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *StartCommandResponse) GetResult() *CommandResult {
@@ -5475,7 +5866,7 @@ type CommandStatusRequest struct {
 
 func (x *CommandStatusRequest) Reset() {
 	*x = CommandStatusRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	mi := &file_execution_v1_execution_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5878,7 @@ func (x *CommandStatusRequest) String() string {
 func (*CommandStatusRequest) ProtoMessage() {}
 
 func (x *CommandStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	mi := &file_execution_v1_execution_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5891,7 @@ func (x *CommandStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStatusRequest.ProtoReflect.Descriptor instead.
 func (*CommandStatusRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{74}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CommandStatusRequest) GetRunGrant() *Grant {
@@ -5533,7 +5924,7 @@ type CommandStatusResponse struct {
 
 func (x *CommandStatusResponse) Reset() {
 	*x = CommandStatusResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	mi := &file_execution_v1_execution_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5545,7 +5936,7 @@ func (x *CommandStatusResponse) String() string {
 func (*CommandStatusResponse) ProtoMessage() {}
 
 func (x *CommandStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	mi := &file_execution_v1_execution_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5558,7 +5949,7 @@ func (x *CommandStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStatusResponse.ProtoReflect.Descriptor instead.
 func (*CommandStatusResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{75}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CommandStatusResponse) GetResult() *CommandResult {
@@ -5579,7 +5970,7 @@ type CancelCommandRequest struct {
 
 func (x *CancelCommandRequest) Reset() {
 	*x = CancelCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[76]
+	mi := &file_execution_v1_execution_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5591,7 +5982,7 @@ func (x *CancelCommandRequest) String() string {
 func (*CancelCommandRequest) ProtoMessage() {}
 
 func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[76]
+	mi := &file_execution_v1_execution_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5604,7 +5995,7 @@ func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandRequest.ProtoReflect.Descriptor instead.
 func (*CancelCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{76}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CancelCommandRequest) GetRunGrant() *Grant {
@@ -5636,7 +6027,7 @@ type CancelCommandResponse struct {
 
 func (x *CancelCommandResponse) Reset() {
 	*x = CancelCommandResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[77]
+	mi := &file_execution_v1_execution_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5648,7 +6039,7 @@ func (x *CancelCommandResponse) String() string {
 func (*CancelCommandResponse) ProtoMessage() {}
 
 func (x *CancelCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[77]
+	mi := &file_execution_v1_execution_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5661,7 +6052,7 @@ func (x *CancelCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandResponse.ProtoReflect.Descriptor instead.
 func (*CancelCommandResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{77}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{81}
 }
 
 // AdminPreconditions are exact expectations about the environment's current state. Each set
@@ -5681,7 +6072,7 @@ type AdminPreconditions struct {
 
 func (x *AdminPreconditions) Reset() {
 	*x = AdminPreconditions{}
-	mi := &file_execution_v1_execution_proto_msgTypes[78]
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5693,7 +6084,7 @@ func (x *AdminPreconditions) String() string {
 func (*AdminPreconditions) ProtoMessage() {}
 
 func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[78]
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5706,7 +6097,7 @@ func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminPreconditions.ProtoReflect.Descriptor instead.
 func (*AdminPreconditions) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{78}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AdminPreconditions) GetEpoch() uint64 {
@@ -5751,7 +6142,7 @@ type RetireEnvironmentRequest struct {
 
 func (x *RetireEnvironmentRequest) Reset() {
 	*x = RetireEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[79]
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +6154,7 @@ func (x *RetireEnvironmentRequest) String() string {
 func (*RetireEnvironmentRequest) ProtoMessage() {}
 
 func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[79]
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +6167,7 @@ func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{79}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RetireEnvironmentRequest) GetOperationId() string {
@@ -5816,7 +6207,7 @@ type RetireEnvironmentResponse struct {
 
 func (x *RetireEnvironmentResponse) Reset() {
 	*x = RetireEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[80]
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +6219,7 @@ func (x *RetireEnvironmentResponse) String() string {
 func (*RetireEnvironmentResponse) ProtoMessage() {}
 
 func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[80]
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +6232,7 @@ func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{80}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RetireEnvironmentResponse) GetEnvironment() *Environment {
@@ -5864,7 +6255,7 @@ type ReplaceExecutorRequest struct {
 
 func (x *ReplaceExecutorRequest) Reset() {
 	*x = ReplaceExecutorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[81]
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5876,7 +6267,7 @@ func (x *ReplaceExecutorRequest) String() string {
 func (*ReplaceExecutorRequest) ProtoMessage() {}
 
 func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[81]
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5889,7 +6280,7 @@ func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{81}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ReplaceExecutorRequest) GetOperationId() string {
@@ -5929,7 +6320,7 @@ type ReplaceExecutorResponse struct {
 
 func (x *ReplaceExecutorResponse) Reset() {
 	*x = ReplaceExecutorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5941,7 +6332,7 @@ func (x *ReplaceExecutorResponse) String() string {
 func (*ReplaceExecutorResponse) ProtoMessage() {}
 
 func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5954,7 +6345,7 @@ func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ReplaceExecutorResponse) GetEnvironment() *Environment {
@@ -5977,7 +6368,7 @@ type RevokeEnvironmentRequest struct {
 
 func (x *RevokeEnvironmentRequest) Reset() {
 	*x = RevokeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5989,7 +6380,7 @@ func (x *RevokeEnvironmentRequest) String() string {
 func (*RevokeEnvironmentRequest) ProtoMessage() {}
 
 func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6002,7 +6393,7 @@ func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RevokeEnvironmentRequest) GetOperationId() string {
@@ -6042,7 +6433,7 @@ type RevokeEnvironmentResponse struct {
 
 func (x *RevokeEnvironmentResponse) Reset() {
 	*x = RevokeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6054,7 +6445,7 @@ func (x *RevokeEnvironmentResponse) String() string {
 func (*RevokeEnvironmentResponse) ProtoMessage() {}
 
 func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6067,7 +6458,7 @@ func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RevokeEnvironmentResponse) GetEnvironment() *Environment {
@@ -6090,7 +6481,7 @@ type RecoverEnvironmentRequest struct {
 
 func (x *RecoverEnvironmentRequest) Reset() {
 	*x = RecoverEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6102,7 +6493,7 @@ func (x *RecoverEnvironmentRequest) String() string {
 func (*RecoverEnvironmentRequest) ProtoMessage() {}
 
 func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6115,7 +6506,7 @@ func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RecoverEnvironmentRequest) GetOperationId() string {
@@ -6155,7 +6546,7 @@ type RecoverEnvironmentResponse struct {
 
 func (x *RecoverEnvironmentResponse) Reset() {
 	*x = RecoverEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6167,7 +6558,7 @@ func (x *RecoverEnvironmentResponse) String() string {
 func (*RecoverEnvironmentResponse) ProtoMessage() {}
 
 func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6180,7 +6571,7 @@ func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RecoverEnvironmentResponse) GetEnvironment() *Environment {
@@ -6204,7 +6595,7 @@ type MigrateEnvironmentRequest struct {
 
 func (x *MigrateEnvironmentRequest) Reset() {
 	*x = MigrateEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6216,7 +6607,7 @@ func (x *MigrateEnvironmentRequest) String() string {
 func (*MigrateEnvironmentRequest) ProtoMessage() {}
 
 func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6229,7 +6620,7 @@ func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *MigrateEnvironmentRequest) GetOperationId() string {
@@ -6271,7 +6662,7 @@ type MigrateEnvironmentResponse struct {
 
 func (x *MigrateEnvironmentResponse) Reset() {
 	*x = MigrateEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6283,7 +6674,7 @@ func (x *MigrateEnvironmentResponse) String() string {
 func (*MigrateEnvironmentResponse) ProtoMessage() {}
 
 func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6296,7 +6687,7 @@ func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *MigrateEnvironmentResponse) GetEnvironment() *Environment {
@@ -6326,7 +6717,7 @@ type DeleteRetiredEnvironmentRequest struct {
 
 func (x *DeleteRetiredEnvironmentRequest) Reset() {
 	*x = DeleteRetiredEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6338,7 +6729,7 @@ func (x *DeleteRetiredEnvironmentRequest) String() string {
 func (*DeleteRetiredEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6351,7 +6742,7 @@ func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *DeleteRetiredEnvironmentRequest) GetOperationId() string {
@@ -6390,7 +6781,7 @@ type DeleteRetiredEnvironmentResponse struct {
 
 func (x *DeleteRetiredEnvironmentResponse) Reset() {
 	*x = DeleteRetiredEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6402,7 +6793,7 @@ func (x *DeleteRetiredEnvironmentResponse) String() string {
 func (*DeleteRetiredEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6415,7 +6806,7 @@ func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
 }
 
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
@@ -6760,7 +7151,35 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x18\n" +
 	"\amessage\x18\b \x01(\tR\amessage\x12\x18\n" +
-	"\areceipt\x18\t \x01(\tR\areceipt\"\xbc\x01\n" +
+	"\areceipt\x18\t \x01(\tR\areceipt\">\n" +
+	"\fOutputCursor\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\x04R\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\x04R\x06stderr\"\x87\x01\n" +
+	"\vOutputChunk\x122\n" +
+	"\x06stream\x18\x01 \x01(\x0e2\x1a.execution.v1.OutputStreamR\x06stream\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x18\n" +
+	"\askipped\x18\x04 \x01(\x04R\askipped\"y\n" +
+	"\x0eCommandProgram\x12\x12\n" +
+	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
+	"\x05shell\x18\x02 \x01(\tR\x05shell\x12+\n" +
+	"\x11working_directory\x18\x03 \x01(\fR\x10workingDirectory\x12\x10\n" +
+	"\x03cut\x18\x04 \x01(\bR\x03cut\"\xaf\x03\n" +
+	"\vCommandInfo\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x120\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1a.execution.v1.CommandStateR\x05state\x126\n" +
+	"\aprogram\x18\x03 \x01(\v2\x1c.execution.v1.CommandProgramR\aprogram\x12\x15\n" +
+	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x129\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x1a\n" +
+	"\bdetached\x18\a \x01(\bR\bdetached\x12!\n" +
+	"\fstdout_bytes\x18\b \x01(\x04R\vstdoutBytes\x12!\n" +
+	"\fstderr_bytes\x18\t \x01(\x04R\vstderrBytes\x123\n" +
+	"\x06result\x18\n" +
+	" \x01(\v2\x1b.execution.v1.CommandResultR\x06result\x12\x18\n" +
+	"\amessage\x18\v \x01(\tR\amessage\"\xbc\x01\n" +
 	"\x13StartCommandRequest\x120\n" +
 	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x123\n" +
@@ -6888,7 +7307,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x16WRITE_MODE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16WRITE_MODE_CREATE_ONLY\x10\x01\x12\x18\n" +
 	"\x14WRITE_MODE_OVERWRITE\x10\x02\x12\x1f\n" +
-	"\x1bWRITE_MODE_COMPARE_AND_SWAP\x10\x03*\xfb\x01\n" +
+	"\x1bWRITE_MODE_COMPARE_AND_SWAP\x10\x03*\xb3\x02\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COMMAND_STATE_SUCCEEDED\x10\x01\x12\x18\n" +
@@ -6897,7 +7316,13 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x17COMMAND_STATE_TIMED_OUT\x10\x04\x12\x1b\n" +
 	"\x17COMMAND_STATE_CANCELLED\x10\x05\x12\x1f\n" +
 	"\x1bCOMMAND_STATE_OUT_OF_MEMORY\x10\x06\x12\x1e\n" +
-	"\x1aCOMMAND_STATE_START_FAILED\x10\aB?Z=github.com/execplane/execplane/proto/execution/v1;executionv1b\x06proto3"
+	"\x1aCOMMAND_STATE_START_FAILED\x10\a\x12\x19\n" +
+	"\x15COMMAND_STATE_RUNNING\x10\b\x12\x1b\n" +
+	"\x17COMMAND_STATE_ABANDONED\x10\t*a\n" +
+	"\fOutputStream\x12\x1d\n" +
+	"\x19OUTPUT_STREAM_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14OUTPUT_STREAM_STDOUT\x10\x01\x12\x18\n" +
+	"\x14OUTPUT_STREAM_STDERR\x10\x02B?Z=github.com/execplane/execplane/proto/execution/v1;executionv1b\x06proto3"
 
 var (
 	file_execution_v1_execution_proto_rawDescOnce sync.Once
@@ -6911,8 +7336,8 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 	return file_execution_v1_execution_proto_rawDescData
 }
 
-var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -6921,241 +7346,251 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(FileType)(0),                            // 4: execution.v1.FileType
 	(WriteMode)(0),                           // 5: execution.v1.WriteMode
 	(CommandState)(0),                        // 6: execution.v1.CommandState
-	(*Owner)(nil),                            // 7: execution.v1.Owner
-	(*EnvironmentRef)(nil),                   // 8: execution.v1.EnvironmentRef
-	(*Grant)(nil),                            // 9: execution.v1.Grant
-	(*Reference)(nil),                        // 10: execution.v1.Reference
-	(*RunClaim)(nil),                         // 11: execution.v1.RunClaim
-	(*Environment)(nil),                      // 12: execution.v1.Environment
-	(*Profile)(nil),                          // 13: execution.v1.Profile
-	(*ValidateProfileRequest)(nil),           // 14: execution.v1.ValidateProfileRequest
-	(*ValidateProfileResponse)(nil),          // 15: execution.v1.ValidateProfileResponse
-	(*EnsureEnvironmentRequest)(nil),         // 16: execution.v1.EnsureEnvironmentRequest
-	(*EnsureEnvironmentResponse)(nil),        // 17: execution.v1.EnsureEnvironmentResponse
-	(*AttachEnvironmentRequest)(nil),         // 18: execution.v1.AttachEnvironmentRequest
-	(*AttachEnvironmentResponse)(nil),        // 19: execution.v1.AttachEnvironmentResponse
-	(*ReferenceTarget)(nil),                  // 20: execution.v1.ReferenceTarget
-	(*ReleaseReferenceRequest)(nil),          // 21: execution.v1.ReleaseReferenceRequest
-	(*ReleaseReferenceResponse)(nil),         // 22: execution.v1.ReleaseReferenceResponse
-	(*ReserveSuccessorRequest)(nil),          // 23: execution.v1.ReserveSuccessorRequest
-	(*ReserveSuccessorResponse)(nil),         // 24: execution.v1.ReserveSuccessorResponse
-	(*CommitReferenceRequest)(nil),           // 25: execution.v1.CommitReferenceRequest
-	(*CommitReferenceResponse)(nil),          // 26: execution.v1.CommitReferenceResponse
-	(*AbortReferenceRequest)(nil),            // 27: execution.v1.AbortReferenceRequest
-	(*AbortReferenceResponse)(nil),           // 28: execution.v1.AbortReferenceResponse
-	(*PrepareReferenceDeleteRequest)(nil),    // 29: execution.v1.PrepareReferenceDeleteRequest
-	(*PrepareReferenceDeleteResponse)(nil),   // 30: execution.v1.PrepareReferenceDeleteResponse
-	(*ConfirmReferenceDeleteRequest)(nil),    // 31: execution.v1.ConfirmReferenceDeleteRequest
-	(*ConfirmReferenceDeleteResponse)(nil),   // 32: execution.v1.ConfirmReferenceDeleteResponse
-	(*CancelReferenceDeleteRequest)(nil),     // 33: execution.v1.CancelReferenceDeleteRequest
-	(*CancelReferenceDeleteResponse)(nil),    // 34: execution.v1.CancelReferenceDeleteResponse
-	(*ReferenceIntent)(nil),                  // 35: execution.v1.ReferenceIntent
-	(*ListReferenceIntentsRequest)(nil),      // 36: execution.v1.ListReferenceIntentsRequest
-	(*ListReferenceIntentsResponse)(nil),     // 37: execution.v1.ListReferenceIntentsResponse
-	(*AcquireRunRequest)(nil),                // 38: execution.v1.AcquireRunRequest
-	(*AcquireRunResponse)(nil),               // 39: execution.v1.AcquireRunResponse
-	(*RenewRunRequest)(nil),                  // 40: execution.v1.RenewRunRequest
-	(*RenewRunResponse)(nil),                 // 41: execution.v1.RenewRunResponse
-	(*ReleaseRunRequest)(nil),                // 42: execution.v1.ReleaseRunRequest
-	(*ReleaseRunResponse)(nil),               // 43: execution.v1.ReleaseRunResponse
-	(*FileInfo)(nil),                         // 44: execution.v1.FileInfo
-	(*ReadFile)(nil),                         // 45: execution.v1.ReadFile
-	(*ReadFileResult)(nil),                   // 46: execution.v1.ReadFileResult
-	(*WriteFile)(nil),                        // 47: execution.v1.WriteFile
-	(*WriteFileResult)(nil),                  // 48: execution.v1.WriteFileResult
-	(*StatFile)(nil),                         // 49: execution.v1.StatFile
-	(*StatFileResult)(nil),                   // 50: execution.v1.StatFileResult
-	(*ListDirectory)(nil),                    // 51: execution.v1.ListDirectory
-	(*ListDirectoryResult)(nil),              // 52: execution.v1.ListDirectoryResult
-	(*MakeDirectory)(nil),                    // 53: execution.v1.MakeDirectory
-	(*MakeDirectoryResult)(nil),              // 54: execution.v1.MakeDirectoryResult
-	(*RemovePath)(nil),                       // 55: execution.v1.RemovePath
-	(*RemovePathResult)(nil),                 // 56: execution.v1.RemovePathResult
-	(*RenamePath)(nil),                       // 57: execution.v1.RenamePath
-	(*RenamePathResult)(nil),                 // 58: execution.v1.RenamePathResult
-	(*CopyPath)(nil),                         // 59: execution.v1.CopyPath
-	(*CopyPathResult)(nil),                   // 60: execution.v1.CopyPathResult
-	(*Glob)(nil),                             // 61: execution.v1.Glob
-	(*GlobResult)(nil),                       // 62: execution.v1.GlobResult
-	(*Grep)(nil),                             // 63: execution.v1.Grep
-	(*GrepMatch)(nil),                        // 64: execution.v1.GrepMatch
-	(*GrepResult)(nil),                       // 65: execution.v1.GrepResult
-	(*FileOperation)(nil),                    // 66: execution.v1.FileOperation
-	(*FileResult)(nil),                       // 67: execution.v1.FileResult
-	(*FilesRequest)(nil),                     // 68: execution.v1.FilesRequest
-	(*FilesResponse)(nil),                    // 69: execution.v1.FilesResponse
-	(*WriteFileStreamRequest)(nil),           // 70: execution.v1.WriteFileStreamRequest
-	(*WriteFileStreamResponse)(nil),          // 71: execution.v1.WriteFileStreamResponse
-	(*ReadFileStreamRequest)(nil),            // 72: execution.v1.ReadFileStreamRequest
-	(*ReadFileStreamResponse)(nil),           // 73: execution.v1.ReadFileStreamResponse
-	(*EnvironmentVariable)(nil),              // 74: execution.v1.EnvironmentVariable
-	(*CommandSpec)(nil),                      // 75: execution.v1.CommandSpec
-	(*Argv)(nil),                             // 76: execution.v1.Argv
-	(*CapturedOutput)(nil),                   // 77: execution.v1.CapturedOutput
-	(*CommandResult)(nil),                    // 78: execution.v1.CommandResult
-	(*StartCommandRequest)(nil),              // 79: execution.v1.StartCommandRequest
-	(*StartCommandResponse)(nil),             // 80: execution.v1.StartCommandResponse
-	(*CommandStatusRequest)(nil),             // 81: execution.v1.CommandStatusRequest
-	(*CommandStatusResponse)(nil),            // 82: execution.v1.CommandStatusResponse
-	(*CancelCommandRequest)(nil),             // 83: execution.v1.CancelCommandRequest
-	(*CancelCommandResponse)(nil),            // 84: execution.v1.CancelCommandResponse
-	(*AdminPreconditions)(nil),               // 85: execution.v1.AdminPreconditions
-	(*RetireEnvironmentRequest)(nil),         // 86: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 87: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 88: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 89: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 90: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 91: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 92: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 93: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 94: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 95: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 96: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 97: execution.v1.DeleteRetiredEnvironmentResponse
-	(*timestamppb.Timestamp)(nil),            // 98: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 99: google.protobuf.Duration
+	(OutputStream)(0),                        // 7: execution.v1.OutputStream
+	(*Owner)(nil),                            // 8: execution.v1.Owner
+	(*EnvironmentRef)(nil),                   // 9: execution.v1.EnvironmentRef
+	(*Grant)(nil),                            // 10: execution.v1.Grant
+	(*Reference)(nil),                        // 11: execution.v1.Reference
+	(*RunClaim)(nil),                         // 12: execution.v1.RunClaim
+	(*Environment)(nil),                      // 13: execution.v1.Environment
+	(*Profile)(nil),                          // 14: execution.v1.Profile
+	(*ValidateProfileRequest)(nil),           // 15: execution.v1.ValidateProfileRequest
+	(*ValidateProfileResponse)(nil),          // 16: execution.v1.ValidateProfileResponse
+	(*EnsureEnvironmentRequest)(nil),         // 17: execution.v1.EnsureEnvironmentRequest
+	(*EnsureEnvironmentResponse)(nil),        // 18: execution.v1.EnsureEnvironmentResponse
+	(*AttachEnvironmentRequest)(nil),         // 19: execution.v1.AttachEnvironmentRequest
+	(*AttachEnvironmentResponse)(nil),        // 20: execution.v1.AttachEnvironmentResponse
+	(*ReferenceTarget)(nil),                  // 21: execution.v1.ReferenceTarget
+	(*ReleaseReferenceRequest)(nil),          // 22: execution.v1.ReleaseReferenceRequest
+	(*ReleaseReferenceResponse)(nil),         // 23: execution.v1.ReleaseReferenceResponse
+	(*ReserveSuccessorRequest)(nil),          // 24: execution.v1.ReserveSuccessorRequest
+	(*ReserveSuccessorResponse)(nil),         // 25: execution.v1.ReserveSuccessorResponse
+	(*CommitReferenceRequest)(nil),           // 26: execution.v1.CommitReferenceRequest
+	(*CommitReferenceResponse)(nil),          // 27: execution.v1.CommitReferenceResponse
+	(*AbortReferenceRequest)(nil),            // 28: execution.v1.AbortReferenceRequest
+	(*AbortReferenceResponse)(nil),           // 29: execution.v1.AbortReferenceResponse
+	(*PrepareReferenceDeleteRequest)(nil),    // 30: execution.v1.PrepareReferenceDeleteRequest
+	(*PrepareReferenceDeleteResponse)(nil),   // 31: execution.v1.PrepareReferenceDeleteResponse
+	(*ConfirmReferenceDeleteRequest)(nil),    // 32: execution.v1.ConfirmReferenceDeleteRequest
+	(*ConfirmReferenceDeleteResponse)(nil),   // 33: execution.v1.ConfirmReferenceDeleteResponse
+	(*CancelReferenceDeleteRequest)(nil),     // 34: execution.v1.CancelReferenceDeleteRequest
+	(*CancelReferenceDeleteResponse)(nil),    // 35: execution.v1.CancelReferenceDeleteResponse
+	(*ReferenceIntent)(nil),                  // 36: execution.v1.ReferenceIntent
+	(*ListReferenceIntentsRequest)(nil),      // 37: execution.v1.ListReferenceIntentsRequest
+	(*ListReferenceIntentsResponse)(nil),     // 38: execution.v1.ListReferenceIntentsResponse
+	(*AcquireRunRequest)(nil),                // 39: execution.v1.AcquireRunRequest
+	(*AcquireRunResponse)(nil),               // 40: execution.v1.AcquireRunResponse
+	(*RenewRunRequest)(nil),                  // 41: execution.v1.RenewRunRequest
+	(*RenewRunResponse)(nil),                 // 42: execution.v1.RenewRunResponse
+	(*ReleaseRunRequest)(nil),                // 43: execution.v1.ReleaseRunRequest
+	(*ReleaseRunResponse)(nil),               // 44: execution.v1.ReleaseRunResponse
+	(*FileInfo)(nil),                         // 45: execution.v1.FileInfo
+	(*ReadFile)(nil),                         // 46: execution.v1.ReadFile
+	(*ReadFileResult)(nil),                   // 47: execution.v1.ReadFileResult
+	(*WriteFile)(nil),                        // 48: execution.v1.WriteFile
+	(*WriteFileResult)(nil),                  // 49: execution.v1.WriteFileResult
+	(*StatFile)(nil),                         // 50: execution.v1.StatFile
+	(*StatFileResult)(nil),                   // 51: execution.v1.StatFileResult
+	(*ListDirectory)(nil),                    // 52: execution.v1.ListDirectory
+	(*ListDirectoryResult)(nil),              // 53: execution.v1.ListDirectoryResult
+	(*MakeDirectory)(nil),                    // 54: execution.v1.MakeDirectory
+	(*MakeDirectoryResult)(nil),              // 55: execution.v1.MakeDirectoryResult
+	(*RemovePath)(nil),                       // 56: execution.v1.RemovePath
+	(*RemovePathResult)(nil),                 // 57: execution.v1.RemovePathResult
+	(*RenamePath)(nil),                       // 58: execution.v1.RenamePath
+	(*RenamePathResult)(nil),                 // 59: execution.v1.RenamePathResult
+	(*CopyPath)(nil),                         // 60: execution.v1.CopyPath
+	(*CopyPathResult)(nil),                   // 61: execution.v1.CopyPathResult
+	(*Glob)(nil),                             // 62: execution.v1.Glob
+	(*GlobResult)(nil),                       // 63: execution.v1.GlobResult
+	(*Grep)(nil),                             // 64: execution.v1.Grep
+	(*GrepMatch)(nil),                        // 65: execution.v1.GrepMatch
+	(*GrepResult)(nil),                       // 66: execution.v1.GrepResult
+	(*FileOperation)(nil),                    // 67: execution.v1.FileOperation
+	(*FileResult)(nil),                       // 68: execution.v1.FileResult
+	(*FilesRequest)(nil),                     // 69: execution.v1.FilesRequest
+	(*FilesResponse)(nil),                    // 70: execution.v1.FilesResponse
+	(*WriteFileStreamRequest)(nil),           // 71: execution.v1.WriteFileStreamRequest
+	(*WriteFileStreamResponse)(nil),          // 72: execution.v1.WriteFileStreamResponse
+	(*ReadFileStreamRequest)(nil),            // 73: execution.v1.ReadFileStreamRequest
+	(*ReadFileStreamResponse)(nil),           // 74: execution.v1.ReadFileStreamResponse
+	(*EnvironmentVariable)(nil),              // 75: execution.v1.EnvironmentVariable
+	(*CommandSpec)(nil),                      // 76: execution.v1.CommandSpec
+	(*Argv)(nil),                             // 77: execution.v1.Argv
+	(*CapturedOutput)(nil),                   // 78: execution.v1.CapturedOutput
+	(*CommandResult)(nil),                    // 79: execution.v1.CommandResult
+	(*OutputCursor)(nil),                     // 80: execution.v1.OutputCursor
+	(*OutputChunk)(nil),                      // 81: execution.v1.OutputChunk
+	(*CommandProgram)(nil),                   // 82: execution.v1.CommandProgram
+	(*CommandInfo)(nil),                      // 83: execution.v1.CommandInfo
+	(*StartCommandRequest)(nil),              // 84: execution.v1.StartCommandRequest
+	(*StartCommandResponse)(nil),             // 85: execution.v1.StartCommandResponse
+	(*CommandStatusRequest)(nil),             // 86: execution.v1.CommandStatusRequest
+	(*CommandStatusResponse)(nil),            // 87: execution.v1.CommandStatusResponse
+	(*CancelCommandRequest)(nil),             // 88: execution.v1.CancelCommandRequest
+	(*CancelCommandResponse)(nil),            // 89: execution.v1.CancelCommandResponse
+	(*AdminPreconditions)(nil),               // 90: execution.v1.AdminPreconditions
+	(*RetireEnvironmentRequest)(nil),         // 91: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 92: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 93: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 94: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 95: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 96: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 97: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 98: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 99: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 100: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 101: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 102: execution.v1.DeleteRetiredEnvironmentResponse
+	(*timestamppb.Timestamp)(nil),            // 103: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 104: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	98,  // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	103, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	98,  // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	98,  // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
-	8,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
+	103, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	103, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	9,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
-	11,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
-	10,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	98,  // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	99,  // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
-	13,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
-	7,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	12,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 14: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	7,   // 15: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	8,   // 16: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	12,  // 17: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 18: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	7,   // 19: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
-	8,   // 20: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
-	20,  // 21: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	12,  // 22: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
-	7,   // 23: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
-	8,   // 24: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	12,  // 25: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
-	10,  // 26: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
-	20,  // 27: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	12,  // 28: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
-	10,  // 29: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
-	20,  // 30: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	12,  // 31: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
-	20,  // 32: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	12,  // 33: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	10,  // 34: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	20,  // 35: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	12,  // 36: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	20,  // 37: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	12,  // 38: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	10,  // 39: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	8,   // 40: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
-	10,  // 41: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
-	7,   // 42: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
-	35,  // 43: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
-	9,   // 44: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
-	8,   // 45: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
-	12,  // 47: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
-	11,  // 48: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
-	9,   // 49: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
-	9,   // 50: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 51: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
-	11,  // 53: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
-	9,   // 54: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
-	9,   // 55: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 56: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	12,  // 57: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
+	12,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
+	11,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
+	103, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	104, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	14,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
+	8,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	13,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 14: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	8,   // 15: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	9,   // 16: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	13,  // 17: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 18: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	8,   // 19: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
+	9,   // 20: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
+	21,  // 21: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 22: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
+	8,   // 23: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
+	9,   // 24: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	13,  // 25: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
+	11,  // 26: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
+	21,  // 27: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 28: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
+	11,  // 29: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
+	21,  // 30: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 31: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
+	21,  // 32: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 33: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	11,  // 34: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	21,  // 35: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 36: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	21,  // 37: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 38: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	11,  // 39: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	9,   // 40: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
+	11,  // 41: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
+	8,   // 42: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
+	36,  // 43: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
+	10,  // 44: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
+	9,   // 45: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	104, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	13,  // 47: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
+	12,  // 48: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
+	10,  // 49: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
+	10,  // 50: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 51: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	104, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	12,  // 53: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
+	10,  // 54: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
+	10,  // 55: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 56: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	13,  // 57: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	4,   // 58: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	98,  // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	44,  // 60: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
+	103, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	45,  // 60: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	5,   // 61: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
-	44,  // 62: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
-	44,  // 63: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
-	44,  // 64: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
-	44,  // 65: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
-	44,  // 66: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
-	44,  // 67: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
-	64,  // 68: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
-	45,  // 69: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
-	47,  // 70: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
-	49,  // 71: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
-	51,  // 72: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
-	53,  // 73: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
-	55,  // 74: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
-	57,  // 75: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
-	59,  // 76: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
-	61,  // 77: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
-	63,  // 78: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
-	46,  // 79: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
-	48,  // 80: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
-	50,  // 81: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
-	52,  // 82: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
-	54,  // 83: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
-	56,  // 84: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
-	58,  // 85: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
-	60,  // 86: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
-	62,  // 87: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
-	65,  // 88: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
-	9,   // 89: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 90: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
-	66,  // 91: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
-	67,  // 92: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
-	9,   // 93: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 94: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	47,  // 95: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
-	48,  // 96: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
-	9,   // 97: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 98: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	45,  // 99: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
-	46,  // 100: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
-	76,  // 101: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
-	74,  // 102: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	99,  // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	45,  // 62: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
+	45,  // 63: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
+	45,  // 64: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
+	45,  // 65: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
+	45,  // 66: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
+	45,  // 67: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
+	65,  // 68: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
+	46,  // 69: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
+	48,  // 70: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
+	50,  // 71: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
+	52,  // 72: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
+	54,  // 73: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
+	56,  // 74: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
+	58,  // 75: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
+	60,  // 76: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
+	62,  // 77: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
+	64,  // 78: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
+	47,  // 79: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
+	49,  // 80: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
+	51,  // 81: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
+	53,  // 82: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
+	55,  // 83: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
+	57,  // 84: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
+	59,  // 85: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
+	61,  // 86: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
+	63,  // 87: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
+	66,  // 88: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
+	10,  // 89: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 90: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
+	67,  // 91: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
+	68,  // 92: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
+	10,  // 93: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 94: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	48,  // 95: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
+	49,  // 96: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
+	10,  // 97: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 98: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	46,  // 99: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
+	47,  // 100: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
+	77,  // 101: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
+	75,  // 102: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
+	104, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
 	6,   // 104: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
-	77,  // 105: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
-	77,  // 106: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	98,  // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	99,  // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
-	9,   // 109: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 110: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	75,  // 111: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
-	78,  // 112: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
-	9,   // 113: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 114: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
-	78,  // 115: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
-	9,   // 116: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
-	8,   // 117: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	8,   // 118: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	85,  // 119: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 120: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 121: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	85,  // 122: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 123: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	8,   // 124: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	85,  // 125: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 126: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 127: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	85,  // 128: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 129: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 130: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	85,  // 131: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	12,  // 132: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	8,   // 133: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	85,  // 134: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	135, // [135:135] is the sub-list for method output_type
-	135, // [135:135] is the sub-list for method input_type
-	135, // [135:135] is the sub-list for extension type_name
-	135, // [135:135] is the sub-list for extension extendee
-	0,   // [0:135] is the sub-list for field type_name
+	78,  // 105: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
+	78,  // 106: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
+	103, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	104, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	7,   // 109: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
+	6,   // 110: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
+	82,  // 111: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
+	103, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	79,  // 113: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
+	10,  // 114: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 115: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	76,  // 116: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
+	79,  // 117: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
+	10,  // 118: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 119: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
+	79,  // 120: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
+	10,  // 121: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 122: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	9,   // 123: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	90,  // 124: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 125: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 126: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	90,  // 127: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 128: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	9,   // 129: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	90,  // 130: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 131: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 132: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	90,  // 133: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 134: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 135: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	90,  // 136: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 137: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 138: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	90,  // 139: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	140, // [140:140] is the sub-list for method output_type
+	140, // [140:140] is the sub-list for method input_type
+	140, // [140:140] is the sub-list for extension type_name
+	140, // [140:140] is the sub-list for extension extendee
+	0,   // [0:140] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -7191,14 +7626,14 @@ func file_execution_v1_execution_proto_init() {
 		(*CommandSpec_Argv)(nil),
 		(*CommandSpec_Shell)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[78].OneofWrappers = []any{}
+	file_execution_v1_execution_proto_msgTypes[82].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   91,
+			NumEnums:      8,
+			NumMessages:   95,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

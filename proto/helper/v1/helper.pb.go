@@ -194,8 +194,17 @@ type Limits struct {
 	MaxCommandBytes uint64 `protobuf:"varint,2,opt,name=max_command_bytes,json=maxCommandBytes,proto3" json:"max_command_bytes,omitempty"`
 	// Longest a command may run, in milliseconds.
 	MaxCommandMillis uint64 `protobuf:"varint,3,opt,name=max_command_millis,json=maxCommandMillis,proto3" json:"max_command_millis,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Durable commands (docs/commands.md): each stream's spool cap, head and tail kept.
+	MaxSpoolBytes uint64 `protobuf:"varint,4,opt,name=max_spool_bytes,json=maxSpoolBytes,proto3" json:"max_spool_bytes,omitempty"`
+	// Most detached commands running at once in the workspace.
+	MaxDetached uint32 `protobuf:"varint,5,opt,name=max_detached,json=maxDetached,proto3" json:"max_detached,omitempty"`
+	// Longest a detached command may run, in milliseconds.
+	MaxDetachedMillis uint64 `protobuf:"varint,6,opt,name=max_detached_millis,json=maxDetachedMillis,proto3" json:"max_detached_millis,omitempty"`
+	// Ended commands' records kept: at most this many, none older than retain_millis.
+	RetainRecords uint32 `protobuf:"varint,7,opt,name=retain_records,json=retainRecords,proto3" json:"retain_records,omitempty"`
+	RetainMillis  uint64 `protobuf:"varint,8,opt,name=retain_millis,json=retainMillis,proto3" json:"retain_millis,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -249,6 +258,41 @@ func (x *Limits) GetMaxCommandMillis() uint64 {
 	return 0
 }
 
+func (x *Limits) GetMaxSpoolBytes() uint64 {
+	if x != nil {
+		return x.MaxSpoolBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxDetached() uint32 {
+	if x != nil {
+		return x.MaxDetached
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxDetachedMillis() uint64 {
+	if x != nil {
+		return x.MaxDetachedMillis
+	}
+	return 0
+}
+
+func (x *Limits) GetRetainRecords() uint32 {
+	if x != nil {
+		return x.RetainRecords
+	}
+	return 0
+}
+
+func (x *Limits) GetRetainMillis() uint64 {
+	if x != nil {
+		return x.RetainMillis
+	}
+	return 0
+}
+
 type Request struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version ProtocolVersion        `protobuf:"varint,1,opt,name=version,proto3,enum=helper.v1.ProtocolVersion" json:"version,omitempty"`
@@ -259,6 +303,7 @@ type Request struct {
 	//
 	//	*Request_File
 	//	*Request_Command
+	//	*Request_Durable
 	Operation isRequest_Operation `protobuf_oneof:"operation"`
 	// Session mode, a write only (SessionReady.bodies): the content follows the request in
 	// SessionFrame body frames, exactly this many bytes, the last frame marked; the write's
@@ -348,6 +393,15 @@ func (x *Request) GetCommand() *v1.CommandSpec {
 	return nil
 }
 
+func (x *Request) GetDurable() *Durable {
+	if x != nil {
+		if x, ok := x.Operation.(*Request_Durable); ok {
+			return x.Durable
+		}
+	}
+	return nil
+}
+
 func (x *Request) GetBodyBytes() uint64 {
 	if x != nil {
 		return x.BodyBytes
@@ -374,9 +428,665 @@ type Request_Command struct {
 	Command *v1.CommandSpec `protobuf:"bytes,5,opt,name=command,proto3,oneof"`
 }
 
+type Request_Durable struct {
+	// A durable command's operation (docs/commands.md).
+	Durable *Durable `protobuf:"bytes,8,opt,name=durable,proto3,oneof"`
+}
+
 func (*Request_File) isRequest_Operation() {}
 
 func (*Request_Command) isRequest_Operation() {}
+
+func (*Request_Durable) isRequest_Operation() {}
+
+// Durable is one operation on the workspace's durable commands.
+type Durable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*Durable_Start
+	//	*Durable_Status
+	//	*Durable_Follow
+	//	*Durable_Cancel
+	//	*Durable_List
+	Op            isDurable_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Durable) Reset() {
+	*x = Durable{}
+	mi := &file_helper_v1_helper_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Durable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Durable) ProtoMessage() {}
+
+func (x *Durable) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Durable.ProtoReflect.Descriptor instead.
+func (*Durable) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Durable) GetOp() isDurable_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *Durable) GetStart() *DurableStart {
+	if x != nil {
+		if x, ok := x.Op.(*Durable_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *Durable) GetStatus() *DurableStatus {
+	if x != nil {
+		if x, ok := x.Op.(*Durable_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
+func (x *Durable) GetFollow() *DurableFollow {
+	if x != nil {
+		if x, ok := x.Op.(*Durable_Follow); ok {
+			return x.Follow
+		}
+	}
+	return nil
+}
+
+func (x *Durable) GetCancel() *DurableCancel {
+	if x != nil {
+		if x, ok := x.Op.(*Durable_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *Durable) GetList() *DurableList {
+	if x != nil {
+		if x, ok := x.Op.(*Durable_List); ok {
+			return x.List
+		}
+	}
+	return nil
+}
+
+type isDurable_Op interface {
+	isDurable_Op()
+}
+
+type Durable_Start struct {
+	Start *DurableStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type Durable_Status struct {
+	Status *DurableStatus `protobuf:"bytes,2,opt,name=status,proto3,oneof"`
+}
+
+type Durable_Follow struct {
+	Follow *DurableFollow `protobuf:"bytes,3,opt,name=follow,proto3,oneof"`
+}
+
+type Durable_Cancel struct {
+	Cancel *DurableCancel `protobuf:"bytes,4,opt,name=cancel,proto3,oneof"`
+}
+
+type Durable_List struct {
+	List *DurableList `protobuf:"bytes,5,opt,name=list,proto3,oneof"`
+}
+
+func (*Durable_Start) isDurable_Op() {}
+
+func (*Durable_Status) isDurable_Op() {}
+
+func (*Durable_Follow) isDurable_Op() {}
+
+func (*Durable_Cancel) isDurable_Op() {}
+
+func (*Durable_List) isDurable_Op() {}
+
+// DurableStart starts a command under a supervisor of its own and answers once it runs (or
+// could not start). Starting an id that exists answers that command when its spec digest
+// is the same, and ALREADY_EXISTS otherwise.
+type DurableStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..64 bytes of [A-Za-z0-9._-], not starting with '.'.
+	CommandId string          `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Command   *v1.CommandSpec `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	RunId     string          `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Epoch     uint64          `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Outlives its call; otherwise the gateway cancels it when the call ends (the helper does
+	// not tell them apart: this is recorded for display).
+	Detached      bool `protobuf:"varint,5,opt,name=detached,proto3" json:"detached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DurableStart) Reset() {
+	*x = DurableStart{}
+	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DurableStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DurableStart) ProtoMessage() {}
+
+func (x *DurableStart) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DurableStart.ProtoReflect.Descriptor instead.
+func (*DurableStart) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DurableStart) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *DurableStart) GetCommand() *v1.CommandSpec {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *DurableStart) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *DurableStart) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *DurableStart) GetDetached() bool {
+	if x != nil {
+		return x.Detached
+	}
+	return false
+}
+
+// DurableStatus answers a command's record and output from the cursor, at most max_bytes
+// of it in all.
+type DurableStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	From          *v1.OutputCursor       `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	MaxBytes      uint64                 `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DurableStatus) Reset() {
+	*x = DurableStatus{}
+	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DurableStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DurableStatus) ProtoMessage() {}
+
+func (x *DurableStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DurableStatus.ProtoReflect.Descriptor instead.
+func (*DurableStatus) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DurableStatus) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *DurableStatus) GetFrom() *v1.OutputCursor {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *DurableStatus) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// DurableFollow streams a command's output from the cursor as Frame.output frames until the
+// command has ended and everything kept was sent, then answers its record. With
+// cancel_on_end, a Cancel of this request (or the end of the session or of the call)
+// before the command ended cancels the command too.
+type DurableFollow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	From          *v1.OutputCursor       `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	CancelOnEnd   bool                   `protobuf:"varint,3,opt,name=cancel_on_end,json=cancelOnEnd,proto3" json:"cancel_on_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DurableFollow) Reset() {
+	*x = DurableFollow{}
+	mi := &file_helper_v1_helper_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DurableFollow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DurableFollow) ProtoMessage() {}
+
+func (x *DurableFollow) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DurableFollow.ProtoReflect.Descriptor instead.
+func (*DurableFollow) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DurableFollow) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *DurableFollow) GetFrom() *v1.OutputCursor {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *DurableFollow) GetCancelOnEnd() bool {
+	if x != nil {
+		return x.CancelOnEnd
+	}
+	return false
+}
+
+// DurableCancel ends a running command: SIGTERM to its group, the grace, then SIGKILL to
+// everything it started; answered once it is recorded as ended. An ended command's record
+// is answered as it is.
+type DurableCancel struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// 0 .. 60 000.
+	GraceMillis   uint64 `protobuf:"varint,2,opt,name=grace_millis,json=graceMillis,proto3" json:"grace_millis,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DurableCancel) Reset() {
+	*x = DurableCancel{}
+	mi := &file_helper_v1_helper_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DurableCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DurableCancel) ProtoMessage() {}
+
+func (x *DurableCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DurableCancel.ProtoReflect.Descriptor instead.
+func (*DurableCancel) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DurableCancel) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *DurableCancel) GetGraceMillis() uint64 {
+	if x != nil {
+		return x.GraceMillis
+	}
+	return 0
+}
+
+// DurableList answers the workspace's commands, newest first, at most max (1..1000).
+type DurableList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Max           uint32                 `protobuf:"varint,1,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DurableList) Reset() {
+	*x = DurableList{}
+	mi := &file_helper_v1_helper_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DurableList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DurableList) ProtoMessage() {}
+
+func (x *DurableList) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DurableList.ProtoReflect.Descriptor instead.
+func (*DurableList) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DurableList) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+// DurableResult answers a durable operation.
+type DurableResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One for start, status, follow and cancel; the page for list.
+	Commands []*v1.CommandInfo `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	// Status only: output from the cursor.
+	Output []*v1.OutputChunk `protobuf:"bytes,2,rep,name=output,proto3" json:"output,omitempty"`
+	// List only: more commands exist than were answered.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DurableResult) Reset() {
+	*x = DurableResult{}
+	mi := &file_helper_v1_helper_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DurableResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DurableResult) ProtoMessage() {}
+
+func (x *DurableResult) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DurableResult.ProtoReflect.Descriptor instead.
+func (*DurableResult) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DurableResult) GetCommands() []*v1.CommandInfo {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+func (x *DurableResult) GetOutput() []*v1.OutputChunk {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *DurableResult) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+// CommandRecord is a durable command's record as the supervisor writes it to the spool
+// (docs/commands.md): what the API shows, and what only helpers use.
+type CommandRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Info  *v1.CommandInfo        `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	// sha256 of the deterministic encoding of the start's CommandSpec: a second start of the
+	// same id is the same command only if it is equal.
+	SpecDigest string      `protobuf:"bytes,2,opt,name=spec_digest,json=specDigest,proto3" json:"spec_digest,omitempty"`
+	Supervisor *Supervisor `protobuf:"bytes,3,opt,name=supervisor,proto3" json:"supervisor,omitempty"`
+	// Set once the record is final.
+	Ended bool `protobuf:"varint,4,opt,name=ended,proto3" json:"ended,omitempty"`
+	// The command's process group, to signal it.
+	Pgid          int32 `protobuf:"varint,5,opt,name=pgid,proto3" json:"pgid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandRecord) Reset() {
+	*x = CommandRecord{}
+	mi := &file_helper_v1_helper_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandRecord) ProtoMessage() {}
+
+func (x *CommandRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandRecord.ProtoReflect.Descriptor instead.
+func (*CommandRecord) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CommandRecord) GetInfo() *v1.CommandInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *CommandRecord) GetSpecDigest() string {
+	if x != nil {
+		return x.SpecDigest
+	}
+	return ""
+}
+
+func (x *CommandRecord) GetSupervisor() *Supervisor {
+	if x != nil {
+		return x.Supervisor
+	}
+	return nil
+}
+
+func (x *CommandRecord) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+func (x *CommandRecord) GetPgid() int32 {
+	if x != nil {
+		return x.Pgid
+	}
+	return 0
+}
+
+// Supervisor identifies a supervisor process beyond its pid, which the kernel reuses.
+type Supervisor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Its start time in clock ticks since boot (/proc/<pid>/stat, field 22).
+	StartTicks uint64 `protobuf:"varint,2,opt,name=start_ticks,json=startTicks,proto3" json:"start_ticks,omitempty"`
+	// Its PID namespace (the target of /proc/<pid>/ns/pid): a replaced executor's is another.
+	PidNamespace  string `protobuf:"bytes,3,opt,name=pid_namespace,json=pidNamespace,proto3" json:"pid_namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Supervisor) Reset() {
+	*x = Supervisor{}
+	mi := &file_helper_v1_helper_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Supervisor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Supervisor) ProtoMessage() {}
+
+func (x *Supervisor) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Supervisor.ProtoReflect.Descriptor instead.
+func (*Supervisor) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Supervisor) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Supervisor) GetStartTicks() uint64 {
+	if x != nil {
+		return x.StartTicks
+	}
+	return 0
+}
+
+func (x *Supervisor) GetPidNamespace() string {
+	if x != nil {
+		return x.PidNamespace
+	}
+	return ""
+}
 
 type Error struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -389,7 +1099,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_helper_v1_helper_proto_msgTypes[2]
+	mi := &file_helper_v1_helper_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +1111,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[2]
+	mi := &file_helper_v1_helper_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +1124,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{2}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -439,6 +1149,7 @@ type Response struct {
 	//	*Response_File
 	//	*Response_Command
 	//	*Response_Error
+	//	*Response_Durable
 	Outcome       isResponse_Outcome `protobuf_oneof:"outcome"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -446,7 +1157,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	mi := &file_helper_v1_helper_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +1169,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	mi := &file_helper_v1_helper_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +1182,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{3}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Response) GetRequestId() string {
@@ -515,6 +1226,15 @@ func (x *Response) GetError() *Error {
 	return nil
 }
 
+func (x *Response) GetDurable() *DurableResult {
+	if x != nil {
+		if x, ok := x.Outcome.(*Response_Durable); ok {
+			return x.Durable
+		}
+	}
+	return nil
+}
+
 type isResponse_Outcome interface {
 	isResponse_Outcome()
 }
@@ -531,11 +1251,17 @@ type Response_Error struct {
 	Error *Error `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
 }
 
+type Response_Durable struct {
+	Durable *DurableResult `protobuf:"bytes,5,opt,name=durable,proto3,oneof"`
+}
+
 func (*Response_File) isResponse_Outcome() {}
 
 func (*Response_Command) isResponse_Outcome() {}
 
 func (*Response_Error) isResponse_Outcome() {}
+
+func (*Response_Durable) isResponse_Outcome() {}
 
 // Heartbeat keeps the exec stream alive through idle timeouts while a command runs.
 type Heartbeat struct {
@@ -548,7 +1274,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	mi := &file_helper_v1_helper_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +1286,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	mi := &file_helper_v1_helper_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +1299,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{4}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Heartbeat) GetElapsedMillis() uint64 {
@@ -593,6 +1319,7 @@ type Frame struct {
 	//	*Frame_Ready
 	//	*Frame_ResponseChunk
 	//	*Frame_Body
+	//	*Frame_Output
 	Frame         isFrame_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -600,7 +1327,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_helper_v1_helper_proto_msgTypes[5]
+	mi := &file_helper_v1_helper_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +1339,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[5]
+	mi := &file_helper_v1_helper_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +1352,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{5}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Frame) GetFrame() isFrame_Frame {
@@ -680,6 +1407,15 @@ func (x *Frame) GetBody() *Chunk {
 	return nil
 }
 
+func (x *Frame) GetOutput() *Output {
+	if x != nil {
+		if x, ok := x.Frame.(*Frame_Output); ok {
+			return x.Output
+		}
+	}
+	return nil
+}
+
 type isFrame_Frame interface {
 	isFrame_Frame()
 }
@@ -708,6 +1444,11 @@ type Frame_Body struct {
 	Body *Chunk `protobuf:"bytes,5,opt,name=body,proto3,oneof"`
 }
 
+type Frame_Output struct {
+	// A piece of a followed command's output (DurableFollow), before its Response.
+	Output *Output `protobuf:"bytes,6,opt,name=output,proto3,oneof"`
+}
+
 func (*Frame_Heartbeat) isFrame_Frame() {}
 
 func (*Frame_Response) isFrame_Frame() {}
@@ -717,6 +1458,61 @@ func (*Frame_Ready) isFrame_Frame() {}
 func (*Frame_ResponseChunk) isFrame_Frame() {}
 
 func (*Frame_Body) isFrame_Frame() {}
+
+func (*Frame_Output) isFrame_Frame() {}
+
+// Output is a piece of a durable command's output for one request.
+type Output struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Chunk         *v1.OutputChunk        `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Output) Reset() {
+	*x = Output{}
+	mi := &file_helper_v1_helper_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Output) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Output) ProtoMessage() {}
+
+func (x *Output) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Output.ProtoReflect.Descriptor instead.
+func (*Output) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Output) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Output) GetChunk() *v1.OutputChunk {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
 
 // SessionHello opens a session: what the gateway speaks and asks for.
 type SessionHello struct {
@@ -739,7 +1535,7 @@ type SessionHello struct {
 
 func (x *SessionHello) Reset() {
 	*x = SessionHello{}
-	mi := &file_helper_v1_helper_proto_msgTypes[6]
+	mi := &file_helper_v1_helper_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +1547,7 @@ func (x *SessionHello) String() string {
 func (*SessionHello) ProtoMessage() {}
 
 func (x *SessionHello) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[6]
+	mi := &file_helper_v1_helper_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +1560,7 @@ func (x *SessionHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionHello.ProtoReflect.Descriptor instead.
 func (*SessionHello) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{6}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionHello) GetVersions() []ProtocolVersion {
@@ -818,7 +1614,7 @@ type SessionReady struct {
 
 func (x *SessionReady) Reset() {
 	*x = SessionReady{}
-	mi := &file_helper_v1_helper_proto_msgTypes[7]
+	mi := &file_helper_v1_helper_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1626,7 @@ func (x *SessionReady) String() string {
 func (*SessionReady) ProtoMessage() {}
 
 func (x *SessionReady) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[7]
+	mi := &file_helper_v1_helper_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1639,7 @@ func (x *SessionReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReady.ProtoReflect.Descriptor instead.
 func (*SessionReady) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{7}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SessionReady) GetVersion() ProtocolVersion {
@@ -898,7 +1694,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_helper_v1_helper_proto_msgTypes[8]
+	mi := &file_helper_v1_helper_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1706,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[8]
+	mi := &file_helper_v1_helper_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1719,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{8}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Chunk) GetRequestId() string {
@@ -960,7 +1756,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_helper_v1_helper_proto_msgTypes[9]
+	mi := &file_helper_v1_helper_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1768,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[9]
+	mi := &file_helper_v1_helper_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1781,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{9}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -1012,7 +1808,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_helper_v1_helper_proto_msgTypes[10]
+	mi := &file_helper_v1_helper_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1820,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[10]
+	mi := &file_helper_v1_helper_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1833,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{10}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionFrame) GetFrame() isSessionFrame_Frame {
@@ -1132,41 +1928,102 @@ var File_helper_v1_helper_proto protoreflect.FileDescriptor
 
 const file_helper_v1_helper_proto_rawDesc = "" +
 	"\n" +
-	"\x16helper/v1/helper.proto\x12\thelper.v1\x1a\x1cexecution/v1/execution.proto\"\x88\x01\n" +
+	"\x16helper/v1/helper.proto\x12\thelper.v1\x1a\x1cexecution/v1/execution.proto\"\xcf\x02\n" +
 	"\x06Limits\x12$\n" +
 	"\x0emax_file_bytes\x18\x01 \x01(\x04R\fmaxFileBytes\x12*\n" +
 	"\x11max_command_bytes\x18\x02 \x01(\x04R\x0fmaxCommandBytes\x12,\n" +
-	"\x12max_command_millis\x18\x03 \x01(\x04R\x10maxCommandMillis\"\xc4\x02\n" +
+	"\x12max_command_millis\x18\x03 \x01(\x04R\x10maxCommandMillis\x12&\n" +
+	"\x0fmax_spool_bytes\x18\x04 \x01(\x04R\rmaxSpoolBytes\x12!\n" +
+	"\fmax_detached\x18\x05 \x01(\rR\vmaxDetached\x12.\n" +
+	"\x13max_detached_millis\x18\x06 \x01(\x04R\x11maxDetachedMillis\x12%\n" +
+	"\x0eretain_records\x18\a \x01(\rR\rretainRecords\x12#\n" +
+	"\rretain_millis\x18\b \x01(\x04R\fretainMillis\"\xf4\x02\n" +
 	"\aRequest\x124\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1a.helper.v1.ProtocolVersionR\aversion\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12)\n" +
 	"\x06limits\x18\x03 \x01(\v2\x11.helper.v1.LimitsR\x06limits\x121\n" +
 	"\x04file\x18\x04 \x01(\v2\x1b.execution.v1.FileOperationH\x00R\x04file\x125\n" +
-	"\acommand\x18\x05 \x01(\v2\x19.execution.v1.CommandSpecH\x00R\acommand\x12\x1d\n" +
+	"\acommand\x18\x05 \x01(\v2\x19.execution.v1.CommandSpecH\x00R\acommand\x12.\n" +
+	"\adurable\x18\b \x01(\v2\x12.helper.v1.DurableH\x00R\adurable\x12\x1d\n" +
 	"\n" +
 	"body_bytes\x18\x06 \x01(\x04R\tbodyBytes\x12#\n" +
 	"\rbody_response\x18\a \x01(\bR\fbodyResponseB\v\n" +
-	"\toperation\"K\n" +
+	"\toperation\"\x8a\x02\n" +
+	"\aDurable\x12/\n" +
+	"\x05start\x18\x01 \x01(\v2\x17.helper.v1.DurableStartH\x00R\x05start\x122\n" +
+	"\x06status\x18\x02 \x01(\v2\x18.helper.v1.DurableStatusH\x00R\x06status\x122\n" +
+	"\x06follow\x18\x03 \x01(\v2\x18.helper.v1.DurableFollowH\x00R\x06follow\x122\n" +
+	"\x06cancel\x18\x04 \x01(\v2\x18.helper.v1.DurableCancelH\x00R\x06cancel\x12,\n" +
+	"\x04list\x18\x05 \x01(\v2\x16.helper.v1.DurableListH\x00R\x04listB\x04\n" +
+	"\x02op\"\xab\x01\n" +
+	"\fDurableStart\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x123\n" +
+	"\acommand\x18\x02 \x01(\v2\x19.execution.v1.CommandSpecR\acommand\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1a\n" +
+	"\bdetached\x18\x05 \x01(\bR\bdetached\"{\n" +
+	"\rDurableStatus\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.execution.v1.OutputCursorR\x04from\x12\x1b\n" +
+	"\tmax_bytes\x18\x03 \x01(\x04R\bmaxBytes\"\x82\x01\n" +
+	"\rDurableFollow\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.execution.v1.OutputCursorR\x04from\x12\"\n" +
+	"\rcancel_on_end\x18\x03 \x01(\bR\vcancelOnEnd\"Q\n" +
+	"\rDurableCancel\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
+	"\fgrace_millis\x18\x02 \x01(\x04R\vgraceMillis\"\x1f\n" +
+	"\vDurableList\x12\x10\n" +
+	"\x03max\x18\x01 \x01(\rR\x03max\"\x8d\x01\n" +
+	"\rDurableResult\x125\n" +
+	"\bcommands\x18\x01 \x03(\v2\x19.execution.v1.CommandInfoR\bcommands\x121\n" +
+	"\x06output\x18\x02 \x03(\v2\x19.execution.v1.OutputChunkR\x06output\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\xc0\x01\n" +
+	"\rCommandRecord\x12-\n" +
+	"\x04info\x18\x01 \x01(\v2\x19.execution.v1.CommandInfoR\x04info\x12\x1f\n" +
+	"\vspec_digest\x18\x02 \x01(\tR\n" +
+	"specDigest\x125\n" +
+	"\n" +
+	"supervisor\x18\x03 \x01(\v2\x15.helper.v1.SupervisorR\n" +
+	"supervisor\x12\x14\n" +
+	"\x05ended\x18\x04 \x01(\bR\x05ended\x12\x12\n" +
+	"\x04pgid\x18\x05 \x01(\x05R\x04pgid\"d\n" +
+	"\n" +
+	"Supervisor\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1f\n" +
+	"\vstart_ticks\x18\x02 \x01(\x04R\n" +
+	"startTicks\x12#\n" +
+	"\rpid_namespace\x18\x03 \x01(\tR\fpidNamespace\"K\n" +
 	"\x05Error\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.helper.v1.ErrorCodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc7\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xfd\x01\n" +
 	"\bResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12.\n" +
 	"\x04file\x18\x02 \x01(\v2\x18.execution.v1.FileResultH\x00R\x04file\x127\n" +
 	"\acommand\x18\x03 \x01(\v2\x1b.execution.v1.CommandResultH\x00R\acommand\x12(\n" +
-	"\x05error\x18\x04 \x01(\v2\x10.helper.v1.ErrorH\x00R\x05errorB\t\n" +
+	"\x05error\x18\x04 \x01(\v2\x10.helper.v1.ErrorH\x00R\x05error\x124\n" +
+	"\adurable\x18\x05 \x01(\v2\x18.helper.v1.DurableResultH\x00R\adurableB\t\n" +
 	"\aoutcome\"2\n" +
 	"\tHeartbeat\x12%\n" +
-	"\x0eelapsed_millis\x18\x01 \x01(\x04R\relapsedMillis\"\x8d\x02\n" +
+	"\x0eelapsed_millis\x18\x01 \x01(\x04R\relapsedMillis\"\xba\x02\n" +
 	"\x05Frame\x124\n" +
 	"\theartbeat\x18\x01 \x01(\v2\x14.helper.v1.HeartbeatH\x00R\theartbeat\x121\n" +
 	"\bresponse\x18\x02 \x01(\v2\x13.helper.v1.ResponseH\x00R\bresponse\x12/\n" +
 	"\x05ready\x18\x03 \x01(\v2\x17.helper.v1.SessionReadyH\x00R\x05ready\x129\n" +
 	"\x0eresponse_chunk\x18\x04 \x01(\v2\x10.helper.v1.ChunkH\x00R\rresponseChunk\x12&\n" +
-	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04bodyB\a\n" +
-	"\x05frame\"\xce\x01\n" +
+	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04body\x12+\n" +
+	"\x06output\x18\x06 \x01(\v2\x11.helper.v1.OutputH\x00R\x06outputB\a\n" +
+	"\x05frame\"X\n" +
+	"\x06Output\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12/\n" +
+	"\x05chunk\x18\x02 \x01(\v2\x19.execution.v1.OutputChunkR\x05chunk\"\xce\x01\n" +
 	"\fSessionHello\x126\n" +
 	"\bversions\x18\x01 \x03(\x0e2\x1a.helper.v1.ProtocolVersionR\bversions\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\rR\vmaxInFlight\x12\x1f\n" +
@@ -1229,52 +2086,81 @@ func file_helper_v1_helper_proto_rawDescGZIP() []byte {
 }
 
 var file_helper_v1_helper_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_helper_v1_helper_proto_goTypes = []any{
 	(ProtocolVersion)(0),     // 0: helper.v1.ProtocolVersion
 	(ErrorCode)(0),           // 1: helper.v1.ErrorCode
 	(*Limits)(nil),           // 2: helper.v1.Limits
 	(*Request)(nil),          // 3: helper.v1.Request
-	(*Error)(nil),            // 4: helper.v1.Error
-	(*Response)(nil),         // 5: helper.v1.Response
-	(*Heartbeat)(nil),        // 6: helper.v1.Heartbeat
-	(*Frame)(nil),            // 7: helper.v1.Frame
-	(*SessionHello)(nil),     // 8: helper.v1.SessionHello
-	(*SessionReady)(nil),     // 9: helper.v1.SessionReady
-	(*Chunk)(nil),            // 10: helper.v1.Chunk
-	(*Cancel)(nil),           // 11: helper.v1.Cancel
-	(*SessionFrame)(nil),     // 12: helper.v1.SessionFrame
-	(*v1.FileOperation)(nil), // 13: execution.v1.FileOperation
-	(*v1.CommandSpec)(nil),   // 14: execution.v1.CommandSpec
-	(*v1.FileResult)(nil),    // 15: execution.v1.FileResult
-	(*v1.CommandResult)(nil), // 16: execution.v1.CommandResult
+	(*Durable)(nil),          // 4: helper.v1.Durable
+	(*DurableStart)(nil),     // 5: helper.v1.DurableStart
+	(*DurableStatus)(nil),    // 6: helper.v1.DurableStatus
+	(*DurableFollow)(nil),    // 7: helper.v1.DurableFollow
+	(*DurableCancel)(nil),    // 8: helper.v1.DurableCancel
+	(*DurableList)(nil),      // 9: helper.v1.DurableList
+	(*DurableResult)(nil),    // 10: helper.v1.DurableResult
+	(*CommandRecord)(nil),    // 11: helper.v1.CommandRecord
+	(*Supervisor)(nil),       // 12: helper.v1.Supervisor
+	(*Error)(nil),            // 13: helper.v1.Error
+	(*Response)(nil),         // 14: helper.v1.Response
+	(*Heartbeat)(nil),        // 15: helper.v1.Heartbeat
+	(*Frame)(nil),            // 16: helper.v1.Frame
+	(*Output)(nil),           // 17: helper.v1.Output
+	(*SessionHello)(nil),     // 18: helper.v1.SessionHello
+	(*SessionReady)(nil),     // 19: helper.v1.SessionReady
+	(*Chunk)(nil),            // 20: helper.v1.Chunk
+	(*Cancel)(nil),           // 21: helper.v1.Cancel
+	(*SessionFrame)(nil),     // 22: helper.v1.SessionFrame
+	(*v1.FileOperation)(nil), // 23: execution.v1.FileOperation
+	(*v1.CommandSpec)(nil),   // 24: execution.v1.CommandSpec
+	(*v1.OutputCursor)(nil),  // 25: execution.v1.OutputCursor
+	(*v1.CommandInfo)(nil),   // 26: execution.v1.CommandInfo
+	(*v1.OutputChunk)(nil),   // 27: execution.v1.OutputChunk
+	(*v1.FileResult)(nil),    // 28: execution.v1.FileResult
+	(*v1.CommandResult)(nil), // 29: execution.v1.CommandResult
 }
 var file_helper_v1_helper_proto_depIdxs = []int32{
 	0,  // 0: helper.v1.Request.version:type_name -> helper.v1.ProtocolVersion
 	2,  // 1: helper.v1.Request.limits:type_name -> helper.v1.Limits
-	13, // 2: helper.v1.Request.file:type_name -> execution.v1.FileOperation
-	14, // 3: helper.v1.Request.command:type_name -> execution.v1.CommandSpec
-	1,  // 4: helper.v1.Error.code:type_name -> helper.v1.ErrorCode
-	15, // 5: helper.v1.Response.file:type_name -> execution.v1.FileResult
-	16, // 6: helper.v1.Response.command:type_name -> execution.v1.CommandResult
-	4,  // 7: helper.v1.Response.error:type_name -> helper.v1.Error
-	6,  // 8: helper.v1.Frame.heartbeat:type_name -> helper.v1.Heartbeat
-	5,  // 9: helper.v1.Frame.response:type_name -> helper.v1.Response
-	9,  // 10: helper.v1.Frame.ready:type_name -> helper.v1.SessionReady
-	10, // 11: helper.v1.Frame.response_chunk:type_name -> helper.v1.Chunk
-	10, // 12: helper.v1.Frame.body:type_name -> helper.v1.Chunk
-	0,  // 13: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
-	0,  // 14: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
-	8,  // 15: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
-	3,  // 16: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
-	10, // 17: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
-	11, // 18: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
-	10, // 19: helper.v1.SessionFrame.body:type_name -> helper.v1.Chunk
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	23, // 2: helper.v1.Request.file:type_name -> execution.v1.FileOperation
+	24, // 3: helper.v1.Request.command:type_name -> execution.v1.CommandSpec
+	4,  // 4: helper.v1.Request.durable:type_name -> helper.v1.Durable
+	5,  // 5: helper.v1.Durable.start:type_name -> helper.v1.DurableStart
+	6,  // 6: helper.v1.Durable.status:type_name -> helper.v1.DurableStatus
+	7,  // 7: helper.v1.Durable.follow:type_name -> helper.v1.DurableFollow
+	8,  // 8: helper.v1.Durable.cancel:type_name -> helper.v1.DurableCancel
+	9,  // 9: helper.v1.Durable.list:type_name -> helper.v1.DurableList
+	24, // 10: helper.v1.DurableStart.command:type_name -> execution.v1.CommandSpec
+	25, // 11: helper.v1.DurableStatus.from:type_name -> execution.v1.OutputCursor
+	25, // 12: helper.v1.DurableFollow.from:type_name -> execution.v1.OutputCursor
+	26, // 13: helper.v1.DurableResult.commands:type_name -> execution.v1.CommandInfo
+	27, // 14: helper.v1.DurableResult.output:type_name -> execution.v1.OutputChunk
+	26, // 15: helper.v1.CommandRecord.info:type_name -> execution.v1.CommandInfo
+	12, // 16: helper.v1.CommandRecord.supervisor:type_name -> helper.v1.Supervisor
+	1,  // 17: helper.v1.Error.code:type_name -> helper.v1.ErrorCode
+	28, // 18: helper.v1.Response.file:type_name -> execution.v1.FileResult
+	29, // 19: helper.v1.Response.command:type_name -> execution.v1.CommandResult
+	13, // 20: helper.v1.Response.error:type_name -> helper.v1.Error
+	10, // 21: helper.v1.Response.durable:type_name -> helper.v1.DurableResult
+	15, // 22: helper.v1.Frame.heartbeat:type_name -> helper.v1.Heartbeat
+	14, // 23: helper.v1.Frame.response:type_name -> helper.v1.Response
+	19, // 24: helper.v1.Frame.ready:type_name -> helper.v1.SessionReady
+	20, // 25: helper.v1.Frame.response_chunk:type_name -> helper.v1.Chunk
+	20, // 26: helper.v1.Frame.body:type_name -> helper.v1.Chunk
+	17, // 27: helper.v1.Frame.output:type_name -> helper.v1.Output
+	27, // 28: helper.v1.Output.chunk:type_name -> execution.v1.OutputChunk
+	0,  // 29: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
+	0,  // 30: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
+	18, // 31: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
+	3,  // 32: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
+	20, // 33: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
+	21, // 34: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
+	20, // 35: helper.v1.SessionFrame.body:type_name -> helper.v1.Chunk
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_helper_v1_helper_proto_init() }
@@ -1285,20 +2171,30 @@ func file_helper_v1_helper_proto_init() {
 	file_helper_v1_helper_proto_msgTypes[1].OneofWrappers = []any{
 		(*Request_File)(nil),
 		(*Request_Command)(nil),
+		(*Request_Durable)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[3].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[2].OneofWrappers = []any{
+		(*Durable_Start)(nil),
+		(*Durable_Status)(nil),
+		(*Durable_Follow)(nil),
+		(*Durable_Cancel)(nil),
+		(*Durable_List)(nil),
+	}
+	file_helper_v1_helper_proto_msgTypes[12].OneofWrappers = []any{
 		(*Response_File)(nil),
 		(*Response_Command)(nil),
 		(*Response_Error)(nil),
+		(*Response_Durable)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[5].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[14].OneofWrappers = []any{
 		(*Frame_Heartbeat)(nil),
 		(*Frame_Response)(nil),
 		(*Frame_Ready)(nil),
 		(*Frame_ResponseChunk)(nil),
 		(*Frame_Body)(nil),
+		(*Frame_Output)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[10].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[20].OneofWrappers = []any{
 		(*SessionFrame_Hello)(nil),
 		(*SessionFrame_Request)(nil),
 		(*SessionFrame_RequestChunk)(nil),
@@ -1311,7 +2207,7 @@ func file_helper_v1_helper_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_helper_v1_helper_proto_rawDesc), len(file_helper_v1_helper_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

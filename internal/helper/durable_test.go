@@ -1,0 +1,345 @@
+package helper_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/helper/spool"
+	"github.com/execplane/execplane/internal/protocol"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+)
+
+// durableLimits are small bounds, so that the caps are observable.
+func durableLimits() *helperv1.Limits {
+	l := limits()
+	l.MaxSpoolBytes = 1 << 20
+	l.MaxDetached = 3
+	l.MaxDetachedMillis = 60_000
+	l.RetainRecords = 50
+	l.RetainMillis = uint64(time.Hour / time.Millisecond)
+	return l
+}
+
+func durableReq(op *helperv1.Durable) *helperv1.Request {
+	return &helperv1.Request{RequestId: "d", Limits: durableLimits(), Operation: &helperv1.Request_Durable{Durable: op}}
+}
+
+func startReq(id, script string) *helperv1.Request {
+	return durableReq(&helperv1.Durable{Op: &helperv1.Durable_Start{Start: &helperv1.DurableStart{
+		CommandId: id, RunId: "run-1", Epoch: 7, Detached: true,
+		Command: &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Shell{Shell: script}},
+	}}})
+}
+
+func followReq(id string, from *executionv1.OutputCursor) *helperv1.Request {
+	return durableReq(&helperv1.Durable{Op: &helperv1.Durable_Follow{Follow: &helperv1.DurableFollow{CommandId: id, From: from}}})
+}
+
+func statusReq(id string, from *executionv1.OutputCursor, max uint64) *helperv1.Request {
+	return durableReq(&helperv1.Durable{Op: &helperv1.Durable_Status{Status: &helperv1.DurableStatus{CommandId: id, From: from, MaxBytes: max}}})
+}
+
+func cancelReq(id string, grace time.Duration) *helperv1.Request {
+	return durableReq(&helperv1.Durable{Op: &helperv1.Durable_Cancel{Cancel: &helperv1.DurableCancel{CommandId: id, GraceMillis: uint64(grace / time.Millisecond)}}})
+}
+
+func listReq(max uint32) *helperv1.Request {
+	return durableReq(&helperv1.Durable{Op: &helperv1.Durable_List{List: &helperv1.DurableList{Max: max}}})
+}
+
+// durableOK runs one durable request and returns its result, failing on a refusal.
+func durableOK(t *testing.T, root string, req *helperv1.Request) (*helperv1.DurableResult, []*executionv1.OutputChunk) {
+	t.Helper()
+	res := call(t, root, req, callOptions{})
+	if e := res.resp.GetError(); e != nil {
+		t.Fatalf("refused: %v %s", e.GetCode(), e.GetMessage())
+	}
+	if res.resp.GetDurable() == nil {
+		t.Fatalf("no durable result: %v", res.resp)
+	}
+	return res.resp.GetDurable(), res.output
+}
+
+func durableCode(t *testing.T, root string, req *helperv1.Request) helperv1.ErrorCode {
+	t.Helper()
+	return call(t, root, req, callOptions{}).resp.GetError().GetCode()
+}
+
+// joined concatenates what chunks carried per stream, checking that each chunk starts where
+// the previous one of its stream ended.
+func joined(t *testing.T, chunks []*executionv1.OutputChunk, from *executionv1.OutputCursor) (stdout, stderr []byte) {
+	t.Helper()
+	at := map[executionv1.OutputStream]uint64{
+		executionv1.OutputStream_OUTPUT_STREAM_STDOUT: from.GetStdout(),
+		executionv1.OutputStream_OUTPUT_STREAM_STDERR: from.GetStderr(),
+	}
+	out := map[executionv1.OutputStream]*bytes.Buffer{
+		executionv1.OutputStream_OUTPUT_STREAM_STDOUT: {},
+		executionv1.OutputStream_OUTPUT_STREAM_STDERR: {},
+	}
+	for _, c := range chunks {
+		if c.GetOffset()-c.GetSkipped() != at[c.GetStream()] {
+			t.Fatalf("a %v chunk at %d (skipping %d) after %d", c.GetStream(), c.GetOffset(), c.GetSkipped(), at[c.GetStream()])
+		}
+		out[c.GetStream()].Write(c.GetData())
+		at[c.GetStream()] = c.GetOffset() + uint64(len(c.GetData()))
+	}
+	return out[executionv1.OutputStream_OUTPUT_STREAM_STDOUT].Bytes(), out[executionv1.OutputStream_OUTPUT_STREAM_STDERR].Bytes()
+}
+
+// A detached command outlives the helper that started it; a follow from the start gets its
+// output exactly and ends with the record of how it ended, which a later status repeats.
+func TestDurableCommandOutlivesItsStartAndIsFollowed(t *testing.T) {
+	root := t.TempDir()
+	res, _ := durableOK(t, root, startReq("c1", "for i in 1 2 3; do echo line $i; sleep 0.1; done; echo oops >&2; exit 3"))
+	info := res.GetCommands()[0]
+	if info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING || info.GetCommandId() != "c1" || info.GetRunId() != "run-1" || info.GetEpoch() != 7 {
+		t.Fatalf("the start answered %v", info)
+	}
+	res, chunks := durableOK(t, root, followReq("c1", nil))
+	stdout, stderr := joined(t, chunks, nil)
+	if diff := cmp.Diff("line 1\nline 2\nline 3\n", string(stdout)); diff != "" {
+		t.Fatalf("stdout (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff("oops\n", string(stderr)); diff != "" {
+		t.Fatalf("stderr (-want +got):\n%s", diff)
+	}
+	end := res.GetCommands()[0]
+	if end.GetState() != executionv1.CommandState_COMMAND_STATE_FAILED || end.GetResult().GetExitCode() != 3 || end.GetStdoutBytes() != 21 || end.GetStderrBytes() != 5 {
+		t.Fatalf("the follow ended with %v", end)
+	}
+	// From the middle: only what comes after.
+	res, _ = durableOK(t, root, statusReq("c1", &executionv1.OutputCursor{Stdout: 7, Stderr: 5}, 0))
+	stdout, stderr = joined(t, res.GetOutput(), &executionv1.OutputCursor{Stdout: 7, Stderr: 5})
+	if string(stdout) != "line 2\nline 3\n" || len(stderr) != 0 || res.GetCommands()[0].GetResult().GetReceipt() != end.GetResult().GetReceipt() {
+		t.Fatalf("status from the middle: %q %q %v", stdout, stderr, res.GetCommands()[0])
+	}
+	if code := durableCode(t, root, statusReq("c1", &executionv1.OutputCursor{Stdout: 22}, 0)); code != helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
+		t.Fatalf("a cursor past the end: %v", code)
+	}
+}
+
+// The same start again answers the same command; the same id with another program is
+// refused and changes nothing; an unknown id is NOT_FOUND for every operation.
+func TestDurableStartIsIdempotentAndIdsAreExact(t *testing.T) {
+	root := t.TempDir()
+	first, _ := durableOK(t, root, startReq("same", "echo once >> ran; sleep 0.2"))
+	again, _ := durableOK(t, root, startReq("same", "echo once >> ran; sleep 0.2"))
+	if first.GetCommands()[0].GetStartedAt().AsTime() != again.GetCommands()[0].GetStartedAt().AsTime() {
+		t.Fatalf("a second command was started: %v then %v", first.GetCommands()[0], again.GetCommands()[0])
+	}
+	if code := durableCode(t, root, startReq("same", "echo other")); code != helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS {
+		t.Fatalf("another program under the id: %v", code)
+	}
+	durableOK(t, root, followReq("same", nil))
+	if b, _ := os.ReadFile(filepath.Join(root, "ran")); string(b) != "once\n" {
+		t.Fatalf("the command ran %q", b)
+	}
+	for name, req := range map[string]*helperv1.Request{
+		"status": statusReq("nope", nil, 0), "follow": followReq("nope", nil), "cancel": cancelReq("nope", 0),
+	} {
+		if code := durableCode(t, root, req); code != helperv1.ErrorCode_ERROR_CODE_NOT_FOUND {
+			t.Errorf("%s of an unknown id: %v", name, code)
+		}
+	}
+	if code := durableCode(t, root, startReq("../x", "true")); code != helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
+		t.Fatalf("a path as id: %v", code)
+	}
+}
+
+// Beyond the cap of running commands a start is refused and leaves nothing; once one ends,
+// a start is accepted again.
+func TestDurableStartsBeyondTheCapAreRefused(t *testing.T) {
+	root := t.TempDir()
+	for _, id := range []string{"a", "b", "c"} {
+		durableOK(t, root, startReq(id, "sleep 30"))
+	}
+	if code := durableCode(t, root, startReq("d", "sleep 30")); code != helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED {
+		t.Fatalf("a fourth: %v", code)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".execplane/commands/d")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused start left %v", err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		durableOK(t, root, cancelReq(id, 0))
+	}
+	durableOK(t, root, startReq("d", "true"))
+	list, _ := durableOK(t, root, listReq(10))
+	var ids []string
+	for _, c := range list.GetCommands() {
+		ids = append(ids, c.GetCommandId())
+	}
+	if diff := cmp.Diff([]string{"d", "c", "b", "a"}, ids); diff != "" {
+		t.Fatalf("the list, newest first (-want +got):\n%s", diff)
+	}
+}
+
+// A cancel sends SIGTERM, waits the grace, then kills everything the command started —
+// also what ignored the SIGTERM and what left the group — and records CANCELLED.
+func TestDurableCancelLeavesNoSurvivor(t *testing.T) {
+	root := t.TempDir()
+	res, _ := durableOK(t, root, startReq("k", `trap "" TERM; setsid sh -c 'trap "" TERM; echo $$ > escaped; sleep 100' & echo $$ > main; sleep 100 & wait`))
+	_ = res
+	var pids []int
+	clustertest.Eventually(t, 5*time.Second, "both processes recorded their pids", func() bool {
+		pids = pids[:0]
+		for _, f := range []string{"main", "escaped"} {
+			b, err := os.ReadFile(filepath.Join(root, f))
+			if err != nil || len(bytes.TrimSpace(b)) == 0 {
+				return false
+			}
+			var pid int
+			for _, c := range bytes.TrimSpace(b) {
+				pid = pid*10 + int(c-'0')
+			}
+			pids = append(pids, pid)
+		}
+		return true
+	})
+	began := time.Now()
+	res, _ = durableOK(t, root, cancelReq("k", 300*time.Millisecond))
+	took := time.Since(began)
+	info := res.GetCommands()[0]
+	if info.GetState() != executionv1.CommandState_COMMAND_STATE_CANCELLED {
+		t.Fatalf("cancel answered %v", info)
+	}
+	if took > 300*time.Millisecond+time.Second {
+		t.Fatalf("the cancel took %s", took)
+	}
+	for _, pid := range pids {
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			t.Fatalf("process %d survived the cancel (%v)", pid, err)
+		}
+	}
+	// Cancelling an ended command answers its record.
+	again, _ := durableOK(t, root, cancelReq("k", 0))
+	if again.GetCommands()[0].GetResult().GetReceipt() != info.GetResult().GetReceipt() {
+		t.Fatalf("a second cancel changed the record: %v", again.GetCommands()[0])
+	}
+}
+
+// A command whose supervisor is gone without a final record is recorded ABANDONED by the
+// next helper that looks, its output kept.
+func TestDurableCommandWithoutSupervisorIsAbandoned(t *testing.T) {
+	root := t.TempDir()
+	durableOK(t, root, startReq("lost", "echo before; sleep 100"))
+	dir, err := unix.Open(filepath.Join(root, ".execplane/commands/lost"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dir)
+	rec, err := spool.ReadRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 5*time.Second, "the output is spooled", func() bool {
+		end, _ := spool.End(dir, executionv1.OutputStream_OUTPUT_STREAM_STDOUT)
+		return end == 7
+	})
+	// As a replaced Pod's runtime does: everything goes at once.
+	_ = unix.Kill(-int(rec.GetPgid()), unix.SIGKILL)
+	_ = unix.Kill(int(rec.GetSupervisor().GetPid()), unix.SIGKILL)
+	clustertest.Eventually(t, 5*time.Second, "the supervisor is gone", func() bool {
+		return unix.Kill(int(rec.GetSupervisor().GetPid()), 0) != nil
+	})
+	res, _ := durableOK(t, root, statusReq("lost", nil, 0))
+	info := res.GetCommands()[0]
+	if info.GetState() != executionv1.CommandState_COMMAND_STATE_ABANDONED || !strings.Contains(info.GetMessage(), "supervisor") {
+		t.Fatalf("status answered %v", info)
+	}
+	if stdout, _ := joined(t, res.GetOutput(), nil); string(stdout) != "before\n" {
+		t.Fatalf("the output kept: %q", stdout)
+	}
+}
+
+// A stream longer than the spool's cap keeps its head and its tail, counts every byte, and
+// a follow from the start, once it ended, says what it skipped. (A follow under way while
+// the command writes may get more: it reads segments before they are dropped.)
+func TestDurableSpoolKeepsHeadAndTail(t *testing.T) {
+	root := t.TempDir()
+	req := startReq("big", "head -c 8388608 /dev/zero | tr '\\0' x; printf END")
+	req.Limits.MaxSpoolBytes = 256 << 10
+	durableOK(t, root, req)
+	clustertest.Eventually(t, 20*time.Second, "the command ended", func() bool {
+		res, _ := durableOK(t, root, statusReq("big", nil, 1))
+		return res.GetCommands()[0].GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING
+	})
+	f := followReq("big", nil)
+	f.Limits.MaxSpoolBytes = 256 << 10
+	res, chunks := durableOK(t, root, f)
+	info := res.GetCommands()[0]
+	if info.GetStdoutBytes() != 8<<20+3 || !info.GetResult().GetStdout().GetTruncated() {
+		t.Fatalf("the record: %v", info)
+	}
+	stdout, _ := joined(t, chunks, nil)
+	var skipped uint64
+	for _, c := range chunks {
+		skipped += c.GetSkipped()
+	}
+	if uint64(len(stdout))+skipped != 8<<20+3 || !bytes.HasSuffix(stdout, []byte("END")) || len(stdout) < 256<<10 || len(stdout) > 256<<10+2*32<<10 {
+		t.Fatalf("kept %d bytes, skipped %d", len(stdout), skipped)
+	}
+}
+
+func sessionRequest(id string, req *helperv1.Request) *helperv1.SessionFrame {
+	req.Version, req.RequestId = helperv1.ProtocolVersion_PROTOCOL_VERSION_2, id
+	return &helperv1.SessionFrame{Frame: &helperv1.SessionFrame_Request{Request: req}}
+}
+
+// A detached command started through a session survives the session's end, which kills
+// everything else it started; a follow asked to cancel on its end cancels its command
+// when the session ends under it.
+func TestDurableCommandsThroughASession(t *testing.T) {
+	root := t.TempDir()
+	in, out, wait := rawSession(t, root)
+	for _, f := range []*helperv1.SessionFrame{
+		protocol.NewHello(4, protocol.DefaultChunkBytes, time.Second),
+		sessionRequest("1", startReq("kept", "sleep 0.5; echo survived")),
+		sessionRequest("2", startReq("tied", "sleep 100")),
+	} {
+		if err := protocol.WriteFrame(in, f, protocol.MaxRequestBytes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for answered := map[string]bool{}; len(answered) < 2; { // in either order
+		var f helperv1.Frame
+		if err := protocol.ReadFrame(out, &f, protocol.MaxResponseBytes); err != nil {
+			t.Fatalf("reading the session: %v", err)
+		}
+		if resp := f.GetResponse(); resp != nil {
+			if resp.GetDurable().GetCommands()[0].GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING {
+				t.Fatalf("start %s answered %v", resp.GetRequestId(), resp)
+			}
+			answered[resp.GetRequestId()] = true
+		}
+	}
+	f := followReq("tied", nil)
+	f.GetDurable().GetFollow().CancelOnEnd = true
+	if err := protocol.WriteFrame(in, sessionRequest("3", f), protocol.MaxRequestBytes); err != nil {
+		t.Fatal(err)
+	}
+	in.Close() // the session ends: the follow is cancelled, and with it "tied"
+	_, _ = io.Copy(io.Discard, out)
+	if err := wait(); err != nil {
+		t.Fatalf("session exit: %v", err)
+	}
+	res, chunks := durableOK(t, root, followReq("kept", nil))
+	if stdout, _ := joined(t, chunks, nil); string(stdout) != "survived\n" || res.GetCommands()[0].GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
+		t.Fatalf("the detached command after the session: %q %v", stdout, res.GetCommands()[0])
+	}
+	res, _ = durableOK(t, root, statusReq("tied", nil, 0))
+	if state := res.GetCommands()[0].GetState(); state != executionv1.CommandState_COMMAND_STATE_CANCELLED {
+		t.Fatalf("the command tied to its follow: %v", state)
+	}
+}

@@ -1,0 +1,304 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/execplane/execplane/internal/helper/spool"
+	"github.com/execplane/execplane/internal/protocol"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+)
+
+// Timing of the operations that wait on a supervisor.
+const (
+	// followPoll is how often a follow looks for new output: well within the 200 ms a
+	// line may take to reach its caller, and cheap (a directory listing per stream).
+	followPoll = 25 * time.Millisecond
+	// aliveCheckEvery is how often a follow proves the supervisor still lives, so that a
+	// command abandoned under it ends the follow.
+	aliveCheckEvery = time.Second
+	// cancelPoll is how often a cancel looks for the final record.
+	cancelPoll = 10 * time.Millisecond
+	// cancelSlack is what a cancel waits beyond the grace: the kill, the reaping (at most
+	// 800 ms), the drain and the final record.
+	cancelSlack = 3 * time.Second
+)
+
+// DefaultStatusBytes is the output a status answers when it does not say.
+const DefaultStatusBytes = 1 << 20
+
+// ErrCancelled ends a follow whose request was cancelled.
+var ErrCancelled = errors.New("the follow was cancelled")
+
+// Output receives a follow's output, a piece at a time.
+type Output func(*executionv1.OutputChunk) error
+
+// Do serves one durable operation. A follow sends its output through out, in pieces of at
+// most piece bytes, until the command has ended and all of it was sent, or until cancel is
+// closed.
+func Do(cfg Config, req *helperv1.Request, out Output, piece int, cancel <-chan struct{}) (*helperv1.DurableResult, error) {
+	d := req.GetDurable()
+	lim := protocol.DurableLimitsOf(req.GetLimits())
+	if err := protocol.ValidateDurable(d, lim); err != nil {
+		return nil, err
+	}
+	one := func(info *executionv1.CommandInfo, err error) (*helperv1.DurableResult, error) {
+		if err != nil {
+			return nil, err
+		}
+		return &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{info}}, nil
+	}
+	switch op := d.GetOp().(type) {
+	case *helperv1.Durable_Start:
+		return one(start(cfg, req, op.Start, lim))
+	case *helperv1.Durable_Status:
+		return status(cfg, op.Status)
+	case *helperv1.Durable_Follow:
+		return one(follow(cfg, op.Follow, out, piece, cancel))
+	case *helperv1.Durable_Cancel:
+		return one(cancelCommand(cfg, op.Cancel.GetCommandId(), time.Duration(op.Cancel.GetGraceMillis())*time.Millisecond))
+	case *helperv1.Durable_List:
+		return list(cfg, op.List.GetMax(), lim)
+	}
+	return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "no durable operation")
+}
+
+// opened is one command's directory and record, reconciled.
+type opened struct {
+	dir int
+	rec *helperv1.CommandRecord
+}
+
+func (o opened) close() { unix.Close(o.dir) }
+
+func open(cfg Config, id string) (opened, error) {
+	cmds, err := spool.OpenCommands(cfg.Root, false)
+	if err != nil {
+		return opened{}, notFound(err)
+	}
+	defer cmds.Close()
+	dir, err := cmds.Open(id)
+	if err != nil {
+		return opened{}, notFound(err)
+	}
+	rec, err := spool.ReadRecord(dir)
+	if err == nil && rec.GetInfo().GetCommandId() != id {
+		err = spool.ErrBadRecord
+	}
+	if err == nil {
+		rec, err = reconcile(dir, rec)
+	}
+	if err != nil {
+		unix.Close(dir)
+		if errors.Is(err, spool.ErrBadRecord) {
+			return opened{}, errorf(helperv1.ErrorCode_ERROR_CODE_INTERNAL, "the command's record is unreadable (the workload may have changed it)")
+		}
+		return opened{}, notFound(err)
+	}
+	return opened{dir: dir, rec: rec}, nil
+}
+
+// checkCursor refuses offsets past the end of an ended command's streams.
+func checkCursor(rec *helperv1.CommandRecord, from *executionv1.OutputCursor) error {
+	if !rec.GetEnded() {
+		return nil
+	}
+	if from.GetStdout() > rec.GetInfo().GetStdoutBytes() || from.GetStderr() > rec.GetInfo().GetStderrBytes() {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "the cursor is past the end of the command's output (%d, %d bytes)",
+			rec.GetInfo().GetStdoutBytes(), rec.GetInfo().GetStderrBytes())
+	}
+	return nil
+}
+
+func status(cfg Config, st *helperv1.DurableStatus) (*helperv1.DurableResult, error) {
+	o, err := open(cfg, st.GetCommandId())
+	if err != nil {
+		return nil, err
+	}
+	defer o.close()
+	if err := checkCursor(o.rec, st.GetFrom()); err != nil {
+		return nil, err
+	}
+	budget := int(st.GetMaxBytes())
+	if budget == 0 {
+		budget = DefaultStatusBytes
+	}
+	res := &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{o.rec.GetInfo()}}
+	for _, s := range protocol.Streams {
+		at := protocol.CursorOf(st.GetFrom(), s)
+		for budget > 0 {
+			p, err := spool.Read(o.dir, s, at, budget)
+			if err != nil {
+				return nil, unavailable(err)
+			}
+			if len(p.Data) == 0 && p.Skipped == 0 {
+				break
+			}
+			res.Output = append(res.Output, &executionv1.OutputChunk{Stream: s, Offset: p.Offset, Data: p.Data, Skipped: p.Skipped})
+			budget -= len(p.Data)
+			at = p.Offset + uint64(len(p.Data))
+		}
+	}
+	return res, nil
+}
+
+// follow sends output from the cursor until the command has ended and everything kept was
+// sent. The record is read before each pass: a pass that finds nothing new after a record
+// that said ended has sent it all (the supervisor closes the streams before it writes the
+// final record).
+func follow(cfg Config, f *helperv1.DurableFollow, out Output, piece int, cancel <-chan struct{}) (*executionv1.CommandInfo, error) {
+	o, err := open(cfg, f.GetCommandId())
+	if err != nil {
+		return nil, err
+	}
+	defer o.close()
+	if err := checkCursor(o.rec, f.GetFrom()); err != nil {
+		return nil, err
+	}
+	cursor := map[executionv1.OutputStream]uint64{}
+	for _, s := range protocol.Streams {
+		cursor[s] = protocol.CursorOf(f.GetFrom(), s)
+	}
+	rec := o.rec
+	lastProof := time.Now()
+	poll := time.NewTicker(followPoll)
+	defer poll.Stop()
+	for {
+		ended := rec.GetEnded()
+		progressed := false
+		for _, s := range protocol.Streams {
+			p, err := spool.Read(o.dir, s, cursor[s], piece)
+			if err != nil {
+				return nil, unavailable(err)
+			}
+			if len(p.Data) == 0 && p.Skipped == 0 {
+				continue
+			}
+			if err := out(&executionv1.OutputChunk{Stream: s, Offset: p.Offset, Data: p.Data, Skipped: p.Skipped}); err != nil {
+				return nil, err
+			}
+			cursor[s] = p.Offset + uint64(len(p.Data))
+			progressed = true
+		}
+		if !progressed {
+			if ended {
+				return rec.GetInfo(), nil
+			}
+			select {
+			case <-cancel:
+				if f.GetCancelOnEnd() {
+					_, _ = cancelCommand(cfg, f.GetCommandId(), 0)
+				}
+				return nil, ErrCancelled
+			case <-poll.C:
+			}
+		}
+		next, err := spool.ReadRecord(o.dir)
+		if err != nil {
+			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INTERNAL, "the command's record is unreadable (the workload may have changed it)")
+		}
+		if !next.GetEnded() && time.Since(lastProof) > aliveCheckEvery {
+			lastProof = time.Now()
+			if next, err = reconcile(o.dir, next); err != nil {
+				return nil, err
+			}
+		}
+		rec = next
+	}
+}
+
+// cancelCommand stops a running command — its grace beside the record, SIGTERM to its
+// supervisor — and waits for the final record. An ended command is answered as it is.
+func cancelCommand(cfg Config, id string, grace time.Duration) (*executionv1.CommandInfo, error) {
+	o, err := open(cfg, id)
+	if err != nil {
+		return nil, err
+	}
+	defer o.close()
+	if o.rec.GetEnded() {
+		return o.rec.GetInfo(), nil
+	}
+	if err := writeGrace(o.dir, grace); err != nil {
+		return nil, unavailable(err)
+	}
+	sup := o.rec.GetSupervisor()
+	if err := unix.Kill(int(sup.GetPid()), unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+		return nil, fmt.Errorf("signalling the supervisor: %w", err)
+	}
+	deadline := time.Now().Add(grace + cancelSlack)
+	poll := time.NewTicker(cancelPoll)
+	defer poll.Stop()
+	for {
+		rec, err := spool.ReadRecord(o.dir)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		if rec, err = reconcile(o.dir, rec); err != nil {
+			return nil, err
+		}
+		if rec.GetEnded() || time.Now().After(deadline) {
+			return rec.GetInfo(), nil
+		}
+		<-poll.C
+	}
+}
+
+// writeGrace leaves a cancel's grace for the supervisor to read when it is signalled.
+func writeGrace(dir int, grace time.Duration) error {
+	fd, err := unix.Openat(dir, cancelName, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, err = unix.Write(fd, []byte(strconv.FormatInt(grace.Milliseconds(), 10)))
+	return err
+}
+
+// list answers the newest commands first; it applies retention on the way.
+func list(cfg Config, max uint32, lim protocol.DurableLimits) (*helperv1.DurableResult, error) {
+	cmds, err := spool.OpenCommands(cfg.Root, false)
+	if errors.Is(err, spool.ErrNoCommand) {
+		return &helperv1.DurableResult{}, nil
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer cmds.Close()
+	unlock, err := cmds.Lock()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer unlock()
+	entries, err := scan(cmds)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	entries = retain(cmds, entries, lim, time.Now())
+	slices.SortFunc(entries, func(a, b entry) int {
+		if c := b.rec.GetInfo().GetStartedAt().AsTime().Compare(a.rec.GetInfo().GetStartedAt().AsTime()); c != 0 {
+			return c
+		}
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	res := &helperv1.DurableResult{}
+	for i, e := range entries {
+		if i == int(max) {
+			res.More = true
+			break
+		}
+		res.Commands = append(res.Commands, e.rec.GetInfo())
+	}
+	return res, nil
+}

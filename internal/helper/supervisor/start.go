@@ -1,0 +1,240 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/execplane/execplane/internal/helper/fileops"
+	"github.com/execplane/execplane/internal/helper/spool"
+	"github.com/execplane/execplane/internal/protocol"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+)
+
+// Argv0 names a supervisor in ps; Flag makes the helper one.
+const (
+	Argv0 = "execplane-helper-supervisor"
+	Flag  = "--supervise"
+)
+
+// startReportTimeout bounds the wait for a new supervisor to say that its command runs: a
+// start is a fork and an exec.
+const startReportTimeout = 10 * time.Second
+
+// The descriptors a supervisor is started with, beyond stdin, stdout and stderr (all three
+// /dev/null: it answers nobody).
+const (
+	fdStart   = 3 // the start request, one frame, then EOF
+	fdReport  = 4 // the record once the command runs (or could not start), one frame
+	fdCommand = 5 // the command's spool directory
+	fdWorkDir = 6 // the working directory, resolved beneath the root by the kernel
+)
+
+// Config is what durable operations need.
+type Config struct {
+	// Root is the workspace root.
+	Root string
+	// Self is the helper executable a supervisor is started from ("/proc/self/exe").
+	Self string
+	// Spawn starts a supervisor; a session passes one that keeps it from its sweeps. Nil
+	// means os.StartProcess.
+	Spawn func(name string, argv []string, attr *os.ProcAttr) (*os.Process, error)
+}
+
+func (c Config) spawn(name string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+	if c.Spawn != nil {
+		return c.Spawn(name, argv, attr)
+	}
+	return os.StartProcess(name, argv, attr)
+}
+
+func durationSince(t time.Time) *durationpb.Duration { return durationpb.New(time.Since(t)) }
+
+// start serves a DurableStart.
+func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim protocol.DurableLimits) (*executionv1.CommandInfo, error) {
+	digest, err := specDigest(st.GetCommand())
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := spool.OpenCommands(cfg.Root, true)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer cmds.Close()
+	unlock, err := cmds.Lock()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer unlock()
+
+	id := st.GetCommandId()
+	if dir, err := cmds.Open(id); err == nil {
+		defer unix.Close(dir)
+		rec, err := spool.ReadRecord(dir)
+		if err != nil || rec.GetSpecDigest() != digest {
+			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "command %s exists with another program", id)
+		}
+		if rec, err = reconcile(dir, rec); err != nil {
+			return nil, err
+		}
+		return rec.GetInfo(), nil // the same start again: the command it started
+	} else if !errors.Is(err, spool.ErrNoCommand) {
+		return nil, unavailable(err)
+	}
+
+	entries, err := scan(cmds)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	entries = retain(cmds, entries, lim, time.Now())
+	running := 0
+	for _, e := range entries {
+		if !e.rec.GetEnded() {
+			running++
+		}
+	}
+	if running >= lim.MaxDetached {
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "%d durable commands run already, the most the profile allows", running)
+	}
+
+	root, err := fileops.OpenRoot(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	work, err := root.OpenDir(st.GetCommand().GetWorkingDirectory())
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(work)
+
+	dir, err := cmds.Create(id)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer unix.Close(dir)
+	info, err := launch(cfg, req, st, digest, dir, work)
+	if err != nil {
+		_ = cmds.Remove(id) // nothing ran: nothing is left
+		return nil, err
+	}
+	return info, nil
+}
+
+// launch starts the supervisor, records it, hands it the start and waits for its report.
+func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest string, dir, work int) (*executionv1.CommandInfo, error) {
+	frame, err := protocol.Marshal(&helperv1.Request{
+		Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: req.GetRequestId(), Limits: req.GetLimits(),
+		Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{Op: &helperv1.Durable_Start{Start: st}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer null.Close()
+	startR, startW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer startW.Close()
+	reportR, reportW, err := os.Pipe()
+	if err != nil {
+		startR.Close()
+		return nil, err
+	}
+	defer reportR.Close()
+	dirF, err := dupFile(dir, "command")
+	if err != nil {
+		startR.Close()
+		reportW.Close()
+		return nil, err
+	}
+	defer dirF.Close()
+	workF, err := dupFile(work, "work")
+	if err != nil {
+		startR.Close()
+		reportW.Close()
+		return nil, err
+	}
+	defer workF.Close()
+	p, err := cfg.spawn(cfg.Self, []string{Argv0, Flag, "--root", cfg.Root}, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{null, null, null, startR, reportW, dirF, workF},
+		// Its own session: no signal meant for the helper's group reaches it, and it
+		// outlives the call.
+		Sys: &syscall.SysProcAttr{Setsid: true},
+	})
+	startR.Close()
+	reportW.Close()
+	if err != nil {
+		if errors.Is(err, unix.EAGAIN) {
+			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "cannot start the command's supervisor: the executor's process limit is reached")
+		}
+		return nil, fmt.Errorf("starting the command's supervisor: %w", err)
+	}
+	_ = p.Release()
+	rec := &helperv1.CommandRecord{
+		Info: &executionv1.CommandInfo{
+			CommandId: st.GetCommandId(), State: executionv1.CommandState_COMMAND_STATE_RUNNING,
+			Program: programOf(st.GetCommand()), RunId: st.GetRunId(), Epoch: st.GetEpoch(),
+			StartedAt: timestamppb.Now(), Detached: st.GetDetached(),
+		},
+		SpecDigest: digest,
+		Supervisor: identify(p.Pid),
+	}
+	if err := spool.WriteRecord(dir, rec); err != nil {
+		_ = unix.Kill(p.Pid, unix.SIGKILL) // it has not been told to start anything
+		return nil, unavailable(err)
+	}
+	if err := protocol.WritePayload(startW, frame, protocol.MaxRequestBytes); err != nil {
+		_ = unix.Kill(p.Pid, unix.SIGKILL)
+		return nil, fmt.Errorf("handing the start to its supervisor: %w", err)
+	}
+	startW.Close()
+	_ = reportR.SetReadDeadline(time.Now().Add(startReportTimeout))
+	var reported helperv1.CommandRecord
+	if err := protocol.ReadFrame(reportR, &reported, spool.MaxRecordBytes); err == nil && reported.GetInfo() != nil {
+		return reported.GetInfo(), nil
+	}
+	// No report: the supervisor died (or is slow); the record says what is known.
+	got, err := spool.ReadRecord(dir)
+	if err != nil {
+		return nil, err
+	}
+	if got, err = reconcile(dir, got); err != nil {
+		return nil, err
+	}
+	return got.GetInfo(), nil
+}
+
+// unavailable types an error of the spool itself: the workspace cannot keep records now.
+func unavailable(err error) error {
+	var c interface{ HelperCode() helperv1.ErrorCode }
+	if errors.As(err, &c) {
+		return err
+	}
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "the workspace volume is full: %v", err)
+	}
+	return errorf(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the command records cannot be used: %v", err)
+}
+
+// dupFile is a descriptor of its own for an *os.File (which closes it), leaving fd to its
+// owner.
+func dupFile(fd int, name string) (*os.File, error) {
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(d), name), nil
+}

@@ -1,0 +1,176 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/execplane/execplane/internal/helper/process"
+	"github.com/execplane/execplane/internal/helper/spool"
+	"github.com/execplane/execplane/internal/protocol"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
+)
+
+// cancelName is the file beside a record in which a cancel leaves its grace (milliseconds,
+// decimal) before it signals the supervisor.
+const cancelName = "cancel"
+
+// defaultGrace is the grace of a SIGTERM that came without a cancel file (the workload's).
+const defaultGrace = 10 * time.Second
+
+// Supervise is a supervisor's life: read the start, run the command with its output going
+// to the spool, record it running, report, wait, record how it ended. environ is the base
+// environment of the command.
+func Supervise(environ []string) error {
+	startF := os.NewFile(fdStart, "start")
+	report := os.NewFile(fdReport, "report")
+	defer report.Close()
+	var req helperv1.Request
+	err := protocol.ReadFrame(startF, &req, protocol.MaxRequestBytes)
+	startF.Close()
+	if err != nil {
+		return fmt.Errorf("supervisor: the start: %w", err)
+	}
+	st := req.GetDurable().GetStart()
+	lim := protocol.DurableLimitsOf(req.GetLimits())
+	if err := protocol.ValidateDurable(req.GetDurable(), lim); err != nil || st == nil {
+		return fmt.Errorf("supervisor: the start: %v", err)
+	}
+	dir := fdCommand
+	rec, err := spool.ReadRecord(dir)
+	if err != nil {
+		return fmt.Errorf("supervisor: the record: %w", err)
+	}
+	// Signals first: a cancel that comes while the command starts must not kill us before
+	// we record anything.
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM)
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
+	if err := process.EnableSubreaper(); err != nil {
+		return fail(dir, rec, report, fmt.Errorf("subreaper: %w", err))
+	}
+	err = unix.Fchdir(fdWorkDir)
+	unix.Close(fdWorkDir)
+	if err != nil {
+		return fail(dir, rec, report, fmt.Errorf("working directory: %w", err))
+	}
+	stdout, err := newSink(dir, executionv1.OutputStream_OUTPUT_STREAM_STDOUT, lim.SpoolBytes)
+	if err != nil {
+		return fail(dir, rec, report, err)
+	}
+	stderr, err := newSink(dir, executionv1.OutputStream_OUTPUT_STREAM_STDERR, lim.SpoolBytes)
+	if err != nil {
+		return fail(dir, rec, report, err)
+	}
+	stop := make(chan time.Duration, 1)
+	go func() {
+		<-terms
+		stop <- graceOf(dir)
+	}()
+	reported := false
+	res, err := process.Run(st.GetCommand(), process.Options{
+		Limits:  lim.Command,
+		Environ: environ,
+		Stop:    stop,
+		Stdout:  stdout, Stderr: stderr,
+		Started: func(pid int) {
+			rec.Pgid = int32(pid)
+			rec.Info.StartedAt = timestamppb.Now()
+			rec.Supervisor = identify(os.Getpid())
+			if spool.WriteRecord(dir, rec) == nil {
+				reported = protocol.WriteFrame(report, rec, spool.MaxRecordBytes) == nil
+			}
+			report.Close() // the starter answers now; we go on alone
+		},
+	})
+	stdout.w.Close()
+	stderr.w.Close()
+	if err != nil {
+		return fail(dir, rec, report, err)
+	}
+	rec.Ended = true
+	rec.Info.State = res.GetState()
+	rec.Info.Result = res
+	rec.Info.StdoutBytes, rec.Info.StderrBytes = stdout.w.Total(), stderr.w.Total()
+	if e := errors.Join(stdout.w.Err(), stderr.w.Err()); e != nil {
+		rec.Info.Message = process.TruncateUTF8(e.Error(), 1024)
+	}
+	if res.GetState() == executionv1.CommandState_COMMAND_STATE_START_FAILED {
+		rec.Info.StartedAt = res.GetStartedAt()
+	}
+	if err := spool.WriteRecord(dir, rec); err != nil {
+		return err
+	}
+	if !reported {
+		_ = protocol.WriteFrame(report, rec, spool.MaxRecordBytes)
+	}
+	return nil
+}
+
+// fail records a command that could not be run at all (START_FAILED) and reports it.
+func fail(dir int, rec *helperv1.CommandRecord, report *os.File, cause error) error {
+	res := &executionv1.CommandResult{
+		State: executionv1.CommandState_COMMAND_STATE_START_FAILED, ExitCode: -1,
+		Stdout: &executionv1.CapturedOutput{}, Stderr: &executionv1.CapturedOutput{},
+		StartedAt: rec.GetInfo().GetStartedAt(), Duration: durationSince(rec.GetInfo().GetStartedAt().AsTime()),
+		Message: process.TruncateUTF8("cannot start: "+cause.Error(), 1024),
+	}
+	res.Receipt = process.Receipt(res)
+	rec.Ended = true
+	rec.Info.State = res.State
+	rec.Info.Result = res
+	if err := spool.WriteRecord(dir, rec); err != nil {
+		return errors.Join(cause, err)
+	}
+	_ = protocol.WriteFrame(report, rec, spool.MaxRecordBytes)
+	return cause
+}
+
+// graceOf reads the grace a cancel left, bounded; the default when there is none.
+func graceOf(dir int) time.Duration {
+	fd, err := unix.Openat(dir, cancelName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return defaultGrace
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 32)
+	n, _ := unix.Read(fd, buf)
+	if n <= 0 {
+		return defaultGrace
+	}
+	ms, err := strconv.ParseUint(strings.TrimSpace(string(buf[:n])), 10, 64)
+	if err != nil {
+		return defaultGrace
+	}
+	return min(time.Duration(ms)*time.Millisecond, protocol.MaxGrace)
+}
+
+// sink is a stream's spool as the process package sees an output.
+type sink struct {
+	w     *spool.Writer
+	limit uint64
+}
+
+func newSink(dir int, s executionv1.OutputStream, limit uint64) (*sink, error) {
+	w, err := spool.NewWriter(dir, s, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &sink{w: w, limit: limit}, nil
+}
+
+func (s *sink) Write(p []byte) (int, error) { return s.w.Write(p) }
+
+// Captured carries totals only: the output itself is read from the spool by offset.
+func (s *sink) Captured() *executionv1.CapturedOutput {
+	return &executionv1.CapturedOutput{TotalBytes: s.w.Total(), Truncated: s.w.Total() > s.limit || s.w.Err() != nil}
+}
