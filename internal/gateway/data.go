@@ -195,6 +195,9 @@ func limitsOf(p profile.Profile) *helperv1.Limits {
 	return &helperv1.Limits{
 		MaxFileBytes: uint64(p.MaxFileBytes), MaxCommandBytes: uint64(p.MaxCommandBytes),
 		MaxCommandMillis: uint64(p.MaxCommandDuration / time.Millisecond),
+		MaxSpoolBytes:    uint64(p.Commands.SpoolBytes), MaxDetached: uint32(p.Commands.MaxDetached),
+		MaxDetachedMillis: uint64(p.Commands.MaxDuration / time.Millisecond),
+		RetainRecords:     uint32(p.Commands.RetainRecords), RetainMillis: uint64(p.Commands.RetainFor / time.Millisecond),
 	}
 }
 

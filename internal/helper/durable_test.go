@@ -43,7 +43,37 @@ func startReq(id, script string) *helperv1.Request {
 }
 
 func followReq(id string, from *executionv1.OutputCursor) *helperv1.Request {
-	return durableReq(&helperv1.Durable{Op: &helperv1.Durable_Follow{Follow: &helperv1.DurableFollow{CommandId: id, From: from}}})
+	return durableReq(&helperv1.Durable{Op: &helperv1.Durable_Follow{Follow: &helperv1.DurableFollow{CommandId: id, From: from, MaxBytes: 1 << 20, WaitMillis: 2000}}})
+}
+
+// followAll follows a command from the cursor until its end, as the gateway does: one long
+// poll after another from where the last answer ended. It returns the last answer and
+// every chunk.
+func followAll(t *testing.T, root string, id string, from *executionv1.OutputCursor, limits func(*helperv1.Limits)) (*helperv1.DurableResult, []*executionv1.OutputChunk) {
+	t.Helper()
+	cursor := &executionv1.OutputCursor{Stdout: from.GetStdout(), Stderr: from.GetStderr()}
+	var chunks []*executionv1.OutputChunk
+	for range 10000 {
+		req := followReq(id, cursor)
+		if limits != nil {
+			limits(req.Limits)
+		}
+		res, _ := durableOK(t, root, req)
+		for _, c := range res.GetOutput() {
+			chunks = append(chunks, c)
+			end := c.GetOffset() + uint64(len(c.GetData()))
+			if c.GetStream() == executionv1.OutputStream_OUTPUT_STREAM_STDERR {
+				cursor.Stderr = end
+			} else {
+				cursor.Stdout = end
+			}
+		}
+		if res.GetComplete() {
+			return res, chunks
+		}
+	}
+	t.Fatal("the follow never completed")
+	return nil, nil
 }
 
 func statusReq(id string, from *executionv1.OutputCursor, max uint64) *helperv1.Request {
@@ -68,7 +98,7 @@ func durableOK(t *testing.T, root string, req *helperv1.Request) (*helperv1.Dura
 	if res.resp.GetDurable() == nil {
 		t.Fatalf("no durable result: %v", res.resp)
 	}
-	return res.resp.GetDurable(), res.output
+	return res.resp.GetDurable(), res.resp.GetDurable().GetOutput()
 }
 
 func durableCode(t *testing.T, root string, req *helperv1.Request) helperv1.ErrorCode {
@@ -107,7 +137,7 @@ func TestDurableCommandOutlivesItsStartAndIsFollowed(t *testing.T) {
 	if info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING || info.GetCommandId() != "c1" || info.GetRunId() != "run-1" || info.GetEpoch() != 7 {
 		t.Fatalf("the start answered %v", info)
 	}
-	res, chunks := durableOK(t, root, followReq("c1", nil))
+	res, chunks := followAll(t, root, "c1", nil, nil)
 	stdout, stderr := joined(t, chunks, nil)
 	if diff := cmp.Diff("line 1\nline 2\nline 3\n", string(stdout)); diff != "" {
 		t.Fatalf("stdout (-want +got):\n%s", diff)
@@ -142,7 +172,7 @@ func TestDurableStartIsIdempotentAndIdsAreExact(t *testing.T) {
 	if code := durableCode(t, root, startReq("same", "echo other")); code != helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS {
 		t.Fatalf("another program under the id: %v", code)
 	}
-	durableOK(t, root, followReq("same", nil))
+	followAll(t, root, "same", nil, nil)
 	if b, _ := os.ReadFile(filepath.Join(root, "ran")); string(b) != "once\n" {
 		t.Fatalf("the command ran %q", b)
 	}
@@ -275,9 +305,7 @@ func TestDurableSpoolKeepsHeadAndTail(t *testing.T) {
 		res, _ := durableOK(t, root, statusReq("big", nil, 1))
 		return res.GetCommands()[0].GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING
 	})
-	f := followReq("big", nil)
-	f.Limits.MaxSpoolBytes = 256 << 10
-	res, chunks := durableOK(t, root, f)
+	res, chunks := followAll(t, root, "big", nil, func(l *helperv1.Limits) { l.MaxSpoolBytes = 256 << 10 })
 	info := res.GetCommands()[0]
 	if info.GetStdoutBytes() != 8<<20+3 || !info.GetResult().GetStdout().GetTruncated() {
 		t.Fatalf("the record: %v", info)
@@ -298,15 +326,17 @@ func sessionRequest(id string, req *helperv1.Request) *helperv1.SessionFrame {
 }
 
 // A detached command started through a session survives the session's end, which kills
-// everything else it started; a follow asked to cancel on its end cancels its command
-// when the session ends under it.
+// everything else it started; a command started attached is cancelled by its supervisor
+// once nobody has followed it for its attach time.
 func TestDurableCommandsThroughASession(t *testing.T) {
 	root := t.TempDir()
 	in, out, wait := rawSession(t, root)
+	tied := startReq("tied", "sleep 100")
+	tied.GetDurable().GetStart().Detached, tied.GetDurable().GetStart().AttachMillis = false, 1000
 	for _, f := range []*helperv1.SessionFrame{
 		protocol.NewHello(4, protocol.DefaultChunkBytes, time.Second),
 		sessionRequest("1", startReq("kept", "sleep 0.5; echo survived")),
-		sessionRequest("2", startReq("tied", "sleep 100")),
+		sessionRequest("2", tied),
 	} {
 		if err := protocol.WriteFrame(in, f, protocol.MaxRequestBytes); err != nil {
 			t.Fatal(err)
@@ -324,22 +354,42 @@ func TestDurableCommandsThroughASession(t *testing.T) {
 			answered[resp.GetRequestId()] = true
 		}
 	}
-	f := followReq("tied", nil)
-	f.GetDurable().GetFollow().CancelOnEnd = true
-	if err := protocol.WriteFrame(in, sessionRequest("3", f), protocol.MaxRequestBytes); err != nil {
-		t.Fatal(err)
-	}
-	in.Close() // the session ends: the follow is cancelled, and with it "tied"
+	in.Close() // the session ends; its supervisors go on
 	_, _ = io.Copy(io.Discard, out)
 	if err := wait(); err != nil {
 		t.Fatalf("session exit: %v", err)
 	}
-	res, chunks := durableOK(t, root, followReq("kept", nil))
+	res, chunks := followAll(t, root, "kept", nil, nil)
 	if stdout, _ := joined(t, chunks, nil); string(stdout) != "survived\n" || res.GetCommands()[0].GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
 		t.Fatalf("the detached command after the session: %q %v", stdout, res.GetCommands()[0])
 	}
-	res, _ = durableOK(t, root, statusReq("tied", nil, 0))
-	if state := res.GetCommands()[0].GetState(); state != executionv1.CommandState_COMMAND_STATE_CANCELLED {
-		t.Fatalf("the command tied to its follow: %v", state)
+	clustertest.Eventually(t, 5*time.Second, "the unfollowed attached command is cancelled", func() bool {
+		res, _ := durableOK(t, root, statusReq("tied", nil, 0))
+		return res.GetCommands()[0].GetState() == executionv1.CommandState_COMMAND_STATE_CANCELLED
+	})
+}
+
+// An attached command lives as long as it is followed — past its attach time, as long as
+// every follow comes within it.
+func TestDurableAttachedCommandLivesWhileFollowed(t *testing.T) {
+	root := t.TempDir()
+	req := startReq("watched", "sleep 2.5; echo done")
+	req.GetDurable().GetStart().Detached, req.GetDurable().GetStart().AttachMillis = false, 1000
+	durableOK(t, root, req)
+	var cursor *executionv1.OutputCursor
+	for range 100 {
+		f := followReq("watched", cursor)
+		f.GetDurable().GetFollow().WaitMillis = 300
+		res, _ := durableOK(t, root, f)
+		if stdout, _ := joined(t, res.GetOutput(), cursor); len(stdout) > 0 {
+			cursor = &executionv1.OutputCursor{Stdout: uint64(len(stdout))}
+		}
+		if res.GetComplete() {
+			if info := res.GetCommands()[0]; info.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED || info.GetStdoutBytes() != 5 {
+				t.Fatalf("the followed command ended %v", info)
+			}
+			return
+		}
 	}
+	t.Fatal("the follow never completed")
 }

@@ -53,7 +53,6 @@ func TestMain(m *testing.M) {
 // result is what one helper invocation produced.
 type result struct {
 	resp       *helperv1.Response
-	output     []*executionv1.OutputChunk
 	heartbeats int
 	stderr     string
 	elapsed    time.Duration
@@ -123,11 +122,6 @@ func call(t testing.TB, root string, req *helperv1.Request, o callOptions) resul
 		switch f := fr.Frame.(type) {
 		case *helperv1.Frame_Heartbeat:
 			res.heartbeats++
-		case *helperv1.Frame_Output:
-			if f.Output.GetRequestId() != req.GetRequestId() {
-				t.Fatalf("output of request %q", f.Output.GetRequestId())
-			}
-			res.output = append(res.output, f.Output.GetChunk())
 		case *helperv1.Frame_Response:
 			if res.resp != nil {
 				t.Fatal("helper sent two responses")

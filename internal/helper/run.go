@@ -87,7 +87,7 @@ func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 		}
 		return out.response(&helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Command{Command: res}})
 	case *helperv1.Request_Durable:
-		res, err := durable(cfg, &req, stdin, out)
+		res, err := durable(cfg, &req, stdin)
 		if err != nil {
 			return out.fail(id, err)
 		}
@@ -97,23 +97,16 @@ func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 	}
 }
 
-// followPiece bounds one output frame of a follow in one exec per operation.
-const followPiece = 256 << 10
-
-// durable serves a durable operation alone: a follow's output goes out as frames before the
-// response, and anything on stdin (EOF when the call ends) cancels it.
-func durable(cfg Config, req *helperv1.Request, stdin io.Reader, out *frameWriter) (*helperv1.DurableResult, error) {
+// durable serves a durable operation alone; anything on stdin (EOF when the call ends)
+// answers a follow at once.
+func durable(cfg Config, req *helperv1.Request, stdin io.Reader) (*helperv1.DurableResult, error) {
 	cancel := make(chan struct{})
 	go func() {
 		var b [1]byte
 		_, _ = stdin.Read(b[:])
 		close(cancel)
 	}()
-	id := req.GetRequestId()
-	send := func(c *executionv1.OutputChunk) error {
-		return out.frame(&helperv1.Frame{Frame: &helperv1.Frame_Output{Output: &helperv1.Output{RequestId: id, Chunk: c}}})
-	}
-	return supervisor.Do(supervisor.Config{Root: cfg.Root, Self: selfExe}, req, send, followPiece, cancel)
+	return supervisor.Do(supervisor.Config{Root: cfg.Root, Self: selfExe}, req, cancel)
 }
 
 func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1.Limits, heartbeat time.Duration, stdin io.Reader, out *frameWriter) (*executionv1.CommandResult, error) {

@@ -299,34 +299,16 @@ func (s *session) serve(req *helperv1.Request, b *body, cancel <-chan struct{}) 
 	}
 }
 
-// durable serves a durable operation; a follow's output goes out as Output frames before
-// the response, each within a chunk.
+// durable serves a durable operation; a Cancel answers a follow at once.
 func (s *session) durable(req *helperv1.Request, cancel <-chan struct{}) *helperv1.Response {
 	id := req.GetRequestId()
-	// One frame at a time: the follow reads on once its last piece is being written, so a
-	// gateway that reads slowly holds the command's output in the spool, not here.
-	send := func(c *executionv1.OutputChunk) error {
-		written := make(chan struct{})
-		frame := frameBytes(&helperv1.Frame{Frame: &helperv1.Frame_Output{Output: &helperv1.Output{RequestId: id, Chunk: c}}})
-		s.out.Send([]protocol.Encoded{protocol.Whole(frame)}, func() { close(written) })
-		select {
-		case <-written:
-			return nil
-		case <-cancel:
-			return supervisor.ErrCancelled
-		}
-	}
 	cfg := supervisor.Config{Root: s.cfg.Root, Self: selfExe, Spawn: s.children.spawnDetached}
-	res, err := supervisor.Do(cfg, req, send, int(s.ready.GetChunkBytes())-outputEnvelopeBytes, cancel)
+	res, err := supervisor.Do(cfg, req, cancel)
 	if err != nil {
 		return failure(id, err)
 	}
 	return &helperv1.Response{RequestId: id, Outcome: &helperv1.Response_Durable{Durable: res}}
 }
-
-// outputEnvelopeBytes is what an Output frame adds to its data: the request id (at most 64
-// bytes), the stream, two offsets and the tags.
-const outputEnvelopeBytes = 128
 
 // checkBodies refuses a body where the operation has none.
 func checkBodies(req *helperv1.Request) error {

@@ -27,9 +27,16 @@ const (
 	MaxCommandIDBytes = 64
 	// MaxListCommands bounds one listing.
 	MaxListCommands = 1000
-	// MaxStatusOutputBytes bounds the output one status answers: it travels in one
-	// response beside the record.
+	// MaxStatusOutputBytes bounds the output one status or follow answers: it travels in
+	// one response beside the record.
 	MaxStatusOutputBytes = 4 << 20
+	// MaxFollowWait bounds a follow's long poll.
+	MaxFollowWait = time.Minute
+	// MinAttach and MaxAttach bound how long an attached command may go unfollowed before
+	// its supervisor cancels it: longer than a follow's wait and its round trip, short
+	// enough that a vanished caller does not leave its command running for long.
+	MinAttach = time.Second
+	MaxAttach = 10 * time.Minute
 )
 
 // DurableLimits are a durable operation's bounds, from the environment's profile.
@@ -107,6 +114,9 @@ func ValidateDurable(d *helperv1.Durable, lim DurableLimits) error {
 		if err := ValidateCommandID(op.Start.GetCommandId()); err != nil {
 			return err
 		}
+		if a := time.Duration(op.Start.GetAttachMillis()) * time.Millisecond; !op.Start.GetDetached() && (a < MinAttach || a > MaxAttach) {
+			return invalidf("attach_millis must be within [%s, %s] for a command that is not detached", MinAttach, MaxAttach)
+		}
 		if err := ValidateWorkingDirectory(op.Start.GetCommand().GetWorkingDirectory()); err != nil {
 			return err
 		}
@@ -118,6 +128,9 @@ func ValidateDurable(d *helperv1.Durable, lim DurableLimits) error {
 		}
 		return ValidateCommandID(op.Status.GetCommandId())
 	case *helperv1.Durable_Follow:
+		if op.Follow.GetMaxBytes() > MaxStatusOutputBytes || op.Follow.GetWaitMillis() > uint64(MaxFollowWait/time.Millisecond) {
+			return invalidf("max_bytes must be at most %d, wait at most %s", MaxStatusOutputBytes, MaxFollowWait)
+		}
 		return ValidateCommandID(op.Follow.GetCommandId())
 	case *helperv1.Durable_Cancel:
 		if op.Cancel.GetGraceMillis() > uint64(MaxGrace/time.Millisecond) {

@@ -73,6 +73,22 @@ func canonicalEncoding(s *ProfileSpec) ([]byte, error) {
 		}
 		doc["tolerations"] = ts // operator order: the Pod lists them so
 	}
+	if c := s.Commands; c != nil {
+		// Only what is set, so that profiles from before durable commands keep their digest.
+		cmds := map[string]any{}
+		putInt(cmds, "maxDetached", c.MaxDetached)
+		putInt(cmds, "spoolBytes", c.SpoolBytes)
+		putInt(cmds, "retainRecords", c.RetainRecords)
+		if c.MaxDuration != nil {
+			cmds["maxDuration"] = c.MaxDuration.Nanoseconds()
+		}
+		if c.RetainFor != nil {
+			cmds["retainFor"] = c.RetainFor.Nanoseconds()
+		}
+		if len(cmds) > 0 {
+			doc["commands"] = cmds
+		}
+	}
 	if len(s.Capabilities) > 0 {
 		caps := slices.Clone(s.Capabilities)
 		slices.Sort(caps) // a set: its order carries no meaning
@@ -124,5 +140,12 @@ func putBytes(m map[string]any, key string, q *resource.Quantity) {
 func putMillicores(m map[string]any, key string, q *resource.Quantity) {
 	if q != nil {
 		m[key] = strconv.FormatInt(q.MilliValue(), 10) + "m"
+	}
+}
+
+// putInt sets a non-zero integer (zero is an absent optional field).
+func putInt(doc map[string]any, key string, v int64) {
+	if v != 0 {
+		doc[key] = v
 	}
 }

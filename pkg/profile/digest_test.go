@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
@@ -107,6 +108,7 @@ profiles:
 		"decimal exponent for 1Gi":   strings.ReplaceAll(doc(""), "1Gi", `"1073741824e0"`),
 		"60s for 1m":                 docSet("maxCommandDuration", "60s"),
 		"default helperPath written": doc("\n    helperPath: " + DefaultHelperPath),
+		"empty commands":             doc("\n    commands: {}"),
 		"empty optional fields":      doc("\n    storageClass: \"\"\n    runtimeClassName: \"\"\n    imagePullSecrets: []\n    nodeSelector: {}\n    tolerations: []\n    capabilities: []\n    helperPath: \"\""),
 		"null optional fields":       doc("\n    storageClass: null\n    cpuLimit: null\n    imagePullSecrets: null\n    nodeSelector: ~"),
 		"another profile name":       strings.Replace(doc(""), "  p:", "  q:", 1),
@@ -153,6 +155,13 @@ func TestDigestChangesWithEveryField(t *testing.T) {
 		"helperPath":              func(s *ProfileSpec) { s.HelperPath = "/execplane/helper2" },
 		"helperImage":             func(s *ProfileSpec) { s.HelperImage, s.HelperPath = "registry.example/helper:2", "" },
 		"capabilities":            func(s *ProfileSpec) { s.Capabilities = s.Capabilities[:1] },
+		"commands":                func(s *ProfileSpec) { s.Commands = &CommandsSpec{MaxDetached: 2} },
+		// Each field of commands, set on its own.
+		"commands.maxDetached":   func(s *ProfileSpec) { s.Commands = &CommandsSpec{MaxDetached: 3} },
+		"commands.spoolBytes":    func(s *ProfileSpec) { s.Commands = &CommandsSpec{SpoolBytes: 1 << 20} },
+		"commands.maxDuration":   func(s *ProfileSpec) { s.Commands = &CommandsSpec{MaxDuration: &metav1.Duration{Duration: time.Hour}} },
+		"commands.retainRecords": func(s *ProfileSpec) { s.Commands = &CommandsSpec{RetainRecords: 7} },
+		"commands.retainFor":     func(s *ProfileSpec) { s.Commands = &CommandsSpec{RetainFor: &metav1.Duration{Duration: time.Hour}} },
 		// Each field of a toleration.
 		"tolerations.key": func(s *ProfileSpec) { s.Tolerations[0].Key = "pool2" },
 		"tolerations.operator": func(s *ProfileSpec) {
@@ -173,6 +182,11 @@ func TestDigestChangesWithEveryField(t *testing.T) {
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[ProfileSpec]()) {
 		if changes[jsonName(f)] == nil {
 			t.Errorf("no digest change tested for ProfileSpec.%s", f.Name)
+		}
+	}
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[CommandsSpec]()) {
+		if changes["commands."+jsonName(f)] == nil {
+			t.Errorf("no digest change tested for CommandsSpec.%s", f.Name)
 		}
 	}
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[corev1.Toleration]()) {

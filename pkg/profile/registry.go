@@ -57,6 +57,8 @@ type Profile struct {
 	MaxCommandDuration time.Duration
 	// Capabilities the profile grants, sorted.
 	Capabilities []string
+	// Commands are the durable commands' bounds, defaults filled in.
+	Commands Commands
 }
 
 // newRegistry validates and normalises specs and computes each profile's digest. p holds
@@ -126,6 +128,7 @@ func (r *Registry) Profile(name string) (Profile, bool) {
 		MaxCommandBytes:    e.spec.MaxCommandBytes,
 		MaxCommandDuration: e.spec.MaxCommandDuration.Duration,
 		Capabilities:       slices.Clone(e.spec.Capabilities),
+		Commands:           commandsOf(e.spec.Commands),
 	}, true
 }
 
@@ -149,4 +152,40 @@ func (r *Registry) WithExecutorServiceAccount(name string) (*Registry, error) {
 // set with WithExecutorServiceAccount.
 func (r *Registry) ExecutorServiceAccount() string {
 	return r.serviceAccount
+}
+
+// Commands are a profile's effective bounds on durable commands (docs/commands.md).
+type Commands struct {
+	MaxDetached   int
+	SpoolBytes    int64
+	MaxDuration   time.Duration
+	RetainRecords int
+	RetainFor     time.Duration
+}
+
+// DefaultCommands are the bounds of a profile that does not set them: a few background
+// servers or builds at once, 64 MiB kept per stream, a day's run, a week of history.
+var DefaultCommands = Commands{MaxDetached: 4, SpoolBytes: 64 << 20, MaxDuration: 24 * time.Hour, RetainRecords: 100, RetainFor: 7 * 24 * time.Hour}
+
+func commandsOf(c *CommandsSpec) Commands {
+	out := DefaultCommands
+	if c == nil {
+		return out
+	}
+	if c.MaxDetached != 0 {
+		out.MaxDetached = int(c.MaxDetached)
+	}
+	if c.SpoolBytes != 0 {
+		out.SpoolBytes = c.SpoolBytes
+	}
+	if c.MaxDuration != nil {
+		out.MaxDuration = c.MaxDuration.Duration
+	}
+	if c.RetainRecords != 0 {
+		out.RetainRecords = int(c.RetainRecords)
+	}
+	if c.RetainFor != nil {
+		out.RetainFor = c.RetainFor.Duration
+	}
+	return out
 }

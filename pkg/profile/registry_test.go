@@ -57,6 +57,7 @@ func TestRegistryProfile(t *testing.T) {
 		MaxCommandBytes:    1 << 20,
 		MaxCommandDuration: 10 * time.Minute,
 		Capabilities:       []string{"gpu", "network-egress"},
+		Commands:           DefaultCommands,
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("Profile(alpha) = %+v, want %+v", p, want)

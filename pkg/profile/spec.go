@@ -84,6 +84,24 @@ type ProfileSpec struct {
 	// Capabilities the profile grants, such as CapabilityNetworkEgress. A loaded registry
 	// holds them sorted.
 	Capabilities []string `json:"capabilities,omitempty"`
+	// Commands bounds durable commands (docs/commands.md); absent means the defaults.
+	Commands *CommandsSpec `json:"commands,omitempty"`
+}
+
+// CommandsSpec bounds a profile's durable commands. Every field is optional: an absent one
+// takes its default (DefaultCommands).
+type CommandsSpec struct {
+	// MaxDetached is the most durable commands running at once in one environment.
+	MaxDetached int64 `json:"maxDetached,omitempty"`
+	// SpoolBytes caps each output stream's spool on the workspace volume, head and tail
+	// kept.
+	SpoolBytes int64 `json:"spoolBytes,omitempty"`
+	// MaxDuration is the longest a durable command may run.
+	MaxDuration *metav1.Duration `json:"maxDuration,omitempty"`
+	// RetainRecords is the most ended commands' records kept per environment.
+	RetainRecords int64 `json:"retainRecords,omitempty"`
+	// RetainFor is how long an ended command's record is kept.
+	RetainFor *metav1.Duration `json:"retainFor,omitempty"`
 }
 
 // DeepCopy returns a copy of s that shares no memory with it. resource.Quantity caches its
@@ -113,6 +131,18 @@ func (s *ProfileSpec) DeepCopy() ProfileSpec {
 		for i := range s.Tolerations {
 			s.Tolerations[i].DeepCopyInto(&out.Tolerations[i])
 		}
+	}
+	if s.Commands != nil {
+		c := *s.Commands
+		if c.MaxDuration != nil {
+			d := *c.MaxDuration
+			c.MaxDuration = &d
+		}
+		if c.RetainFor != nil {
+			d := *c.RetainFor
+			c.RetainFor = &d
+		}
+		out.Commands = &c
 	}
 	if s.Capabilities != nil {
 		out.Capabilities = append([]string(nil), s.Capabilities...)

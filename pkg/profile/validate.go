@@ -35,6 +35,21 @@ const (
 	// call lasts as long as the command and must end within the gateway's default RPC
 	// deadline cap (one hour).
 	MaxCommandDurationCeiling = time.Hour
+	// MaxDetachedCeiling bounds commands.maxDetached: each running durable command is a
+	// supervisor process of a few MiB in the executor (the helper's own ceiling).
+	MaxDetachedCeiling = 64
+	// minSpoolBytes and MaxSpoolBytesCeiling bound commands.spoolBytes per stream: at least
+	// a page of output, at most the helper's ceiling (a small share of any volume worth
+	// having).
+	minSpoolBytes        = 4 << 10
+	MaxSpoolBytesCeiling = 1 << 30
+	// MaxDetachedDurationCeiling bounds commands.maxDuration (the helper's ceiling).
+	MaxDetachedDurationCeiling = 7 * 24 * time.Hour
+	// MaxRetainRecordsCeiling bounds commands.retainRecords: a listing reads them all.
+	MaxRetainRecordsCeiling = 1000
+	// minRetainFor and maxRetainFor bound commands.retainFor.
+	minRetainFor = time.Minute
+	maxRetainFor = 366 * 24 * time.Hour
 	// MaxEnvironmentsCeiling bounds maxEnvironments: every environment is a custom resource,
 	// a PVC and a Pod held in the informer caches of every gateway and controller replica.
 	MaxEnvironmentsCeiling = 100_000
@@ -130,6 +145,28 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 		p.Add(field("maxCommandDuration"), "%s is outside [%s, %s]", d, minMaxCommandDuration, MaxCommandDurationCeiling)
 	}
 	checkBetween(p, field("maxEnvironments"), s.MaxEnvironments, 1, MaxEnvironmentsCeiling)
+	if c := s.Commands; c != nil {
+		sub := func(name string) string { return field("commands." + name) }
+		if c.MaxDetached != 0 {
+			checkBetween(p, sub("maxDetached"), c.MaxDetached, 1, MaxDetachedCeiling)
+		}
+		if c.SpoolBytes != 0 {
+			checkBetween(p, sub("spoolBytes"), c.SpoolBytes, minSpoolBytes, MaxSpoolBytesCeiling)
+		}
+		if c.RetainRecords != 0 {
+			checkBetween(p, sub("retainRecords"), c.RetainRecords, 1, MaxRetainRecordsCeiling)
+		}
+		if c.MaxDuration != nil {
+			if d := c.MaxDuration.Duration; d < minMaxCommandDuration || d > MaxDetachedDurationCeiling {
+				p.Add(sub("maxDuration"), "%s is outside [%s, %s]", d, minMaxCommandDuration, MaxDetachedDurationCeiling)
+			}
+		}
+		if c.RetainFor != nil {
+			if d := c.RetainFor.Duration; d < minRetainFor || d > maxRetainFor {
+				p.Add(sub("retainFor"), "%s is outside [%s, %s]", d, minRetainFor, maxRetainFor)
+			}
+		}
+	}
 
 	if s.HelperPath != "" {
 		checkHelperPath(p, field("helperPath"), s.HelperPath)

@@ -33,16 +33,8 @@ const (
 // DefaultStatusBytes is the output a status answers when it does not say.
 const DefaultStatusBytes = 1 << 20
 
-// ErrCancelled ends a follow whose request was cancelled.
-var ErrCancelled = errors.New("the follow was cancelled")
-
-// Output receives a follow's output, a piece at a time.
-type Output func(*executionv1.OutputChunk) error
-
-// Do serves one durable operation. A follow sends its output through out, in pieces of at
-// most piece bytes, until the command has ended and all of it was sent, or until cancel is
-// closed.
-func Do(cfg Config, req *helperv1.Request, out Output, piece int, cancel <-chan struct{}) (*helperv1.DurableResult, error) {
+// Do serves one durable operation; cancel, when closed, answers a follow at once.
+func Do(cfg Config, req *helperv1.Request, cancel <-chan struct{}) (*helperv1.DurableResult, error) {
 	d := req.GetDurable()
 	lim := protocol.DurableLimitsOf(req.GetLimits())
 	if err := protocol.ValidateDurable(d, lim); err != nil {
@@ -60,7 +52,7 @@ func Do(cfg Config, req *helperv1.Request, out Output, piece int, cancel <-chan 
 	case *helperv1.Durable_Status:
 		return status(cfg, op.Status)
 	case *helperv1.Durable_Follow:
-		return one(follow(cfg, op.Follow, out, piece, cancel))
+		return follow(cfg, op.Follow, cancel)
 	case *helperv1.Durable_Cancel:
 		return one(cancelCommand(cfg, op.Cancel.GetCommandId(), time.Duration(op.Cancel.GetGraceMillis())*time.Millisecond))
 	case *helperv1.Durable_List:
@@ -130,29 +122,18 @@ func status(cfg Config, st *helperv1.DurableStatus) (*helperv1.DurableResult, er
 		budget = DefaultStatusBytes
 	}
 	res := &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{o.rec.GetInfo()}}
-	for _, s := range protocol.Streams {
-		at := protocol.CursorOf(st.GetFrom(), s)
-		for budget > 0 {
-			p, err := spool.Read(o.dir, s, at, budget)
-			if err != nil {
-				return nil, unavailable(err)
-			}
-			if len(p.Data) == 0 && p.Skipped == 0 {
-				break
-			}
-			res.Output = append(res.Output, &executionv1.OutputChunk{Stream: s, Offset: p.Offset, Data: p.Data, Skipped: p.Skipped})
-			budget -= len(p.Data)
-			at = p.Offset + uint64(len(p.Data))
-		}
+	if err := gather(o.dir, st.GetFrom(), budget, res); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
 
-// follow sends output from the cursor until the command has ended and everything kept was
-// sent. The record is read before each pass: a pass that finds nothing new after a record
-// that said ended has sent it all (the supervisor closes the streams before it writes the
-// final record).
-func follow(cfg Config, f *helperv1.DurableFollow, out Output, piece int, cancel <-chan struct{}) (*executionv1.CommandInfo, error) {
+// follow answers output from the cursor as soon as there is some, the end once everything
+// kept was answered, or nothing after the wait. The record is read before each look: a look
+// that finds nothing new after a record that said ended has answered it all (the supervisor
+// closes the streams before it writes the final record). Each follow renews an attached
+// command's lease.
+func follow(cfg Config, f *helperv1.DurableFollow, cancel <-chan struct{}) (*helperv1.DurableResult, error) {
 	o, err := open(cfg, f.GetCommandId())
 	if err != nil {
 		return nil, err
@@ -161,43 +142,35 @@ func follow(cfg Config, f *helperv1.DurableFollow, out Output, piece int, cancel
 	if err := checkCursor(o.rec, f.GetFrom()); err != nil {
 		return nil, err
 	}
-	cursor := map[executionv1.OutputStream]uint64{}
-	for _, s := range protocol.Streams {
-		cursor[s] = protocol.CursorOf(f.GetFrom(), s)
+	touchLease(o.dir)
+	budget := int(f.GetMaxBytes())
+	if budget == 0 {
+		budget = DefaultStatusBytes
 	}
-	rec := o.rec
-	lastProof := time.Now()
+	deadline := time.NewTimer(time.Duration(f.GetWaitMillis()) * time.Millisecond)
+	defer deadline.Stop()
 	poll := time.NewTicker(followPoll)
 	defer poll.Stop()
+	rec, lastProof := o.rec, time.Now()
 	for {
 		ended := rec.GetEnded()
-		progressed := false
-		for _, s := range protocol.Streams {
-			p, err := spool.Read(o.dir, s, cursor[s], piece)
-			if err != nil {
-				return nil, unavailable(err)
-			}
-			if len(p.Data) == 0 && p.Skipped == 0 {
-				continue
-			}
-			if err := out(&executionv1.OutputChunk{Stream: s, Offset: p.Offset, Data: p.Data, Skipped: p.Skipped}); err != nil {
-				return nil, err
-			}
-			cursor[s] = p.Offset + uint64(len(p.Data))
-			progressed = true
+		res := &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{rec.GetInfo()}}
+		if err := gather(o.dir, f.GetFrom(), budget, res); err != nil {
+			return nil, err
 		}
-		if !progressed {
-			if ended {
-				return rec.GetInfo(), nil
-			}
-			select {
-			case <-cancel:
-				if f.GetCancelOnEnd() {
-					_, _ = cancelCommand(cfg, f.GetCommandId(), 0)
-				}
-				return nil, ErrCancelled
-			case <-poll.C:
-			}
+		if len(res.Output) > 0 {
+			return res, nil
+		}
+		if ended {
+			res.Complete = true
+			return res, nil
+		}
+		select {
+		case <-cancel:
+			return res, nil
+		case <-deadline.C:
+			return res, nil
+		case <-poll.C:
 		}
 		next, err := spool.ReadRecord(o.dir)
 		if err != nil {
@@ -211,6 +184,50 @@ func follow(cfg Config, f *helperv1.DurableFollow, out Output, piece int, cancel
 		}
 		rec = next
 	}
+}
+
+// gather adds to res the output from the cursor, at most budget bytes in all, stdout first.
+func gather(dir int, from *executionv1.OutputCursor, budget int, res *helperv1.DurableResult) error {
+	for _, s := range protocol.Streams {
+		at := protocol.CursorOf(from, s)
+		for budget > 0 {
+			p, err := spool.Read(dir, s, at, budget)
+			if err != nil {
+				return unavailable(err)
+			}
+			if len(p.Data) == 0 && p.Skipped == 0 {
+				break
+			}
+			res.Output = append(res.Output, &executionv1.OutputChunk{Stream: s, Offset: p.Offset, Data: p.Data, Skipped: p.Skipped})
+			budget -= len(p.Data)
+			at = p.Offset + uint64(len(p.Data))
+		}
+	}
+	return nil
+}
+
+// leaseName is the file a follow touches: an attached command whose lease is older than its
+// attach time is cancelled by its supervisor.
+const leaseName = "followed"
+
+// touchLease renews an attached command's lease (best effort: a command whose lease cannot
+// be written is cancelled, which is what a caller that cannot follow would want).
+func touchLease(dir int) {
+	fd, err := unix.Openat(dir, leaseName, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	_ = unix.Futimes(fd, nil)
+	unix.Close(fd)
+}
+
+// leaseAge is how long ago the lease was last renewed.
+func leaseAge(dir int) (time.Duration, bool) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, leaseName, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return 0, false
+	}
+	return time.Since(time.Unix(st.Mtim.Unix())), true
 }
 
 // cancelCommand stops a running command — its grace beside the record, SIGTERM to its

@@ -192,6 +192,7 @@ func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest
 		SpecDigest: digest,
 		Supervisor: identify(p.Pid),
 	}
+	touchLease(dir) // the first follow has the attach time to come
 	if err := spool.WriteRecord(dir, rec); err != nil {
 		_ = unix.Kill(p.Pid, unix.SIGKILL) // it has not been told to start anything
 		return nil, unavailable(err)

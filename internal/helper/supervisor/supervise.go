@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -72,10 +73,17 @@ func Supervise(environ []string) error {
 		return fail(dir, rec, report, err)
 	}
 	stop := make(chan time.Duration, 1)
+	var once sync.Once
+	stopWith := func(grace time.Duration) { once.Do(func() { stop <- grace }) }
 	go func() {
 		<-terms
-		stop <- graceOf(dir)
+		stopWith(graceOf(dir))
 	}()
+	done := make(chan struct{})
+	defer close(done)
+	if !st.GetDetached() {
+		go watchLease(dir, time.Duration(st.GetAttachMillis())*time.Millisecond, done, stopWith)
+	}
 	reported := false
 	res, err := process.Run(st.GetCommand(), process.Options{
 		Limits:  lim.Command,
@@ -133,6 +141,27 @@ func fail(dir int, rec *helperv1.CommandRecord, report *os.File, cause error) er
 	}
 	_ = protocol.WriteFrame(report, rec, spool.MaxRecordBytes)
 	return cause
+}
+
+// leaseCheck is how often an attached command's supervisor looks at its lease.
+const leaseCheck = 250 * time.Millisecond
+
+// watchLease cancels an attached command (at once, as a foreground command whose call ended)
+// once no follow has renewed its lease for attach.
+func watchLease(dir int, attach time.Duration, done <-chan struct{}, stop func(time.Duration)) {
+	t := time.NewTicker(leaseCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if age, ok := leaseAge(dir); !ok || age > attach {
+				stop(0)
+				return
+			}
+		}
+	}
 }
 
 // graceOf reads the grace a cancel left, bounded; the default when there is none.

@@ -580,9 +580,11 @@ type DurableStart struct {
 	Command   *v1.CommandSpec `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	RunId     string          `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	Epoch     uint64          `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// Outlives its call; otherwise the gateway cancels it when the call ends (the helper does
-	// not tell them apart: this is recorded for display).
-	Detached      bool `protobuf:"varint,5,opt,name=detached,proto3" json:"detached,omitempty"`
+	// Outlives its call. Otherwise it is attached to its follows: the supervisor cancels it
+	// once no follow has come for attach_millis (the caller is gone, or its gateway).
+	Detached bool `protobuf:"varint,5,opt,name=detached,proto3" json:"detached,omitempty"`
+	// 1 000 .. 600 000; unused when detached.
+	AttachMillis  uint64 `protobuf:"varint,6,opt,name=attach_millis,json=attachMillis,proto3" json:"attach_millis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -652,6 +654,13 @@ func (x *DurableStart) GetDetached() bool {
 	return false
 }
 
+func (x *DurableStart) GetAttachMillis() uint64 {
+	if x != nil {
+		return x.AttachMillis
+	}
+	return 0
+}
+
 // DurableStatus answers a command's record and output from the cursor, at most max_bytes
 // of it in all.
 type DurableStatus struct {
@@ -714,15 +723,18 @@ func (x *DurableStatus) GetMaxBytes() uint64 {
 	return 0
 }
 
-// DurableFollow streams a command's output from the cursor as Frame.output frames until the
-// command has ended and everything kept was sent, then answers its record. With
-// cancel_on_end, a Cancel of this request (or the end of the session or of the call)
-// before the command ended cancels the command too.
+// DurableFollow is a long poll of a command's output: answered with output from the cursor
+// (at most max_bytes) as soon as there is some, or once the command has ended and all of it
+// was answered (DurableResult.complete), or with none after wait_millis. Each follow keeps
+// an attached command alive (DurableStart.attach_millis). A Cancel answers it at once.
 type DurableFollow struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	From          *v1.OutputCursor       `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
-	CancelOnEnd   bool                   `protobuf:"varint,3,opt,name=cancel_on_end,json=cancelOnEnd,proto3" json:"cancel_on_end,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	From      *v1.OutputCursor       `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// 1 .. 4 MiB.
+	MaxBytes uint64 `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// 0 .. 60 000.
+	WaitMillis    uint64 `protobuf:"varint,4,opt,name=wait_millis,json=waitMillis,proto3" json:"wait_millis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -771,11 +783,18 @@ func (x *DurableFollow) GetFrom() *v1.OutputCursor {
 	return nil
 }
 
-func (x *DurableFollow) GetCancelOnEnd() bool {
+func (x *DurableFollow) GetMaxBytes() uint64 {
 	if x != nil {
-		return x.CancelOnEnd
+		return x.MaxBytes
 	}
-	return false
+	return 0
+}
+
+func (x *DurableFollow) GetWaitMillis() uint64 {
+	if x != nil {
+		return x.WaitMillis
+	}
+	return 0
 }
 
 // DurableCancel ends a running command: SIGTERM to its group, the grace, then SIGKILL to
@@ -887,7 +906,10 @@ type DurableResult struct {
 	// Status only: output from the cursor.
 	Output []*v1.OutputChunk `protobuf:"bytes,2,rep,name=output,proto3" json:"output,omitempty"`
 	// List only: more commands exist than were answered.
-	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	// Follow only: the command has ended and this answer carries the last of its kept output
+	// from the cursor.
+	Complete      bool `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -939,6 +961,13 @@ func (x *DurableResult) GetOutput() []*v1.OutputChunk {
 func (x *DurableResult) GetMore() bool {
 	if x != nil {
 		return x.More
+	}
+	return false
+}
+
+func (x *DurableResult) GetComplete() bool {
+	if x != nil {
+		return x.Complete
 	}
 	return false
 }
@@ -1319,7 +1348,6 @@ type Frame struct {
 	//	*Frame_Ready
 	//	*Frame_ResponseChunk
 	//	*Frame_Body
-	//	*Frame_Output
 	Frame         isFrame_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1407,15 +1435,6 @@ func (x *Frame) GetBody() *Chunk {
 	return nil
 }
 
-func (x *Frame) GetOutput() *Output {
-	if x != nil {
-		if x, ok := x.Frame.(*Frame_Output); ok {
-			return x.Output
-		}
-	}
-	return nil
-}
-
 type isFrame_Frame interface {
 	isFrame_Frame()
 }
@@ -1444,11 +1463,6 @@ type Frame_Body struct {
 	Body *Chunk `protobuf:"bytes,5,opt,name=body,proto3,oneof"`
 }
 
-type Frame_Output struct {
-	// A piece of a followed command's output (DurableFollow), before its Response.
-	Output *Output `protobuf:"bytes,6,opt,name=output,proto3,oneof"`
-}
-
 func (*Frame_Heartbeat) isFrame_Frame() {}
 
 func (*Frame_Response) isFrame_Frame() {}
@@ -1458,61 +1472,6 @@ func (*Frame_Ready) isFrame_Frame() {}
 func (*Frame_ResponseChunk) isFrame_Frame() {}
 
 func (*Frame_Body) isFrame_Frame() {}
-
-func (*Frame_Output) isFrame_Frame() {}
-
-// Output is a piece of a durable command's output for one request.
-type Output struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Chunk         *v1.OutputChunk        `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Output) Reset() {
-	*x = Output{}
-	mi := &file_helper_v1_helper_proto_msgTypes[15]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Output) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Output) ProtoMessage() {}
-
-func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[15]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Output.ProtoReflect.Descriptor instead.
-func (*Output) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{15}
-}
-
-func (x *Output) GetRequestId() string {
-	if x != nil {
-		return x.RequestId
-	}
-	return ""
-}
-
-func (x *Output) GetChunk() *v1.OutputChunk {
-	if x != nil {
-		return x.Chunk
-	}
-	return nil
-}
 
 // SessionHello opens a session: what the gateway speaks and asks for.
 type SessionHello struct {
@@ -1535,7 +1494,7 @@ type SessionHello struct {
 
 func (x *SessionHello) Reset() {
 	*x = SessionHello{}
-	mi := &file_helper_v1_helper_proto_msgTypes[16]
+	mi := &file_helper_v1_helper_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1506,7 @@ func (x *SessionHello) String() string {
 func (*SessionHello) ProtoMessage() {}
 
 func (x *SessionHello) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[16]
+	mi := &file_helper_v1_helper_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1519,7 @@ func (x *SessionHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionHello.ProtoReflect.Descriptor instead.
 func (*SessionHello) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{16}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SessionHello) GetVersions() []ProtocolVersion {
@@ -1614,7 +1573,7 @@ type SessionReady struct {
 
 func (x *SessionReady) Reset() {
 	*x = SessionReady{}
-	mi := &file_helper_v1_helper_proto_msgTypes[17]
+	mi := &file_helper_v1_helper_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1585,7 @@ func (x *SessionReady) String() string {
 func (*SessionReady) ProtoMessage() {}
 
 func (x *SessionReady) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[17]
+	mi := &file_helper_v1_helper_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1598,7 @@ func (x *SessionReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReady.ProtoReflect.Descriptor instead.
 func (*SessionReady) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{17}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionReady) GetVersion() ProtocolVersion {
@@ -1694,7 +1653,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_helper_v1_helper_proto_msgTypes[18]
+	mi := &file_helper_v1_helper_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1665,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[18]
+	mi := &file_helper_v1_helper_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1678,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{18}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Chunk) GetRequestId() string {
@@ -1756,7 +1715,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_helper_v1_helper_proto_msgTypes[19]
+	mi := &file_helper_v1_helper_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1727,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[19]
+	mi := &file_helper_v1_helper_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1740,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{19}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -1808,7 +1767,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_helper_v1_helper_proto_msgTypes[20]
+	mi := &file_helper_v1_helper_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1779,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[20]
+	mi := &file_helper_v1_helper_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1792,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{20}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionFrame) GetFrame() isSessionFrame_Frame {
@@ -1956,34 +1915,38 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x06follow\x18\x03 \x01(\v2\x18.helper.v1.DurableFollowH\x00R\x06follow\x122\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x18.helper.v1.DurableCancelH\x00R\x06cancel\x12,\n" +
 	"\x04list\x18\x05 \x01(\v2\x16.helper.v1.DurableListH\x00R\x04listB\x04\n" +
-	"\x02op\"\xab\x01\n" +
+	"\x02op\"\xd0\x01\n" +
 	"\fDurableStart\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x123\n" +
 	"\acommand\x18\x02 \x01(\v2\x19.execution.v1.CommandSpecR\acommand\x12\x15\n" +
 	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1a\n" +
-	"\bdetached\x18\x05 \x01(\bR\bdetached\"{\n" +
+	"\bdetached\x18\x05 \x01(\bR\bdetached\x12#\n" +
+	"\rattach_millis\x18\x06 \x01(\x04R\fattachMillis\"{\n" +
 	"\rDurableStatus\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.execution.v1.OutputCursorR\x04from\x12\x1b\n" +
-	"\tmax_bytes\x18\x03 \x01(\x04R\bmaxBytes\"\x82\x01\n" +
+	"\tmax_bytes\x18\x03 \x01(\x04R\bmaxBytes\"\x9c\x01\n" +
 	"\rDurableFollow\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
-	"\x04from\x18\x02 \x01(\v2\x1a.execution.v1.OutputCursorR\x04from\x12\"\n" +
-	"\rcancel_on_end\x18\x03 \x01(\bR\vcancelOnEnd\"Q\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.execution.v1.OutputCursorR\x04from\x12\x1b\n" +
+	"\tmax_bytes\x18\x03 \x01(\x04R\bmaxBytes\x12\x1f\n" +
+	"\vwait_millis\x18\x04 \x01(\x04R\n" +
+	"waitMillis\"Q\n" +
 	"\rDurableCancel\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
 	"\fgrace_millis\x18\x02 \x01(\x04R\vgraceMillis\"\x1f\n" +
 	"\vDurableList\x12\x10\n" +
-	"\x03max\x18\x01 \x01(\rR\x03max\"\x8d\x01\n" +
+	"\x03max\x18\x01 \x01(\rR\x03max\"\xa9\x01\n" +
 	"\rDurableResult\x125\n" +
 	"\bcommands\x18\x01 \x03(\v2\x19.execution.v1.CommandInfoR\bcommands\x121\n" +
 	"\x06output\x18\x02 \x03(\v2\x19.execution.v1.OutputChunkR\x06output\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more\"\xc0\x01\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1a\n" +
+	"\bcomplete\x18\x04 \x01(\bR\bcomplete\"\xc0\x01\n" +
 	"\rCommandRecord\x12-\n" +
 	"\x04info\x18\x01 \x01(\v2\x19.execution.v1.CommandInfoR\x04info\x12\x1f\n" +
 	"\vspec_digest\x18\x02 \x01(\tR\n" +
@@ -2011,19 +1974,14 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\adurable\x18\x05 \x01(\v2\x18.helper.v1.DurableResultH\x00R\adurableB\t\n" +
 	"\aoutcome\"2\n" +
 	"\tHeartbeat\x12%\n" +
-	"\x0eelapsed_millis\x18\x01 \x01(\x04R\relapsedMillis\"\xba\x02\n" +
+	"\x0eelapsed_millis\x18\x01 \x01(\x04R\relapsedMillis\"\x8d\x02\n" +
 	"\x05Frame\x124\n" +
 	"\theartbeat\x18\x01 \x01(\v2\x14.helper.v1.HeartbeatH\x00R\theartbeat\x121\n" +
 	"\bresponse\x18\x02 \x01(\v2\x13.helper.v1.ResponseH\x00R\bresponse\x12/\n" +
 	"\x05ready\x18\x03 \x01(\v2\x17.helper.v1.SessionReadyH\x00R\x05ready\x129\n" +
 	"\x0eresponse_chunk\x18\x04 \x01(\v2\x10.helper.v1.ChunkH\x00R\rresponseChunk\x12&\n" +
-	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04body\x12+\n" +
-	"\x06output\x18\x06 \x01(\v2\x11.helper.v1.OutputH\x00R\x06outputB\a\n" +
-	"\x05frame\"X\n" +
-	"\x06Output\x12\x1d\n" +
-	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12/\n" +
-	"\x05chunk\x18\x02 \x01(\v2\x19.execution.v1.OutputChunkR\x05chunk\"\xce\x01\n" +
+	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04bodyB\a\n" +
+	"\x05frame\"\xce\x01\n" +
 	"\fSessionHello\x126\n" +
 	"\bversions\x18\x01 \x03(\x0e2\x1a.helper.v1.ProtocolVersionR\bversions\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\rR\vmaxInFlight\x12\x1f\n" +
@@ -2086,7 +2044,7 @@ func file_helper_v1_helper_proto_rawDescGZIP() []byte {
 }
 
 var file_helper_v1_helper_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_helper_v1_helper_proto_goTypes = []any{
 	(ProtocolVersion)(0),     // 0: helper.v1.ProtocolVersion
 	(ErrorCode)(0),           // 1: helper.v1.ErrorCode
@@ -2105,62 +2063,59 @@ var file_helper_v1_helper_proto_goTypes = []any{
 	(*Response)(nil),         // 14: helper.v1.Response
 	(*Heartbeat)(nil),        // 15: helper.v1.Heartbeat
 	(*Frame)(nil),            // 16: helper.v1.Frame
-	(*Output)(nil),           // 17: helper.v1.Output
-	(*SessionHello)(nil),     // 18: helper.v1.SessionHello
-	(*SessionReady)(nil),     // 19: helper.v1.SessionReady
-	(*Chunk)(nil),            // 20: helper.v1.Chunk
-	(*Cancel)(nil),           // 21: helper.v1.Cancel
-	(*SessionFrame)(nil),     // 22: helper.v1.SessionFrame
-	(*v1.FileOperation)(nil), // 23: execution.v1.FileOperation
-	(*v1.CommandSpec)(nil),   // 24: execution.v1.CommandSpec
-	(*v1.OutputCursor)(nil),  // 25: execution.v1.OutputCursor
-	(*v1.CommandInfo)(nil),   // 26: execution.v1.CommandInfo
-	(*v1.OutputChunk)(nil),   // 27: execution.v1.OutputChunk
-	(*v1.FileResult)(nil),    // 28: execution.v1.FileResult
-	(*v1.CommandResult)(nil), // 29: execution.v1.CommandResult
+	(*SessionHello)(nil),     // 17: helper.v1.SessionHello
+	(*SessionReady)(nil),     // 18: helper.v1.SessionReady
+	(*Chunk)(nil),            // 19: helper.v1.Chunk
+	(*Cancel)(nil),           // 20: helper.v1.Cancel
+	(*SessionFrame)(nil),     // 21: helper.v1.SessionFrame
+	(*v1.FileOperation)(nil), // 22: execution.v1.FileOperation
+	(*v1.CommandSpec)(nil),   // 23: execution.v1.CommandSpec
+	(*v1.OutputCursor)(nil),  // 24: execution.v1.OutputCursor
+	(*v1.CommandInfo)(nil),   // 25: execution.v1.CommandInfo
+	(*v1.OutputChunk)(nil),   // 26: execution.v1.OutputChunk
+	(*v1.FileResult)(nil),    // 27: execution.v1.FileResult
+	(*v1.CommandResult)(nil), // 28: execution.v1.CommandResult
 }
 var file_helper_v1_helper_proto_depIdxs = []int32{
 	0,  // 0: helper.v1.Request.version:type_name -> helper.v1.ProtocolVersion
 	2,  // 1: helper.v1.Request.limits:type_name -> helper.v1.Limits
-	23, // 2: helper.v1.Request.file:type_name -> execution.v1.FileOperation
-	24, // 3: helper.v1.Request.command:type_name -> execution.v1.CommandSpec
+	22, // 2: helper.v1.Request.file:type_name -> execution.v1.FileOperation
+	23, // 3: helper.v1.Request.command:type_name -> execution.v1.CommandSpec
 	4,  // 4: helper.v1.Request.durable:type_name -> helper.v1.Durable
 	5,  // 5: helper.v1.Durable.start:type_name -> helper.v1.DurableStart
 	6,  // 6: helper.v1.Durable.status:type_name -> helper.v1.DurableStatus
 	7,  // 7: helper.v1.Durable.follow:type_name -> helper.v1.DurableFollow
 	8,  // 8: helper.v1.Durable.cancel:type_name -> helper.v1.DurableCancel
 	9,  // 9: helper.v1.Durable.list:type_name -> helper.v1.DurableList
-	24, // 10: helper.v1.DurableStart.command:type_name -> execution.v1.CommandSpec
-	25, // 11: helper.v1.DurableStatus.from:type_name -> execution.v1.OutputCursor
-	25, // 12: helper.v1.DurableFollow.from:type_name -> execution.v1.OutputCursor
-	26, // 13: helper.v1.DurableResult.commands:type_name -> execution.v1.CommandInfo
-	27, // 14: helper.v1.DurableResult.output:type_name -> execution.v1.OutputChunk
-	26, // 15: helper.v1.CommandRecord.info:type_name -> execution.v1.CommandInfo
+	23, // 10: helper.v1.DurableStart.command:type_name -> execution.v1.CommandSpec
+	24, // 11: helper.v1.DurableStatus.from:type_name -> execution.v1.OutputCursor
+	24, // 12: helper.v1.DurableFollow.from:type_name -> execution.v1.OutputCursor
+	25, // 13: helper.v1.DurableResult.commands:type_name -> execution.v1.CommandInfo
+	26, // 14: helper.v1.DurableResult.output:type_name -> execution.v1.OutputChunk
+	25, // 15: helper.v1.CommandRecord.info:type_name -> execution.v1.CommandInfo
 	12, // 16: helper.v1.CommandRecord.supervisor:type_name -> helper.v1.Supervisor
 	1,  // 17: helper.v1.Error.code:type_name -> helper.v1.ErrorCode
-	28, // 18: helper.v1.Response.file:type_name -> execution.v1.FileResult
-	29, // 19: helper.v1.Response.command:type_name -> execution.v1.CommandResult
+	27, // 18: helper.v1.Response.file:type_name -> execution.v1.FileResult
+	28, // 19: helper.v1.Response.command:type_name -> execution.v1.CommandResult
 	13, // 20: helper.v1.Response.error:type_name -> helper.v1.Error
 	10, // 21: helper.v1.Response.durable:type_name -> helper.v1.DurableResult
 	15, // 22: helper.v1.Frame.heartbeat:type_name -> helper.v1.Heartbeat
 	14, // 23: helper.v1.Frame.response:type_name -> helper.v1.Response
-	19, // 24: helper.v1.Frame.ready:type_name -> helper.v1.SessionReady
-	20, // 25: helper.v1.Frame.response_chunk:type_name -> helper.v1.Chunk
-	20, // 26: helper.v1.Frame.body:type_name -> helper.v1.Chunk
-	17, // 27: helper.v1.Frame.output:type_name -> helper.v1.Output
-	27, // 28: helper.v1.Output.chunk:type_name -> execution.v1.OutputChunk
-	0,  // 29: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
-	0,  // 30: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
-	18, // 31: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
-	3,  // 32: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
-	20, // 33: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
-	21, // 34: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
-	20, // 35: helper.v1.SessionFrame.body:type_name -> helper.v1.Chunk
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	18, // 24: helper.v1.Frame.ready:type_name -> helper.v1.SessionReady
+	19, // 25: helper.v1.Frame.response_chunk:type_name -> helper.v1.Chunk
+	19, // 26: helper.v1.Frame.body:type_name -> helper.v1.Chunk
+	0,  // 27: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
+	0,  // 28: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
+	17, // 29: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
+	3,  // 30: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
+	19, // 31: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
+	20, // 32: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
+	19, // 33: helper.v1.SessionFrame.body:type_name -> helper.v1.Chunk
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_helper_v1_helper_proto_init() }
@@ -2192,9 +2147,8 @@ func file_helper_v1_helper_proto_init() {
 		(*Frame_Ready)(nil),
 		(*Frame_ResponseChunk)(nil),
 		(*Frame_Body)(nil),
-		(*Frame_Output)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[20].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[19].OneofWrappers = []any{
 		(*SessionFrame_Hello)(nil),
 		(*SessionFrame_Request)(nil),
 		(*SessionFrame_RequestChunk)(nil),
@@ -2207,7 +2161,7 @@ func file_helper_v1_helper_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_helper_v1_helper_proto_rawDesc), len(file_helper_v1_helper_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
