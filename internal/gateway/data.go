@@ -91,6 +91,9 @@ func (h *Handler) writeAsBody(ctx context.Context, a *admitted, w *executionv1.W
 // StartCommand implements ExecutionProviderService: one foreground command, answered when it
 // ended. Cancelling the call closes the exec stream; the helper then kills the command.
 func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommandRequest) (*executionv1.StartCommandResponse, error) {
+	if in.GetDetach() || in.GetCommandId() != "" {
+		return h.startDetached(ctx, in)
+	}
 	spec := in.GetCommand()
 	if spec == nil {
 		return nil, fmt.Errorf("%w: command: required", apierror.ErrInvalidArgument)
@@ -119,30 +122,36 @@ func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommand
 	return &executionv1.StartCommandResponse{Result: res}, nil
 }
 
-// CommandStatus implements ExecutionProviderService: it authorises, then answers
-// UNIMPLEMENTED (commands are foreground).
+// CommandStatus implements ExecutionProviderService: a durable command's record and its
+// output from a cursor (docs/commands.md). A foreground command has no id: NOT_FOUND.
 func (h *Handler) CommandStatus(ctx context.Context, in *executionv1.CommandStatusRequest) (*executionv1.CommandStatusResponse, error) {
-	if err := h.authoriseCommandID(ctx, in.GetRunGrant(), in.GetEnvironment(), in.GetCommandId()); err != nil {
+	a, err := h.admitCommandID(ctx, in.GetRunGrant(), in.GetEnvironment(), in.GetCommandId())
+	if err != nil {
 		return nil, err
 	}
-	return nil, apierror.ErrUnimplemented
+	if in.GetMaxOutputBytes() > protocol.MaxStatusOutputBytes {
+		return nil, fmt.Errorf("%w: max_output_bytes: at most %d", apierror.ErrInvalidArgument, protocol.MaxStatusOutputBytes)
+	}
+	return h.durableStatus(ctx, a, in)
 }
 
-// CancelCommand implements ExecutionProviderService: it authorises, then answers
-// UNIMPLEMENTED (cancel a command by ending its StartCommand call).
+// CancelCommand implements ExecutionProviderService: a durable command is stopped (SIGTERM
+// to its group, the grace, SIGKILL to everything it started) and answered once recorded.
+// A foreground command is cancelled by ending its call.
 func (h *Handler) CancelCommand(ctx context.Context, in *executionv1.CancelCommandRequest) (*executionv1.CancelCommandResponse, error) {
-	if err := h.authoriseCommandID(ctx, in.GetRunGrant(), in.GetEnvironment(), in.GetCommandId()); err != nil {
+	a, err := h.admitCommandID(ctx, in.GetRunGrant(), in.GetEnvironment(), in.GetCommandId())
+	if err != nil {
 		return nil, err
 	}
-	return nil, apierror.ErrUnimplemented
+	return h.durableCancel(ctx, a, in)
 }
 
-func (h *Handler) authoriseCommandID(ctx context.Context, g *executionv1.Grant, ref *executionv1.EnvironmentRef, id string) error {
-	if !ident.IsIdentifier(id) {
-		return fmt.Errorf("%w: command_id: must be an identifier", apierror.ErrInvalidArgument)
+// admitCommandID refuses a malformed command id before anything else, then admits.
+func (h *Handler) admitCommandID(ctx context.Context, g *executionv1.Grant, ref *executionv1.EnvironmentRef, id string) (*admitted, error) {
+	if !ident.IsIdentifier(id) || protocol.ValidateCommandID(id) != nil {
+		return nil, fmt.Errorf("%w: command_id: 1..%d bytes of [A-Za-z0-9._-]", apierror.ErrInvalidArgument, protocol.MaxCommandIDBytes)
 	}
-	_, err := h.admit(ctx, g, ref)
-	return err
+	return h.admit(ctx, g, ref)
 }
 
 // admit authorises a data operation: the caller's run grant verified against this gateway's

@@ -114,9 +114,27 @@ func (f *fakeExecutor) Execute(ctx context.Context, t Target, req *helperv1.Requ
 	default:
 	}
 	if f.do == nil {
-		return &helperv1.Response{RequestId: req.GetRequestId()}, nil
+		return defaultAnswer(req), nil
 	}
 	return f.do(ctx, req)
+}
+
+// defaultAnswer is what a helper would answer when the fake is not told: nothing for a
+// file operation or a command, and for a durable operation the record of an ended command
+// of the id asked about (an empty listing for a list).
+func defaultAnswer(req *helperv1.Request) *helperv1.Response {
+	d := req.GetDurable()
+	if d == nil {
+		return &helperv1.Response{RequestId: req.GetRequestId()}
+	}
+	res := &helperv1.DurableResult{}
+	id := d.GetStatus().GetCommandId() + d.GetCancel().GetCommandId() + d.GetFollow().GetCommandId() + d.GetStart().GetCommandId()
+	if d.GetList() == nil {
+		res.Commands = []*executionv1.CommandInfo{{CommandId: id, State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED,
+			Result: &executionv1.CommandResult{State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED}}}
+		res.Complete = d.GetFollow() != nil
+	}
+	return &helperv1.Response{RequestId: req.GetRequestId(), Outcome: &helperv1.Response_Durable{Durable: res}}
 }
 
 func (f *fakeExecutor) recorded() []execCall {

@@ -56,11 +56,19 @@ var dataRPCs = []dataRPC{
 	{"CommandStatus", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.CommandStatus(ctx, &executionv1.CommandStatusRequest{RunGrant: g, Environment: ref, CommandId: "cmd-1"})
 		return err
-	}, unimplemented, 0},
+	}, ok, 1},
 	{"CancelCommand", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.CancelCommand(ctx, &executionv1.CancelCommandRequest{RunGrant: g, Environment: ref, CommandId: "cmd-1"})
 		return err
-	}, unimplemented, 0},
+	}, ok, 1},
+	{"StartCommand detached", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
+		_, err := h.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: g, Environment: ref, Command: argv("true"), Detach: true, CommandId: "cmd-1"})
+		return err
+	}, ok, 1},
+	{"ListCommands", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
+		_, err := h.ListCommands(ctx, &executionv1.ListCommandsRequest{RunGrant: g, Environment: ref})
+		return err
+	}, ok, 1},
 }
 
 // admissionCase is one class of refusal of a data call's grant, environment or claim.
@@ -561,7 +569,7 @@ func TestHandlerStartCommand(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------------------
-// CommandStatus and CancelCommand: authorised like any data call, then UNIMPLEMENTED.
+// CommandStatus and CancelCommand: a malformed command id is refused before anything else.
 
 func TestHandlerCommandID(t *testing.T) {
 	k := newKeys(t)
@@ -584,13 +592,18 @@ func TestHandlerCommandID(t *testing.T) {
 			{"empty command id", "", invalid},
 			{"command id starting with a dash", "-x", invalid},
 			{"command id with a space", "a b", invalid},
-			{"command id over the bound", strings.Repeat("a", ident.MaxIdentifier+1), invalid},
-			{"well-formed command id", "cmd.1:a_b-c", unimplemented},
+			{"command id with a colon", "a:b", invalid},
+			{"command id over the bound", strings.Repeat("a", 65), invalid},
+			{"well-formed command id", "cmd.1_a-b", ok},
 		} {
 			t.Run(name+"/"+c.name, func(t *testing.T) {
 				w := newWorld(t, k, setup{})
 				expect(t, call(callerCtx(t), w.h, k.run(t, nil), c.id), c.want, "")
-				w.noCalls(t)
+				if c.want == ok {
+					w.execCalls(t, 1)
+				} else {
+					w.noCalls(t)
+				}
 			})
 		}
 	}

@@ -61,7 +61,9 @@ const (
 var testOwner = strings.Repeat("ab", 32)
 
 // The test profile's limits (profiletest.YAML), as the helper must receive them.
-var profileLimits = &helperv1.Limits{MaxFileBytes: 1 << 20, MaxCommandBytes: 64 << 10, MaxCommandMillis: 5 * 60 * 1000}
+var profileLimits = &helperv1.Limits{MaxFileBytes: 1 << 20, MaxCommandBytes: 64 << 10, MaxCommandMillis: 5 * 60 * 1000,
+	// The durable commands' defaults (profile.DefaultCommands).
+	MaxSpoolBytes: 64 << 20, MaxDetached: 4, MaxDetachedMillis: 24 * 60 * 60 * 1000, RetainRecords: 100, RetainMillis: 7 * 24 * 60 * 60 * 1000}
 
 // internalMessage is what Status answers for anything outside the vocabulary.
 const internalMessage = "internal error (request " + testReqID + ")"
@@ -361,6 +363,9 @@ func noClientCtx(t *testing.T) context.Context { return ContextWithRequestID(t.C
 
 // okResponse is a helper's successful answer of the request's kind.
 func okResponse(req *helperv1.Request) *helperv1.Response {
+	if req.GetDurable() != nil {
+		return defaultAnswer(req)
+	}
 	resp := &helperv1.Response{RequestId: req.GetRequestId()}
 	if req.GetCommand() != nil {
 		resp.Outcome = &helperv1.Response_Command{Command: &executionv1.CommandResult{State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED}}

@@ -25,7 +25,8 @@ func durableLimits() *helperv1.Limits {
 	l := limits()
 	l.MaxSpoolBytes = 1 << 20
 	l.MaxDetached = 3
-	l.MaxDetachedMillis = 60_000
+	l.MaxDetachedMillis = uint64(24 * time.Hour / time.Millisecond) // past the foreground ceiling
+
 	l.RetainRecords = 50
 	l.RetainMillis = uint64(time.Hour / time.Millisecond)
 	return l

@@ -96,12 +96,16 @@ func CommandLimitsOf(lim *helperv1.Limits) CommandLimits {
 
 // Check refuses limits beyond the helper's own ceilings, which keep both captured streams
 // within one frame and a call within an hour whatever the request says.
-func (l CommandLimits) Check() error {
+func (l CommandLimits) Check() error { return l.CheckUpTo(MaxDurationCeiling) }
+
+// CheckUpTo is Check with another ceiling on the duration: a durable command's
+// (MaxDetachedDurationCeiling).
+func (l CommandLimits) CheckUpTo(longest time.Duration) error {
 	if l.MaxOutputBytes == 0 || l.MaxOutputBytes > MaxOutputBytesCeiling {
 		return invalidf("max_command_bytes must be 1..%d", MaxOutputBytesCeiling)
 	}
-	if l.MaxDuration < MinTimeout || l.MaxDuration > MaxDurationCeiling {
-		return invalidf("max_command_millis must be within [%s, %s]", MinTimeout, MaxDurationCeiling)
+	if l.MaxDuration < MinTimeout || l.MaxDuration > longest {
+		return invalidf("the command's duration limit must be within [%s, %s]", MinTimeout, longest)
 	}
 	return nil
 }

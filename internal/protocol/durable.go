@@ -30,6 +30,8 @@ const (
 	// MaxStatusOutputBytes bounds the output one status or follow answers: it travels in
 	// one response beside the record.
 	MaxStatusOutputBytes = 4 << 20
+	// DefaultStatusBytes is the output a status or follow answers when it does not say.
+	DefaultStatusBytes = 1 << 20
 	// MaxFollowWait bounds a follow's long poll.
 	MaxFollowWait = time.Minute
 	// MinAttach and MaxAttach bound how long an attached command may go unfollowed before

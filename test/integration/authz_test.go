@@ -137,6 +137,26 @@ func TestAuthorisationMatrix(t *testing.T) {
 		"CancelCommand": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
 			return p.api.CancelCommand(ctx, &executionv1.CancelCommandRequest{RunGrant: p.runG, Environment: ref, CommandId: "c-1"})
 		},
+		"StartCommand detached": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
+			return p.api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: p.runG, Environment: ref, Command: shell("cat secret.txt"), Detach: true})
+		},
+		"RunCommand": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
+			st, err := p.api.RunCommand(ctx, &executionv1.RunCommandRequest{RunGrant: p.runG, Environment: ref, Command: shell("cat secret.txt")})
+			if err != nil {
+				return nil, err
+			}
+			return st.Recv()
+		},
+		"WatchCommand": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
+			st, err := p.api.WatchCommand(ctx, &executionv1.WatchCommandRequest{RunGrant: p.runG, Environment: ref, CommandId: "c-1"})
+			if err != nil {
+				return nil, err
+			}
+			return st.Recv()
+		},
+		"ListCommands": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
+			return p.api.ListCommands(ctx, &executionv1.ListCommandsRequest{RunGrant: p.runG, Environment: ref})
+		},
 		"RetireEnvironment": func(ctx context.Context, p principal, ref *executionv1.EnvironmentRef) (proto.Message, error) {
 			return p.api.RetireEnvironment(ctx, &executionv1.RetireEnvironmentRequest{OperationId: op(), Environment: ref, Preconditions: pre, Reason: "x"})
 		},
@@ -167,7 +187,8 @@ func TestAuthorisationMatrix(t *testing.T) {
 	// an owner-scoped call by a client that may not attest owners is PERMISSION_DENIED, by
 	// one that may NOT_FOUND (the owner's references are not there).
 	grantRPCs := map[string]bool{"AcquireRun": true, "RenewRun": true, "ReleaseRun": true, "Files": true, "WriteFileStream": true, "ReadFileStream": true,
-		"StartCommand": true, "CommandStatus": true, "CancelCommand": true}
+		"StartCommand": true, "CommandStatus": true, "CancelCommand": true,
+		"StartCommand detached": true, "RunCommand": true, "WatchCommand": true, "ListCommands": true}
 	adminRPCs := map[string]bool{"RetireEnvironment": true, "ReplaceExecutor": true, "RevokeEnvironment": true, "RecoverEnvironment": true,
 		"MigrateEnvironment": true, "DeleteRetiredEnvironment": true}
 	expected := func(p principal, rpc string) codes.Code {

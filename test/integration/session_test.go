@@ -214,11 +214,7 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 		t.Fatalf("command: %v %v", res, err)
 	}
 
-	// Commands are foreground: status and cancel authorise, then answer UNIMPLEMENTED.
-	_, err = api.CommandStatus(ctx, &executionv1.CommandStatusRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "c-1"})
-	wantCode(t, "command status", err, codes.Unimplemented, "UNIMPLEMENTED")
-	_, err = api.CancelCommand(ctx, &executionv1.CancelCommandRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "c-1"})
-	wantCode(t, "cancel command", err, codes.Unimplemented, "UNIMPLEMENTED")
+	durableCommands(t, s)
 
 	// Renew: a new grant for the same claim, which keeps working.
 	rn, err := api.RenewRun(ctx, &executionv1.RenewRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef, Ttl: durationpb.New(2 * time.Minute)})

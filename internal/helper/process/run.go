@@ -42,6 +42,9 @@ type Options struct {
 	Stdout, Stderr Output
 	// Started, when set, is called with the command's pid (its process group) once it runs.
 	Started func(pid int)
+	// Durable: a durable command's supervisor runs it, under the durable ceiling on its
+	// duration (protocol.MaxDetachedDurationCeiling).
+	Durable bool
 	// Dir, when empty, starts the command in the helper's working directory: the helper
 	// fchdir's to the kernel-resolved working directory first (see helper.runCommand), so
 	// no path string is ever resolved again.
@@ -58,7 +61,11 @@ func EnableSubreaper() error {
 // A refused request or a helper fault (no pipes) is an error; a command that could not be
 // started is a result in the START_FAILED state, so the caller gets a receipt for it too.
 func Run(spec *executionv1.CommandSpec, opts Options) (*executionv1.CommandResult, error) {
-	if err := opts.Limits.Check(); err != nil {
+	longest := protocol.MaxDurationCeiling
+	if opts.Durable {
+		longest = protocol.MaxDetachedDurationCeiling
+	}
+	if err := opts.Limits.CheckUpTo(longest); err != nil {
 		return nil, err
 	}
 	argv, timeout, err := protocol.ValidateCommand(spec, opts.Limits)

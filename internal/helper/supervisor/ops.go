@@ -30,9 +30,6 @@ const (
 	cancelSlack = 3 * time.Second
 )
 
-// DefaultStatusBytes is the output a status answers when it does not say.
-const DefaultStatusBytes = 1 << 20
-
 // Do serves one durable operation; cancel, when closed, answers a follow at once.
 func Do(cfg Config, req *helperv1.Request, cancel <-chan struct{}) (*helperv1.DurableResult, error) {
 	d := req.GetDurable()
@@ -119,7 +116,7 @@ func status(cfg Config, st *helperv1.DurableStatus) (*helperv1.DurableResult, er
 	}
 	budget := int(st.GetMaxBytes())
 	if budget == 0 {
-		budget = DefaultStatusBytes
+		budget = protocol.DefaultStatusBytes
 	}
 	res := &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{o.rec.GetInfo()}}
 	if err := gather(o.dir, st.GetFrom(), budget, res); err != nil {
@@ -145,7 +142,7 @@ func follow(cfg Config, f *helperv1.DurableFollow, cancel <-chan struct{}) (*hel
 	touchLease(o.dir)
 	budget := int(f.GetMaxBytes())
 	if budget == 0 {
-		budget = DefaultStatusBytes
+		budget = protocol.DefaultStatusBytes
 	}
 	deadline := time.NewTimer(time.Duration(f.GetWaitMillis()) * time.Millisecond)
 	defer deadline.Stop()

@@ -87,6 +87,7 @@ func Supervise(environ []string) error {
 	reported := false
 	res, err := process.Run(st.GetCommand(), process.Options{
 		Limits:  lim.Command,
+		Durable: true,
 		Environ: environ,
 		Stop:    stop,
 		Stdout:  stdout, Stderr: stderr,

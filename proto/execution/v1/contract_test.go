@@ -25,9 +25,15 @@ var contract = []string{
 var additions = []struct {
 	name                 string
 	clientSends, streams bool
+	// output names the message it returns when it is not <name>Response (the events of a
+	// stream shared by two RPCs).
+	output string
 }{
-	{"WriteFileStream", true, false},
-	{"ReadFileStream", false, true},
+	{"WriteFileStream", true, false, ""},
+	{"ReadFileStream", false, true, ""},
+	{"RunCommand", false, true, "CommandEvent"},
+	{"WatchCommand", false, true, "CommandEvent"},
+	{"ListCommands", false, false, ""},
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
@@ -59,7 +65,11 @@ func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
 		if want := string(m.Name()) + "Request"; string(m.Input().Name()) != want {
 			t.Errorf("%s takes %s, want %s", m.Name(), m.Input().Name(), want)
 		}
-		if want := string(m.Name()) + "Response"; string(m.Output().Name()) != want {
+		want := string(m.Name()) + "Response"
+		if i >= len(contract) && additions[i-len(contract)].output != "" {
+			want = additions[i-len(contract)].output
+		}
+		if string(m.Output().Name()) != want {
 			t.Errorf("%s returns %s, want %s", m.Name(), m.Output().Name(), want)
 		}
 	}
@@ -84,7 +94,7 @@ func TestRequestShapes(t *testing.T) {
 	for _, name := range mutating {
 		assertField(t, fd, name+"Request", "operation_id", protoreflect.StringKind)
 	}
-	for _, name := range []string{"Files", "WriteFileStream", "ReadFileStream", "StartCommand", "CommandStatus", "CancelCommand", "RenewRun", "ReleaseRun"} {
+	for _, name := range []string{"Files", "WriteFileStream", "ReadFileStream", "StartCommand", "CommandStatus", "CancelCommand", "RenewRun", "ReleaseRun", "RunCommand", "WatchCommand", "ListCommands"} {
 		assertField(t, fd, name+"Request", "run_grant", protoreflect.MessageKind)
 	}
 	assertField(t, fd, "AcquireRunRequest", "environment_grant", protoreflect.MessageKind)

@@ -5751,10 +5751,19 @@ func (x *CommandInfo) GetMessage() string {
 }
 
 type StartCommandRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunGrant      *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
-	Environment   *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
-	Command       *CommandSpec           `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunGrant    *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	Command     *CommandSpec           `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	// Start a durable command that outlives the call and answer at once with its id
+	// (docs/commands.md); the timeout is then bounded by the profile's commands.maxDuration.
+	// Without it the command is foreground, as ever.
+	Detach bool `protobuf:"varint,4,opt,name=detach,proto3" json:"detach,omitempty"`
+	// With detach only, optional: the caller's id for the command, 1..64 bytes of
+	// [A-Za-z0-9._-] not starting with '.' or '-'. Starting an id that exists with the same
+	// command answers that command (a retried start does not run it twice); with another,
+	// ABORTED (OPERATION_ID_REUSED). Empty: the gateway picks one.
+	CommandId     string `protobuf:"bytes,5,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5810,9 +5819,26 @@ func (x *StartCommandRequest) GetCommand() *CommandSpec {
 	return nil
 }
 
+func (x *StartCommandRequest) GetDetach() bool {
+	if x != nil {
+		return x.Detach
+	}
+	return false
+}
+
+func (x *StartCommandRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
 type StartCommandResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        *CommandResult         `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A foreground command's result; empty when detached.
+	Result *CommandResult `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// A detached command, as it started.
+	Command       *CommandInfo `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5854,14 +5880,25 @@ func (x *StartCommandResponse) GetResult() *CommandResult {
 	return nil
 }
 
+func (x *StartCommandResponse) GetCommand() *CommandInfo {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
 type CommandStatusRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	RunGrant    *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
 	Environment *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
 	// An identifier.
-	CommandId     string `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CommandId string `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// Output to answer from (each stream's offset); unset means from the start.
+	From *OutputCursor `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	// At most this many output bytes in all (0 means 1 MiB; at most 4 MiB).
+	MaxOutputBytes uint32 `protobuf:"varint,5,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CommandStatusRequest) Reset() {
@@ -5915,9 +5952,27 @@ func (x *CommandStatusRequest) GetCommandId() string {
 	return ""
 }
 
+func (x *CommandStatusRequest) GetFrom() *OutputCursor {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *CommandStatusRequest) GetMaxOutputBytes() uint32 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
 type CommandStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        *CommandResult         `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Once the command ended: its result (captured output carrying totals only).
+	Result  *CommandResult `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Command *CommandInfo   `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// Output from the cursor, stdout's before stderr's.
+	Output        []*OutputChunk `protobuf:"bytes,3,rep,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5959,11 +6014,28 @@ func (x *CommandStatusResponse) GetResult() *CommandResult {
 	return nil
 }
 
+func (x *CommandStatusResponse) GetCommand() *CommandInfo {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *CommandStatusResponse) GetOutput() []*OutputChunk {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
 type CancelCommandRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunGrant      *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
-	Environment   *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
-	CommandId     string                 `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunGrant    *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	CommandId   string                 `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// Between SIGTERM to the command's process group and SIGKILL to everything it started;
+	// unset means 10 s, at most 60 s.
+	Grace         *durationpb.Duration `protobuf:"bytes,4,opt,name=grace,proto3" json:"grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6019,8 +6091,17 @@ func (x *CancelCommandRequest) GetCommandId() string {
 	return ""
 }
 
+func (x *CancelCommandRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
 type CancelCommandResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command once it ended (or as it stands when it outlived the grace by seconds).
+	Command       *CommandInfo `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6055,6 +6136,380 @@ func (*CancelCommandResponse) Descriptor() ([]byte, []int) {
 	return file_execution_v1_execution_proto_rawDescGZIP(), []int{81}
 }
 
+func (x *CancelCommandResponse) GetCommand() *CommandInfo {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+// RunCommandRequest runs a durable command and streams it (RunCommand).
+type RunCommandRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunGrant    *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	Command     *CommandSpec           `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	// As StartCommandRequest.command_id (no detach needed).
+	CommandId string `protobuf:"bytes,4,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// The command outlives the call: when the call ends first the command goes on, and
+	// WatchCommand reattaches. Otherwise the call's end cancels it, as a foreground
+	// command's.
+	Detach        bool `protobuf:"varint,5,opt,name=detach,proto3" json:"detach,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunCommandRequest) Reset() {
+	*x = RunCommandRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunCommandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunCommandRequest) ProtoMessage() {}
+
+func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunCommandRequest.ProtoReflect.Descriptor instead.
+func (*RunCommandRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *RunCommandRequest) GetRunGrant() *Grant {
+	if x != nil {
+		return x.RunGrant
+	}
+	return nil
+}
+
+func (x *RunCommandRequest) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *RunCommandRequest) GetCommand() *CommandSpec {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *RunCommandRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *RunCommandRequest) GetDetach() bool {
+	if x != nil {
+		return x.Detach
+	}
+	return false
+}
+
+// CommandEvent is one message of a RunCommand or WatchCommand stream: started (RunCommand
+// only, first), then output chunks in order per stream, then ended (last).
+type CommandEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*CommandEvent_Started
+	//	*CommandEvent_Output
+	//	*CommandEvent_Ended
+	Event         isCommandEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandEvent) Reset() {
+	*x = CommandEvent{}
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandEvent) ProtoMessage() {}
+
+func (x *CommandEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandEvent.ProtoReflect.Descriptor instead.
+func (*CommandEvent) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *CommandEvent) GetEvent() isCommandEvent_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *CommandEvent) GetStarted() *CommandInfo {
+	if x != nil {
+		if x, ok := x.Event.(*CommandEvent_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *CommandEvent) GetOutput() *OutputChunk {
+	if x != nil {
+		if x, ok := x.Event.(*CommandEvent_Output); ok {
+			return x.Output
+		}
+	}
+	return nil
+}
+
+func (x *CommandEvent) GetEnded() *CommandInfo {
+	if x != nil {
+		if x, ok := x.Event.(*CommandEvent_Ended); ok {
+			return x.Ended
+		}
+	}
+	return nil
+}
+
+type isCommandEvent_Event interface {
+	isCommandEvent_Event()
+}
+
+type CommandEvent_Started struct {
+	Started *CommandInfo `protobuf:"bytes,1,opt,name=started,proto3,oneof"`
+}
+
+type CommandEvent_Output struct {
+	Output *OutputChunk `protobuf:"bytes,2,opt,name=output,proto3,oneof"`
+}
+
+type CommandEvent_Ended struct {
+	Ended *CommandInfo `protobuf:"bytes,3,opt,name=ended,proto3,oneof"`
+}
+
+func (*CommandEvent_Started) isCommandEvent_Event() {}
+
+func (*CommandEvent_Output) isCommandEvent_Event() {}
+
+func (*CommandEvent_Ended) isCommandEvent_Event() {}
+
+// WatchCommandRequest follows a durable command from a cursor until it ends.
+type WatchCommandRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunGrant    *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	CommandId   string                 `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// Each stream's offset to follow from: the offset after the last byte received makes a
+	// reattachment that receives every kept byte exactly once. Unset means from the start.
+	From          *OutputCursor `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchCommandRequest) Reset() {
+	*x = WatchCommandRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchCommandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchCommandRequest) ProtoMessage() {}
+
+func (x *WatchCommandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchCommandRequest.ProtoReflect.Descriptor instead.
+func (*WatchCommandRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *WatchCommandRequest) GetRunGrant() *Grant {
+	if x != nil {
+		return x.RunGrant
+	}
+	return nil
+}
+
+func (x *WatchCommandRequest) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *WatchCommandRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *WatchCommandRequest) GetFrom() *OutputCursor {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+type ListCommandsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunGrant    *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	// 1..1000; 0 means 100.
+	MaxCommands   uint32 `protobuf:"varint,3,opt,name=max_commands,json=maxCommands,proto3" json:"max_commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandsRequest) Reset() {
+	*x = ListCommandsRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandsRequest) ProtoMessage() {}
+
+func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
+func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ListCommandsRequest) GetRunGrant() *Grant {
+	if x != nil {
+		return x.RunGrant
+	}
+	return nil
+}
+
+func (x *ListCommandsRequest) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *ListCommandsRequest) GetMaxCommands() uint32 {
+	if x != nil {
+		return x.MaxCommands
+	}
+	return 0
+}
+
+type ListCommandsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Commands []*CommandInfo `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	// More commands exist than were answered.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandsResponse) Reset() {
+	*x = ListCommandsResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandsResponse) ProtoMessage() {}
+
+func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
+func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+func (x *ListCommandsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 // AdminPreconditions are exact expectations about the environment's current state. Each set
 // field must equal the current value or the call is refused with ABORTED (reason
 // PRECONDITION_MISMATCH) and nothing changes. Which fields an RPC requires is stated on it.
@@ -6072,7 +6527,7 @@ type AdminPreconditions struct {
 
 func (x *AdminPreconditions) Reset() {
 	*x = AdminPreconditions{}
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6084,7 +6539,7 @@ func (x *AdminPreconditions) String() string {
 func (*AdminPreconditions) ProtoMessage() {}
 
 func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6097,7 +6552,7 @@ func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminPreconditions.ProtoReflect.Descriptor instead.
 func (*AdminPreconditions) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AdminPreconditions) GetEpoch() uint64 {
@@ -6142,7 +6597,7 @@ type RetireEnvironmentRequest struct {
 
 func (x *RetireEnvironmentRequest) Reset() {
 	*x = RetireEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6154,7 +6609,7 @@ func (x *RetireEnvironmentRequest) String() string {
 func (*RetireEnvironmentRequest) ProtoMessage() {}
 
 func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6167,7 +6622,7 @@ func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RetireEnvironmentRequest) GetOperationId() string {
@@ -6207,7 +6662,7 @@ type RetireEnvironmentResponse struct {
 
 func (x *RetireEnvironmentResponse) Reset() {
 	*x = RetireEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6219,7 +6674,7 @@ func (x *RetireEnvironmentResponse) String() string {
 func (*RetireEnvironmentResponse) ProtoMessage() {}
 
 func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6232,7 +6687,7 @@ func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RetireEnvironmentResponse) GetEnvironment() *Environment {
@@ -6255,7 +6710,7 @@ type ReplaceExecutorRequest struct {
 
 func (x *ReplaceExecutorRequest) Reset() {
 	*x = ReplaceExecutorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6267,7 +6722,7 @@ func (x *ReplaceExecutorRequest) String() string {
 func (*ReplaceExecutorRequest) ProtoMessage() {}
 
 func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6280,7 +6735,7 @@ func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ReplaceExecutorRequest) GetOperationId() string {
@@ -6320,7 +6775,7 @@ type ReplaceExecutorResponse struct {
 
 func (x *ReplaceExecutorResponse) Reset() {
 	*x = ReplaceExecutorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6332,7 +6787,7 @@ func (x *ReplaceExecutorResponse) String() string {
 func (*ReplaceExecutorResponse) ProtoMessage() {}
 
 func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6345,7 +6800,7 @@ func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ReplaceExecutorResponse) GetEnvironment() *Environment {
@@ -6368,7 +6823,7 @@ type RevokeEnvironmentRequest struct {
 
 func (x *RevokeEnvironmentRequest) Reset() {
 	*x = RevokeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6380,7 +6835,7 @@ func (x *RevokeEnvironmentRequest) String() string {
 func (*RevokeEnvironmentRequest) ProtoMessage() {}
 
 func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6393,7 +6848,7 @@ func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *RevokeEnvironmentRequest) GetOperationId() string {
@@ -6433,7 +6888,7 @@ type RevokeEnvironmentResponse struct {
 
 func (x *RevokeEnvironmentResponse) Reset() {
 	*x = RevokeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6445,7 +6900,7 @@ func (x *RevokeEnvironmentResponse) String() string {
 func (*RevokeEnvironmentResponse) ProtoMessage() {}
 
 func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6458,7 +6913,7 @@ func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RevokeEnvironmentResponse) GetEnvironment() *Environment {
@@ -6481,7 +6936,7 @@ type RecoverEnvironmentRequest struct {
 
 func (x *RecoverEnvironmentRequest) Reset() {
 	*x = RecoverEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6493,7 +6948,7 @@ func (x *RecoverEnvironmentRequest) String() string {
 func (*RecoverEnvironmentRequest) ProtoMessage() {}
 
 func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6506,7 +6961,7 @@ func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RecoverEnvironmentRequest) GetOperationId() string {
@@ -6546,7 +7001,7 @@ type RecoverEnvironmentResponse struct {
 
 func (x *RecoverEnvironmentResponse) Reset() {
 	*x = RecoverEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6558,7 +7013,7 @@ func (x *RecoverEnvironmentResponse) String() string {
 func (*RecoverEnvironmentResponse) ProtoMessage() {}
 
 func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6571,7 +7026,7 @@ func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RecoverEnvironmentResponse) GetEnvironment() *Environment {
@@ -6595,7 +7050,7 @@ type MigrateEnvironmentRequest struct {
 
 func (x *MigrateEnvironmentRequest) Reset() {
 	*x = MigrateEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[91]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6607,7 +7062,7 @@ func (x *MigrateEnvironmentRequest) String() string {
 func (*MigrateEnvironmentRequest) ProtoMessage() {}
 
 func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[91]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6620,7 +7075,7 @@ func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{91}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *MigrateEnvironmentRequest) GetOperationId() string {
@@ -6662,7 +7117,7 @@ type MigrateEnvironmentResponse struct {
 
 func (x *MigrateEnvironmentResponse) Reset() {
 	*x = MigrateEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6674,7 +7129,7 @@ func (x *MigrateEnvironmentResponse) String() string {
 func (*MigrateEnvironmentResponse) ProtoMessage() {}
 
 func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6687,7 +7142,7 @@ func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *MigrateEnvironmentResponse) GetEnvironment() *Environment {
@@ -6717,7 +7172,7 @@ type DeleteRetiredEnvironmentRequest struct {
 
 func (x *DeleteRetiredEnvironmentRequest) Reset() {
 	*x = DeleteRetiredEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6729,7 +7184,7 @@ func (x *DeleteRetiredEnvironmentRequest) String() string {
 func (*DeleteRetiredEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6742,7 +7197,7 @@ func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *DeleteRetiredEnvironmentRequest) GetOperationId() string {
@@ -6781,7 +7236,7 @@ type DeleteRetiredEnvironmentResponse struct {
 
 func (x *DeleteRetiredEnvironmentResponse) Reset() {
 	*x = DeleteRetiredEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6793,7 +7248,7 @@ func (x *DeleteRetiredEnvironmentResponse) String() string {
 func (*DeleteRetiredEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6806,7 +7261,7 @@ func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
 }
 
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
@@ -7179,26 +7634,61 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\fstderr_bytes\x18\t \x01(\x04R\vstderrBytes\x123\n" +
 	"\x06result\x18\n" +
 	" \x01(\v2\x1b.execution.v1.CommandResultR\x06result\x12\x18\n" +
-	"\amessage\x18\v \x01(\tR\amessage\"\xbc\x01\n" +
+	"\amessage\x18\v \x01(\tR\amessage\"\xf3\x01\n" +
 	"\x13StartCommandRequest\x120\n" +
 	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x123\n" +
-	"\acommand\x18\x03 \x01(\v2\x19.execution.v1.CommandSpecR\acommand\"K\n" +
+	"\acommand\x18\x03 \x01(\v2\x19.execution.v1.CommandSpecR\acommand\x12\x16\n" +
+	"\x06detach\x18\x04 \x01(\bR\x06detach\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x05 \x01(\tR\tcommandId\"\x80\x01\n" +
 	"\x14StartCommandResponse\x123\n" +
-	"\x06result\x18\x01 \x01(\v2\x1b.execution.v1.CommandResultR\x06result\"\xa7\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1b.execution.v1.CommandResultR\x06result\x123\n" +
+	"\acommand\x18\x02 \x01(\v2\x19.execution.v1.CommandInfoR\acommand\"\x81\x02\n" +
 	"\x14CommandStatusRequest\x120\n" +
 	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x03 \x01(\tR\tcommandId\"L\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\x12.\n" +
+	"\x04from\x18\x04 \x01(\v2\x1a.execution.v1.OutputCursorR\x04from\x12(\n" +
+	"\x10max_output_bytes\x18\x05 \x01(\rR\x0emaxOutputBytes\"\xb4\x01\n" +
 	"\x15CommandStatusResponse\x123\n" +
-	"\x06result\x18\x01 \x01(\v2\x1b.execution.v1.CommandResultR\x06result\"\xa7\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1b.execution.v1.CommandResultR\x06result\x123\n" +
+	"\acommand\x18\x02 \x01(\v2\x19.execution.v1.CommandInfoR\acommand\x121\n" +
+	"\x06output\x18\x03 \x03(\v2\x19.execution.v1.OutputChunkR\x06output\"\xd8\x01\n" +
 	"\x14CancelCommandRequest\x120\n" +
 	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x03 \x01(\tR\tcommandId\"\x17\n" +
-	"\x15CancelCommandResponse\"\xd2\x01\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\x12/\n" +
+	"\x05grace\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"L\n" +
+	"\x15CancelCommandResponse\x123\n" +
+	"\acommand\x18\x01 \x01(\v2\x19.execution.v1.CommandInfoR\acommand\"\xf1\x01\n" +
+	"\x11RunCommandRequest\x120\n" +
+	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
+	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x123\n" +
+	"\acommand\x18\x03 \x01(\v2\x19.execution.v1.CommandSpecR\acommand\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x04 \x01(\tR\tcommandId\x12\x16\n" +
+	"\x06detach\x18\x05 \x01(\bR\x06detach\"\xb6\x01\n" +
+	"\fCommandEvent\x125\n" +
+	"\astarted\x18\x01 \x01(\v2\x19.execution.v1.CommandInfoH\x00R\astarted\x123\n" +
+	"\x06output\x18\x02 \x01(\v2\x19.execution.v1.OutputChunkH\x00R\x06output\x121\n" +
+	"\x05ended\x18\x03 \x01(\v2\x19.execution.v1.CommandInfoH\x00R\x05endedB\a\n" +
+	"\x05event\"\xd6\x01\n" +
+	"\x13WatchCommandRequest\x120\n" +
+	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
+	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\x12.\n" +
+	"\x04from\x18\x04 \x01(\v2\x1a.execution.v1.OutputCursorR\x04from\"\xaa\x01\n" +
+	"\x13ListCommandsRequest\x120\n" +
+	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
+	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12!\n" +
+	"\fmax_commands\x18\x03 \x01(\rR\vmaxCommands\"a\n" +
+	"\x14ListCommandsResponse\x125\n" +
+	"\bcommands\x18\x01 \x03(\v2\x19.execution.v1.CommandInfoR\bcommands\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\xd2\x01\n" +
 	"\x12AdminPreconditions\x12\x19\n" +
 	"\x05epoch\x18\x01 \x01(\x04H\x00R\x05epoch\x88\x01\x01\x12\x1c\n" +
 	"\apod_uid\x18\x02 \x01(\tH\x01R\x06podUid\x88\x01\x01\x12\x1c\n" +
@@ -7337,7 +7827,7 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -7429,34 +7919,39 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(*CommandStatusResponse)(nil),            // 87: execution.v1.CommandStatusResponse
 	(*CancelCommandRequest)(nil),             // 88: execution.v1.CancelCommandRequest
 	(*CancelCommandResponse)(nil),            // 89: execution.v1.CancelCommandResponse
-	(*AdminPreconditions)(nil),               // 90: execution.v1.AdminPreconditions
-	(*RetireEnvironmentRequest)(nil),         // 91: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 92: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 93: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 94: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 95: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 96: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 97: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 98: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 99: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 100: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 101: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 102: execution.v1.DeleteRetiredEnvironmentResponse
-	(*timestamppb.Timestamp)(nil),            // 103: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 104: google.protobuf.Duration
+	(*RunCommandRequest)(nil),                // 90: execution.v1.RunCommandRequest
+	(*CommandEvent)(nil),                     // 91: execution.v1.CommandEvent
+	(*WatchCommandRequest)(nil),              // 92: execution.v1.WatchCommandRequest
+	(*ListCommandsRequest)(nil),              // 93: execution.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),             // 94: execution.v1.ListCommandsResponse
+	(*AdminPreconditions)(nil),               // 95: execution.v1.AdminPreconditions
+	(*RetireEnvironmentRequest)(nil),         // 96: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 97: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 98: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 99: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 100: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 101: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 102: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 103: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 104: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 105: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 106: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 107: execution.v1.DeleteRetiredEnvironmentResponse
+	(*timestamppb.Timestamp)(nil),            // 108: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 109: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	103, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	108, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	103, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	103, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	108, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	108, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
 	9,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
 	12,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
 	11,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	103, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	104, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	108, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	109, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
 	14,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
 	8,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
 	13,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
@@ -7492,20 +7987,20 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	36,  // 43: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
 	10,  // 44: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
 	9,   // 45: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	104, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	109, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
 	13,  // 47: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
 	12,  // 48: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 49: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 50: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 51: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	104, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	109, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
 	12,  // 53: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 54: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 55: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 56: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
 	13,  // 57: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	4,   // 58: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	103, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	108, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	45,  // 60: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	5,   // 61: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
 	45,  // 62: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
@@ -7549,48 +8044,66 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	47,  // 100: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
 	77,  // 101: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
 	75,  // 102: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	104, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	109, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
 	6,   // 104: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
 	78,  // 105: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
 	78,  // 106: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	103, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	104, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	108, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	109, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
 	7,   // 109: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
 	6,   // 110: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
 	82,  // 111: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	103, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	108, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
 	79,  // 113: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
 	10,  // 114: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 115: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
 	76,  // 116: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
 	79,  // 117: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
-	10,  // 118: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 119: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
-	79,  // 120: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
-	10,  // 121: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 122: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	9,   // 123: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	90,  // 124: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 125: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 126: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	90,  // 127: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 128: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	9,   // 129: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	90,  // 130: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 131: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 132: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	90,  // 133: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 134: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 135: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	90,  // 136: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 137: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 138: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	90,  // 139: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	140, // [140:140] is the sub-list for method output_type
-	140, // [140:140] is the sub-list for method input_type
-	140, // [140:140] is the sub-list for extension type_name
-	140, // [140:140] is the sub-list for extension extendee
-	0,   // [0:140] is the sub-list for field type_name
+	83,  // 118: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
+	10,  // 119: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 120: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
+	80,  // 121: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
+	79,  // 122: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
+	83,  // 123: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
+	81,  // 124: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
+	10,  // 125: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 126: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	109, // 127: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	83,  // 128: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
+	10,  // 129: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 130: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	76,  // 131: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
+	83,  // 132: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
+	81,  // 133: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
+	83,  // 134: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
+	10,  // 135: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 136: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	80,  // 137: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
+	10,  // 138: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 139: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
+	83,  // 140: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
+	9,   // 141: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	95,  // 142: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 143: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 144: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	95,  // 145: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 146: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	9,   // 147: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	95,  // 148: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 149: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 150: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	95,  // 151: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 152: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 153: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	95,  // 154: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 155: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 156: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	95,  // 157: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	158, // [158:158] is the sub-list for method output_type
+	158, // [158:158] is the sub-list for method input_type
+	158, // [158:158] is the sub-list for extension type_name
+	158, // [158:158] is the sub-list for extension extendee
+	0,   // [0:158] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -7626,14 +8139,19 @@ func file_execution_v1_execution_proto_init() {
 		(*CommandSpec_Argv)(nil),
 		(*CommandSpec_Shell)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[82].OneofWrappers = []any{}
+	file_execution_v1_execution_proto_msgTypes[83].OneofWrappers = []any{
+		(*CommandEvent_Started)(nil),
+		(*CommandEvent_Output)(nil),
+		(*CommandEvent_Ended)(nil),
+	}
+	file_execution_v1_execution_proto_msgTypes[87].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   95,
+			NumMessages:   100,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -51,6 +51,9 @@ const (
 	ExecutionProviderService_DeleteRetiredEnvironment_FullMethodName = "/execution.v1.ExecutionProviderService/DeleteRetiredEnvironment"
 	ExecutionProviderService_WriteFileStream_FullMethodName          = "/execution.v1.ExecutionProviderService/WriteFileStream"
 	ExecutionProviderService_ReadFileStream_FullMethodName           = "/execution.v1.ExecutionProviderService/ReadFileStream"
+	ExecutionProviderService_RunCommand_FullMethodName               = "/execution.v1.ExecutionProviderService/RunCommand"
+	ExecutionProviderService_WatchCommand_FullMethodName             = "/execution.v1.ExecutionProviderService/WatchCommand"
+	ExecutionProviderService_ListCommands_FullMethodName             = "/execution.v1.ExecutionProviderService/ListCommands"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -139,6 +142,15 @@ type ExecutionProviderServiceClient interface {
 	// ReadFileStream is the Files read with its content streamed back in pieces, then the
 	// result (size, version, more) in the last message. Requires a live run grant.
 	ReadFileStream(ctx context.Context, in *v1.ReadFileStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.ReadFileStreamResponse], error)
+	// Durable commands (docs/commands.md): RunCommand starts a command and streams started,
+	// its output as it comes, and ended; unless detached, the call's end cancels it.
+	// Authorised by a current run grant, like StartCommand.
+	RunCommand(ctx context.Context, in *v1.RunCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.CommandEvent], error)
+	// WatchCommand follows a durable command from a cursor until it ends: a reattachment after
+	// a dropped call or a restarted gateway. Any current run grant of the environment.
+	WatchCommand(ctx context.Context, in *v1.WatchCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.CommandEvent], error)
+	// ListCommands answers the environment's durable commands, newest first.
+	ListCommands(ctx context.Context, in *v1.ListCommandsRequest, opts ...grpc.CallOption) (*v1.ListCommandsResponse, error)
 }
 
 type executionProviderServiceClient struct {
@@ -421,6 +433,54 @@ func (c *executionProviderServiceClient) ReadFileStream(ctx context.Context, in 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionProviderService_ReadFileStreamClient = grpc.ServerStreamingClient[v1.ReadFileStreamResponse]
 
+func (c *executionProviderServiceClient) RunCommand(ctx context.Context, in *v1.RunCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.CommandEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutionProviderService_ServiceDesc.Streams[2], ExecutionProviderService_RunCommand_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v1.RunCommandRequest, v1.CommandEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_RunCommandClient = grpc.ServerStreamingClient[v1.CommandEvent]
+
+func (c *executionProviderServiceClient) WatchCommand(ctx context.Context, in *v1.WatchCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.CommandEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutionProviderService_ServiceDesc.Streams[3], ExecutionProviderService_WatchCommand_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v1.WatchCommandRequest, v1.CommandEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_WatchCommandClient = grpc.ServerStreamingClient[v1.CommandEvent]
+
+func (c *executionProviderServiceClient) ListCommands(ctx context.Context, in *v1.ListCommandsRequest, opts ...grpc.CallOption) (*v1.ListCommandsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListCommandsResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_ListCommands_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -507,6 +567,15 @@ type ExecutionProviderServiceServer interface {
 	// ReadFileStream is the Files read with its content streamed back in pieces, then the
 	// result (size, version, more) in the last message. Requires a live run grant.
 	ReadFileStream(*v1.ReadFileStreamRequest, grpc.ServerStreamingServer[v1.ReadFileStreamResponse]) error
+	// Durable commands (docs/commands.md): RunCommand starts a command and streams started,
+	// its output as it comes, and ended; unless detached, the call's end cancels it.
+	// Authorised by a current run grant, like StartCommand.
+	RunCommand(*v1.RunCommandRequest, grpc.ServerStreamingServer[v1.CommandEvent]) error
+	// WatchCommand follows a durable command from a cursor until it ends: a reattachment after
+	// a dropped call or a restarted gateway. Any current run grant of the environment.
+	WatchCommand(*v1.WatchCommandRequest, grpc.ServerStreamingServer[v1.CommandEvent]) error
+	// ListCommands answers the environment's durable commands, newest first.
+	ListCommands(context.Context, *v1.ListCommandsRequest) (*v1.ListCommandsResponse, error)
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -594,6 +663,15 @@ func (UnimplementedExecutionProviderServiceServer) WriteFileStream(grpc.ClientSt
 }
 func (UnimplementedExecutionProviderServiceServer) ReadFileStream(*v1.ReadFileStreamRequest, grpc.ServerStreamingServer[v1.ReadFileStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method ReadFileStream not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) RunCommand(*v1.RunCommandRequest, grpc.ServerStreamingServer[v1.CommandEvent]) error {
+	return status.Error(codes.Unimplemented, "method RunCommand not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) WatchCommand(*v1.WatchCommandRequest, grpc.ServerStreamingServer[v1.CommandEvent]) error {
+	return status.Error(codes.Unimplemented, "method WatchCommand not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) ListCommands(context.Context, *v1.ListCommandsRequest) (*v1.ListCommandsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCommands not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -1067,6 +1145,46 @@ func _ExecutionProviderService_ReadFileStream_Handler(srv interface{}, stream gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionProviderService_ReadFileStreamServer = grpc.ServerStreamingServer[v1.ReadFileStreamResponse]
 
+func _ExecutionProviderService_RunCommand_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(v1.RunCommandRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutionProviderServiceServer).RunCommand(m, &grpc.GenericServerStream[v1.RunCommandRequest, v1.CommandEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_RunCommandServer = grpc.ServerStreamingServer[v1.CommandEvent]
+
+func _ExecutionProviderService_WatchCommand_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(v1.WatchCommandRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutionProviderServiceServer).WatchCommand(m, &grpc.GenericServerStream[v1.WatchCommandRequest, v1.CommandEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_WatchCommandServer = grpc.ServerStreamingServer[v1.CommandEvent]
+
+func _ExecutionProviderService_ListCommands_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.ListCommandsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).ListCommands(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_ListCommands_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).ListCommands(ctx, req.(*v1.ListCommandsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1170,6 +1288,10 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteRetiredEnvironment",
 			Handler:    _ExecutionProviderService_DeleteRetiredEnvironment_Handler,
 		},
+		{
+			MethodName: "ListCommands",
+			Handler:    _ExecutionProviderService_ListCommands_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1180,6 +1302,16 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ReadFileStream",
 			Handler:       _ExecutionProviderService_ReadFileStream_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "RunCommand",
+			Handler:       _ExecutionProviderService_RunCommand_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchCommand",
+			Handler:       _ExecutionProviderService_WatchCommand_Handler,
 			ServerStreams: true,
 		},
 	},
