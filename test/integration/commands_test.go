@@ -220,3 +220,32 @@ func durableCommands(t *testing.T, s *session) {
 // attachBound is how long an attached command may outlive its call: the gateway cancels it
 // at once, and its lease (10 s) would end it anyway.
 const attachBound = 15 * time.Second
+
+// survivorToken is a string no other process's command line holds.
+func survivorToken() string {
+	return "execplane-survivor-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// processesWith lists the live processes of this machine — the fake node's, and the real
+// node's containers' — whose command line holds token.
+func processesWith(t *testing.T, token string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(cmdline, []byte(token)) {
+			if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !bytes.Contains(stat, []byte(") Z ")) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}

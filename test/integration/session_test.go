@@ -268,6 +268,14 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 		t.Fatalf("abort: %v", err)
 	}
 
+	// A detached command that will still run when the executor is replaced.
+	token := survivorToken()
+	if _, err := api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: s.runG, Environment: s.envRef, Detach: true, CommandId: "survivor",
+		Command: shell("echo before-replace; sleep 300; : " + token)}); err != nil {
+		t.Fatalf("start survivor: %v", err)
+	}
+	clustertest.Eventually(t, 10*time.Second, "the survivor runs on the node", func() bool { return len(processesWith(t, token)) > 0 })
+
 	// Release the run; its grant is dead.
 	if _, err := api.ReleaseRun(ctx, &executionv1.ReleaseRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef}); err != nil {
 		t.Fatalf("release run: %v", err)
@@ -305,6 +313,16 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 	s.acquire(t, "run-2")
 	if r, err := s.files(ctx, read("src/hello.txt")); err != nil || string(r.GetRead().GetContent()) != "hello, workspace\n" {
 		t.Fatalf("read after replace: %v %v", r, err)
+	}
+	// The detached command died with its Pod; the next holder finds it recorded as ended by
+	// the replacement, its output kept.
+	if left := processesWith(t, token); len(left) > 0 {
+		t.Fatalf("the replaced executor's command still runs: %v", left)
+	}
+	sv, err := api.CommandStatus(ctx, &executionv1.CommandStatusRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "survivor"})
+	if err != nil || sv.GetCommand().GetState() != executionv1.CommandState_COMMAND_STATE_ABANDONED || sv.GetCommand().GetRunId() != "run-1" ||
+		len(sv.GetOutput()) != 1 || string(sv.GetOutput()[0].GetData()) != "before-replace\n" {
+		t.Fatalf("the survivor after the replacement: %v %v", sv, err)
 	}
 	if _, err := api.ReleaseRun(ctx, &executionv1.ReleaseRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef}); err != nil {
 		t.Fatalf("release run: %v", err)

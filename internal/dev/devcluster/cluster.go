@@ -53,15 +53,17 @@ type Options struct {
 
 // Cluster is a running local cluster.
 type Cluster struct {
-	opts       Options
-	pki        *PKI
-	procs      processes
-	nodeExec   *NodeExec
-	restConfig *rest.Config
-	kube       *kubernetes.Clientset
-	kubeconfig string
-	nodeNames  []string
-	realNode   *realNode
+	opts     Options
+	pki      *PKI
+	procs    processes
+	nodeExec *NodeExec
+	// stopPodWatch ends the node exec endpoint's watch of Pods.
+	stopPodWatch func()
+	restConfig   *rest.Config
+	kube         *kubernetes.Clientset
+	kubeconfig   string
+	nodeNames    []string
+	realNode     *realNode
 	// stopBackground ends the in-process controllers (the provisioner).
 	stopBackground context.CancelFunc
 	// StartupTime is how long Start took.
@@ -194,6 +196,10 @@ func (c *Cluster) Stop() error {
 	if c.stopBackground != nil {
 		c.stopBackground()
 		c.stopBackground = nil
+	}
+	if c.stopPodWatch != nil {
+		c.stopPodWatch()
+		c.stopPodWatch = nil
 	}
 	if c.nodeExec != nil {
 		errs = append(errs, c.nodeExec.Close())
@@ -331,6 +337,9 @@ func (c *Cluster) startNodeExec() (int, error) {
 			c.opts.Logf("devcluster: node exec endpoint stopped: %v", err)
 		}
 	}()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	c.stopPodWatch = stopWatch
+	go ne.WatchPods(watchCtx)
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 

@@ -1,9 +1,12 @@
 package devcluster
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +24,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
 )
@@ -64,6 +70,11 @@ type NodeExecConfig struct {
 type NodeExec struct {
 	cfg    NodeExecConfig
 	server *http.Server
+	// token marks every process this endpoint started, and their descendants, in their
+	// environment (podEnv=token/uid): a Pod's processes die with it, as a container's do,
+	// and none outlives the endpoint — durable commands' supervisors leave the exec's
+	// process group on purpose.
+	token string
 
 	mu      sync.Mutex
 	running map[int]struct{}
@@ -90,7 +101,11 @@ func NewNodeExec(cfg NodeExecConfig) (*NodeExec, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("node exec: no certificate in the client CA file")
 	}
-	n := &NodeExec{cfg: cfg, running: map[int]struct{}{}}
+	var tok [8]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, err
+	}
+	n := &NodeExec{cfg: cfg, running: map[int]struct{}{}, token: hex.EncodeToString(tok[:])}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("/exec/", n.serveExec)
@@ -116,7 +131,8 @@ func (n *NodeExec) Serve(l net.Listener) error {
 	return err
 }
 
-// Close stops serving and kills the process group of every command still running.
+// Close stops serving and kills the process group of every command still running, and every
+// process any of them left.
 func (n *NodeExec) Close() error {
 	err := n.server.Close()
 	n.mu.Lock()
@@ -125,7 +141,64 @@ func (n *NodeExec) Close() error {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	n.mu.Unlock()
+	n.killMarked(podEnv + "=" + n.token + "/")
 	return err
+}
+
+// podEnv is the variable that marks a Pod's processes.
+const podEnv = "EXECPLANE_FAKE_NODE_POD"
+
+// WatchPods kills a Pod's processes once it is being deleted, as a kubelet stops its
+// containers, until ctx ends. The executor's durable commands outlive every exec, so
+// without this a replaced executor's would go on beside its replacement.
+func (n *NodeExec) WatchPods(ctx context.Context) {
+	factory := informers.NewSharedInformerFactory(n.cfg.Kube, 0)
+	inf := factory.Core().V1().Pods().Informer()
+	gone := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || !slices.Contains(n.cfg.Nodes, pod.Spec.NodeName) {
+			return
+		}
+		n.killMarked(podEnv + "=" + n.token + "/" + string(pod.UID))
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok && pod.DeletionTimestamp != nil {
+				gone(pod)
+			}
+		},
+		DeleteFunc: gone,
+	})
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+}
+
+// killMarked SIGKILLs every process whose environment holds an entry starting with mark.
+func (n *NodeExec) killMarked(mark string) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.HasPrefix(kv, []byte(mark)) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+		}
+	}
 }
 
 // serveExec handles the kubelet paths /exec/{ns}/{pod}/{container} and
@@ -302,7 +375,7 @@ func (n *NodeExec) mapPod(ctx context.Context, pod *corev1.Pod, container string
 	if ctr.WorkingDir != "" {
 		fs.workDir = fs.translate(ctr.WorkingDir)
 	}
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOSTNAME": pod.Name, "HOME": fs.workDir}
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOSTNAME": pod.Name, "HOME": fs.workDir, podEnv: n.token + "/" + string(pod.UID)}
 	for _, e := range ctr.Env {
 		if e.ValueFrom == nil {
 			env[e.Name] = fs.translate(e.Value)
