@@ -2,12 +2,9 @@ package client
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
@@ -77,17 +74,8 @@ func (r *Run) Run(ctx context.Context, c Command) (*CommandResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := &executionv1.CommandSpec{WorkingDirectory: []byte(c.Dir), Stdin: c.Stdin}
-	if c.Shell != "" {
-		spec.Program = &executionv1.CommandSpec_Shell{Shell: c.Shell}
-	} else {
-		spec.Program = &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: c.Args}}
-	}
-	for _, k := range slices.Sorted(maps.Keys(c.Env)) {
-		spec.Environment = append(spec.Environment, &executionv1.EnvironmentVariable{Name: k, Value: c.Env[k]})
-	}
+	spec := specOf(c)
 	if c.Timeout > 0 {
-		spec.Timeout = durationpb.New(c.Timeout)
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, c.Timeout+commandGrace)
@@ -101,11 +89,14 @@ func (r *Run) Run(ctx context.Context, c Command) (*CommandResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := resp.GetResult()
+	return resultOf(resp.GetResult()), nil
+}
+
+func resultOf(res *executionv1.CommandResult) *CommandResult {
 	output := func(o *executionv1.CapturedOutput) Output {
 		return Output{Head: o.GetHead(), Tail: o.GetTail(), Total: o.GetTotalBytes(), Truncated: o.GetTruncated()}
 	}
 	return &CommandResult{State: res.GetState(), ExitCode: int(res.GetExitCode()), Signal: int(res.GetSignal()),
 		Stdout: output(res.GetStdout()), Stderr: output(res.GetStderr()), StartedAt: res.GetStartedAt().AsTime(),
-		Duration: res.GetDuration().AsDuration(), Message: res.GetMessage(), Receipt: res.GetReceipt()}, nil
+		Duration: res.GetDuration().AsDuration(), Message: res.GetMessage(), Receipt: res.GetReceipt()}
 }
