@@ -137,7 +137,30 @@ func (scripted) Files(_ context.Context, r *executionv1.FilesRequest) (*executio
 	return &executionv1.FilesResponse{Result: res}, nil
 }
 
+// durable is the scripted durable command.
+func durable(id string, state executionv1.CommandState) *executionv1.CommandInfo {
+	c := &executionv1.CommandInfo{CommandId: id, State: state, RunId: "turn-1", Epoch: 2, StartedAt: at, Detached: true, StdoutBytes: 12}
+	if state != executionv1.CommandState_COMMAND_STATE_RUNNING {
+		c.Result = &executionv1.CommandResult{State: state, ExitCode: -1, Signal: 15, StartedAt: at, Duration: durationpb.New(time.Second)}
+	}
+	return c
+}
+
+func (scripted) ListCommands(context.Context, *executionv1.ListCommandsRequest) (*executionv1.ListCommandsResponse, error) {
+	return &executionv1.ListCommandsResponse{Commands: []*executionv1.CommandInfo{durable("dev-server", executionv1.CommandState_COMMAND_STATE_RUNNING)}}, nil
+}
+
+func (scripted) CancelCommand(_ context.Context, r *executionv1.CancelCommandRequest) (*executionv1.CancelCommandResponse, error) {
+	if r.GetCommandId() != "dev-server" {
+		return nil, refusal(codes.NotFound, "NOT_FOUND")
+	}
+	return &executionv1.CancelCommandResponse{Command: durable("dev-server", executionv1.CommandState_COMMAND_STATE_CANCELLED)}, nil
+}
+
 func (scripted) StartCommand(_ context.Context, r *executionv1.StartCommandRequest) (*executionv1.StartCommandResponse, error) {
+	if r.GetDetach() {
+		return &executionv1.StartCommandResponse{Command: durable(r.GetCommandId(), executionv1.CommandState_COMMAND_STATE_RUNNING)}, nil
+	}
 	switch r.GetCommand().GetShell() {
 	case "fenced":
 		return nil, refusal(codes.FailedPrecondition, "FENCED")
@@ -156,6 +179,30 @@ func (scripted) StartCommand(_ context.Context, r *executionv1.StartCommandReque
 		res.State, res.ExitCode, res.Signal = executionv1.CommandState_COMMAND_STATE_TIMED_OUT, -1, 9
 	}
 	return &executionv1.StartCommandResponse{Result: res}, nil
+}
+
+// RunCommand answers as StartCommand does, streamed: the same refusals, else started, the
+// output and the end.
+func (sc scripted) RunCommand(r *executionv1.RunCommandRequest, st grpc.ServerStreamingServer[executionv1.CommandEvent]) error {
+	resp, err := sc.StartCommand(st.Context(), &executionv1.StartCommandRequest{RunGrant: r.GetRunGrant(), Environment: r.GetEnvironment(), Command: r.GetCommand()})
+	if err != nil {
+		return err
+	}
+	res := resp.GetResult()
+	info := &executionv1.CommandInfo{CommandId: r.GetCommandId(), State: executionv1.CommandState_COMMAND_STATE_RUNNING, StartedAt: at}
+	events := []*executionv1.CommandEvent{
+		{Event: &executionv1.CommandEvent_Started{Started: info}},
+		{Event: &executionv1.CommandEvent_Output{Output: &executionv1.OutputChunk{Stream: executionv1.OutputStream_OUTPUT_STREAM_STDOUT, Data: res.GetStdout().GetHead()}}},
+		{Event: &executionv1.CommandEvent_Output{Output: &executionv1.OutputChunk{Stream: executionv1.OutputStream_OUTPUT_STREAM_STDERR, Data: res.GetStderr().GetHead()}}},
+		{Event: &executionv1.CommandEvent_Ended{Ended: &executionv1.CommandInfo{CommandId: r.GetCommandId(), State: res.GetState(), StartedAt: at,
+			StdoutBytes: 4, StderrBytes: 4, Result: res}}},
+	}
+	for _, e := range events {
+		if err := st.Send(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (scripted) RetireEnvironment(_ context.Context, r *executionv1.RetireEnvironmentRequest) (*executionv1.RetireEnvironmentResponse, error) {
@@ -252,6 +299,10 @@ func TestGolden(t *testing.T) {
 		{"exec-busy", []string{"exec", env, "--shell", "busy"}, ExitRetryLater},
 		{"exec-cut", []string{"exec", env, "--shell", "cut"}, ExitUnknown},
 		{"exec-no-program", []string{"exec", env}, cli.ExitUsage},
+		{"exec-detach", []string{"exec", env, "--detach", "--id", "dev-server", "--", "npm", "run", "dev"}, 0},
+		{"cmd-ls", []string{"cmd", "ls", env}, 0},
+		{"cmd-cancel", []string{"cmd", "cancel", env, "dev-server", "-o", "json"}, 0},
+		{"cmd-cancel-unknown", []string{"cmd", "cancel", env, "nope"}, ExitNotFound},
 		{"refs-list", []string{"refs", "list"}, 0},
 		{"admin-retire-stale", []string{"admin", "retire", env, "--revision", "5f0e1a1e-0000-4000-8000-000000000001", "--epoch", "9"}, ExitConflict},
 		{"admin-retire", []string{"admin", "retire", env, "--revision", "5f0e1a1e-0000-4000-8000-000000000001", "--epoch", "2", "-o", "json"}, 0},

@@ -115,6 +115,15 @@ func TestValidateRules(t *testing.T) {
 		{"maxCommandBytes ceiling", func(s *ProfileSpec) { s.MaxCommandBytes = MaxCommandBytesCeiling + 1 }, ParseOptions{}, "profiles.p.maxCommandBytes"},
 		{"maxCommandDuration minimum", func(s *ProfileSpec) { s.MaxCommandDuration.Duration = time.Second - 1 }, ParseOptions{}, "profiles.p.maxCommandDuration"},
 		{"maxCommandDuration ceiling", func(s *ProfileSpec) { s.MaxCommandDuration.Duration = time.Hour + 1 }, ParseOptions{}, "profiles.p.maxCommandDuration"},
+		{"commands.maxDetached ceiling", func(s *ProfileSpec) { s.Commands = &CommandsSpec{MaxDetached: MaxDetachedCeiling + 1} }, ParseOptions{}, "profiles.p.commands.maxDetached"},
+		{"commands.maxDetached negative", func(s *ProfileSpec) { s.Commands = &CommandsSpec{MaxDetached: -1} }, ParseOptions{}, "profiles.p.commands.maxDetached"},
+		{"commands.spoolBytes minimum", func(s *ProfileSpec) { s.Commands = &CommandsSpec{SpoolBytes: 4<<10 - 1} }, ParseOptions{}, "profiles.p.commands.spoolBytes"},
+		{"commands.spoolBytes ceiling", func(s *ProfileSpec) { s.Commands = &CommandsSpec{SpoolBytes: MaxSpoolBytesCeiling + 1} }, ParseOptions{}, "profiles.p.commands.spoolBytes"},
+		{"commands.maxDuration ceiling", func(s *ProfileSpec) {
+			s.Commands = &CommandsSpec{MaxDuration: &metav1.Duration{Duration: MaxDetachedDurationCeiling + 1}}
+		}, ParseOptions{}, "profiles.p.commands.maxDuration"},
+		{"commands.retainRecords ceiling", func(s *ProfileSpec) { s.Commands = &CommandsSpec{RetainRecords: MaxRetainRecordsCeiling + 1} }, ParseOptions{}, "profiles.p.commands.retainRecords"},
+		{"commands.retainFor minimum", func(s *ProfileSpec) { s.Commands = &CommandsSpec{RetainFor: &metav1.Duration{Duration: time.Second}} }, ParseOptions{}, "profiles.p.commands.retainFor"},
 		{"maxEnvironments minimum", func(s *ProfileSpec) { s.MaxEnvironments = 0 }, ParseOptions{}, "profiles.p.maxEnvironments"},
 		{"maxEnvironments ceiling", func(s *ProfileSpec) { s.MaxEnvironments = MaxEnvironmentsCeiling + 1 }, ParseOptions{}, "profiles.p.maxEnvironments"},
 		{"helperPath absolute", func(s *ProfileSpec) { s.HelperPath = "execplane/helper" }, ParseOptions{}, "profiles.p.helperPath"},
