@@ -143,6 +143,7 @@ type nodeResult struct {
 	upgrades   upgrades
 	idle       *idleCost
 	tp         *rates
+	durable    *durableResult
 }
 
 // benchNode runs the measurements on a fresh local cluster whose executor runs on node.
@@ -230,6 +231,14 @@ func benchNode(ctx context.Context, o options, root, node string, withThroughput
 	sides := [2]dataSide{{api: apis[0], run: run}, {api: apis[1], run: run}}
 	if res.pairs, err = measureData(ctx, o, sides, raw); err != nil {
 		return res, err
+	}
+	if o.only == nil || o.only.MatchString("durable") {
+		logf("durable output: a command writing %d MiB, streamed and in the foreground, %d samples each", durableOutputBytes>>20, o.nLarge)
+		d, err := measureDurable(ctx, o.nLarge, sides[0])
+		if err != nil {
+			return res, err
+		}
+		res.durable = &d
 	}
 	logf("small reads at concurrency %d on one environment: %d rounds of %s per side", sessionConcurrency, o.rounds, o.duration)
 	if res.concurrent, err = measureConcurrentReads(ctx, o, sides); err != nil {
@@ -419,6 +428,7 @@ func report(w io.Writer, o options, results []nodeResult) {
 		fmt.Fprintf(w, "\n| idle sessions held by the gateway's pool (%s node) | sessions | goroutines per session | heap in use per session | resident memory per session |\n|---|---|---|---|---|\n", r.node)
 		fmt.Fprintf(w, "| gateway.Sessions over gateway.PodExecutor (client-go WebSocket exec), a process of its own | %d | %.1f | %.1f KiB | %.1f KiB |\n", r.idle.N, r.idle.Goroutines, r.idle.HeapBytes/1024, r.idle.RSSBytes/1024)
 	}
+	reportDurable(w, results)
 	for _, r := range results {
 		if r.tp == nil {
 			continue

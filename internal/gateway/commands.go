@@ -125,6 +125,11 @@ func checkDurable(d *helperv1.Durable, res *helperv1.DurableResult) error {
 	if res.GetMore() || (res.GetComplete() && d.GetFollow() == nil) {
 		return errors.New("a listing's or a follow's flag on another answer")
 	}
+	info := res.GetCommands()[0]
+	ended := info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING
+	if res.GetComplete() && !ended {
+		return errors.New("a follow complete on a command still running")
+	}
 	if limit < 0 {
 		if len(res.GetOutput()) > 0 {
 			return errors.New("output where none was asked for")
@@ -146,6 +151,13 @@ func checkDurable(d *helperv1.Durable, res *helperv1.DurableResult) error {
 		}
 		total += len(c.GetData())
 		next[c.GetStream()] = c.GetOffset() + uint64(len(c.GetData()))
+		written := info.GetStdoutBytes()
+		if c.GetStream() == executionv1.OutputStream_OUTPUT_STREAM_STDERR {
+			written = info.GetStderrBytes()
+		}
+		if ended && next[c.GetStream()] > written {
+			return errors.New("output past the total an ended command's record gives")
+		}
 	}
 	if total > limit {
 		return errors.New("more output than asked for")
@@ -228,20 +240,21 @@ func (h *Handler) RunCommand(in *executionv1.RunCommandRequest, stream grpc.Serv
 		return err
 	}
 	if err := stream.Send(&executionv1.CommandEvent{Event: &executionv1.CommandEvent_Started{Started: info}}); err != nil {
-		h.cancelAttached(a, info, in.GetDetach())
+		h.cancelAttached(a, info)
 		return err
 	}
 	err = h.follow(ctx, a, info.GetCommandId(), nil, stream)
 	if err != nil {
-		h.cancelAttached(a, info, in.GetDetach())
+		h.cancelAttached(a, info)
 	}
 	return err
 }
 
 // cancelAttached cancels an attached command whose call ended first, as a foreground
-// command's end does (its lease would end it within attachTime anyway).
-func (h *Handler) cancelAttached(a *admitted, info *executionv1.CommandInfo, detached bool) {
-	if detached || info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING {
+// command's end does (its lease would end it within attachTime anyway). What the record
+// says decides, never the request: a detached command is never cancelled by a call's end.
+func (h *Handler) cancelAttached(a *admitted, info *executionv1.CommandInfo) {
+	if info.GetDetached() || info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cancelAfterCall)
@@ -267,6 +280,7 @@ func (h *Handler) WatchCommand(in *executionv1.WatchCommandRequest, stream grpc.
 func (h *Handler) follow(ctx context.Context, a *admitted, id string, from *executionv1.OutputCursor, stream grpc.ServerStreamingServer[executionv1.CommandEvent]) error {
 	cursor := &executionv1.OutputCursor{Stdout: from.GetStdout(), Stderr: from.GetStderr()}
 	for {
+		asked := time.Now()
 		res, err := h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Follow{Follow: &helperv1.DurableFollow{
 			CommandId: id, From: proto.CloneOf(cursor), MaxBytes: followBytes, WaitMillis: uint64(followWait / time.Millisecond),
 		}}})
@@ -287,11 +301,24 @@ func (h *Handler) follow(ctx context.Context, a *admitted, id string, from *exec
 		if res.GetComplete() {
 			return stream.Send(&executionv1.CommandEvent{Event: &executionv1.CommandEvent_Ended{Ended: res.GetCommands()[0]}})
 		}
+		if len(res.GetOutput()) == 0 && time.Since(asked) < minEmptyPoll {
+			// An empty answer long before its wait: a helper that does not wait. Not a hot
+			// loop of execs on its account.
+			t := time.NewTimer(minEmptyPoll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 	}
 }
+
+// minEmptyPoll is the least time between two follows when the first came back empty.
+const minEmptyPoll = 100 * time.Millisecond
 
 // durableStatus serves CommandStatus.
 func (h *Handler) durableStatus(ctx context.Context, a *admitted, in *executionv1.CommandStatusRequest) (*executionv1.CommandStatusResponse, error) {

@@ -12,7 +12,8 @@ import (
 // answer that no helper gives is refused, and a message is made printable.
 func TestCheckDurableRefusesWhatNoHelperAnswers(t *testing.T) {
 	ended := func(id string) *executionv1.CommandInfo {
-		return &executionv1.CommandInfo{CommandId: id, State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED, Result: &executionv1.CommandResult{}}
+		return &executionv1.CommandInfo{CommandId: id, State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED, Result: &executionv1.CommandResult{},
+			StdoutBytes: 14, StderrBytes: 2}
 	}
 	running := func(id string) *executionv1.CommandInfo {
 		return &executionv1.CommandInfo{CommandId: id, State: executionv1.CommandState_COMMAND_STATE_RUNNING}
@@ -49,6 +50,8 @@ func TestCheckDurableRefusesWhatNoHelperAnswers(t *testing.T) {
 		{"more than asked", status, &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{ended("c")}, Output: []*executionv1.OutputChunk{out(stdout, 10, 0, "abcdefghi")}}, false},
 		{"no known stream", status, &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{ended("c")}, Output: []*executionv1.OutputChunk{out(7, 0, 0, "x")}}, false},
 		{"a skip larger than its offset", status, &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{ended("c")}, Output: []*executionv1.OutputChunk{out(stdout, 5, 6, "x")}}, false},
+		{"output past an ended command's total", status, &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{ended("c")}, Output: []*executionv1.OutputChunk{out(stdout, 10, 0, "abcde")}}, false},
+		{"a follow complete while running", follow, &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{running("c")}, Complete: true}, false},
 		{"a listing longer than asked", list, &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{ended("x"), ended("y")}}, false},
 		{"a listing with output", list, &helperv1.DurableResult{Output: []*executionv1.OutputChunk{out(stdout, 0, 0, "x")}}, false},
 	}

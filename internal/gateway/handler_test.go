@@ -90,7 +90,6 @@ var (
 	busy          = answer{codes.ResourceExhausted, "LIMIT_EXCEEDED", true}
 	internal      = answer{codes.Internal, "INTERNAL", false}
 	unknown       = answer{codes.Unknown, "OUTCOME_UNKNOWN", false}
-	unimplemented = answer{codes.Unimplemented, "UNIMPLEMENTED", false}
 )
 
 // read translates a handler's error as the server's edge does, once.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/helper/spool"
@@ -470,4 +471,48 @@ func TestDurableGigabyteOfOutputIsBounded(t *testing.T) {
 		t.Fatalf("the supervisor's peak memory was %d bytes", peak)
 	}
 	t.Logf("1 GiB: spool %d bytes on disk, supervisor peak %d KiB", onDisk, peak>>10)
+}
+
+// Ended records are kept by count and by age, the oldest removed first by the next start or
+// listing; a running command is never removed.
+func TestDurableRecordsAreRetainedByCountAndAge(t *testing.T) {
+	root := t.TempDir()
+	withRetention := func(req *helperv1.Request) *helperv1.Request {
+		req.Limits.RetainRecords, req.Limits.RetainMillis = 2, uint64(time.Hour/time.Millisecond)
+		return req
+	}
+	durableOK(t, root, withRetention(startReq("running", "sleep 30")))
+	for _, id := range []string{"a", "b", "c", "d"} {
+		durableOK(t, root, withRetention(startReq(id, "true")))
+		followAll(t, root, id, nil, nil)
+	}
+	ids := func() []string {
+		res, _ := durableOK(t, root, withRetention(listReq(10)))
+		var out []string
+		for _, c := range res.GetCommands() {
+			out = append(out, c.GetCommandId())
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"d", "c", "running"}, ids()); diff != "" {
+		t.Fatalf("kept by count (-want +got):\n%s", diff)
+	}
+	// "c" ended two hours ago, as far as its record says.
+	dir, err := unix.Open(filepath.Join(root, ".execplane/commands/c"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := spool.ReadRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.GetInfo().StartedAt = timestamppb.New(time.Now().Add(-2 * time.Hour))
+	if err := spool.WriteRecord(dir, rec); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(dir)
+	if diff := cmp.Diff([]string{"d", "running"}, ids()); diff != "" {
+		t.Fatalf("kept by age (-want +got):\n%s", diff)
+	}
+	durableOK(t, root, cancelReq("running", 0))
 }

@@ -36,8 +36,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return Pause(ctx)
 	}
 	// A broken output pipe must surface as a write error (and cancel a running command),
-	// never kill the helper before it has reaped what it started.
-	signal.Ignore(syscall.SIGPIPE)
+	// never kill the helper before it has reaped what it started. Caught, not ignored: an
+	// ignored signal stays ignored across exec, and commands must start with SIGPIPE at its
+	// default (`yes | head` must end quietly).
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	go func() {
+		for range pipes {
+		}
+	}()
 	// Before the helper stops being dumpable, which gives its /proc files to root.
 	_ = process.OpenOOMScoreAdj()
 	// Not dumpable: a command (same user) cannot open /proc/<helper>/fd/1 to forge response

@@ -52,6 +52,10 @@ var (
 	deniedEnvPrefixes = []string{"LD_", "BASH_FUNC_", "DYLD_"}
 )
 
+// reservedEnvPrefix is execplane's own: the executor's configuration (the workspace root) and
+// the local cluster's marks, which a request may not override.
+const reservedEnvPrefix = "EXECPLANE_"
+
 // EnvAllowed reports whether a variable name is accepted.
 func EnvAllowed(name string) bool {
 	if !validEnvName(name) {
@@ -147,7 +151,7 @@ func ValidateCommand(spec *executionv1.CommandSpec, lim CommandLimits) (argv []s
 		return nil, 0, invalidf("more than %d environment variables", maxEnvVars)
 	}
 	for _, e := range spec.GetEnvironment() {
-		if !EnvAllowed(e.GetName()) {
+		if !EnvAllowed(e.GetName()) || strings.HasPrefix(e.GetName(), reservedEnvPrefix) {
 			return nil, 0, invalidf("environment variable name %q is not allowed", e.GetName())
 		}
 		if len(e.GetValue()) > maxEnvValueBytes || strings.IndexByte(e.GetValue(), 0) >= 0 {

@@ -166,8 +166,11 @@ func (r *Run) Start(ctx context.Context, c Command, opts StartOptions) (*Command
 
 // Stream runs a durable command and yields its events as they come: Started, its output as
 // it is written, Ended. Unless opts.Detach, stopping the iteration or ending ctx cancels
-// the command. A stream broken by the network or a gateway reattaches through Output from
-// the last offsets, so no byte is lost or yielded twice.
+// the command. A stream whose gateway went away reattaches through Output from the last
+// offsets, so no byte is lost or yielded twice; an attached command lives on for that while
+// it is followed again within seconds — but a call that broke while its gateway lived was
+// ended by that gateway, and with it an attached command (the reattachment then yields its
+// end, CANCELLED).
 func (r *Run) Stream(ctx context.Context, c Command, opts StreamOptions) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		g, err := r.runGrant()
@@ -213,6 +216,10 @@ func (r *Run) Stream(ctx context.Context, c Command, opts StreamOptions) iter.Se
 				started = true
 			}
 			if e.Output != nil {
+				if e.Output.Offset-e.Output.Skipped != cursor.at(e.Output.Stream) {
+					yield(Event{}, &Error{Code: codes.Internal, Message: "the output does not continue from the cursor"})
+					return
+				}
 				cursor.Advance(*e.Output)
 			}
 			if !yield(e, nil) {

@@ -49,7 +49,7 @@ const (
 	MaxRetainRecordsCeiling = 1000
 	// minRetainFor and maxRetainFor bound commands.retainFor.
 	minRetainFor = time.Minute
-	maxRetainFor = 366 * 24 * time.Hour
+	maxRetainFor = 365 * 24 * time.Hour
 	// MaxEnvironmentsCeiling bounds maxEnvironments: every environment is a custom resource,
 	// a PVC and a Pod held in the informer caches of every gateway and controller replica.
 	MaxEnvironmentsCeiling = 100_000

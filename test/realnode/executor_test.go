@@ -209,3 +209,41 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// A fork bomb inside a detached command is held by the Pod's pid limit too; cancelled, it
+// leaves no survivor within the grace and a second, and the next command works.
+func TestDetachedForkBombIsHeldAndCancelled(t *testing.T) {
+	s := startSystem(t)
+	w := s.ensure(t, "detached-forks", profileExample)
+	c := ctx(t)
+	info, err := w.run.Start(c, client.Command{Shell: "f() { f | f & }; f; sleep 600"}, client.StartOptions{ID: "bomb"})
+	if err != nil || !info.Running() {
+		t.Fatalf("start: %+v %v", info, err)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the bomb reached the pid limit", func() bool {
+		_, chunks, err := w.run.Status(c, "bomb", client.Cursor{}, 1<<20)
+		for _, ch := range chunks {
+			if ch.Stream == client.Stderr && strings.Contains(string(ch.Data), "can't fork") {
+				return true
+			}
+		}
+		return err != nil
+	})
+	const grace = time.Second
+	began := time.Now()
+	end, err := w.run.Cancel(c, "bomb", grace)
+	took := time.Since(began)
+	if err != nil || end.State != executionv1.CommandState_COMMAND_STATE_CANCELLED {
+		t.Fatalf("cancel: %+v %v", end, err)
+	}
+	// grace + 1 s for the kill and the reaping, and the round trip of one call on this node.
+	if took > grace+time.Second+500*time.Millisecond {
+		t.Errorf("the cancel took %s", took)
+	}
+	// The bomb was reaped before its end was recorded; what may still be exiting is its
+	// supervisor. Then: the executor's main process, the session's helper, this command's
+	// helper and its own processes.
+	clustertest.Eventually(t, time.Second, "nothing of the bomb left", func() bool {
+		return mustAtoi(t, w.must(t, "ls -d /proc/[0-9]* | wc -l")) <= 5
+	})
+}

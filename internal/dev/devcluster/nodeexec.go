@@ -177,16 +177,42 @@ func (n *NodeExec) WatchPods(ctx context.Context) {
 	factory.Shutdown()
 }
 
-// killMarked SIGKILLs every process whose environment holds an entry starting with mark.
+// killRounds bounds the passes of killMarked: each stops what it finds before killing it,
+// so a process forking meanwhile leaves at most children to the next pass.
+const killRounds = 10
+
+// killMarked kills every process whose environment holds an entry starting with mark, as a
+// container's end does: all of them stopped first (none reacts, none records an end the
+// others did not reach), then killed, pass after pass until none is found.
 func (n *NodeExec) killMarked(mark string) {
+	for range killRounds {
+		pids := marked(mark)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// marked lists the live processes whose environment holds an entry starting with mark.
+func marked(mark string) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return
+		return nil
 	}
+	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
 			continue
+		}
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err != nil || bytes.Contains(stat, []byte(") Z ")) {
+			continue // gone, or a zombie its parent has yet to reap
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
 		if err != nil {
@@ -194,11 +220,12 @@ func (n *NodeExec) killMarked(mark string) {
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if bytes.HasPrefix(kv, []byte(mark)) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				out = append(out, pid)
 				break
 			}
 		}
 	}
+	return out
 }
 
 // serveExec handles the kubelet paths /exec/{ns}/{pod}/{container} and

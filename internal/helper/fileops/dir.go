@@ -103,7 +103,7 @@ func (r *Root) list(req *executionv1.ListDirectory) (*executionv1.ListDirectoryR
 			if scanned++; scanned > maxListScan {
 				return nil, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "directory has more than %d entries", maxListScan)
 			}
-			if n <= after || (n == protocol.ReservedDir && isRoot(p)) {
+			if n <= after || (n == protocol.ReservedDir && mayBeRoot(p)) {
 				continue
 			}
 			if h.Len() < size {

@@ -74,6 +74,15 @@ func TestReservedDirectoryIsOutOfReach(t *testing.T) {
 	if diff := cmp.Diff([]string{".execplanes", "sub"}, names); diff != "" {
 		t.Errorf("the root's listing (-want +got):\n%s", diff)
 	}
+	viaParent, err := r.Do(&executionv1.FileOperation{Operation: &executionv1.FileOperation_List{List: &executionv1.ListDirectory{Path: []byte("sub/..")}}}, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range viaParent.GetList().GetEntries() {
+		if string(e.GetPath()) == ".execplane" {
+			t.Errorf("a listing of the root through sub/.. shows the reserved entry")
+		}
+	}
 	glob, err := r.Do(&executionv1.FileOperation{Operation: &executionv1.FileOperation_Glob{Glob: &executionv1.Glob{Pattern: []byte("**")}}}, lim)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package fileops
 import (
 	"bytes"
 	"errors"
+	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -160,6 +161,14 @@ func isRoot(p string) bool {
 		}
 	}
 	return true
+}
+
+// mayBeRoot reports whether a checked path may name the root, read lexically ("a/.."
+// may): a walk or a listing from it passes the reserved entry by, as at the root. (Through
+// a symlink "a/.." may be another directory, which then hides an entry of that name: the
+// safe side.)
+func mayBeRoot(p string) bool {
+	return path.Clean(p) == "."
 }
 
 // openParent opens the directory that holds p's final name, for *at calls on that name.

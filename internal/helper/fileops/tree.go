@@ -180,7 +180,7 @@ func (r *Root) glob(req *executionv1.Glob) (*executionv1.GlobResult, error) {
 	res := &executionv1.GlobResult{}
 	budget := maxWalkEntries
 	resultBytes := 0
-	err = walk(fd, "", 0, &budget, passReserved(isRoot(base), func(_ int, _, rel string, st *unix.Stat_t) (bool, error) {
+	err = walk(fd, "", 0, &budget, passReserved(mayBeRoot(base), func(_ int, _, rel string, st *unix.Stat_t) (bool, error) {
 		parts := strings.Split(rel, "/")
 		if matchComponents(comps, parts) {
 			if len(res.Paths) == limit || resultBytes+len(rel)+len(base) > maxResultBytes {
@@ -371,7 +371,7 @@ func (r *Root) grep(req *executionv1.Grep, lim Limits) (*executionv1.GrepResult,
 			return nil, err
 		}
 		defer unix.Close(dirfd)
-		err = walk(dirfd, "", 0, &budget, passReserved(isRoot(base), func(d int, name, rel string, st *unix.Stat_t) (bool, error) {
+		err = walk(dirfd, "", 0, &budget, passReserved(mayBeRoot(base), func(d int, name, rel string, st *unix.Stat_t) (bool, error) {
 			return search(d, name, joinRel(base, rel), st)
 		}))
 		if errors.Is(err, errStop) {

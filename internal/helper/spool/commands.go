@@ -1,9 +1,12 @@
 package spool
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -93,22 +96,41 @@ func (c *Commands) unlock() {
 	}
 }
 
-// Lock takes the workspace's command lock (flock, exclusive): starts count the running
-// commands under it. It is released by the returned function (once, however often it is
-// called) or by Close.
+// lockWait bounds the wait for the command lock: a start holds it for a fork, an exec and
+// a few small writes; a workload that holds it itself (it can: it owns the volume) makes
+// starts and listings answer UNAVAILABLE instead of hanging.
+const lockWait = 10 * time.Second
+
+// lockPoll is how often a waiting lock is tried again.
+const lockPoll = 5 * time.Millisecond
+
+// ErrLockBusy is returned by Lock when the lock was not free within lockWait.
+var ErrLockBusy = errors.New("the workspace's command lock is held by someone else")
+
+// Lock takes the workspace's command lock (flock, exclusive, tried for at most lockWait):
+// starts count the running commands under it. The returned function releases it, as does
+// Close.
 func (c *Commands) Lock() (unlock func(), err error) {
 	if c.lock >= 0 {
 		return nil, errors.New("spool: the lock is held already")
 	}
-	fd, err := unix.Openat(c.fd, lockName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := openRegular(c.fd, lockName, unix.O_RDWR|unix.O_CREAT)
 	if err != nil {
 		return nil, fmt.Errorf("spool: lock: %w", err)
 	}
+	deadline := time.Now().Add(lockWait)
 	for {
-		err = unix.Flock(fd, unix.LOCK_EX)
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if errors.Is(err, unix.EWOULDBLOCK) && time.Now().Before(deadline) {
+			time.Sleep(lockPoll)
+			continue
+		}
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}
+	}
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		err = ErrLockBusy
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -116,6 +138,24 @@ func (c *Commands) Lock() (unlock func(), err error) {
 	}
 	c.lock = fd
 	return c.unlock, nil
+}
+
+// openRegular opens a name of dir that must be a regular file, never blocking on what a
+// workload may have put there instead (a FIFO, a device) and never following a link.
+func openRegular(dir int, name string, flags int) (int, error) {
+	fd, err := unix.Openat(dir, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		if err == nil {
+			err = fmt.Errorf("%s is not a regular file", name)
+		}
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Create makes a command's directory and returns a descriptor of it.
@@ -194,7 +234,12 @@ func WriteRecord(commandDir int, rec *helperv1.CommandRecord) error {
 	if len(data) > MaxRecordBytes {
 		return fmt.Errorf("spool: a record of %d bytes is over %d", len(data), MaxRecordBytes)
 	}
-	fd, err := unix.Openat(commandDir, recordTemp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// A name of its own per write (helpers may record the same abandoned command at once),
+	// created exclusively (nothing the workload put there is written through).
+	var suffix [8]byte
+	_, _ = rand.Read(suffix[:])
+	temp := recordTemp + "." + hex.EncodeToString(suffix[:])
+	fd, err := unix.Openat(commandDir, temp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool: record: %w", err)
 	}
@@ -204,10 +249,10 @@ func WriteRecord(commandDir int, rec *helperv1.CommandRecord) error {
 	}
 	unix.Close(fd)
 	if err == nil {
-		err = unix.Renameat(commandDir, recordTemp, commandDir, recordName)
+		err = unix.Renameat(commandDir, temp, commandDir, recordName)
 	}
 	if err != nil {
-		_ = unix.Unlinkat(commandDir, recordTemp, 0)
+		_ = unix.Unlinkat(commandDir, temp, 0)
 		return fmt.Errorf("spool: record: %w", err)
 	}
 	_ = unix.Fsync(commandDir) // the rename's durability; the record itself is safe

@@ -241,8 +241,7 @@ func cancelCommand(cfg Config, id string, grace time.Duration) (*executionv1.Com
 	if err := writeGrace(o.dir, grace); err != nil {
 		return nil, unavailable(err)
 	}
-	sup := o.rec.GetSupervisor()
-	if err := unix.Kill(int(sup.GetPid()), unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+	if err := signalSupervisor(o.rec.GetSupervisor(), unix.SIGTERM); err != nil {
 		return nil, fmt.Errorf("signalling the supervisor: %w", err)
 	}
 	deadline := time.Now().Add(grace + cancelSlack)
@@ -263,13 +262,39 @@ func cancelCommand(cfg Config, id string, grace time.Duration) (*executionv1.Com
 	}
 }
 
-// writeGrace leaves a cancel's grace for the supervisor to read when it is signalled.
-func writeGrace(dir int, grace time.Duration) error {
-	fd, err := unix.Openat(dir, cancelName, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+// signalSupervisor signals a record's supervisor through a pidfd, after proving again that
+// the pid is still that supervisor: between the proof of open() and the signal it may have
+// ended and its pid been given to another process. A supervisor gone meanwhile is no error.
+func signalSupervisor(sup *helperv1.Supervisor, sig unix.Signal) error {
+	fd, err := unix.PidfdOpen(int(sup.GetPid()), 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	// The pidfd pins the process: if it is still the supervisor now, the signal reaches it.
+	if !alive(sup) {
+		return nil
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// writeGrace leaves a cancel's grace for the supervisor to read when it is signalled.
+func writeGrace(dir int, grace time.Duration) error {
+	fd, err := unix.Openat(dir, cancelName, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("the cancel file is not a regular file")
+	}
 	_, err = unix.Write(fd, []byte(strconv.FormatInt(grace.Milliseconds(), 10)))
 	return err
 }

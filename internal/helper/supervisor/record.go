@@ -23,10 +23,12 @@ const maxProgramBytes = 1 << 10
 // abandonedMessage says why a command is ABANDONED.
 const abandonedMessage = "its supervisor is gone without recording an end: the executor was replaced or retired, or the supervisor was killed"
 
-// specDigest identifies a start's spec: a second start of an id is the same command only
-// when it is equal.
-func specDigest(spec *executionv1.CommandSpec) (string, error) {
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(spec)
+// specDigest identifies a start: a second start of an id is the same command only when its
+// spec and how it is held (detached or attached) are equal — a streamed call must never
+// take over a detached command and cancel it when it ends.
+func specDigest(st *helperv1.DurableStart) (string, error) {
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(&helperv1.DurableStart{
+		Command: st.GetCommand(), Detached: st.GetDetached(), AttachMillis: st.GetAttachMillis()})
 	if err != nil {
 		return "", err
 	}

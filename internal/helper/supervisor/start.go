@@ -59,10 +59,21 @@ func durationSince(t time.Time) *durationpb.Duration { return durationpb.New(tim
 
 // start serves a DurableStart.
 func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim protocol.DurableLimits) (*executionv1.CommandInfo, error) {
-	digest, err := specDigest(st.GetCommand())
+	digest, err := specDigest(st)
 	if err != nil {
 		return nil, err
 	}
+	// The working directory first: a refusal of it leaves nothing behind.
+	root, err := fileops.OpenRoot(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	work, err := root.OpenDir(st.GetCommand().GetWorkingDirectory())
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(work)
 	cmds, err := spool.OpenCommands(cfg.Root, true)
 	if err != nil {
 		return nil, unavailable(err)
@@ -76,15 +87,25 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 
 	id := st.GetCommandId()
 	if dir, err := cmds.Open(id); err == nil {
-		defer unix.Close(dir)
 		rec, err := spool.ReadRecord(dir)
-		if err != nil || rec.GetSpecDigest() != digest {
-			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "command %s exists with another program", id)
+		switch {
+		case errors.Is(err, spool.ErrNoCommand):
+			// No record under the lock: a start that died before its first write left the
+			// directory; nothing runs there.
+			unix.Close(dir)
+			if err := cmds.Remove(id); err != nil {
+				return nil, unavailable(err)
+			}
+		case err != nil || rec.GetSpecDigest() != digest:
+			unix.Close(dir)
+			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "command %s exists with another program, or held otherwise", id)
+		default:
+			defer unix.Close(dir)
+			if rec, err = reconcile(dir, rec); err != nil {
+				return nil, err
+			}
+			return rec.GetInfo(), nil // the same start again: the command it started
 		}
-		if rec, err = reconcile(dir, rec); err != nil {
-			return nil, err
-		}
-		return rec.GetInfo(), nil // the same start again: the command it started
 	} else if !errors.Is(err, spool.ErrNoCommand) {
 		return nil, unavailable(err)
 	}
@@ -93,7 +114,6 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	entries = retain(cmds, entries, lim, time.Now())
 	running := 0
 	for _, e := range entries {
 		if !e.rec.GetEnded() {
@@ -103,68 +123,63 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 	if running >= lim.MaxDetached {
 		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "%d durable commands run already, the most the profile allows", running)
 	}
-
-	root, err := fileops.OpenRoot(cfg.Root)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	work, err := root.OpenDir(st.GetCommand().GetWorkingDirectory())
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(work)
+	retain(cmds, entries, lim, time.Now())
 
 	dir, err := cmds.Create(id)
 	if err != nil {
 		return nil, unavailable(err)
 	}
 	defer unix.Close(dir)
-	info, err := launch(cfg, req, st, digest, dir, work)
-	if err != nil {
+	info, handed, err := launch(cfg, req, st, digest, dir, work)
+	if err != nil && !handed {
 		_ = cmds.Remove(id) // nothing ran: nothing is left
-		return nil, err
 	}
-	return info, nil
+	return info, err
 }
 
+// handoverTimeout bounds writing the start to a new supervisor (a pipe's buffer holds it
+// unless the start carries a large stdin).
+const handoverTimeout = 10 * time.Second
+
 // launch starts the supervisor, records it, hands it the start and waits for its report.
-func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest string, dir, work int) (*executionv1.CommandInfo, error) {
+// handed reports whether the start reached the supervisor: from then on the command may
+// run, and its directory stays whatever happens.
+func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest string, dir, work int) (info *executionv1.CommandInfo, handed bool, err error) {
 	frame, err := protocol.Marshal(&helperv1.Request{
 		Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: req.GetRequestId(), Limits: req.GetLimits(),
 		Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{Op: &helperv1.Durable_Start{Start: st}}},
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer null.Close()
 	startR, startW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer startW.Close()
 	reportR, reportW, err := os.Pipe()
 	if err != nil {
 		startR.Close()
-		return nil, err
+		return nil, false, err
 	}
 	defer reportR.Close()
 	dirF, err := dupFile(dir, "command")
 	if err != nil {
 		startR.Close()
 		reportW.Close()
-		return nil, err
+		return nil, false, err
 	}
 	defer dirF.Close()
 	workF, err := dupFile(work, "work")
 	if err != nil {
 		startR.Close()
 		reportW.Close()
-		return nil, err
+		return nil, false, err
 	}
 	defer workF.Close()
 	p, err := cfg.spawn(cfg.Self, []string{Argv0, Flag, "--root", cfg.Root}, &os.ProcAttr{
@@ -178,9 +193,9 @@ func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest
 	reportW.Close()
 	if err != nil {
 		if errors.Is(err, unix.EAGAIN) {
-			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "cannot start the command's supervisor: the executor's process limit is reached")
+			return nil, false, errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "cannot start the command's supervisor: the executor's process limit is reached")
 		}
-		return nil, fmt.Errorf("starting the command's supervisor: %w", err)
+		return nil, false, fmt.Errorf("starting the command's supervisor: %w", err)
 	}
 	_ = p.Release()
 	rec := &helperv1.CommandRecord{
@@ -195,27 +210,28 @@ func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest
 	touchLease(dir) // the first follow has the attach time to come
 	if err := spool.WriteRecord(dir, rec); err != nil {
 		_ = unix.Kill(p.Pid, unix.SIGKILL) // it has not been told to start anything
-		return nil, unavailable(err)
+		return nil, false, unavailable(err)
 	}
+	_ = startW.SetWriteDeadline(time.Now().Add(handoverTimeout))
 	if err := protocol.WritePayload(startW, frame, protocol.MaxRequestBytes); err != nil {
-		_ = unix.Kill(p.Pid, unix.SIGKILL)
-		return nil, fmt.Errorf("handing the start to its supervisor: %w", err)
+		_ = unix.Kill(p.Pid, unix.SIGKILL) // it never read a whole start: nothing ran
+		return nil, false, fmt.Errorf("handing the start to its supervisor: %w", err)
 	}
 	startW.Close()
 	_ = reportR.SetReadDeadline(time.Now().Add(startReportTimeout))
 	var reported helperv1.CommandRecord
 	if err := protocol.ReadFrame(reportR, &reported, spool.MaxRecordBytes); err == nil && reported.GetInfo() != nil {
-		return reported.GetInfo(), nil
+		return reported.GetInfo(), true, nil
 	}
 	// No report: the supervisor died (or is slow); the record says what is known.
 	got, err := spool.ReadRecord(dir)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	if got, err = reconcile(dir, got); err != nil {
-		return nil, err
+		return nil, true, err
 	}
-	return got.GetInfo(), nil
+	return got.GetInfo(), true, nil
 }
 
 // unavailable types an error of the spool itself: the workspace cannot keep records now.

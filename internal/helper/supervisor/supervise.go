@@ -32,6 +32,10 @@ const defaultGrace = 10 * time.Second
 // to the spool, record it running, report, wait, record how it ended. environ is the base
 // environment of the command.
 func Supervise(environ []string) error {
+	// Inherited without close-on-exec (ProcAttr.Files): the command must inherit neither the
+	// report pipe (it could forge a report, or hold the starter waiting) nor the spool.
+	unix.CloseOnExec(fdReport)
+	unix.CloseOnExec(fdCommand)
 	startF := os.NewFile(fdStart, "start")
 	report := os.NewFile(fdReport, "report")
 	defer report.Close()
@@ -55,7 +59,17 @@ func Supervise(environ []string) error {
 	// we record anything.
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
-	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
+	// Caught, not ignored: an ignored signal stays ignored across exec, and the command must
+	// start with every signal at its default.
+	ignored := make(chan os.Signal, 1)
+	signal.Notify(ignored, syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
+	go func() {
+		for range ignored {
+		}
+	}()
+	// Room for the final record on a volume the command may fill: released just before it
+	// is written.
+	reserve := reserveRecord(dir)
 	if err := process.EnableSubreaper(); err != nil {
 		return fail(dir, rec, report, fmt.Errorf("subreaper: %w", err))
 	}
@@ -111,11 +125,12 @@ func Supervise(environ []string) error {
 	rec.Info.Result = res
 	rec.Info.StdoutBytes, rec.Info.StderrBytes = stdout.w.Total(), stderr.w.Total()
 	if e := errors.Join(stdout.w.Err(), stderr.w.Err()); e != nil {
-		rec.Info.Message = process.TruncateUTF8(e.Error(), 1024)
+		rec.Info.Message = process.TruncateUTF8(e.Error(), maxMessageBytes)
 	}
 	if res.GetState() == executionv1.CommandState_COMMAND_STATE_START_FAILED {
 		rec.Info.StartedAt = res.GetStartedAt()
 	}
+	reserve()
 	if err := spool.WriteRecord(dir, rec); err != nil {
 		return err
 	}
@@ -131,12 +146,13 @@ func fail(dir int, rec *helperv1.CommandRecord, report *os.File, cause error) er
 		State: executionv1.CommandState_COMMAND_STATE_START_FAILED, ExitCode: -1,
 		Stdout: &executionv1.CapturedOutput{}, Stderr: &executionv1.CapturedOutput{},
 		StartedAt: rec.GetInfo().GetStartedAt(), Duration: durationSince(rec.GetInfo().GetStartedAt().AsTime()),
-		Message: process.TruncateUTF8("cannot start: "+cause.Error(), 1024),
+		Message: process.TruncateUTF8("cannot start: "+cause.Error(), maxMessageBytes),
 	}
 	res.Receipt = process.Receipt(res)
 	rec.Ended = true
 	rec.Info.State = res.State
 	rec.Info.Result = res
+	_ = unix.Unlinkat(dir, reserveName, 0)
 	if err := spool.WriteRecord(dir, rec); err != nil {
 		return errors.Join(cause, err)
 	}
@@ -165,10 +181,38 @@ func watchLease(dir int, attach time.Duration, done <-chan struct{}, stop func(t
 	}
 }
 
+// maxMessageBytes bounds a record's message (the API documents 1024).
+const maxMessageBytes = 1024
+
+// reserveName holds room for the final record (spool.MaxRecordBytes) on the volume.
+const reserveName = "record.reserve"
+
+// reserveRecord sets aside room for the final record, so that a command that fills the
+// volume still has its end recorded, and returns what releases it. Best effort: without
+// it, a full volume leaves the command to be recorded ABANDONED.
+func reserveRecord(dir int) (release func()) {
+	fd, err := unix.Openat(dir, reserveName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return func() {}
+	}
+	err = unix.Fallocate(fd, 0, 0, spool.MaxRecordBytes)
+	unix.Close(fd)
+	if err != nil {
+		_ = unix.Unlinkat(dir, reserveName, 0)
+		return func() {}
+	}
+	return func() { _ = unix.Unlinkat(dir, reserveName, 0) }
+}
+
 // graceOf reads the grace a cancel left, bounded; the default when there is none.
 func graceOf(dir int) time.Duration {
 	fd, err := unix.Openat(dir, cancelName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return defaultGrace
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
 		return defaultGrace
 	}
 	defer unix.Close(fd)
