@@ -126,6 +126,24 @@ func TestCommandBasics(t *testing.T) {
 	wantRefused(t, root, &executionv1.CommandSpec{}, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)
 }
 
+// A command starts with every signal at its default, whatever the helper does with them:
+// `yes | head` ends quietly (yes dies of SIGPIPE, as in any shell), and /proc says nothing
+// is ignored. (Ignored signals survive exec; the helper catches SIGPIPE instead.)
+func TestCommandsStartWithSignalsAtTheirDefault(t *testing.T) {
+	root, _ := workspace(t)
+	res := mustRun(t, root, shell(`yes | head -n 1; grep SigIgn /proc/self/status`))
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED || len(res.GetStderr().GetHead()) != 0 ||
+		string(res.GetStdout().GetHead()) != "y\nSigIgn:\t0000000000000000\n" {
+		t.Fatalf("result %v", res)
+	}
+	// A durable command's, under its supervisor, too.
+	durableOK(t, root, startReq("signals", `grep SigIgn /proc/self/status`))
+	_, chunks := followAll(t, root, "signals", nil, nil)
+	if stdout, _ := joined(t, chunks, nil); string(stdout) != "SigIgn:\t0000000000000000\n" {
+		t.Fatalf("a durable command's ignored signals: %q", stdout)
+	}
+}
+
 func TestExitBySignalVersusExitCode(t *testing.T) {
 	root, _ := workspace(t)
 	sig := mustRun(t, root, shell(`kill -TERM $$`))

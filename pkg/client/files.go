@@ -169,6 +169,14 @@ func (r *Run) readStream(ctx context.Context, path string, offset uint64, w io.W
 				k, err = w.Write(m.GetContent())
 				written += int64(k)
 				if err != nil {
+					// Ended here, so that the stream has finished before call reads its
+					// header (see WriteFileFrom).
+					cancel()
+					for {
+						if _, e := st.Recv(); e != nil {
+							break
+						}
+					}
 					return nil, partial{err}
 				}
 				continue
@@ -287,6 +295,10 @@ func (r *Run) WriteFileFrom(ctx context.Context, path string, src io.Reader, siz
 			buf := make([]byte, min(int64(streamPiece), size-sent))
 			n, err := io.ReadFull(src, buf)
 			if err != nil {
+				// Ended here and now, not by the deferred cancel: the stream must have
+				// finished (and filled the call's header option) before call reads it.
+				cancel()
+				_, _ = st.CloseAndRecv()
 				return nil, partial{fmt.Errorf("reading the content at byte %d: %w", sent, err)}
 			}
 			msg.Content = buf[:n]

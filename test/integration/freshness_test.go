@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"google.golang.org/protobuf/types/known/durationpb"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -143,13 +144,13 @@ func TestGatewayCutFromTheAPIServerRefusesWithinItsBound(t *testing.T) {
 	s := ensureReady(t, sys.dial(t, "caller", 0), "alice", "conv-1")
 	viaCut := *s
 	viaCut.api = sys.dial(t, "caller", 1)
-	// CommandStatus of an unknown command id is authorised and then unimplemented: a cheap
-	// probe of the grant's verdict that touches no executor.
+	// A command over the profile's bounds is authorised and then refused before any exec:
+	// a cheap probe of the grant's verdict that touches no executor.
 	verdict := func(g *executionv1.Grant) codes.Code {
-		_, err := viaCut.api.CommandStatus(callCtx(t), &executionv1.CommandStatusRequest{RunGrant: g, Environment: s.envRef, CommandId: "probe"})
+		_, err := viaCut.api.StartCommand(callCtx(t), overBoundsProbe(g, s.envRef))
 		return status.Code(err)
 	}
-	clustertest.Eventually(t, 10*time.Second, "the grant authorised through the proxied gateway", func() bool { return verdict(s.runG) == codes.Unimplemented })
+	clustertest.Eventually(t, 10*time.Second, "the grant authorised through the proxied gateway", func() bool { return verdict(s.runG) == codes.InvalidArgument })
 	old := s.runG
 
 	proxy.pause()
@@ -168,7 +169,7 @@ func TestGatewayCutFromTheAPIServerRefusesWithinItsBound(t *testing.T) {
 		switch {
 		case code == codes.Unavailable:
 			refusedAt = time.Now()
-		case code != codes.Unimplemented:
+		case code != codes.InvalidArgument:
 			t.Fatalf("while cut off: %v", code)
 		case time.Now().After(deadline):
 			t.Fatalf("the cut gateway still honoured the revoked grant %s after the stall", time.Since(paused).Round(time.Millisecond))
@@ -206,5 +207,13 @@ func TestGatewayCutFromTheAPIServerRefusesWithinItsBound(t *testing.T) {
 	}
 	s.latest(t)
 	s.acquire(t, "run-after-the-stall")
-	clustertest.Eventually(t, 10*time.Second, "a new grant served through the proxied gateway", func() bool { return verdict(s.runG) == codes.Unimplemented })
+	clustertest.Eventually(t, 10*time.Second, "a new grant served through the proxied gateway", func() bool { return verdict(s.runG) == codes.InvalidArgument })
+}
+
+// overBoundsProbe is a command whose timeout is past any profile's maximum: the gateway
+// authorises it (the bound is the environment's profile's) and then refuses it,
+// INVALID_ARGUMENT, before any exec — so it probes a grant's verdict without an executor.
+func overBoundsProbe(g *executionv1.Grant, ref *executionv1.EnvironmentRef) *executionv1.StartCommandRequest {
+	return &executionv1.StartCommandRequest{RunGrant: g, Environment: ref,
+		Command: &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Argv{Argv: &executionv1.Argv{Args: []string{"true"}}}, Timeout: durationpb.New(100 * time.Hour)}}
 }

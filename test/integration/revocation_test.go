@@ -31,9 +31,9 @@ func TestRevocationReachesEveryGateway(t *testing.T) {
 		gws = append(gws, &c)
 	}
 	authorised := func(sess *session, g *executionv1.Grant) (bool, error) {
-		_, err := sess.api.CommandStatus(callCtx(t), &executionv1.CommandStatusRequest{RunGrant: g, Environment: s.envRef, CommandId: "probe"})
+		_, err := sess.api.StartCommand(callCtx(t), overBoundsProbe(g, s.envRef))
 		switch status.Code(err) {
-		case codes.Unimplemented:
+		case codes.InvalidArgument:
 			return true, nil
 		case codes.Aborted:
 			return false, nil
