@@ -1,13 +1,14 @@
 package integration_test
 
 import (
-	"google.golang.org/protobuf/types/known/durationpb"
 	"net"
 	"net/url"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
