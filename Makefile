@@ -108,7 +108,7 @@ bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000)
 
 .PHONY: bench-gateway
-bench-gateway: build bin/pause node-packages ## Gateway overhead on the fake and the real node: data calls, 5 MiB transfers and RPC/s, each ÷ its raw baseline (docs/benchmarks.md).
+bench-gateway: build bin/pause node-packages ## Gateway overhead on the fake and the real node: data calls, 5 MiB transfers, streamed command output and RPC/s, each ÷ its baseline (docs/benchmarks.md).
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) $(GO) run ./bench/gateway $(BENCH_ARGS)
 
 .PHONY: node-bins
