@@ -250,7 +250,17 @@ func (p *Sessions) session(ctx context.Context, t Target) (*session.Session, err
 		p.mu.Unlock()
 	}
 	flight := fmt.Sprintf("%s/%s/%d/%d", t.EnvironmentUID, t.Pod.UID, t.Epoch, t.Generation)
-	ch := p.opening.DoChan(flight, func() (any, error) { return p.dial(t) })
+	ch := p.opening.DoChan(flight, func() (any, error) {
+		// Looked up again inside the flight: one that finished since this caller's look-up
+		// has pooled the session this caller wants (dial pools it before its flight ends).
+		p.mu.Lock()
+		if cur := p.open[key]; cur != nil && cur.target == t && cur.s.Reason() == "" {
+			p.mu.Unlock()
+			return cur.s, nil
+		}
+		p.mu.Unlock()
+		return p.dial(t)
+	})
 	select {
 	case r := <-ch:
 		if r.Err != nil {
@@ -277,6 +287,14 @@ func (p *Sessions) dial(t Target) (*session.Session, error) {
 	p.cfg.Metrics.sessionOpened()
 	key := sessionKey{env: t.EnvironmentUID, pod: t.Pod.UID}
 	p.mu.Lock()
+	if old := p.open[key]; old != nil && old.target == t && old.s.Reason() == "" {
+		// Another flight for the same view finished between this caller's look-up and its
+		// flight: that session may carry calls already, so it stays and this one, which
+		// carries none, goes.
+		p.mu.Unlock()
+		s.Close(session.ReasonEvicted)
+		return old.s, nil
+	}
 	var evict []*pooled
 	if old := p.open[key]; old != nil {
 		evict = append(evict, old) // opened under an older view meanwhile
