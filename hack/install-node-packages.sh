@@ -3,9 +3,11 @@
 # OCI runtime), the CNI plugins (bridge, host-local, loopback), a static busybox (the example
 # executor image's userland, internal/dev/devimage). Not iptables: the kubelet runs without
 # it on its PATH, so it creates no firewall tables here (internal/dev/devcluster/node.go).
+# And tmux: the terminal test drives `execctl exec -it` in a real terminal
+# (test/integration/tty_test.go).
 # Only what is missing is installed; nothing is upgraded.
 set -euo pipefail
-packages=(runc containernetworking-plugins busybox-static)
+packages=(runc containernetworking-plugins busybox-static tmux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

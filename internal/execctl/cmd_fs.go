@@ -287,8 +287,10 @@ var fsGroup = &group{name: "fs", summary: "files in the workspace, under the run
 var execGroup = &group{name: "exec", summary: "run a command in the workspace, under the run held on ENV", leaves: []*leaf{{
 	args: "ENV -- ARGV... | ENV --shell SCRIPT", nargs: -1, minArgs: 1,
 	summary: "run a command, its output streamed as it is written; exits with its status (124 timed out, 127 not started, 128+n killed by signal n)",
-	example: "execctl exec xenv-… -- python3 main.py\nexecctl exec xenv-… --shell 'make test' --dir src --timeout 5m\nexecctl exec xenv-… --env LANG=C.UTF-8 --stdin input.txt -- wc -l\nexecctl exec xenv-… --detach --id dev-server -- npm run dev   # prints its id; see execctl cmd\nexecctl exec xenv-… -o json -- ls   # the whole result at the end, exit 0 unless execctl failed",
+	example: "execctl exec xenv-… -- python3 main.py\nexecctl exec xenv-… --shell 'make test' --dir src --timeout 5m\nexecctl exec xenv-… --env LANG=C.UTF-8 --stdin input.txt -- wc -l\nexecctl exec xenv-… --detach --id dev-server -- npm run dev   # prints its id; see execctl cmd\nexecctl exec xenv-… -o json -- ls   # the whole result at the end, exit 0 unless execctl failed\nexecctl exec -it xenv-… -- sh   # an interactive shell on a terminal",
 	setup: underRun(func(fs *flag.FlagSet) func(context.Context, *invocation, *client.Run) error {
+		tty := fs.Bool("it", false, "interactive, on a terminal: this terminal's keys, size and screen are the command's (raw mode while it runs)")
+		fs.BoolVar(tty, "t", false, "the same as -it")
 		detach := fs.Bool("detach", false, "start a durable command that outlives this call and print its id (follow it with execctl cmd logs -f)")
 		id := fs.String("id", "", "with --detach: the command's id (1..64 of [A-Za-z0-9._-]); a retry with the same id and command does not run it twice")
 		shell := fs.String("shell", "", "a script for /bin/sh -c instead of ARGV")
@@ -322,6 +324,13 @@ var execGroup = &group{name: "exec", summary: "run a command in the workspace, u
 			ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 			defer cancel()
 			defer context.AfterFunc(in.ctx, cancel)()
+			if *tty {
+				if *detach || *id != "" || *stdin != "" || in.cfg.Output == OutputJSON {
+					return cli.Usagef("%v", errTerminalFlags)
+				}
+				defer in.keepAlive(ctx, run)()
+				return in.terminal(ctx, run, c)
+			}
 			if *detach {
 				info, err := run.Start(ctx, c, client.StartOptions{ID: *id})
 				if err != nil {

@@ -226,6 +226,47 @@ func (e *PodExecutor) openSession(ctx context.Context, pod PodRef, cfg session.C
 	return s, err
 }
 
+// Terminal starts the helper with --terminal in pod and sends it req, a TerminalOpen (see
+// TerminalExecutor). The stream lives until ctx ends or the terminal does. A stream that
+// never took the request is ErrExecutorUnreachable: nothing ran.
+func (e *PodExecutor) Terminal(ctx context.Context, pod PodRef, req *helperv1.Request) (*TerminalConn, error) {
+	if err := e.checkPod(ctx, pod); err != nil {
+		return nil, err
+	}
+	var first bytes.Buffer
+	if err := protocol.WriteFrame(&first, req, protocol.MaxRequestBytes); err != nil {
+		return nil, err
+	}
+	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath, terminalFlag}, Stdin: true, Stdout: true, Stderr: true}
+	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
+		VersionedParams(opts, scheme.ParameterCodec).URL()
+	exec, err := StreamExecutor(e.rest, url)
+	if err != nil {
+		return nil, err
+	}
+	ctx, abort := context.WithCancel(ctx)
+	stdinR, stdinW := io.Pipe()
+	stdoutR, stdoutW := io.Pipe()
+	ended := make(chan error, 1)
+	go func() {
+		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: &capped{limit: stderrCap}})
+		stdoutW.CloseWithError(io.EOF)
+		stdinR.Close() // ends a write still waiting for the transport
+		ended <- err
+	}()
+	c := &TerminalConn{in: stdinW, out: stdoutR, abort: abort, ended: ended}
+	// The transport reads stdin only once the stream is up: a request it did not take
+	// proves that nothing ran.
+	if _, err := stdinW.Write(first.Bytes()); err != nil {
+		abort()
+		return nil, fmt.Errorf("%w: %v", ErrExecutorUnreachable, <-ended)
+	}
+	return c, nil
+}
+
+// terminalFlag starts the helper in terminal mode (fixed argv).
+const terminalFlag = "--terminal"
+
 // usageExit is the helper's exit status for a usage error (an unknown flag): cli.ExitUsage.
 const usageExit = 2
 

@@ -153,6 +153,26 @@ func TestCommandsStartWithSignalsAtTheirDefault(t *testing.T) {
 	}
 }
 
+// A helper started with SIGHUP and SIGINT ignored — which the Go runtime then leaves
+// ignored — still starts its commands with both at their default: a terminal's ^C must
+// reach its job.
+func TestCommandsGetHupAndIntThoughTheHelperIgnoredThem(t *testing.T) {
+	root, _ := workspace(t)
+	r := call(t, root, &helperv1.Request{Operation: &helperv1.Request_Command{Command: shell(`grep SigIgn /proc/self/status`)}}, callOptions{ignoreHupInt: true})
+	res := r.resp.GetCommand()
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
+		t.Fatalf("result %v (stderr %s)", r.resp, r.stderr)
+	}
+	_, mask, _ := strings.Cut(strings.TrimSpace(string(res.GetStdout().GetHead())), "SigIgn:")
+	ignored, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+	if err != nil {
+		t.Fatalf("SigIgn of %q: %v", res.GetStdout().GetHead(), err)
+	}
+	if hupInt := uint64(1<<(syscall.SIGHUP-1) | 1<<(syscall.SIGINT-1)); ignored&hupInt != 0 {
+		t.Fatalf("the command ignores %#x of SIGHUP|SIGINT", ignored&hupInt)
+	}
+}
+
 func TestExitBySignalVersusExitCode(t *testing.T) {
 	root, _ := workspace(t)
 	sig := mustRun(t, root, shell(`kill -TERM $$`))

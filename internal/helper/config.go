@@ -36,6 +36,9 @@ type Config struct {
 	// Session serves many requests over the one stream (protocol version 2, session.go)
 	// instead of exactly one.
 	Session bool
+	// Terminal runs one command on a pseudo-terminal, its input and output framed over
+	// stdin and stdout (terminal.go).
+	Terminal bool
 	// Supervise makes the helper a durable command's supervisor (internal/helper/supervisor):
 	// started by another helper with its start on descriptor 3, never by the gateway.
 	Supervise bool
@@ -57,6 +60,7 @@ func DefaultConfig(getenv func(string) string) Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Root, "root", c.Root, "workspace root (default from $"+RootEnv+", else "+DefaultRoot+")")
 	fs.BoolVar(&c.Session, "session", false, "serve many framed requests over stdin/stdout (protocol version 2) until stdin ends")
+	fs.BoolVar(&c.Terminal, "terminal", false, "run one command on a pseudo-terminal, its input and output framed over stdin/stdout, until it ends")
 	fs.BoolVar(&c.Supervise, "supervise", false, "supervise one durable command handed over on descriptor 3 (started by the helper itself)")
 	fs.BoolVar(&c.Pause, "pause", false, "run as the executor container's idle main process until SIGTERM")
 	fs.StringVar(&c.Install, "install", "", "copy this helper to the given absolute path (mode 0555) and exit: the helper image's init container")

@@ -66,6 +66,9 @@ type callOptions struct {
 	rawRequest      []byte
 	// afterStart runs once the helper process exists, before the request is sent.
 	afterStart func(pid int)
+	// ignoreHupInt starts the helper with SIGHUP and SIGINT ignored, as a container
+	// runtime's exec may.
+	ignoreHupInt bool
 }
 
 func limits() *helperv1.Limits {
@@ -84,6 +87,9 @@ func call(t testing.TB, root string, req *helperv1.Request, o callOptions) resul
 		}
 	}
 	cmd := exec.Command(helperBin, append([]string{"--root", root}, o.args...)...)
+	if o.ignoreHupInt {
+		cmd = exec.Command("sh", append([]string{"-c", `trap "" HUP INT; exec "$0" "$@"`, helperBin, "--root", root}, o.args...)...)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

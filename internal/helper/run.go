@@ -23,7 +23,7 @@ import (
 )
 
 // Run is the helper's entry point: one request from stdin, one response on stdout; or, with
-// --session, many (session.go).
+// --session, many (session.go); or, with --terminal, a terminal (terminal.go).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig(os.Getenv)
 	if done, err := cli.Load("helper", &cfg, args, stdout, stderr); done {
@@ -39,10 +39,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// never kill the helper before it has reaped what it started. Caught, not ignored: an
 	// ignored signal stays ignored across exec, and commands must start with SIGPIPE at its
 	// default (`yes | head` must end quietly).
-	pipes := make(chan os.Signal, 1)
-	signal.Notify(pipes, syscall.SIGPIPE)
+	caught := make(chan os.Signal, 1)
+	signal.Notify(caught, syscall.SIGPIPE)
+	// Likewise SIGHUP and SIGINT when the helper was started with them ignored (a container
+	// runtime's exec may start it so): the Go runtime leaves those two ignored, an ignored
+	// signal stays ignored across exec, and a command must get its ^C. Caught, they reach
+	// commands at their default while the helper goes on ignoring them.
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(sig) {
+			signal.Notify(caught, sig)
+		}
+	}
 	go func() {
-		for range pipes {
+		for range caught {
 		}
 	}()
 	// Before the helper stops being dumpable, which gives its /proc files to root.
@@ -55,6 +64,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Session {
 		return ServeSession(ctx, cfg, os.Stdin, stdout)
+	}
+	if cfg.Terminal {
+		return ServeTerminal(ctx, cfg, os.Stdin, stdout)
 	}
 	return Serve(ctx, cfg, os.Stdin, stdout)
 }
@@ -117,19 +129,8 @@ func durable(cfg Config, req *helperv1.Request, stdin io.Reader) (*helperv1.Dura
 }
 
 func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1.Limits, heartbeat time.Duration, stdin io.Reader, out *frameWriter) (*executionv1.CommandResult, error) {
-	dir, err := root.OpenDir(spec.GetWorkingDirectory())
-	if err != nil {
+	if err := enterWorkDir(root, spec.GetWorkingDirectory()); err != nil {
 		return nil, err
-	}
-	// One request per process: the helper can move itself into the resolved directory and
-	// let the command inherit it.
-	err = unix.Fchdir(dir)
-	unix.Close(dir)
-	if err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	}
-	if err := process.EnableSubreaper(); err != nil {
-		return nil, fmt.Errorf("subreaper: %w", err)
 	}
 	var once sync.Once
 	cancel := make(chan struct{})
@@ -141,32 +142,53 @@ func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1
 		_, _ = stdin.Read(b[:])
 		stop()
 	}()
-	// Heartbeats come from their own goroutine so that a reader that stopped reading cannot
-	// delay the timeout; a failed write means the call is gone: cancel.
-	started := time.Now()
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		tick := time.NewTicker(heartbeat)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				hb := &helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{ElapsedMillis: uint64(time.Since(started) / time.Millisecond)}}}
-				if err := out.frame(hb); err != nil {
-					stop()
-					return
-				}
-			}
-		}
-	}()
+	go heartbeats(out, heartbeat, time.Now(), done, stop)
 	return process.Run(spec, process.Options{
 		Limits:  protocol.CommandLimitsOf(lim),
 		Environ: os.Environ(),
 		Cancel:  cancel,
 	})
+}
+
+// enterWorkDir moves the helper into the command's working directory, resolved beneath the
+// root, and makes it the subreaper of what the command starts. One request per process: the
+// command inherits the directory, and no path string is resolved again.
+func enterWorkDir(root *fileops.Root, wd []byte) error {
+	dir, err := root.OpenDir(wd)
+	if err != nil {
+		return err
+	}
+	err = unix.Fchdir(dir)
+	unix.Close(dir)
+	if err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	if err := process.EnableSubreaper(); err != nil {
+		return fmt.Errorf("subreaper: %w", err)
+	}
+	return nil
+}
+
+// heartbeats writes a heartbeat every interval until done. They come from their own
+// goroutine so that a reader that stopped reading cannot delay the timeout; a failed write
+// means the call is gone: stop.
+func heartbeats(out *frameWriter, interval time.Duration, started time.Time, done <-chan struct{}, stop func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			hb := &helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{ElapsedMillis: uint64(time.Since(started) / time.Millisecond)}}}
+			if err := out.frame(hb); err != nil {
+				stop()
+				return
+			}
+		}
+	}
 }
 
 // frameWriter serialises frames on stdout (heartbeats come from another goroutine).

@@ -215,6 +215,7 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 	}
 
 	durableCommands(t, s)
+	terminals(t, s)
 
 	// Renew: a new grant for the same claim, which keeps working.
 	rn, err := api.RenewRun(ctx, &executionv1.RenewRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef, Ttl: durationpb.New(2 * time.Minute)})

@@ -115,7 +115,9 @@ func (c *command) reap() string {
 func (c *command) drain() {
 	// Everything the command started is gone; whatever still holds a pipe open is not ours.
 	_ = c.outR.SetReadDeadline(time.Now().Add(drainTime))
-	_ = c.errR.SetReadDeadline(time.Now().Add(drainTime))
+	if c.errR != nil {
+		_ = c.errR.SetReadDeadline(time.Now().Add(drainTime))
+	}
 	<-c.copied
 	<-c.copied
 }

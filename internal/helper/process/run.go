@@ -16,6 +16,7 @@ import (
 
 	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
 // Limits are the request's bounds (from the profile): the protocol's, so the gateway and
@@ -45,6 +46,10 @@ type Options struct {
 	// Durable: a durable command's supervisor runs it, under the durable ceiling on its
 	// duration (protocol.MaxDetachedDurationCeiling).
 	Durable bool
+	// Terminal, when set, runs the command on a pseudo-terminal (an interactive terminal):
+	// its input and output are the terminal's, so Stdout, Stderr and the spec's stdin are
+	// unused (a stdin is refused), and the result counts what the terminal showed.
+	Terminal *Terminal
 	// Dir, when empty, starts the command in the helper's working directory: the helper
 	// fchdir's to the kernel-resolved working directory first (see helper.runCommand), so
 	// no path string is ever resolved again.
@@ -80,23 +85,31 @@ func Run(spec *executionv1.CommandSpec, opts Options) (*executionv1.CommandResul
 		return startFailed(res, started, err), nil
 	}
 
-	p, err := openPipes()
-	if err != nil {
-		return nil, err
-	}
+	l := launch{program: program, argv: argv, env: env, dir: opts.Dir}
 	// Read last thing before the start, so that only kills during the command count.
-	oom := readOOMKills()
-	stdout, stderr := opts.Stdout, opts.Stderr
-	if stdout == nil {
-		stdout = newCapture(int(opts.Limits.MaxOutputBytes))
+	var oom oomCount
+	var cmd *command
+	if opts.Terminal != nil {
+		if len(spec.GetStdin()) > 0 {
+			return nil, protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "a terminal's command takes its input from the terminal: stdin must be empty")
+		}
+		oom = readOOMKills()
+		cmd, err = startTerminal(l, opts.Terminal)
+	} else {
+		var p pipes
+		if p, err = openPipes(); err != nil {
+			return nil, err
+		}
+		l.stdin, l.stdout, l.stderr = spec.GetStdin(), opts.Stdout, opts.Stderr
+		if l.stdout == nil {
+			l.stdout = newCapture(int(opts.Limits.MaxOutputBytes))
+		}
+		if l.stderr == nil {
+			l.stderr = newCapture(int(opts.Limits.MaxOutputBytes))
+		}
+		oom = readOOMKills()
+		cmd, err = start(l, p)
 	}
-	if stderr == nil {
-		stderr = newCapture(int(opts.Limits.MaxOutputBytes))
-	}
-	cmd, err := start(launch{
-		program: program, argv: argv, env: env, dir: opts.Dir,
-		stdin: spec.GetStdin(), stdout: stdout, stderr: stderr,
-	}, p)
 	if err != nil {
 		return startFailed(res, started, err), nil
 	}
@@ -104,6 +117,7 @@ func Run(spec *executionv1.CommandSpec, opts Options) (*executionv1.CommandResul
 	if opts.Started != nil {
 		opts.Started(cmd.pid)
 	}
+	cmd.follow()
 
 	end := cmd.wait(timeout, opts.Cancel, opts.Stop)
 	res.Message = cmd.reap()

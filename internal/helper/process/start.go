@@ -68,11 +68,11 @@ func (p pipes) close() {
 }
 
 // command is a started command: its process, the reaper collecting its tree, and the
-// copies of its output into the captures.
+// copies of its output into the captures (one, from the terminal, for a terminal's).
 type command struct {
 	proc           *os.Process
 	pid            int
-	outR, errR     *os.File
+	outR, errR     *os.File // errR is nil for a terminal
 	stdout, stderr Output
 	// copied receives once per output stream when its copy has ended.
 	copied chan struct{}
@@ -82,8 +82,7 @@ type command struct {
 	allReaped chan struct{}
 }
 
-// start starts the command in its own process group and sets stdin, output and reaping
-// going. Every pipe end is closed or handed to the command, whether or not it started.
+// start starts the command in its own process group and sets stdin and reaping going. Every pipe end is closed or handed to the command, whether or not it started.
 func start(l launch, p pipes) (*command, error) {
 	restore := preferAsOOMVictim()
 	proc, err := os.StartProcess(l.program, l.argv, &os.ProcAttr{
@@ -115,10 +114,17 @@ func start(l launch, p pipes) (*command, error) {
 		_, _ = p.stdinW.Write(l.stdin) // EPIPE when the command ignores stdin: fine
 		p.stdinW.Close()
 	}()
-	go c.copyOutput(c.stdout, c.outR)
-	go c.copyOutput(c.stderr, c.errR)
 	go c.reapChildren()
 	return c, nil
+}
+
+// follow starts copying the output, once the start was reported (Options.Started): what
+// the command writes first waits in its pipes or terminal meanwhile.
+func (c *command) follow() {
+	go c.copyOutput(c.stdout, c.outR)
+	if c.errR != nil {
+		go c.copyOutput(c.stderr, c.errR)
+	}
 }
 
 // oomScoreAdjPath is this process's OOM killer adjustment (-1000..1000).

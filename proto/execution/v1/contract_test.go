@@ -34,6 +34,7 @@ var additions = []struct {
 	{"RunCommand", false, true, "CommandEvent"},
 	{"WatchCommand", false, true, "CommandEvent"},
 	{"ListCommands", false, false, ""},
+	{"Terminal", true, true, ""},
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
@@ -97,6 +98,8 @@ func TestRequestShapes(t *testing.T) {
 	for _, name := range []string{"Files", "WriteFileStream", "ReadFileStream", "StartCommand", "CommandStatus", "CancelCommand", "RenewRun", "ReleaseRun", "RunCommand", "WatchCommand", "ListCommands"} {
 		assertField(t, fd, name+"Request", "run_grant", protoreflect.MessageKind)
 	}
+	// A terminal's grant is in its first message.
+	assertField(t, fd, "TerminalStart", "run_grant", protoreflect.MessageKind)
 	assertField(t, fd, "AcquireRunRequest", "environment_grant", protoreflect.MessageKind)
 	for _, name := range []string{"RetireEnvironment", "ReplaceExecutor", "RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment"} {
 		assertField(t, fd, name+"Request", "preconditions", protoreflect.MessageKind)

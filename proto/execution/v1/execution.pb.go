@@ -6510,6 +6510,345 @@ func (x *ListCommandsResponse) GetMore() bool {
 	return false
 }
 
+// TerminalSize is a terminal window's size in character cells.
+type TerminalSize struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..1000 each.
+	Rows          uint32 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Columns       uint32 `protobuf:"varint,2,opt,name=columns,proto3" json:"columns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetColumns() uint32 {
+	if x != nil {
+		return x.Columns
+	}
+	return 0
+}
+
+// TerminalStart opens an interactive terminal (docs/commands.md, "Interactive terminals"):
+// the command runs on a pseudo-terminal of its own, as the session leader with it as its
+// controlling terminal.
+type TerminalStart struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunGrant    *Grant                 `protobuf:"bytes,1,opt,name=run_grant,json=runGrant,proto3" json:"run_grant,omitempty"`
+	Environment *EnvironmentRef        `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	// As StartCommandRequest.command, but stdin must be empty: the input is what the caller
+	// sends. The timeout bounds the terminal's whole life (the profile's
+	// max_command_duration at most, the maximum when unset). TERM is the caller's to set.
+	Command *CommandSpec `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	// The window's size at the start; unset means 24 rows of 80 columns.
+	Size          *TerminalSize `protobuf:"bytes,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalStart) Reset() {
+	*x = TerminalStart{}
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalStart) ProtoMessage() {}
+
+func (x *TerminalStart) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalStart.ProtoReflect.Descriptor instead.
+func (*TerminalStart) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *TerminalStart) GetRunGrant() *Grant {
+	if x != nil {
+		return x.RunGrant
+	}
+	return nil
+}
+
+func (x *TerminalStart) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *TerminalStart) GetCommand() *CommandSpec {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *TerminalStart) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+// TerminalRequest is one message of a Terminal call from the caller: the start (first,
+// exactly once), then input and size changes in any order. The caller closing its side
+// ends the input, not the terminal; ending the call ends it (everything it started is
+// killed).
+type TerminalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*TerminalRequest_Start
+	//	*TerminalRequest_Input
+	//	*TerminalRequest_Resize
+	Frame         isTerminalRequest_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalRequest) Reset() {
+	*x = TerminalRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalRequest) ProtoMessage() {}
+
+func (x *TerminalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalRequest.ProtoReflect.Descriptor instead.
+func (*TerminalRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *TerminalRequest) GetFrame() isTerminalRequest_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *TerminalRequest) GetStart() *TerminalStart {
+	if x != nil {
+		if x, ok := x.Frame.(*TerminalRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *TerminalRequest) GetInput() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*TerminalRequest_Input); ok {
+			return x.Input
+		}
+	}
+	return nil
+}
+
+func (x *TerminalRequest) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Frame.(*TerminalRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+type isTerminalRequest_Frame interface {
+	isTerminalRequest_Frame()
+}
+
+type TerminalRequest_Start struct {
+	Start *TerminalStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type TerminalRequest_Input struct {
+	// Bytes typed, as a terminal sends them (raw mode: ^C is 0x03, and the terminal's line
+	// discipline makes it SIGINT). 1..65536 bytes.
+	Input []byte `protobuf:"bytes,2,opt,name=input,proto3,oneof"`
+}
+
+type TerminalRequest_Resize struct {
+	// The window changed size: the command's foreground process group gets SIGWINCH.
+	Resize *TerminalSize `protobuf:"bytes,3,opt,name=resize,proto3,oneof"`
+}
+
+func (*TerminalRequest_Start) isTerminalRequest_Frame() {}
+
+func (*TerminalRequest_Input) isTerminalRequest_Frame() {}
+
+func (*TerminalRequest_Resize) isTerminalRequest_Frame() {}
+
+// TerminalResponse is one message of a Terminal call from the gateway: started (first),
+// output as it comes, then the result (last).
+type TerminalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*TerminalResponse_Started
+	//	*TerminalResponse_Output
+	//	*TerminalResponse_Result
+	Event         isTerminalResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalResponse) Reset() {
+	*x = TerminalResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalResponse) ProtoMessage() {}
+
+func (x *TerminalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalResponse.ProtoReflect.Descriptor instead.
+func (*TerminalResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *TerminalResponse) GetEvent() isTerminalResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *TerminalResponse) GetStarted() *timestamppb.Timestamp {
+	if x != nil {
+		if x, ok := x.Event.(*TerminalResponse_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *TerminalResponse) GetOutput() []byte {
+	if x != nil {
+		if x, ok := x.Event.(*TerminalResponse_Output); ok {
+			return x.Output
+		}
+	}
+	return nil
+}
+
+func (x *TerminalResponse) GetResult() *CommandResult {
+	if x != nil {
+		if x, ok := x.Event.(*TerminalResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isTerminalResponse_Event interface {
+	isTerminalResponse_Event()
+}
+
+type TerminalResponse_Started struct {
+	// The command runs; its start time.
+	Started *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=started,proto3,oneof"`
+}
+
+type TerminalResponse_Output struct {
+	// What the terminal shows, in order (its own echo of the input included). Not kept:
+	// the result counts it (stdout.total_bytes) but carries none.
+	Output []byte `protobuf:"bytes,2,opt,name=output,proto3,oneof"`
+}
+
+type TerminalResponse_Result struct {
+	// How the command ended, as StartCommand's result; stdout and stderr empty but for
+	// stdout.total_bytes. The last message.
+	Result *CommandResult `protobuf:"bytes,3,opt,name=result,proto3,oneof"`
+}
+
+func (*TerminalResponse_Started) isTerminalResponse_Event() {}
+
+func (*TerminalResponse_Output) isTerminalResponse_Event() {}
+
+func (*TerminalResponse_Result) isTerminalResponse_Event() {}
+
 // AdminPreconditions are exact expectations about the environment's current state. Each set
 // field must equal the current value or the call is refused with ABORTED (reason
 // PRECONDITION_MISMATCH) and nothing changes. Which fields an RPC requires is stated on it.
@@ -6527,7 +6866,7 @@ type AdminPreconditions struct {
 
 func (x *AdminPreconditions) Reset() {
 	*x = AdminPreconditions{}
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6539,7 +6878,7 @@ func (x *AdminPreconditions) String() string {
 func (*AdminPreconditions) ProtoMessage() {}
 
 func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6552,7 +6891,7 @@ func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminPreconditions.ProtoReflect.Descriptor instead.
 func (*AdminPreconditions) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *AdminPreconditions) GetEpoch() uint64 {
@@ -6597,7 +6936,7 @@ type RetireEnvironmentRequest struct {
 
 func (x *RetireEnvironmentRequest) Reset() {
 	*x = RetireEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6609,7 +6948,7 @@ func (x *RetireEnvironmentRequest) String() string {
 func (*RetireEnvironmentRequest) ProtoMessage() {}
 
 func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6622,7 +6961,7 @@ func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *RetireEnvironmentRequest) GetOperationId() string {
@@ -6662,7 +7001,7 @@ type RetireEnvironmentResponse struct {
 
 func (x *RetireEnvironmentResponse) Reset() {
 	*x = RetireEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6674,7 +7013,7 @@ func (x *RetireEnvironmentResponse) String() string {
 func (*RetireEnvironmentResponse) ProtoMessage() {}
 
 func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6687,7 +7026,7 @@ func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RetireEnvironmentResponse) GetEnvironment() *Environment {
@@ -6710,7 +7049,7 @@ type ReplaceExecutorRequest struct {
 
 func (x *ReplaceExecutorRequest) Reset() {
 	*x = ReplaceExecutorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6722,7 +7061,7 @@ func (x *ReplaceExecutorRequest) String() string {
 func (*ReplaceExecutorRequest) ProtoMessage() {}
 
 func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6735,7 +7074,7 @@ func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ReplaceExecutorRequest) GetOperationId() string {
@@ -6775,7 +7114,7 @@ type ReplaceExecutorResponse struct {
 
 func (x *ReplaceExecutorResponse) Reset() {
 	*x = ReplaceExecutorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[91]
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6787,7 +7126,7 @@ func (x *ReplaceExecutorResponse) String() string {
 func (*ReplaceExecutorResponse) ProtoMessage() {}
 
 func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[91]
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6800,7 +7139,7 @@ func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{91}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ReplaceExecutorResponse) GetEnvironment() *Environment {
@@ -6823,7 +7162,7 @@ type RevokeEnvironmentRequest struct {
 
 func (x *RevokeEnvironmentRequest) Reset() {
 	*x = RevokeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6835,7 +7174,7 @@ func (x *RevokeEnvironmentRequest) String() string {
 func (*RevokeEnvironmentRequest) ProtoMessage() {}
 
 func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6848,7 +7187,7 @@ func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RevokeEnvironmentRequest) GetOperationId() string {
@@ -6888,7 +7227,7 @@ type RevokeEnvironmentResponse struct {
 
 func (x *RevokeEnvironmentResponse) Reset() {
 	*x = RevokeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6900,7 +7239,7 @@ func (x *RevokeEnvironmentResponse) String() string {
 func (*RevokeEnvironmentResponse) ProtoMessage() {}
 
 func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6913,7 +7252,7 @@ func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *RevokeEnvironmentResponse) GetEnvironment() *Environment {
@@ -6936,7 +7275,7 @@ type RecoverEnvironmentRequest struct {
 
 func (x *RecoverEnvironmentRequest) Reset() {
 	*x = RecoverEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6948,7 +7287,7 @@ func (x *RecoverEnvironmentRequest) String() string {
 func (*RecoverEnvironmentRequest) ProtoMessage() {}
 
 func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6961,7 +7300,7 @@ func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *RecoverEnvironmentRequest) GetOperationId() string {
@@ -7001,7 +7340,7 @@ type RecoverEnvironmentResponse struct {
 
 func (x *RecoverEnvironmentResponse) Reset() {
 	*x = RecoverEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7013,7 +7352,7 @@ func (x *RecoverEnvironmentResponse) String() string {
 func (*RecoverEnvironmentResponse) ProtoMessage() {}
 
 func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7026,7 +7365,7 @@ func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RecoverEnvironmentResponse) GetEnvironment() *Environment {
@@ -7050,7 +7389,7 @@ type MigrateEnvironmentRequest struct {
 
 func (x *MigrateEnvironmentRequest) Reset() {
 	*x = MigrateEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7062,7 +7401,7 @@ func (x *MigrateEnvironmentRequest) String() string {
 func (*MigrateEnvironmentRequest) ProtoMessage() {}
 
 func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7075,7 +7414,7 @@ func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *MigrateEnvironmentRequest) GetOperationId() string {
@@ -7117,7 +7456,7 @@ type MigrateEnvironmentResponse struct {
 
 func (x *MigrateEnvironmentResponse) Reset() {
 	*x = MigrateEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7129,7 +7468,7 @@ func (x *MigrateEnvironmentResponse) String() string {
 func (*MigrateEnvironmentResponse) ProtoMessage() {}
 
 func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7142,7 +7481,7 @@ func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *MigrateEnvironmentResponse) GetEnvironment() *Environment {
@@ -7172,7 +7511,7 @@ type DeleteRetiredEnvironmentRequest struct {
 
 func (x *DeleteRetiredEnvironmentRequest) Reset() {
 	*x = DeleteRetiredEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7184,7 +7523,7 @@ func (x *DeleteRetiredEnvironmentRequest) String() string {
 func (*DeleteRetiredEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7197,7 +7536,7 @@ func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *DeleteRetiredEnvironmentRequest) GetOperationId() string {
@@ -7236,7 +7575,7 @@ type DeleteRetiredEnvironmentResponse struct {
 
 func (x *DeleteRetiredEnvironmentResponse) Reset() {
 	*x = DeleteRetiredEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7248,7 +7587,7 @@ func (x *DeleteRetiredEnvironmentResponse) String() string {
 func (*DeleteRetiredEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7261,7 +7600,7 @@ func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{103}
 }
 
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
@@ -7688,7 +8027,25 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\fmax_commands\x18\x03 \x01(\rR\vmaxCommands\"a\n" +
 	"\x14ListCommandsResponse\x125\n" +
 	"\bcommands\x18\x01 \x03(\v2\x19.execution.v1.CommandInfoR\bcommands\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04more\"\xd2\x01\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"<\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x18\n" +
+	"\acolumns\x18\x02 \x01(\rR\acolumns\"\xe6\x01\n" +
+	"\rTerminalStart\x120\n" +
+	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
+	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x123\n" +
+	"\acommand\x18\x03 \x01(\v2\x19.execution.v1.CommandSpecR\acommand\x12.\n" +
+	"\x04size\x18\x04 \x01(\v2\x1a.execution.v1.TerminalSizeR\x04size\"\x9d\x01\n" +
+	"\x0fTerminalRequest\x123\n" +
+	"\x05start\x18\x01 \x01(\v2\x1b.execution.v1.TerminalStartH\x00R\x05start\x12\x16\n" +
+	"\x05input\x18\x02 \x01(\fH\x00R\x05input\x124\n" +
+	"\x06resize\x18\x03 \x01(\v2\x1a.execution.v1.TerminalSizeH\x00R\x06resizeB\a\n" +
+	"\x05frame\"\xa4\x01\n" +
+	"\x10TerminalResponse\x126\n" +
+	"\astarted\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\astarted\x12\x18\n" +
+	"\x06output\x18\x02 \x01(\fH\x00R\x06output\x125\n" +
+	"\x06result\x18\x03 \x01(\v2\x1b.execution.v1.CommandResultH\x00R\x06resultB\a\n" +
+	"\x05event\"\xd2\x01\n" +
 	"\x12AdminPreconditions\x12\x19\n" +
 	"\x05epoch\x18\x01 \x01(\x04H\x00R\x05epoch\x88\x01\x01\x12\x1c\n" +
 	"\apod_uid\x18\x02 \x01(\tH\x01R\x06podUid\x88\x01\x01\x12\x1c\n" +
@@ -7827,7 +8184,7 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -7924,34 +8281,38 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(*WatchCommandRequest)(nil),              // 92: execution.v1.WatchCommandRequest
 	(*ListCommandsRequest)(nil),              // 93: execution.v1.ListCommandsRequest
 	(*ListCommandsResponse)(nil),             // 94: execution.v1.ListCommandsResponse
-	(*AdminPreconditions)(nil),               // 95: execution.v1.AdminPreconditions
-	(*RetireEnvironmentRequest)(nil),         // 96: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 97: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 98: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 99: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 100: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 101: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 102: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 103: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 104: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 105: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 106: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 107: execution.v1.DeleteRetiredEnvironmentResponse
-	(*timestamppb.Timestamp)(nil),            // 108: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 109: google.protobuf.Duration
+	(*TerminalSize)(nil),                     // 95: execution.v1.TerminalSize
+	(*TerminalStart)(nil),                    // 96: execution.v1.TerminalStart
+	(*TerminalRequest)(nil),                  // 97: execution.v1.TerminalRequest
+	(*TerminalResponse)(nil),                 // 98: execution.v1.TerminalResponse
+	(*AdminPreconditions)(nil),               // 99: execution.v1.AdminPreconditions
+	(*RetireEnvironmentRequest)(nil),         // 100: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 101: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 102: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 103: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 104: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 105: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 106: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 107: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 108: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 109: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 110: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 111: execution.v1.DeleteRetiredEnvironmentResponse
+	(*timestamppb.Timestamp)(nil),            // 112: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 113: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	108, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	112, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	108, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	108, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	112, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	112, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
 	9,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
 	12,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
 	11,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	108, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	109, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	112, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	113, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
 	14,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
 	8,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
 	13,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
@@ -7987,20 +8348,20 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	36,  // 43: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
 	10,  // 44: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
 	9,   // 45: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	109, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	113, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
 	13,  // 47: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
 	12,  // 48: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 49: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 50: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 51: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	109, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	113, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
 	12,  // 53: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 54: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 55: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 56: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
 	13,  // 57: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	4,   // 58: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	108, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	112, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	45,  // 60: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	5,   // 61: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
 	45,  // 62: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
@@ -8044,16 +8405,16 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	47,  // 100: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
 	77,  // 101: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
 	75,  // 102: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	109, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	113, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
 	6,   // 104: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
 	78,  // 105: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
 	78,  // 106: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	108, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	109, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	112, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	113, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
 	7,   // 109: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
 	6,   // 110: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
 	82,  // 111: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	108, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	112, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
 	79,  // 113: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
 	10,  // 114: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 115: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
@@ -8068,7 +8429,7 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	81,  // 124: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
 	10,  // 125: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 126: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	109, // 127: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	113, // 127: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
 	83,  // 128: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
 	10,  // 129: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 130: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
@@ -8082,28 +8443,36 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	10,  // 138: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 139: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
 	83,  // 140: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
-	9,   // 141: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 142: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 143: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 144: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 145: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 146: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	9,   // 147: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 148: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 149: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 150: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 151: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 152: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 153: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 154: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 155: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 156: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	95,  // 157: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	158, // [158:158] is the sub-list for method output_type
-	158, // [158:158] is the sub-list for method input_type
-	158, // [158:158] is the sub-list for extension type_name
-	158, // [158:158] is the sub-list for extension extendee
-	0,   // [0:158] is the sub-list for field type_name
+	10,  // 141: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
+	9,   // 142: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
+	76,  // 143: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
+	95,  // 144: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
+	96,  // 145: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
+	95,  // 146: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
+	112, // 147: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
+	79,  // 148: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
+	9,   // 149: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 150: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 151: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 152: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 153: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 154: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	9,   // 155: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 156: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 157: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 158: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 159: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 160: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 161: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 162: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 163: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 164: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 165: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	166, // [166:166] is the sub-list for method output_type
+	166, // [166:166] is the sub-list for method input_type
+	166, // [166:166] is the sub-list for extension type_name
+	166, // [166:166] is the sub-list for extension extendee
+	0,   // [0:166] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -8144,14 +8513,24 @@ func file_execution_v1_execution_proto_init() {
 		(*CommandEvent_Output)(nil),
 		(*CommandEvent_Ended)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[87].OneofWrappers = []any{}
+	file_execution_v1_execution_proto_msgTypes[89].OneofWrappers = []any{
+		(*TerminalRequest_Start)(nil),
+		(*TerminalRequest_Input)(nil),
+		(*TerminalRequest_Resize)(nil),
+	}
+	file_execution_v1_execution_proto_msgTypes[90].OneofWrappers = []any{
+		(*TerminalResponse_Started)(nil),
+		(*TerminalResponse_Output)(nil),
+		(*TerminalResponse_Result)(nil),
+	}
+	file_execution_v1_execution_proto_msgTypes[91].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   100,
+			NumMessages:   104,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -54,6 +54,7 @@ const (
 	ExecutionProviderService_RunCommand_FullMethodName               = "/execution.v1.ExecutionProviderService/RunCommand"
 	ExecutionProviderService_WatchCommand_FullMethodName             = "/execution.v1.ExecutionProviderService/WatchCommand"
 	ExecutionProviderService_ListCommands_FullMethodName             = "/execution.v1.ExecutionProviderService/ListCommands"
+	ExecutionProviderService_Terminal_FullMethodName                 = "/execution.v1.ExecutionProviderService/Terminal"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -151,6 +152,11 @@ type ExecutionProviderServiceClient interface {
 	WatchCommand(ctx context.Context, in *v1.WatchCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.CommandEvent], error)
 	// ListCommands answers the environment's durable commands, newest first.
 	ListCommands(ctx context.Context, in *v1.ListCommandsRequest, opts ...grpc.CallOption) (*v1.ListCommandsResponse, error)
+	// Terminal runs a command on a pseudo-terminal and carries it both ways: the caller's
+	// input and window size in, what the terminal shows out, then how the command ended. It
+	// lives as long as its call, its run claim and its timeout: the call's end kills
+	// everything the command started. Authorised by a current run grant, like StartCommand.
+	Terminal(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v1.TerminalRequest, v1.TerminalResponse], error)
 }
 
 type executionProviderServiceClient struct {
@@ -481,6 +487,19 @@ func (c *executionProviderServiceClient) ListCommands(ctx context.Context, in *v
 	return out, nil
 }
 
+func (c *executionProviderServiceClient) Terminal(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v1.TerminalRequest, v1.TerminalResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutionProviderService_ServiceDesc.Streams[4], ExecutionProviderService_Terminal_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[v1.TerminalRequest, v1.TerminalResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_TerminalClient = grpc.BidiStreamingClient[v1.TerminalRequest, v1.TerminalResponse]
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -576,6 +595,11 @@ type ExecutionProviderServiceServer interface {
 	WatchCommand(*v1.WatchCommandRequest, grpc.ServerStreamingServer[v1.CommandEvent]) error
 	// ListCommands answers the environment's durable commands, newest first.
 	ListCommands(context.Context, *v1.ListCommandsRequest) (*v1.ListCommandsResponse, error)
+	// Terminal runs a command on a pseudo-terminal and carries it both ways: the caller's
+	// input and window size in, what the terminal shows out, then how the command ended. It
+	// lives as long as its call, its run claim and its timeout: the call's end kills
+	// everything the command started. Authorised by a current run grant, like StartCommand.
+	Terminal(grpc.BidiStreamingServer[v1.TerminalRequest, v1.TerminalResponse]) error
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -672,6 +696,9 @@ func (UnimplementedExecutionProviderServiceServer) WatchCommand(*v1.WatchCommand
 }
 func (UnimplementedExecutionProviderServiceServer) ListCommands(context.Context, *v1.ListCommandsRequest) (*v1.ListCommandsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCommands not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) Terminal(grpc.BidiStreamingServer[v1.TerminalRequest, v1.TerminalResponse]) error {
+	return status.Error(codes.Unimplemented, "method Terminal not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -1185,6 +1212,13 @@ func _ExecutionProviderService_ListCommands_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionProviderService_Terminal_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecutionProviderServiceServer).Terminal(&grpc.GenericServerStream[v1.TerminalRequest, v1.TerminalResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionProviderService_TerminalServer = grpc.BidiStreamingServer[v1.TerminalRequest, v1.TerminalResponse]
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1313,6 +1347,12 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "WatchCommand",
 			Handler:       _ExecutionProviderService_WatchCommand_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Terminal",
+			Handler:       _ExecutionProviderService_Terminal_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "execution/v1/executionv1grpc/service.proto",
