@@ -91,9 +91,15 @@ func endedExit(in *invocation, c *client.CommandInfo) error {
 	if c.Result == nil {
 		return fmt.Errorf("command %s has no result", c.ID)
 	}
-	if code := commandExit(c.Result); code != 0 {
-		if c.Result.Message != "" {
-			fmt.Fprintln(in.stderr, "execctl:", c.Result.Message)
+	return resultExit(in, c.Result)
+}
+
+// resultExit maps a command's result to execctl's exit status, saying why a command could
+// not start.
+func resultExit(in *invocation, res *client.CommandResult) error {
+	if code := commandExit(res); code != 0 {
+		if res.Message != "" {
+			fmt.Fprintln(in.stderr, "execctl:", res.Message)
 		}
 		return &exitError{code: code, quiet: true}
 	}

@@ -359,13 +359,7 @@ var execGroup = &group{name: "exec", summary: "run a command in the workspace, u
 			if _, err := io.WriteString(in.stderr, res.Stderr.String()); err != nil {
 				return err
 			}
-			if code := commandExit(res); code != 0 {
-				if res.Message != "" {
-					fmt.Fprintln(in.stderr, "execctl:", res.Message)
-				}
-				return &exitError{code: code, quiet: true}
-			}
-			return nil
+			return resultExit(in, res)
 		}
 	}),
 }}}

@@ -40,13 +40,7 @@ func (in *invocation) terminal(ctx context.Context, run *client.Run, c client.Co
 	if err != nil {
 		return err
 	}
-	if code := commandExit(res); code != 0 {
-		if res.Message != "" {
-			fmt.Fprintln(in.stderr, "execctl:", res.Message)
-		}
-		return &exitError{code: code, quiet: true}
-	}
-	return nil
+	return resultExit(in, res)
 }
 
 // attach runs the terminal with this process's terminal, in raw mode while it lasts, and

@@ -114,10 +114,7 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 	if err := protocol.WriteFrame(&request, req, protocol.MaxRequestBytes); err != nil {
 		return nil, err
 	}
-	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath}, Stdin: true, Stdout: true, Stderr: true}
-	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
-		VersionedParams(opts, scheme.ParameterCodec).URL()
-	exec, err := StreamExecutor(e.rest, url)
+	exec, err := e.helperExec(pod)
 	if err != nil {
 		return nil, err
 	}
@@ -190,10 +187,7 @@ func (e *PodExecutor) openSession(ctx context.Context, pod PodRef, cfg session.C
 	if err := e.checkPod(ctx, pod); err != nil {
 		return nil, err
 	}
-	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath, sessionFlag}, Stdin: true, Stdout: true, Stderr: true}
-	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
-		VersionedParams(opts, scheme.ParameterCodec).URL()
-	exec, err := StreamExecutor(e.rest, url)
+	exec, err := e.helperExec(pod, sessionFlag)
 	if err != nil {
 		return nil, err
 	}
@@ -237,10 +231,7 @@ func (e *PodExecutor) Terminal(ctx context.Context, pod PodRef, req *helperv1.Re
 	if err := protocol.WriteFrame(&first, req, protocol.MaxRequestBytes); err != nil {
 		return nil, err
 	}
-	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: []string{e.cfg.HelperPath, terminalFlag}, Stdin: true, Stdout: true, Stderr: true}
-	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
-		VersionedParams(opts, scheme.ParameterCodec).URL()
-	exec, err := StreamExecutor(e.rest, url)
+	exec, err := e.helperExec(pod, terminalFlag)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +257,15 @@ func (e *PodExecutor) Terminal(ctx context.Context, pod PodRef, req *helperv1.Re
 
 // terminalFlag starts the helper in terminal mode (fixed argv).
 const terminalFlag = "--terminal"
+
+// helperExec is the executor of one pods/exec call starting the helper in pod with flags
+// (fixed argv), its stdin, stdout and stderr streamed.
+func (e *PodExecutor) helperExec(pod PodRef, flags ...string) (remotecommand.Executor, error) {
+	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: append([]string{e.cfg.HelperPath}, flags...), Stdin: true, Stdout: true, Stderr: true}
+	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
+		VersionedParams(opts, scheme.ParameterCodec).URL()
+	return StreamExecutor(e.rest, url)
+}
 
 // usageExit is the helper's exit status for a usage error (an unknown flag): cli.ExitUsage.
 const usageExit = 2
