@@ -499,7 +499,10 @@ func TestSetsidChainIsKilledAtOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The chain was really built: many of its links witnessed themselves, and none lives.
-	pids := witnesses(t, root, "pids", 50)
+	// How deep it got in its second depends on the machine's load (35 links under CI's
+	// parallel tiers, against a hundred idle); 20 setsid'd levels are still a chain that no
+	// process group covers, which only the walk of the whole tree kills.
+	pids := witnesses(t, root, "pids", 20)
 	gone(t, pids)
 	t.Logf("%d links of the chain witnessed, all killed", len(pids))
 }
