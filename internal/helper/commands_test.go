@@ -277,7 +277,9 @@ func TestForkBombIsKilledAtTimeout(t *testing.T) {
 	script := `bomb() { [ "$1" -le 0 ] && exec sh -c 'echo $$ >> pids; exec sleep ` + marker + `'; bomb $(($1-1)) & bomb $(($1-1)) & wait; }; bomb 7`
 	start := time.Now()
 	res := mustRun(t, root, withTimeout(shell(script), 2*time.Second))
-	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT || time.Since(start) > 3*time.Second {
+	// The timeout, the kill-and-reap bound (0.8 s) and the drain (0.1 s), plus the helper's
+	// start and some slack for a machine busy with CI's parallel tiers (3.07 s seen there).
+	if res.GetState() != executionv1.CommandState_COMMAND_STATE_TIMED_OUT || time.Since(start) > 3500*time.Millisecond {
 		t.Fatalf("result %v after %s", res, time.Since(start))
 	}
 	pids := witnesses(t, root, "pids", 64) // most leaves started within the 2 s, even loaded

@@ -280,9 +280,11 @@ func TestDurableCommandWithoutSupervisorIsAbandoned(t *testing.T) {
 		end, _ := spool.End(dir, executionv1.OutputStream_OUTPUT_STREAM_STDOUT)
 		return end == 7
 	})
-	// As a replaced Pod's runtime does: everything goes at once.
-	_ = unix.Kill(-int(rec.GetPgid()), unix.SIGKILL)
+	// As a replaced Pod's runtime does: everything goes at once — the supervisor first, so
+	// that it cannot see its command die and record the end in between (a loaded machine
+	// gives it the time).
 	_ = unix.Kill(int(rec.GetSupervisor().GetPid()), unix.SIGKILL)
+	_ = unix.Kill(-int(rec.GetPgid()), unix.SIGKILL)
 	clustertest.Eventually(t, 5*time.Second, "the supervisor is gone", func() bool {
 		return unix.Kill(int(rec.GetSupervisor().GetPid()), 0) != nil
 	})
