@@ -72,16 +72,9 @@ func (p *pane) screen() string {
 // waitFor waits until the pane shows want n times.
 func (p *pane) waitFor(want string, n int) {
 	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s := p.screen()
-		if strings.Count(s, want) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("the terminal never showed %q %d times; it shows:\n%s", want, n, s)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var s string
+	if !clustertest.Poll(30*time.Second, func() bool { s = p.screen(); return strings.Count(s, want) >= n }) {
+		p.t.Fatalf("the terminal never showed %q %d times; it shows:\n%s", want, n, s)
 	}
 }
 

@@ -205,17 +205,13 @@ func (w *workspace) onlyItself(t *testing.T, d time.Duration, what string) {
 	t.Helper()
 	const probe = `set -- /proc/[0-9]*; echo $#; for p; do read -r s < $p/stat && echo "$s"; done 2>/dev/null`
 	var last string
-	deadline := time.Now().Add(d)
-	for {
+	ok := func() bool {
 		last = w.must(t, probe)
 		n, _, _ := strings.Cut(last, "\n")
-		if mustAtoi(t, n) <= 4 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s; the executor's processes (pid (comm) state ppid ...):\n%s", d, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return mustAtoi(t, n) <= 4
+	}
+	if !clustertest.Poll(d, ok) {
+		t.Fatalf("timed out after %s waiting for: %s; the executor's processes (pid (comm) state ppid ...):\n%s", d, what, last)
 	}
 }
 

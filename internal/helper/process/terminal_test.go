@@ -129,11 +129,14 @@ func TestTerminalRunsAnInteractiveShell(t *testing.T) {
 	// ^C once the job runs in the foreground (the shell makes it so before its exec).
 	long := strconv.FormatInt(1_000_000+time.Now().UnixNano()%1_000_000, 10)
 	r.typeIn(t, "sleep "+long+"; echo slept\n")
-	for deadline := time.Now().Add(10 * time.Second); !running("sleep\x00" + long); {
-		if time.Now().After(deadline) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.After(10 * time.Second); !running("sleep\x00" + long); {
+		select {
+		case <-tick.C:
+		case <-deadline:
 			t.Fatal("the job never ran")
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	r.typeIn(t, "\x03")
 	r.typeIn(t, "echo after-$((1+1))\n")

@@ -298,6 +298,22 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// Poll reports whether cond held within d, checking it every 50 ms (Eventually, for a
+// caller that says itself what it saw when it did not).
+func Poll(d time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(d)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return cond()
+		}
+	}
+	return true
+}
+
 // FreeAddrs returns n distinct free loopback addresses, for the processes a test starts.
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
