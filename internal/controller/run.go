@@ -161,7 +161,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ""
 	}}, registry)
 	election := kube.Election{
-		Client: client, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
+		Client: clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 		Lead: func(ctx context.Context) {
 			leading.Store(true)

@@ -54,6 +54,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for range caught {
 		}
 	}()
+	// Threads first, while the Pod's pid limit has room: a command that fills it must not
+	// leave the helper unable to start the thread it needs to kill that command.
+	process.ReserveThreads()
 	// Before the helper stops being dumpable, which gives its /proc files to root.
 	_ = process.OpenOOMScoreAdj()
 	// Not dumpable: a command (same user) cannot open /proc/<helper>/fd/1 to forge response

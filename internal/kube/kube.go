@@ -82,6 +82,11 @@ type Clients struct {
 	REST      *rest.Config
 	Kube      kubernetes.Interface
 	Execution versioned.Interface
+	// Lease is for leader election only: a clientset with its own client-side rate
+	// limiter, so a burst of work queued behind Kube's limiter never delays a renewal past
+	// the renew deadline (which would cost the leader its Lease). Its requests are a GET
+	// and an UPDATE per retry period.
+	Lease kubernetes.Interface
 }
 
 // NewClients loads the REST configuration (RESTConfig) and builds the core and the
@@ -96,6 +101,13 @@ func NewClients(o ClientOptions) (Clients, error) {
 		return Clients{}, err
 	}
 	if c.Execution, err = versioned.NewForConfig(cfg); err != nil {
+		return Clients{}, err
+	}
+	// Each NewForConfig of a configuration without a RateLimiter makes its own token
+	// bucket (from QPS and Burst); the copy only renames the user agent.
+	lease := rest.CopyConfig(cfg)
+	lease.UserAgent += "/leader-election"
+	if c.Lease, err = kubernetes.NewForConfig(lease); err != nil {
 		return Clients{}, err
 	}
 	return c, nil
@@ -158,6 +170,7 @@ var ErrLeadershipLost = errors.New("leadership lost")
 
 // Election configures RunElection.
 type Election struct {
+	// Client is Clients.Lease: renewals must not queue behind the binary's other requests.
 	Client    kubernetes.Interface
 	Namespace string
 	LeaseName string

@@ -1,6 +1,10 @@
 package kube
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 func TestResourceOf(t *testing.T) {
 	for path, want := range map[string]string{
@@ -19,5 +23,37 @@ func TestResourceOf(t *testing.T) {
 		if got := resourceOf(path); got != want {
 			t.Errorf("resourceOf(%q) = %q, want %q", path, got, want)
 		}
+	}
+}
+
+// A burst that empties the work clients' rate limiter leaves the Lease client's untouched:
+// a renewal never waits behind queued work (which, past the renew deadline, loses the Lease).
+func TestLeaseClientHasItsOwnRateLimiter(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	const cfg = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClients(ClientOptions{Kubeconfig: kubeconfig, UserAgent: "test", QPS: 1, Burst: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := c.Kube.CoreV1().RESTClient().GetRateLimiter()
+	for range 3 {
+		if !work.TryAccept() {
+			t.Fatal("the work limiter refused within its burst")
+		}
+	}
+	if work.TryAccept() {
+		t.Fatal("the work limiter accepted beyond its burst")
+	}
+	if !c.Lease.CoordinationV1().RESTClient().GetRateLimiter().TryAccept() {
+		t.Fatal("the Lease client waits behind the work clients' limiter")
 	}
 }
