@@ -3,10 +3,14 @@ package devcluster
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPodFSTranslate(t *testing.T) {
@@ -98,3 +102,37 @@ func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A port handed out is not handed out again while its process may still be starting, though
+// nothing listens on it yet (the CI flake: two hostile gateways got one metrics port).
+func TestFreePortsNeverHandsOutAPortTwice(t *testing.T) {
+	dir := t.TempDir()
+	old := portClaimDir
+	portClaimDir = dir
+	t.Cleanup(func() { portClaimDir = old })
+	seen := map[int]bool{}
+	for range 20 {
+		ports, err := freePorts(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+		}
+	}
+	// An expired claim is taken over.
+	p := slices.Collect(maps.Keys(seen))[0]
+	past := time.Now().Add(-2 * portClaimTTL)
+	if err := os.Chtimes(filepath.Join(dir, strconv.Itoa(p)), past, past); err != nil {
+		t.Fatal(err)
+	}
+	if !claimPort(p) {
+		t.Errorf("the expired claim of port %d was not taken over", p)
+	}
+	if claimPort(p) {
+		t.Errorf("port %d claimed twice", p)
+	}
+}
