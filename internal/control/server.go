@@ -343,6 +343,22 @@ func (s *Server) DeleteRetired(ctx context.Context, in *controlv1.DeleteRetiredR
 	})
 }
 
+// Suspend implements ControlService.
+func (s *Server) Suspend(ctx context.Context, in *controlv1.SuspendRequest) (*controlv1.EnvironmentReply, error) {
+	r := in.GetRequest()
+	return s.reply(ctx, "Suspend", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
+		return st.SuspendEnvironment(ctx, target(r.GetTarget(), c, r.GetOperationId()))
+	})
+}
+
+// Resume implements ControlService.
+func (s *Server) Resume(ctx context.Context, in *controlv1.ResumeRequest) (*controlv1.EnvironmentReply, error) {
+	r := in.GetRequest()
+	return s.reply(ctx, "Resume", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
+		return st.ResumeEnvironment(ctx, target(r.GetTarget(), c, r.GetOperationId()))
+	})
+}
+
 // ttl converts an optional duration; an unset one is 0 (the store's default), a malformed
 // one an out-of-range value the store refuses.
 func ttl(d *durationpb.Duration) time.Duration {

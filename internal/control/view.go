@@ -20,19 +20,40 @@ var lifecycles = map[executionv1alpha1.Phase]executionv1.LifecycleState{
 	executionv1alpha1.PhaseDeleting:     executionv1.LifecycleState_LIFECYCLE_STATE_DELETING,
 	executionv1alpha1.PhaseDegraded:     executionv1.LifecycleState_LIFECYCLE_STATE_DEGRADED,
 	executionv1alpha1.PhaseFenced:       executionv1.LifecycleState_LIFECYCLE_STATE_DEGRADED,
+	executionv1alpha1.PhaseSuspending:   executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDING,
+	executionv1alpha1.PhaseSuspended:    executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDED,
+	executionv1alpha1.PhaseResuming:     executionv1.LifecycleState_LIFECYCLE_STATE_RESUMING,
+}
+
+// operationLifecycles is the lifecycle of an operation in progress. The store admits an
+// operation in the same write that answers the caller, before the controller's next pass
+// recomputes the phase and the conditions: the answer says what was admitted, not what
+// the last pass saw.
+var operationLifecycles = map[executionv1alpha1.LifecycleKind]executionv1.LifecycleState{
+	executionv1alpha1.LifecycleRetire:        executionv1.LifecycleState_LIFECYCLE_STATE_RETIRING,
+	executionv1alpha1.LifecycleReplace:       executionv1.LifecycleState_LIFECYCLE_STATE_REPLACING,
+	executionv1alpha1.LifecycleDeleteRetired: executionv1.LifecycleState_LIFECYCLE_STATE_DELETING,
+	executionv1alpha1.LifecycleSuspend:       executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDING,
+	executionv1alpha1.LifecycleResume:        executionv1.LifecycleState_LIFECYCLE_STATE_RESUMING,
 }
 
 // EnvironmentView is what a caller may see of an environment (never the owner, never
 // receipts).
 func EnvironmentView(env *executionv1alpha1.ExecutionEnvironment) *executionv1.Environment {
 	st := env.Status
+	lifecycle, inOperation := lifecycles[st.Phase], st.LifecycleOperation.InProgress()
+	if inOperation && st.FenceState != executionv1alpha1.FenceUnknown {
+		if l, ok := operationLifecycles[st.LifecycleOperation.Kind]; ok {
+			lifecycle = l
+		}
+	}
 	v := &executionv1.Environment{
 		Ref:             &executionv1.EnvironmentRef{Id: env.Name, Revision: string(env.UID)},
 		BindingId:       env.Spec.BindingID,
 		Profile:         env.Spec.Profile,
 		ProfileDigest:   env.Spec.ProfileDigest,
-		Lifecycle:       lifecycles[st.Phase],
-		Ready:           meta.IsStatusConditionTrue(st.Conditions, executionv1alpha1.ConditionReady),
+		Lifecycle:       lifecycle,
+		Ready:           meta.IsStatusConditionTrue(st.Conditions, executionv1alpha1.ConditionReady) && !inOperation,
 		FenceState:      executionv1.FenceState_FENCE_STATE_HEALTHY,
 		Epoch:           uint64(st.Epoch),
 		GrantGeneration: uint64(st.GrantGeneration),

@@ -23,6 +23,8 @@ type observed struct {
 	terminated bool
 	// retired: a completed Retire and no executor since.
 	retired bool
+	// suspended: a completed Suspend and no executor since.
+	suspended bool
 }
 
 // Condition reasons: a fixed vocabulary.
@@ -42,6 +44,7 @@ const (
 	reasonReady           = "Ready"
 	reasonNotReady        = "NotReady"
 	reasonRetired         = "Retired"
+	reasonSuspended       = "Suspended"
 	reasonOperation       = "LifecycleOperation"
 	reasonTerminated      = "Terminated"
 )
@@ -70,6 +73,8 @@ func executorReady(o observed) metav1.Condition {
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonOperation, string(op.Kind)+" in progress: "+string(op.Phase), o.generation)
 	case o.retired:
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonRetired, "the executor was retired; the workspace is kept", o.generation)
+	case o.suspended:
+		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonSuspended, "the environment is suspended; the workspace is kept and a resume starts a new executor", o.generation)
 	case o.pod == nil && o.terminated:
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonTerminated, "the executor terminated; ReplaceExecutor starts a new one", o.generation)
 	}
@@ -134,10 +139,16 @@ func phase(o observed, ready bool) executionv1alpha1.Phase {
 		return executionv1alpha1.PhaseDeleting
 	case o.operation.InProgress() && o.operation.Kind == executionv1alpha1.LifecycleReplace:
 		return executionv1alpha1.PhaseReplacing
+	case o.operation.InProgress() && o.operation.Kind == executionv1alpha1.LifecycleSuspend:
+		return executionv1alpha1.PhaseSuspending
+	case o.operation.InProgress() && o.operation.Kind == executionv1alpha1.LifecycleResume:
+		return executionv1alpha1.PhaseResuming
 	case o.operation.InProgress():
 		return executionv1alpha1.PhaseRetiring
 	case o.retired:
 		return executionv1alpha1.PhaseRetired
+	case o.suspended:
+		return executionv1alpha1.PhaseSuspended
 	case ready:
 		return executionv1alpha1.PhaseReady
 	case !o.profileKnown || !o.profileCurrent, o.terminated && o.pod == nil:

@@ -31,6 +31,8 @@ const (
 	EventDeletionBlocked     = "DeletionBlocked"
 	EventOperationBlocked    = "OperationBlocked"
 	EventOrphanReleased      = "OrphanReleased"
+	EventSuspended           = "Suspended"
+	EventResumed             = "Resumed"
 )
 
 // eventComponent is the events' source.

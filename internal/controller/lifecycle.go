@@ -66,12 +66,16 @@ func (p *pass) stepLifecycle(ctx context.Context) error {
 			return nil // settleTermination clears it once the proof is recorded and the Pod gone
 		}
 		failpoint.Inject(lifecycleFailpoint(op))
-		if op.Kind == executionv1alpha1.LifecycleReplace {
+		switch op.Kind {
+		case executionv1alpha1.LifecycleReplace:
 			p.advance(op, executionv1alpha1.PhaseCreatingExecutor)
-			return nil
+		case executionv1alpha1.LifecycleSuspend:
+			p.complete(op)
+			p.record(false, EventSuspended, "executor stopped; the workspace claim is kept until the environment resumes")
+		default:
+			p.complete(op)
+			p.record(false, EventRetired, "executor stopped; the workspace claim is kept")
 		}
-		p.complete(op)
-		p.record(false, EventRetired, "executor stopped; the workspace claim is kept")
 	case executionv1alpha1.PhaseCreatingExecutor:
 		return p.createReplacement(ctx, op)
 	case executionv1alpha1.PhaseDeletingWorkspace:
@@ -97,7 +101,7 @@ func (p *pass) admitLifecycle(op *executionv1alpha1.LifecycleOperation) error {
 		return expected != "" && (recorded == nil || recorded.UID != expected)
 	}
 	switch op.Kind {
-	case executionv1alpha1.LifecycleRetire, executionv1alpha1.LifecycleReplace:
+	case executionv1alpha1.LifecycleRetire, executionv1alpha1.LifecycleReplace, executionv1alpha1.LifecycleSuspend:
 		if mismatch(p.status.Pod, op.ExpectedPodUID) || (op.ExpectedPodUID == "" && p.status.Pod != nil) {
 			p.fence(fenceExpectationBroken)
 			return nil
@@ -116,14 +120,21 @@ func (p *pass) admitLifecycle(op *executionv1alpha1.LifecycleOperation) error {
 		}
 		p.advance(op, executionv1alpha1.PhaseDeletingWorkspace)
 		p.record(false, EventDeletingWorkspace, "deleting the workspace claim")
+	case executionv1alpha1.LifecycleResume:
+		// Admitted on a suspended environment: no executor to stop.
+		if mismatch(p.status.Pod, op.ExpectedPodUID) || (op.ExpectedPodUID == "" && p.status.Pod != nil) {
+			p.fence(fenceExpectationBroken)
+			return nil
+		}
+		p.advance(op, executionv1alpha1.PhaseCreatingExecutor)
 	default:
 		return fmt.Errorf("unknown lifecycle kind %q", op.Kind)
 	}
 	return nil
 }
 
-// createReplacement creates the new executor on the same claim and completes the Replace,
-// raising the epoch so that every grant of the old executor is dead.
+// createReplacement creates the new executor on the same claim and completes the Replace
+// or Resume, raising the epoch so that every grant of the old executor is dead.
 func (p *pass) createReplacement(ctx context.Context, op *executionv1alpha1.LifecycleOperation) error {
 	if p.status.Pod == nil {
 		// Not p.mayCreate(): an administrator's Replace goes on while a plain delete of the
@@ -136,6 +147,11 @@ func (p *pass) createReplacement(ctx context.Context, op *executionv1alpha1.Life
 		}
 	}
 	p.status.RaiseEpoch(p.now.Time)
+	if op.Kind == executionv1alpha1.LifecycleResume {
+		p.complete(op)
+		p.record(false, EventResumed, "executor %s started at epoch %d; the workspace is kept", p.status.Pod.Name, p.status.Epoch)
+		return nil
+	}
 	p.status.LastReplacement = &executionv1alpha1.Replacement{
 		OldPodUID: op.ExpectedPodUID, NewPodUID: p.status.Pod.UID, Epoch: p.status.Epoch, CompletedAt: p.now,
 	}

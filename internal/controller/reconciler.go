@@ -293,6 +293,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	p.o.operation = p.status.LifecycleOperation
 	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil
 	p.o.retired = p.status.Retired()
+	p.o.suspended = p.status.Suspended()
 	p.status.ObservedGeneration = env.Generation
 	if p.o.deleting && !p.persistedDeletionBlocked() && !deletingWorkspace(p.status.LifecycleOperation) {
 		p.record(true, EventDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept")

@@ -72,7 +72,7 @@ var profilesGroup = &group{name: "profiles", summary: "executor profiles as the 
 	},
 }}}
 
-var envGroup = &group{name: "env", summary: "a binding's environment: ensure, attach, release", leaves: []*leaf{
+var envGroup = &group{name: "env", summary: "a binding's environment: ensure, attach, release, suspend, resume", leaves: []*leaf{
 	{
 		name: "ensure", args: "BINDING", nargs: 1, summary: "the binding's environment, created on first use; waits until it is Ready",
 		example: "execctl env ensure conv-1 --owner alice --issuer https://idp.example --profile sandbox\nexecctl env ensure conv-1 --profile sandbox --no-wait -o json",
@@ -135,6 +135,16 @@ var envGroup = &group{name: "env", summary: "a binding's environment: ensure, at
 		name: "release", args: "BINDING ENV", nargs: 2, summary: "remove the binding's published reference",
 		example: "execctl env release conv-1 xenv-59d14f8a21d8ced1aa54 --revision 5f0e… --owner alice",
 		setup:   referenceLeaf(func(ctx context.Context, e *client.Environment) error { return e.ReleaseReference(ctx) }),
+	},
+	{
+		name: "suspend", args: "BINDING ENV", nargs: 2, summary: "stop the executor, keep the workspace; every grant dies",
+		example: "execctl env suspend conv-1 xenv-59d14f8a21d8ced1aa54 --revision 5f0e… --owner alice",
+		setup:   referenceLeaf(func(ctx context.Context, e *client.Environment) error { return e.Suspend(ctx) }),
+	},
+	{
+		name: "resume", args: "BINDING ENV", nargs: 2, summary: "start a new executor on a suspended environment's workspace",
+		example: "execctl env resume conv-1 xenv-59d14f8a21d8ced1aa54 --revision 5f0e… --owner alice",
+		setup:   referenceLeaf(func(ctx context.Context, e *client.Environment) error { return e.Resume(ctx) }),
 	},
 }}
 

@@ -302,6 +302,28 @@ func (h *Handler) DeleteRetiredEnvironment(ctx context.Context, in *executionv1.
 	return &executionv1.DeleteRetiredEnvironmentResponse{}, nil
 }
 
+// SuspendEnvironment implements ExecutionProviderService.
+func (h *Handler) SuspendEnvironment(ctx context.Context, in *executionv1.SuspendEnvironmentRequest) (*executionv1.SuspendEnvironmentResponse, error) {
+	reply, err := forward(ctx, h, in, h.b.Control.Suspend, func(c *controlv1.Caller) *controlv1.SuspendRequest {
+		return &controlv1.SuspendRequest{Caller: c, Request: in}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.SuspendEnvironmentResponse{Environment: reply.GetEnvironment()}, nil
+}
+
+// ResumeEnvironment implements ExecutionProviderService.
+func (h *Handler) ResumeEnvironment(ctx context.Context, in *executionv1.ResumeEnvironmentRequest) (*executionv1.ResumeEnvironmentResponse, error) {
+	reply, err := forward(ctx, h, in, h.b.Control.Resume, func(c *controlv1.Caller) *controlv1.ResumeRequest {
+		return &controlv1.ResumeRequest{Caller: c, Request: in}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.ResumeEnvironmentResponse{Environment: reply.GetEnvironment()}, nil
+}
+
 // begin returns the control API's caller and the authenticated client.
 func (h *Handler) begin(ctx context.Context, in proto.Message) (*controlv1.Caller, security.Client, error) {
 	cl, err := client(ctx)

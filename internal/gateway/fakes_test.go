@@ -190,6 +190,14 @@ func (f *fakeControl) Attach(_ context.Context, in *controlv1.AttachRequest, _ .
 	return f.answer("Attach", in)
 }
 
+func (f *fakeControl) Suspend(_ context.Context, in *controlv1.SuspendRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
+	return f.answer("Suspend", in)
+}
+
+func (f *fakeControl) Resume(_ context.Context, in *controlv1.ResumeRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
+	return f.answer("Resume", in)
+}
+
 func (f *fakeControl) ReleaseReference(_ context.Context, in *controlv1.ReleaseReferenceRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
 	return f.answer("ReleaseReference", in)
 }

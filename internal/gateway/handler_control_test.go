@@ -300,8 +300,14 @@ func TestHandlerForwardedRPCs(t *testing.T) {
 		recoverEnv  = &executionv1.RecoverEnvironmentRequest{OperationId: "op-4", Environment: testRef()}
 		migrate     = &executionv1.MigrateEnvironmentRequest{OperationId: "op-4", Environment: testRef(), TargetSchemaVersion: 1}
 		deleteEnv   = &executionv1.DeleteRetiredEnvironmentRequest{OperationId: "op-4", Environment: testRef()}
+		suspend     = &executionv1.SuspendEnvironmentRequest{OperationId: "op-4", Target: target}
+		resume      = &executionv1.ResumeEnvironmentRequest{OperationId: "op-4", Target: target}
 	)
 	rpcs := []rpc{
+		{"SuspendEnvironment", "Suspend", func(ctx context.Context, h *Handler) error { _, err := h.SuspendEnvironment(ctx, suspend); return err },
+			&controlv1.SuspendRequest{Caller: caller, Request: suspend}},
+		{"ResumeEnvironment", "Resume", func(ctx context.Context, h *Handler) error { _, err := h.ResumeEnvironment(ctx, resume); return err },
+			&controlv1.ResumeRequest{Caller: caller, Request: resume}},
 		{"ReleaseReference", "ReleaseReference", func(ctx context.Context, h *Handler) error { _, err := h.ReleaseReference(ctx, releaseRef); return err },
 			&controlv1.ReleaseReferenceRequest{Caller: caller, Request: releaseRef}},
 		{"ReserveSuccessor", "ReserveSuccessor", func(ctx context.Context, h *Handler) error { _, err := h.ReserveSuccessor(ctx, reserve); return err },

@@ -75,6 +75,8 @@ func Usable(env *executionv1alpha1.ExecutionEnvironment) error {
 		return notReady(fmt.Sprintf("%s in progress", op.Kind))
 	case op != nil && op.Kind == executionv1alpha1.LifecycleRetire:
 		return notReady("the environment is retired")
+	case op != nil && op.Kind == executionv1alpha1.LifecycleSuspend:
+		return notReady("the environment is suspended: ResumeEnvironment, EnsureEnvironment, AttachEnvironment or AcquireRun resumes it")
 	case !meta.IsStatusConditionTrue(env.Status.Conditions, executionv1alpha1.ConditionReady):
 		return notReady("the environment is not ready")
 	}

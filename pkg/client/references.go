@@ -50,6 +50,25 @@ func (e *Environment) ReleaseReference(ctx context.Context) error {
 	})
 }
 
+// Suspend stops the environment's executor and keeps its workspace (SuspendEnvironment).
+// Every grant issued before dies, this handle's run included; refused (RUN_CLAIM_HELD)
+// while an unexpired run claim exists. Resume, or Client.Ensure or Client.Attach, brings
+// it back at a new epoch.
+func (e *Environment) Suspend(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.SuspendEnvironmentResponse, error) {
+		return e.c.api.SuspendEnvironment(ctx, &executionv1.SuspendEnvironmentRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// Resume starts a new executor for a suspended environment on its kept workspace
+// (ResumeEnvironment); WaitReady waits for it. The environment grant this handle holds was
+// revoked by the suspension: Client.Attach returns a handle with a fresh one.
+func (e *Environment) Resume(ctx context.Context) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.ResumeEnvironmentResponse, error) {
+		return e.c.api.ResumeEnvironment(ctx, &executionv1.ResumeEnvironmentRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
 // PrepareReferenceDelete marks the binding's reference PENDING_DELETE (first phase of a
 // two-phase removal); ConfirmReferenceDelete removes it, CancelReferenceDelete restores it.
 func (e *Environment) PrepareReferenceDelete(ctx context.Context) error {

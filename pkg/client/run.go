@@ -36,7 +36,9 @@ type AcquireOptions struct {
 }
 
 // Acquire takes the environment's run claim — execution authority, fencing any earlier
-// holder — and, unless NoRenew, renews it in the background until Close.
+// holder — and, unless NoRenew, renews it in the background until Close. A suspended
+// environment is resumed first (its grants were revoked: the handle attaches again and
+// waits until it is Ready).
 func (e *Environment) Acquire(ctx context.Context, o AcquireOptions) (*Run, error) {
 	if o.TTL == 0 {
 		o.TTL = DefaultRunTTL
@@ -49,11 +51,15 @@ func (e *Environment) Acquire(ctx context.Context, o AcquireOptions) (*Run, erro
 		})
 	}
 	resp, err := acquire()
-	if errors.Is(err, ErrGrantInvalid) {
-		// The environment grant expired (or the handle is old): attach again, then retry.
+	if errors.Is(err, ErrGrantInvalid) || errors.Is(err, ErrRevoked) || errors.Is(err, ErrNotReady) {
+		// The environment grant expired or was revoked (a suspension revokes every grant),
+		// the handle is old, or the environment is suspending or resuming: attach again —
+		// which resumes a suspended environment —, wait for it to be ready, then retry.
 		// The refused attempt did nothing, so a fresh operation id is right.
 		if err = e.Refresh(ctx); err == nil {
-			resp, err = acquire()
+			if err = e.WaitReady(ctx); err == nil {
+				resp, err = acquire()
+			}
 		}
 	}
 	if err != nil {

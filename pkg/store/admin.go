@@ -111,12 +111,13 @@ func idle(env *executionv1alpha1.ExecutionEnvironment) error {
 	return nil
 }
 
-// parkedReplace is a Replace whose old executor is gone and whose new one cannot be created
-// (its profile was withdrawn or changed, or the resource is being deleted): Retire may take
-// it over, so that the environment is never stuck.
+// parkedReplace is a Replace or Resume whose old executor is gone and whose new one cannot
+// be created (its profile was withdrawn or changed, or the resource is being deleted):
+// Retire (and Suspend) may take it over, so that the environment is never stuck.
 func parkedReplace(env *executionv1alpha1.ExecutionEnvironment) bool {
 	op := env.Status.LifecycleOperation
-	return op != nil && op.Kind == executionv1alpha1.LifecycleReplace && op.Phase == executionv1alpha1.PhaseCreatingExecutor && env.Status.Pod == nil
+	return op != nil && (op.Kind == executionv1alpha1.LifecycleReplace || op.Kind == executionv1alpha1.LifecycleResume) &&
+		op.Phase == executionv1alpha1.PhaseCreatingExecutor && env.Status.Pod == nil
 }
 
 // profileCurrent reports whether the environment's profile still exists unchanged: only
@@ -158,8 +159,10 @@ func (s *Store) claimExists(ctx context.Context, id *executionv1alpha1.ObjectIde
 	}, id.Name, string(id.UID))
 }
 
-func startOperation(env *executionv1alpha1.ExecutionEnvironment, kind executionv1alpha1.LifecycleKind, in AdminInput, now metav1.Time) {
-	op := &executionv1alpha1.LifecycleOperation{Kind: kind, Phase: executionv1alpha1.PhaseRequested, OperationID: in.OperationID, Reason: in.Reason, StartedAt: now}
+// startOperation records a lifecycle operation in its Requested phase, naming the exact
+// executor and claim it acts on.
+func startOperation(env *executionv1alpha1.ExecutionEnvironment, kind executionv1alpha1.LifecycleKind, operationID, reason string, now metav1.Time) {
+	op := &executionv1alpha1.LifecycleOperation{Kind: kind, Phase: executionv1alpha1.PhaseRequested, OperationID: operationID, Reason: reason, StartedAt: now}
 	if env.Status.Pod != nil {
 		op.ExpectedPodUID = env.Status.Pod.UID
 	}
@@ -187,7 +190,7 @@ func (s *Store) Retire(ctx context.Context, in AdminInput) (*Result, error) {
 				return false, apierror.ErrRunClaimHeld
 			}
 			env.Status.ActiveRun = nil
-			startOperation(env, executionv1alpha1.LifecycleRetire, in, now)
+			startOperation(env, executionv1alpha1.LifecycleRetire, in.OperationID, in.Reason, now)
 			return true, nil
 		}})
 }
@@ -214,7 +217,7 @@ func (s *Store) ReplaceExecutor(ctx context.Context, in AdminInput) (*Result, er
 				return false, notReady("the profile was withdrawn or changed: no new executor can be built")
 			}
 			env.Status.ActiveRun = nil
-			startOperation(env, executionv1alpha1.LifecycleReplace, in, now)
+			startOperation(env, executionv1alpha1.LifecycleReplace, in.OperationID, in.Reason, now)
 			return true, nil
 		}})
 }
@@ -284,15 +287,15 @@ func (s *Store) MigrateEnvironment(ctx context.Context, in MigrateInput) (*Resul
 		}})
 }
 
-// DeleteRetiredEnvironment deletes a retired environment's workspace and then the
-// environment (pvc_uid required). It refuses while an executor exists.
+// DeleteRetiredEnvironment deletes a retired (or suspended) environment's workspace and then
+// the environment (pvc_uid required). It refuses while an executor exists.
 func (s *Store) DeleteRetiredEnvironment(ctx context.Context, in AdminInput) (*Result, error) {
 	return s.admin(ctx, in, adminCall{op: "DeleteRetiredEnvironment", required: []string{"pvc_uid"},
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, _ *Result) (bool, error) {
 			if err := idle(env); err != nil {
 				return false, err
 			}
-			if !env.Status.Retired() {
+			if !env.Status.Retired() && !env.Status.Suspended() {
 				// A fenced environment whose workspace is lost can only be deleted; its
 				// executor must be gone too.
 				lost, err := s.workspaceLost(ctx, env)
@@ -303,7 +306,7 @@ func (s *Store) DeleteRetiredEnvironment(ctx context.Context, in AdminInput) (*R
 					return false, notReady("only a retired environment, or one whose workspace is lost, can be deleted")
 				}
 			}
-			startOperation(env, executionv1alpha1.LifecycleDeleteRetired, in, now)
+			startOperation(env, executionv1alpha1.LifecycleDeleteRetired, in.OperationID, in.Reason, now)
 			return true, nil
 		}})
 }

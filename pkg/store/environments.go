@@ -72,9 +72,15 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 			if env.Status.FenceState == "" {
 				env.Status.FenceState = executionv1alpha1.FenceHealthy
 			}
+			// A suspended environment resumes; one that cannot (fenced, profile changed)
+			// is answered as it is, its status saying why.
+			resumed, err := s.resume(env, in.OperationID, reasonResumedByEnsure, now)
+			if err != nil {
+				resumed = false
+			}
 			if i := refIndex(env, in.BindingID); i >= 0 {
 				r.Reference = &env.Status.References[i]
-				return false, nil
+				return resumed, nil
 			}
 			if err := acceptingReferences(env); err != nil {
 				return false, err
@@ -181,7 +187,8 @@ func checkAttach(in AttachInput) error {
 	return nil
 }
 
-// Attach returns an environment the binding holds a reference on. It writes nothing.
+// Attach returns an environment the binding holds a reference on. It writes nothing, except
+// to resume a suspended environment.
 func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
 	if err := checkAttach(in); err != nil {
 		return nil, err
@@ -193,12 +200,20 @@ func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ownedBy(in.Caller, in.Owner, in.Environment)(env); err != nil {
+	visible := ownedBy(in.Caller, in.Owner, in.Environment)
+	if err := visible(env); err != nil {
 		return nil, err
 	}
 	i := refIndex(env, in.BindingID)
 	if i < 0 || env.Status.References[i].State == executionv1alpha1.ReferencePendingDelete {
 		return nil, notReady("the binding holds no usable reference on the environment")
+	}
+	if env.Status.Suspended() {
+		// Attaching to a suspended environment resumes it: the one write Attach makes.
+		if err := s.resumeSuspended(ctx, in.Environment.Name, reasonResumedByAttach, visible); err != nil {
+			return nil, err
+		}
+		return s.Attach(ctx, in)
 	}
 	return &Result{Environment: env, Reference: &env.Status.References[i]}, nil
 }

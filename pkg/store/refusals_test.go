@@ -116,6 +116,26 @@ func TestRefusalsWriteNothing(t *testing.T) {
 				Grant: authority.GrantClaims{BindingID: "conv-r", Environment: r}})
 			return err
 		}},
+		{"suspend before the first executor", apierror.ErrNotReady, func(ctx context.Context) error {
+			_, err := f.store.SuspendEnvironment(ctx, refIn(agentA, alice, r, "conv-r"))
+			return err
+		}},
+		{"suspend for another owner", apierror.ErrNotFound, func(ctx context.Context) error {
+			_, err := f.store.SuspendEnvironment(ctx, refIn(agentA, bob, r, "conv-r"))
+			return err
+		}},
+		{"suspend by a client that may not attest owners", apierror.ErrPermissionDenied, func(ctx context.Context) error {
+			_, err := f.store.SuspendEnvironment(ctx, refIn(noAttest, alice, r, "conv-r"))
+			return err
+		}},
+		{"suspend for a binding without a reference", apierror.ErrNotReady, func(ctx context.Context) error {
+			_, err := f.store.SuspendEnvironment(ctx, refIn(agentA, alice, r, "conv-other"))
+			return err
+		}},
+		{"resume of another client's environment", apierror.ErrNotFound, func(ctx context.Context) error {
+			_, err := f.store.ResumeEnvironment(ctx, refIn(agentB, alice, r, "conv-r"))
+			return err
+		}},
 		{"replayed id with other arguments", apierror.ErrOperationIDReused, func(ctx context.Context) error {
 			_, err := f.store.Ensure(ctx, store.EnsureInput{Caller: agentA, OperationID: env.Status.Receipts[0].OperationID, Owner: alice, BindingID: "conv-r",
 				Profile: "python", ExpectedProfileDigest: env.Spec.ProfileDigest})

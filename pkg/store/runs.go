@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -34,10 +35,11 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 	}
 	claimID := s.cfg.NewID()
 	client := ident.ClientHash(in.Caller.Client)
-	return s.mutate(ctx, mutation{
+	visible := clientOf(in.Caller, in.Grant, in.Environment)
+	r, err := s.mutate(ctx, mutation{
 		op: "AcquireRun", id: in.OperationID, name: in.Environment.Name,
 		args:    []string{in.Caller.Client, in.Environment.UID, in.Grant.BindingID, in.RunID, ttl.String()},
-		visible: clientOf(in.Caller, in.Grant, in.Environment),
+		visible: visible,
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
 			if err := authority.Usable(env); err != nil {
 				return false, err
@@ -67,6 +69,35 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 			return replayRun(env, rc, r, s.cfg.Now())
 		},
 	})
+	if errors.Is(err, apierror.ErrNotReady) {
+		return nil, s.resumeForRun(ctx, in, visible, err)
+	}
+	return r, err
+}
+
+// resumeForRun answers an AcquireRun refused as not ready: when the environment is suspended
+// and the grant is current (a revoked one wakes nothing), its resume starts, and the call is
+// still refused (retryable) until the new executor is Ready.
+func (s *Store) resumeForRun(ctx context.Context, in AcquireRunInput, visible func(*executionv1alpha1.ExecutionEnvironment) error, refusal error) error {
+	resumed := false
+	err := s.resumeSuspended(ctx, in.Environment.Name, reasonResumedByAcquire, func(env *executionv1alpha1.ExecutionEnvironment) error {
+		if err := visible(env); err != nil {
+			return err
+		}
+		if !env.Status.Suspended() || uint64(env.Status.GrantGeneration) != in.Grant.GrantGeneration ||
+			authority.BoundReference(env, in.Grant.BindingID) != nil {
+			return refusal
+		}
+		resumed = true
+		return nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case resumed:
+		return notReady("the environment was suspended and is resuming: acquire the run once it is Ready")
+	}
+	return refusal
 }
 
 // replayRun answers a replayed AcquireRun or RenewRun: the claim it produced, if it is

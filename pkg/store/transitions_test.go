@@ -426,3 +426,105 @@ func TestRecoverThenReplace(t *testing.T) {
 		t.Fatalf("after replace: epoch %d, want %d", env.Status.Epoch, st.Epoch+1)
 	}
 }
+
+// The owner's Suspend and Resume through the store with the reconciler: suspend revokes every
+// grant and stops the executor, keeping the claim; AcquireRun with a revoked grant wakes
+// nothing, with a current one it starts the resume (and is refused until Ready); Ensure
+// resumes too; a resumed environment has a new executor at a higher epoch; a suspended one
+// can be deleted by an administrator.
+func TestSuspendAndResume(t *testing.T) {
+	f := newFixture(t, options{reconcile: true})
+	env := f.ensure(t, agentA, alice, "conv-suspend").Environment
+	env = f.waitReady(t, env.Name)
+	r := ref(env)
+	in := func() store.ReferenceInput {
+		return store.ReferenceInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: r, BindingID: "conv-suspend"}
+	}
+	oldPod, oldPVC, gen := env.Status.Pod.UID, env.Status.PVC.UID, uint64(env.Status.GrantGeneration)
+	grant := authority.GrantClaims{BindingID: "conv-suspend", Environment: r, GrantGeneration: gen}
+	run, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-1", Grant: grant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.SuspendEnvironment(f.ctx, in()); !errors.Is(err, apierror.ErrRunClaimHeld) {
+		t.Fatalf("suspend with a claim held: %v", err)
+	}
+	runGrant := grant
+	runGrant.Epoch, runGrant.RunID, runGrant.ClaimID = uint64(run.Run.Epoch), "run-1", run.Run.ClaimID
+	if _, err := f.store.ReleaseRun(f.ctx, store.ReleaseRunInput{Caller: agentA, OperationID: opID(), Environment: r, Grant: runGrant}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := f.store.SuspendEnvironment(f.ctx, in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(s.Environment.Status.GrantGeneration) != gen+1 || s.Environment.Status.ActiveRun != nil {
+		t.Fatalf("suspend left generation %d (was %d), run %v", s.Environment.Status.GrantGeneration, gen, s.Environment.Status.ActiveRun)
+	}
+	clustertest.Eventually(t, 30*time.Second, "suspended", func() bool {
+		env = f.get(t, env.Name)
+		return env.Status.Phase == v1alpha1.PhaseSuspended
+	})
+	if env.Status.Pod != nil || env.Status.PVC == nil || env.Status.PVC.UID != oldPVC {
+		t.Fatalf("suspended with pod %v, claim %v (was %s)", env.Status.Pod, env.Status.PVC, oldPVC)
+	}
+	if again, err := f.store.SuspendEnvironment(f.ctx, in()); err != nil || again.Environment.ResourceVersion != env.ResourceVersion {
+		t.Fatalf("a suspension of a suspended environment changed it: %v", err)
+	}
+	// A revoked grant wakes nothing.
+	before := f.snapshot(t, env.Name)
+	if _, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-2", Grant: grant}); !errors.Is(err, apierror.ErrNotReady) {
+		t.Fatalf("acquire with a revoked grant on a suspended environment: %v", err)
+	}
+	if string(f.snapshot(t, env.Name)) != string(before) {
+		t.Fatal("acquire with a revoked grant changed the suspended environment")
+	}
+	// A current grant starts the resume, and is refused until Ready.
+	grant.GrantGeneration = gen + 1
+	if _, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-2", Grant: grant}); !errors.Is(err, apierror.ErrNotReady) {
+		t.Fatalf("acquire with a current grant on a suspended environment: %v", err)
+	}
+	env = f.waitReady(t, env.Name)
+	if env.Status.Pod == nil || env.Status.Pod.UID == oldPod || env.Status.LifecycleOperation.Kind != v1alpha1.LifecycleResume {
+		t.Fatalf("resumed with pod %v (was %s), operation %+v", env.Status.Pod, oldPod, env.Status.LifecycleOperation)
+	}
+	if _, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: r, RunID: "run-2", Grant: grant}); err != nil {
+		t.Fatalf("acquire once resumed: %v", err)
+	}
+	// Resume of a running environment changes nothing.
+	cur := f.get(t, env.Name)
+	if res, err := f.store.ResumeEnvironment(f.ctx, in()); err != nil || res.Environment.ResourceVersion != cur.ResourceVersion {
+		t.Fatalf("resume of a running environment: %v", err)
+	}
+
+	// Ensure resumes a suspended environment.
+	clustertest.Eventually(t, 30*time.Second, "the run released and suspended again", func() bool {
+		cur := f.get(t, env.Name)
+		if run := cur.Status.ActiveRun; run != nil {
+			g := authority.GrantClaims{BindingID: "conv-suspend", Environment: r, GrantGeneration: gen + 1, Epoch: uint64(run.Epoch), RunID: run.RunID, ClaimID: run.ClaimID}
+			if _, err := f.store.ReleaseRun(f.ctx, store.ReleaseRunInput{Caller: agentA, OperationID: opID(), Environment: r, Grant: g}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := f.store.SuspendEnvironment(f.ctx, in())
+		return err == nil && f.get(t, env.Name).Status.Phase == v1alpha1.PhaseSuspended
+	})
+	if _, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: opID(), Owner: alice, BindingID: "conv-suspend", Profile: "python"}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitReady(t, env.Name)
+
+	// An administrator can delete a suspended environment.
+	clustertest.Eventually(t, 30*time.Second, "suspended once more", func() bool {
+		_, err := f.store.SuspendEnvironment(f.ctx, in())
+		return err == nil && f.get(t, env.Name).Status.Phase == v1alpha1.PhaseSuspended
+	})
+	env = f.get(t, env.Name)
+	if _, err := f.store.DeleteRetiredEnvironment(f.ctx, store.AdminInput{Caller: admin, OperationID: opID(), Environment: r, Preconditions: store.Preconditions{PVCUID: ptrTo(string(env.Status.PVC.UID))}}); err != nil {
+		t.Fatalf("delete a suspended environment: %v", err)
+	}
+	clustertest.Eventually(t, 30*time.Second, "deleted", func() bool {
+		_, err := f.exec.ExecutionV1alpha1().ExecutionEnvironments(f.ns).Get(f.ctx, env.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}

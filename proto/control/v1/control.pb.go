@@ -1300,6 +1300,110 @@ func (x *DeleteRetiredRequest) GetRequest() *v1.DeleteRetiredEnvironmentRequest 
 	return nil
 }
 
+type SuspendRequest struct {
+	state         protoimpl.MessageState        `protogen:"open.v1"`
+	Caller        *Caller                       `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.SuspendEnvironmentRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendRequest) Reset() {
+	*x = SuspendRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendRequest) ProtoMessage() {}
+
+func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
+func (*SuspendRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SuspendRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *SuspendRequest) GetRequest() *v1.SuspendEnvironmentRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ResumeRequest struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Caller        *Caller                      `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.ResumeEnvironmentRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResumeRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *ResumeRequest) GetRequest() *v1.ResumeEnvironmentRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
@@ -1390,7 +1494,13 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2'.execution.v1.MigrateEnvironmentRequestR\arequest\"\x8b\x01\n" +
 	"\x14DeleteRetiredRequest\x12*\n" +
 	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12G\n" +
-	"\arequest\x18\x02 \x01(\v2-.execution.v1.DeleteRetiredEnvironmentRequestR\arequest2\x83\f\n" +
+	"\arequest\x18\x02 \x01(\v2-.execution.v1.DeleteRetiredEnvironmentRequestR\arequest\"\x7f\n" +
+	"\x0eSuspendRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12A\n" +
+	"\arequest\x18\x02 \x01(\v2'.execution.v1.SuspendEnvironmentRequestR\arequest\"}\n" +
+	"\rResumeRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12@\n" +
+	"\arequest\x18\x02 \x01(\v2&.execution.v1.ResumeEnvironmentRequestR\arequest2\x8b\r\n" +
 	"\x0eControlService\x12A\n" +
 	"\x06Ensure\x12\x19.control.v1.EnsureRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
 	"\x06Attach\x12\x19.control.v1.AttachRequest\x1a\x1c.control.v1.EnvironmentReply\x12U\n" +
@@ -1412,7 +1522,9 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x06Revoke\x12\x19.control.v1.RevokeRequest\x1a\x1c.control.v1.EnvironmentReply\x12C\n" +
 	"\aRecover\x12\x1a.control.v1.RecoverRequest\x1a\x1c.control.v1.EnvironmentReply\x12C\n" +
 	"\aMigrate\x12\x1a.control.v1.MigrateRequest\x1a\x1c.control.v1.EnvironmentReply\x12O\n" +
-	"\rDeleteRetired\x12 .control.v1.DeleteRetiredRequest\x1a\x1c.control.v1.EnvironmentReplyB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
+	"\rDeleteRetired\x12 .control.v1.DeleteRetiredRequest\x1a\x1c.control.v1.EnvironmentReply\x12C\n" +
+	"\aSuspend\x12\x1a.control.v1.SuspendRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
+	"\x06Resume\x12\x19.control.v1.ResumeRequest\x1a\x1c.control.v1.EnvironmentReplyB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1426,7 +1538,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 	return file_control_v1_control_proto_rawDescData
 }
 
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_control_v1_control_proto_goTypes = []any{
 	(*Caller)(nil),                             // 0: control.v1.Caller
 	(*VerifiedGrant)(nil),                      // 1: control.v1.VerifiedGrant
@@ -1450,122 +1562,134 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*RecoverRequest)(nil),                     // 19: control.v1.RecoverRequest
 	(*MigrateRequest)(nil),                     // 20: control.v1.MigrateRequest
 	(*DeleteRetiredRequest)(nil),               // 21: control.v1.DeleteRetiredRequest
-	(*v1.EnvironmentRef)(nil),                  // 22: execution.v1.EnvironmentRef
-	(*timestamppb.Timestamp)(nil),              // 23: google.protobuf.Timestamp
-	(*v1.Environment)(nil),                     // 24: execution.v1.Environment
-	(*v1.Reference)(nil),                       // 25: execution.v1.Reference
-	(*v1.RunClaim)(nil),                        // 26: execution.v1.RunClaim
-	(*v1.EnsureEnvironmentRequest)(nil),        // 27: execution.v1.EnsureEnvironmentRequest
-	(*v1.AttachEnvironmentRequest)(nil),        // 28: execution.v1.AttachEnvironmentRequest
-	(*v1.ReleaseReferenceRequest)(nil),         // 29: execution.v1.ReleaseReferenceRequest
-	(*v1.ReserveSuccessorRequest)(nil),         // 30: execution.v1.ReserveSuccessorRequest
-	(*v1.CommitReferenceRequest)(nil),          // 31: execution.v1.CommitReferenceRequest
-	(*v1.AbortReferenceRequest)(nil),           // 32: execution.v1.AbortReferenceRequest
-	(*v1.PrepareReferenceDeleteRequest)(nil),   // 33: execution.v1.PrepareReferenceDeleteRequest
-	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 34: execution.v1.ConfirmReferenceDeleteRequest
-	(*v1.CancelReferenceDeleteRequest)(nil),    // 35: execution.v1.CancelReferenceDeleteRequest
-	(*v1.ListReferenceIntentsRequest)(nil),     // 36: execution.v1.ListReferenceIntentsRequest
-	(*v1.AcquireRunRequest)(nil),               // 37: execution.v1.AcquireRunRequest
-	(*v1.RenewRunRequest)(nil),                 // 38: execution.v1.RenewRunRequest
-	(*v1.ReleaseRunRequest)(nil),               // 39: execution.v1.ReleaseRunRequest
-	(*v1.RetireEnvironmentRequest)(nil),        // 40: execution.v1.RetireEnvironmentRequest
-	(*v1.ReplaceExecutorRequest)(nil),          // 41: execution.v1.ReplaceExecutorRequest
-	(*v1.RevokeEnvironmentRequest)(nil),        // 42: execution.v1.RevokeEnvironmentRequest
-	(*v1.RecoverEnvironmentRequest)(nil),       // 43: execution.v1.RecoverEnvironmentRequest
-	(*v1.MigrateEnvironmentRequest)(nil),       // 44: execution.v1.MigrateEnvironmentRequest
-	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 45: execution.v1.DeleteRetiredEnvironmentRequest
-	(*v1.ListReferenceIntentsResponse)(nil),    // 46: execution.v1.ListReferenceIntentsResponse
+	(*SuspendRequest)(nil),                     // 22: control.v1.SuspendRequest
+	(*ResumeRequest)(nil),                      // 23: control.v1.ResumeRequest
+	(*v1.EnvironmentRef)(nil),                  // 24: execution.v1.EnvironmentRef
+	(*timestamppb.Timestamp)(nil),              // 25: google.protobuf.Timestamp
+	(*v1.Environment)(nil),                     // 26: execution.v1.Environment
+	(*v1.Reference)(nil),                       // 27: execution.v1.Reference
+	(*v1.RunClaim)(nil),                        // 28: execution.v1.RunClaim
+	(*v1.EnsureEnvironmentRequest)(nil),        // 29: execution.v1.EnsureEnvironmentRequest
+	(*v1.AttachEnvironmentRequest)(nil),        // 30: execution.v1.AttachEnvironmentRequest
+	(*v1.ReleaseReferenceRequest)(nil),         // 31: execution.v1.ReleaseReferenceRequest
+	(*v1.ReserveSuccessorRequest)(nil),         // 32: execution.v1.ReserveSuccessorRequest
+	(*v1.CommitReferenceRequest)(nil),          // 33: execution.v1.CommitReferenceRequest
+	(*v1.AbortReferenceRequest)(nil),           // 34: execution.v1.AbortReferenceRequest
+	(*v1.PrepareReferenceDeleteRequest)(nil),   // 35: execution.v1.PrepareReferenceDeleteRequest
+	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 36: execution.v1.ConfirmReferenceDeleteRequest
+	(*v1.CancelReferenceDeleteRequest)(nil),    // 37: execution.v1.CancelReferenceDeleteRequest
+	(*v1.ListReferenceIntentsRequest)(nil),     // 38: execution.v1.ListReferenceIntentsRequest
+	(*v1.AcquireRunRequest)(nil),               // 39: execution.v1.AcquireRunRequest
+	(*v1.RenewRunRequest)(nil),                 // 40: execution.v1.RenewRunRequest
+	(*v1.ReleaseRunRequest)(nil),               // 41: execution.v1.ReleaseRunRequest
+	(*v1.RetireEnvironmentRequest)(nil),        // 42: execution.v1.RetireEnvironmentRequest
+	(*v1.ReplaceExecutorRequest)(nil),          // 43: execution.v1.ReplaceExecutorRequest
+	(*v1.RevokeEnvironmentRequest)(nil),        // 44: execution.v1.RevokeEnvironmentRequest
+	(*v1.RecoverEnvironmentRequest)(nil),       // 45: execution.v1.RecoverEnvironmentRequest
+	(*v1.MigrateEnvironmentRequest)(nil),       // 46: execution.v1.MigrateEnvironmentRequest
+	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 47: execution.v1.DeleteRetiredEnvironmentRequest
+	(*v1.SuspendEnvironmentRequest)(nil),       // 48: execution.v1.SuspendEnvironmentRequest
+	(*v1.ResumeEnvironmentRequest)(nil),        // 49: execution.v1.ResumeEnvironmentRequest
+	(*v1.ListReferenceIntentsResponse)(nil),    // 50: execution.v1.ListReferenceIntentsResponse
 }
 var file_control_v1_control_proto_depIdxs = []int32{
-	22, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
-	23, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
-	25, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
-	26, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
+	24, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
+	25, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
+	27, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
+	28, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
 	0,  // 5: control.v1.EnsureRequest.caller:type_name -> control.v1.Caller
-	27, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
+	29, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
 	0,  // 7: control.v1.AttachRequest.caller:type_name -> control.v1.Caller
-	28, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
+	30, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
 	0,  // 9: control.v1.ReleaseReferenceRequest.caller:type_name -> control.v1.Caller
-	29, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
+	31, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
 	0,  // 11: control.v1.ReserveSuccessorRequest.caller:type_name -> control.v1.Caller
-	30, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
+	32, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
 	0,  // 13: control.v1.CommitReferenceRequest.caller:type_name -> control.v1.Caller
-	31, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
+	33, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
 	0,  // 15: control.v1.AbortReferenceRequest.caller:type_name -> control.v1.Caller
-	32, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
+	34, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
 	0,  // 17: control.v1.PrepareReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	33, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
+	35, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
 	0,  // 19: control.v1.ConfirmReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	34, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
+	36, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
 	0,  // 21: control.v1.CancelReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	35, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
+	37, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
 	0,  // 23: control.v1.ListReferenceIntentsRequest.caller:type_name -> control.v1.Caller
-	36, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
+	38, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
 	0,  // 25: control.v1.AcquireRunRequest.caller:type_name -> control.v1.Caller
-	37, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
+	39, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
 	1,  // 27: control.v1.AcquireRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 28: control.v1.RenewRunRequest.caller:type_name -> control.v1.Caller
-	38, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
+	40, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
 	1,  // 30: control.v1.RenewRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 31: control.v1.ReleaseRunRequest.caller:type_name -> control.v1.Caller
-	39, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
+	41, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
 	1,  // 33: control.v1.ReleaseRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 34: control.v1.RetireRequest.caller:type_name -> control.v1.Caller
-	40, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
+	42, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
 	0,  // 36: control.v1.ReplaceRequest.caller:type_name -> control.v1.Caller
-	41, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
+	43, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
 	0,  // 38: control.v1.RevokeRequest.caller:type_name -> control.v1.Caller
-	42, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
+	44, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
 	0,  // 40: control.v1.RecoverRequest.caller:type_name -> control.v1.Caller
-	43, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
+	45, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
 	0,  // 42: control.v1.MigrateRequest.caller:type_name -> control.v1.Caller
-	44, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
+	46, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
 	0,  // 44: control.v1.DeleteRetiredRequest.caller:type_name -> control.v1.Caller
-	45, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
-	3,  // 46: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
-	4,  // 47: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
-	5,  // 48: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
-	6,  // 49: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
-	7,  // 50: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
-	8,  // 51: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
-	9,  // 52: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
-	10, // 53: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
-	11, // 54: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
-	12, // 55: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
-	13, // 56: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
-	14, // 57: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
-	15, // 58: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
-	16, // 59: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
-	17, // 60: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
-	18, // 61: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
-	19, // 62: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
-	20, // 63: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
-	21, // 64: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
-	2,  // 65: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
-	2,  // 66: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
-	2,  // 67: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
-	2,  // 68: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
-	2,  // 69: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
-	2,  // 70: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
-	2,  // 71: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 72: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 73: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
-	46, // 74: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	2,  // 75: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
-	2,  // 76: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
-	2,  // 77: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
-	2,  // 78: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
-	2,  // 79: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
-	2,  // 80: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
-	2,  // 81: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
-	2,  // 82: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
-	2,  // 83: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
-	65, // [65:84] is the sub-list for method output_type
-	46, // [46:65] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	47, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
+	0,  // 46: control.v1.SuspendRequest.caller:type_name -> control.v1.Caller
+	48, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
+	0,  // 48: control.v1.ResumeRequest.caller:type_name -> control.v1.Caller
+	49, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
+	3,  // 50: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
+	4,  // 51: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
+	5,  // 52: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
+	6,  // 53: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
+	7,  // 54: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
+	8,  // 55: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
+	9,  // 56: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
+	10, // 57: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
+	11, // 58: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
+	12, // 59: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
+	13, // 60: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
+	14, // 61: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
+	15, // 62: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
+	16, // 63: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
+	17, // 64: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
+	18, // 65: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
+	19, // 66: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
+	20, // 67: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
+	21, // 68: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
+	22, // 69: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
+	23, // 70: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
+	2,  // 71: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
+	2,  // 72: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
+	2,  // 73: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
+	2,  // 74: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
+	2,  // 75: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
+	2,  // 76: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
+	2,  // 77: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 78: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 79: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
+	50, // 80: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	2,  // 81: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
+	2,  // 82: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
+	2,  // 83: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
+	2,  // 84: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
+	2,  // 85: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
+	2,  // 86: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
+	2,  // 87: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
+	2,  // 88: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
+	2,  // 89: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
+	2,  // 90: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
+	2,  // 91: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
+	71, // [71:92] is the sub-list for method output_type
+	50, // [50:71] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -1579,7 +1703,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,8 @@ const (
 	ControlService_Recover_FullMethodName                = "/control.v1.ControlService/Recover"
 	ControlService_Migrate_FullMethodName                = "/control.v1.ControlService/Migrate"
 	ControlService_DeleteRetired_FullMethodName          = "/control.v1.ControlService/DeleteRetired"
+	ControlService_Suspend_FullMethodName                = "/control.v1.ControlService/Suspend"
+	ControlService_Resume_FullMethodName                 = "/control.v1.ControlService/Resume"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -79,6 +81,8 @@ type ControlServiceClient interface {
 	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	DeleteRetired(ctx context.Context, in *DeleteRetiredRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
+	Suspend(ctx context.Context, in *SuspendRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
+	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 }
 
 type controlServiceClient struct {
@@ -279,6 +283,26 @@ func (c *controlServiceClient) DeleteRetired(ctx context.Context, in *DeleteReti
 	return out, nil
 }
 
+func (c *controlServiceClient) Suspend(ctx context.Context, in *SuspendRequest, opts ...grpc.CallOption) (*EnvironmentReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnvironmentReply)
+	err := c.cc.Invoke(ctx, ControlService_Suspend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*EnvironmentReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnvironmentReply)
+	err := c.cc.Invoke(ctx, ControlService_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -304,6 +328,8 @@ type ControlServiceServer interface {
 	Recover(context.Context, *RecoverRequest) (*EnvironmentReply, error)
 	Migrate(context.Context, *MigrateRequest) (*EnvironmentReply, error)
 	DeleteRetired(context.Context, *DeleteRetiredRequest) (*EnvironmentReply, error)
+	Suspend(context.Context, *SuspendRequest) (*EnvironmentReply, error)
+	Resume(context.Context, *ResumeRequest) (*EnvironmentReply, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -370,6 +396,12 @@ func (UnimplementedControlServiceServer) Migrate(context.Context, *MigrateReques
 }
 func (UnimplementedControlServiceServer) DeleteRetired(context.Context, *DeleteRetiredRequest) (*EnvironmentReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteRetired not implemented")
+}
+func (UnimplementedControlServiceServer) Suspend(context.Context, *SuspendRequest) (*EnvironmentReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Suspend not implemented")
+}
+func (UnimplementedControlServiceServer) Resume(context.Context, *ResumeRequest) (*EnvironmentReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -734,6 +766,42 @@ func _ControlService_DeleteRetired_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_Suspend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).Suspend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_Suspend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).Suspend(ctx, req.(*SuspendRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).Resume(ctx, req.(*ResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -816,6 +884,14 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteRetired",
 			Handler:    _ControlService_DeleteRetired_Handler,
+		},
+		{
+			MethodName: "Suspend",
+			Handler:    _ControlService_Suspend_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _ControlService_Resume_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

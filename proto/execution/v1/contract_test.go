@@ -35,6 +35,8 @@ var additions = []struct {
 	{"WatchCommand", false, true, "CommandEvent"},
 	{"ListCommands", false, false, ""},
 	{"Terminal", true, true, ""},
+	{"SuspendEnvironment", false, false, ""},
+	{"ResumeEnvironment", false, false, ""},
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
@@ -91,6 +93,7 @@ func TestRequestShapes(t *testing.T) {
 		"ReserveSuccessor", "CommitReference", "AbortReference", "PrepareReferenceDelete",
 		"ConfirmReferenceDelete", "CancelReferenceDelete", "RetireEnvironment", "ReplaceExecutor",
 		"RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment",
+		"SuspendEnvironment", "ResumeEnvironment",
 	}
 	for _, name := range mutating {
 		assertField(t, fd, name+"Request", "operation_id", protoreflect.StringKind)

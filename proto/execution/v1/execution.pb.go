@@ -256,19 +256,29 @@ const (
 	LifecycleState_LIFECYCLE_STATE_DELETING LifecycleState = 6
 	// The executor failed or the profile was withdrawn; see message.
 	LifecycleState_LIFECYCLE_STATE_DEGRADED LifecycleState = 7
+	// A Suspend is in progress: the executor is being stopped.
+	LifecycleState_LIFECYCLE_STATE_SUSPENDING LifecycleState = 8
+	// The executor is stopped, the workspace kept; ResumeEnvironment (or EnsureEnvironment,
+	// AttachEnvironment, AcquireRun) starts a new one.
+	LifecycleState_LIFECYCLE_STATE_SUSPENDED LifecycleState = 9
+	// A Resume is in progress: the new executor is being created.
+	LifecycleState_LIFECYCLE_STATE_RESUMING LifecycleState = 10
 )
 
 // Enum value maps for LifecycleState.
 var (
 	LifecycleState_name = map[int32]string{
-		0: "LIFECYCLE_STATE_UNSPECIFIED",
-		1: "LIFECYCLE_STATE_PROVISIONING",
-		2: "LIFECYCLE_STATE_READY",
-		3: "LIFECYCLE_STATE_REPLACING",
-		4: "LIFECYCLE_STATE_RETIRING",
-		5: "LIFECYCLE_STATE_RETIRED",
-		6: "LIFECYCLE_STATE_DELETING",
-		7: "LIFECYCLE_STATE_DEGRADED",
+		0:  "LIFECYCLE_STATE_UNSPECIFIED",
+		1:  "LIFECYCLE_STATE_PROVISIONING",
+		2:  "LIFECYCLE_STATE_READY",
+		3:  "LIFECYCLE_STATE_REPLACING",
+		4:  "LIFECYCLE_STATE_RETIRING",
+		5:  "LIFECYCLE_STATE_RETIRED",
+		6:  "LIFECYCLE_STATE_DELETING",
+		7:  "LIFECYCLE_STATE_DEGRADED",
+		8:  "LIFECYCLE_STATE_SUSPENDING",
+		9:  "LIFECYCLE_STATE_SUSPENDED",
+		10: "LIFECYCLE_STATE_RESUMING",
 	}
 	LifecycleState_value = map[string]int32{
 		"LIFECYCLE_STATE_UNSPECIFIED":  0,
@@ -279,6 +289,9 @@ var (
 		"LIFECYCLE_STATE_RETIRED":      5,
 		"LIFECYCLE_STATE_DELETING":     6,
 		"LIFECYCLE_STATE_DEGRADED":     7,
+		"LIFECYCLE_STATE_SUSPENDING":   8,
+		"LIFECYCLE_STATE_SUSPENDED":    9,
+		"LIFECYCLE_STATE_RESUMING":     10,
 	}
 )
 
@@ -6922,6 +6935,200 @@ func (x *AdminPreconditions) GetGrantGeneration() uint64 {
 	return 0
 }
 
+type SuspendEnvironmentRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// The binding's reference (published or pending, not being deleted) on the environment.
+	Target        *ReferenceTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendEnvironmentRequest) Reset() {
+	*x = SuspendEnvironmentRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendEnvironmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendEnvironmentRequest) ProtoMessage() {}
+
+func (x *SuspendEnvironmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendEnvironmentRequest.ProtoReflect.Descriptor instead.
+func (*SuspendEnvironmentRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *SuspendEnvironmentRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *SuspendEnvironmentRequest) GetTarget() *ReferenceTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type SuspendEnvironmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   *Environment           `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendEnvironmentResponse) Reset() {
+	*x = SuspendEnvironmentResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendEnvironmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendEnvironmentResponse) ProtoMessage() {}
+
+func (x *SuspendEnvironmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendEnvironmentResponse.ProtoReflect.Descriptor instead.
+func (*SuspendEnvironmentResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *SuspendEnvironmentResponse) GetEnvironment() *Environment {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+type ResumeEnvironmentRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// The binding's reference (published or pending, not being deleted) on the environment.
+	Target        *ReferenceTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeEnvironmentRequest) Reset() {
+	*x = ResumeEnvironmentRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeEnvironmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeEnvironmentRequest) ProtoMessage() {}
+
+func (x *ResumeEnvironmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeEnvironmentRequest.ProtoReflect.Descriptor instead.
+func (*ResumeEnvironmentRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *ResumeEnvironmentRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *ResumeEnvironmentRequest) GetTarget() *ReferenceTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type ResumeEnvironmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   *Environment           `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeEnvironmentResponse) Reset() {
+	*x = ResumeEnvironmentResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeEnvironmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeEnvironmentResponse) ProtoMessage() {}
+
+func (x *ResumeEnvironmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeEnvironmentResponse.ProtoReflect.Descriptor instead.
+func (*ResumeEnvironmentResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *ResumeEnvironmentResponse) GetEnvironment() *Environment {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
 type RetireEnvironmentRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -6936,7 +7143,7 @@ type RetireEnvironmentRequest struct {
 
 func (x *RetireEnvironmentRequest) Reset() {
 	*x = RetireEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6948,7 +7155,7 @@ func (x *RetireEnvironmentRequest) String() string {
 func (*RetireEnvironmentRequest) ProtoMessage() {}
 
 func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6961,7 +7168,7 @@ func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RetireEnvironmentRequest) GetOperationId() string {
@@ -7001,7 +7208,7 @@ type RetireEnvironmentResponse struct {
 
 func (x *RetireEnvironmentResponse) Reset() {
 	*x = RetireEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7013,7 +7220,7 @@ func (x *RetireEnvironmentResponse) String() string {
 func (*RetireEnvironmentResponse) ProtoMessage() {}
 
 func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7026,7 +7233,7 @@ func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *RetireEnvironmentResponse) GetEnvironment() *Environment {
@@ -7049,7 +7256,7 @@ type ReplaceExecutorRequest struct {
 
 func (x *ReplaceExecutorRequest) Reset() {
 	*x = ReplaceExecutorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7061,7 +7268,7 @@ func (x *ReplaceExecutorRequest) String() string {
 func (*ReplaceExecutorRequest) ProtoMessage() {}
 
 func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7074,7 +7281,7 @@ func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ReplaceExecutorRequest) GetOperationId() string {
@@ -7114,7 +7321,7 @@ type ReplaceExecutorResponse struct {
 
 func (x *ReplaceExecutorResponse) Reset() {
 	*x = ReplaceExecutorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7126,7 +7333,7 @@ func (x *ReplaceExecutorResponse) String() string {
 func (*ReplaceExecutorResponse) ProtoMessage() {}
 
 func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7139,7 +7346,7 @@ func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ReplaceExecutorResponse) GetEnvironment() *Environment {
@@ -7162,7 +7369,7 @@ type RevokeEnvironmentRequest struct {
 
 func (x *RevokeEnvironmentRequest) Reset() {
 	*x = RevokeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7174,7 +7381,7 @@ func (x *RevokeEnvironmentRequest) String() string {
 func (*RevokeEnvironmentRequest) ProtoMessage() {}
 
 func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7187,7 +7394,7 @@ func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RevokeEnvironmentRequest) GetOperationId() string {
@@ -7227,7 +7434,7 @@ type RevokeEnvironmentResponse struct {
 
 func (x *RevokeEnvironmentResponse) Reset() {
 	*x = RevokeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7239,7 +7446,7 @@ func (x *RevokeEnvironmentResponse) String() string {
 func (*RevokeEnvironmentResponse) ProtoMessage() {}
 
 func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7252,7 +7459,7 @@ func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RevokeEnvironmentResponse) GetEnvironment() *Environment {
@@ -7275,7 +7482,7 @@ type RecoverEnvironmentRequest struct {
 
 func (x *RecoverEnvironmentRequest) Reset() {
 	*x = RecoverEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7287,7 +7494,7 @@ func (x *RecoverEnvironmentRequest) String() string {
 func (*RecoverEnvironmentRequest) ProtoMessage() {}
 
 func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7300,7 +7507,7 @@ func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RecoverEnvironmentRequest) GetOperationId() string {
@@ -7340,7 +7547,7 @@ type RecoverEnvironmentResponse struct {
 
 func (x *RecoverEnvironmentResponse) Reset() {
 	*x = RecoverEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7352,7 +7559,7 @@ func (x *RecoverEnvironmentResponse) String() string {
 func (*RecoverEnvironmentResponse) ProtoMessage() {}
 
 func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7365,7 +7572,7 @@ func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RecoverEnvironmentResponse) GetEnvironment() *Environment {
@@ -7389,7 +7596,7 @@ type MigrateEnvironmentRequest struct {
 
 func (x *MigrateEnvironmentRequest) Reset() {
 	*x = MigrateEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	mi := &file_execution_v1_execution_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7401,7 +7608,7 @@ func (x *MigrateEnvironmentRequest) String() string {
 func (*MigrateEnvironmentRequest) ProtoMessage() {}
 
 func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	mi := &file_execution_v1_execution_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7414,7 +7621,7 @@ func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{100}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *MigrateEnvironmentRequest) GetOperationId() string {
@@ -7456,7 +7663,7 @@ type MigrateEnvironmentResponse struct {
 
 func (x *MigrateEnvironmentResponse) Reset() {
 	*x = MigrateEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	mi := &file_execution_v1_execution_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7468,7 +7675,7 @@ func (x *MigrateEnvironmentResponse) String() string {
 func (*MigrateEnvironmentResponse) ProtoMessage() {}
 
 func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	mi := &file_execution_v1_execution_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7481,7 +7688,7 @@ func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{101}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *MigrateEnvironmentResponse) GetEnvironment() *Environment {
@@ -7511,7 +7718,7 @@ type DeleteRetiredEnvironmentRequest struct {
 
 func (x *DeleteRetiredEnvironmentRequest) Reset() {
 	*x = DeleteRetiredEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	mi := &file_execution_v1_execution_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7523,7 +7730,7 @@ func (x *DeleteRetiredEnvironmentRequest) String() string {
 func (*DeleteRetiredEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	mi := &file_execution_v1_execution_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7536,7 +7743,7 @@ func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{102}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *DeleteRetiredEnvironmentRequest) GetOperationId() string {
@@ -7575,7 +7782,7 @@ type DeleteRetiredEnvironmentResponse struct {
 
 func (x *DeleteRetiredEnvironmentResponse) Reset() {
 	*x = DeleteRetiredEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[103]
+	mi := &file_execution_v1_execution_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7587,7 +7794,7 @@ func (x *DeleteRetiredEnvironmentResponse) String() string {
 func (*DeleteRetiredEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[103]
+	mi := &file_execution_v1_execution_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7600,7 +7807,7 @@ func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{103}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{107}
 }
 
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
@@ -8056,7 +8263,17 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\b_pod_uidB\n" +
 	"\n" +
 	"\b_pvc_uidB\x13\n" +
-	"\x11_grant_generation\"\xdd\x01\n" +
+	"\x11_grant_generation\"u\n" +
+	"\x19SuspendEnvironmentRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
+	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\"Y\n" +
+	"\x1aSuspendEnvironmentResponse\x12;\n" +
+	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"t\n" +
+	"\x18ResumeEnvironmentRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
+	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\"X\n" +
+	"\x19ResumeEnvironmentResponse\x12;\n" +
+	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"\xdd\x01\n" +
 	"\x18RetireEnvironmentRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12>\n" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12F\n" +
@@ -8128,7 +8345,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"FenceState\x12\x1b\n" +
 	"\x17FENCE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13FENCE_STATE_HEALTHY\x10\x01\x12\x1d\n" +
-	"\x19FENCE_STATE_FENCE_UNKNOWN\x10\x02*\x84\x02\n" +
+	"\x19FENCE_STATE_FENCE_UNKNOWN\x10\x02*\xe1\x02\n" +
 	"\x0eLifecycleState\x12\x1f\n" +
 	"\x1bLIFECYCLE_STATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cLIFECYCLE_STATE_PROVISIONING\x10\x01\x12\x19\n" +
@@ -8137,7 +8354,11 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x18LIFECYCLE_STATE_RETIRING\x10\x04\x12\x1b\n" +
 	"\x17LIFECYCLE_STATE_RETIRED\x10\x05\x12\x1c\n" +
 	"\x18LIFECYCLE_STATE_DELETING\x10\x06\x12\x1c\n" +
-	"\x18LIFECYCLE_STATE_DEGRADED\x10\a*\xc0\x01\n" +
+	"\x18LIFECYCLE_STATE_DEGRADED\x10\a\x12\x1e\n" +
+	"\x1aLIFECYCLE_STATE_SUSPENDING\x10\b\x12\x1d\n" +
+	"\x19LIFECYCLE_STATE_SUSPENDED\x10\t\x12\x1c\n" +
+	"\x18LIFECYCLE_STATE_RESUMING\x10\n" +
+	"*\xc0\x01\n" +
 	"\x0eReferenceState\x12\x1f\n" +
 	"\x1bREFERENCE_STATE_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eREFERENCE_STATE_PENDING_CREATE\x10\x01\x12\x1d\n" +
@@ -8184,7 +8405,7 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 108)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -8286,33 +8507,37 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(*TerminalRequest)(nil),                  // 97: execution.v1.TerminalRequest
 	(*TerminalResponse)(nil),                 // 98: execution.v1.TerminalResponse
 	(*AdminPreconditions)(nil),               // 99: execution.v1.AdminPreconditions
-	(*RetireEnvironmentRequest)(nil),         // 100: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 101: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 102: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 103: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 104: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 105: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 106: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 107: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 108: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 109: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 110: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 111: execution.v1.DeleteRetiredEnvironmentResponse
-	(*timestamppb.Timestamp)(nil),            // 112: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 113: google.protobuf.Duration
+	(*SuspendEnvironmentRequest)(nil),        // 100: execution.v1.SuspendEnvironmentRequest
+	(*SuspendEnvironmentResponse)(nil),       // 101: execution.v1.SuspendEnvironmentResponse
+	(*ResumeEnvironmentRequest)(nil),         // 102: execution.v1.ResumeEnvironmentRequest
+	(*ResumeEnvironmentResponse)(nil),        // 103: execution.v1.ResumeEnvironmentResponse
+	(*RetireEnvironmentRequest)(nil),         // 104: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 105: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 106: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 107: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 108: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 109: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 110: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 111: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 112: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 113: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 114: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 115: execution.v1.DeleteRetiredEnvironmentResponse
+	(*timestamppb.Timestamp)(nil),            // 116: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 117: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	112, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	116, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	112, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	116, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	116, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
 	9,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
 	12,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
 	11,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	112, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	113, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	116, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	117, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
 	14,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
 	8,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
 	13,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
@@ -8348,20 +8573,20 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	36,  // 43: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
 	10,  // 44: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
 	9,   // 45: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	113, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	117, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
 	13,  // 47: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
 	12,  // 48: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 49: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 50: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 51: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	113, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	117, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
 	12,  // 53: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 54: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 55: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 56: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
 	13,  // 57: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	4,   // 58: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	112, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	116, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	45,  // 60: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	5,   // 61: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
 	45,  // 62: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
@@ -8405,16 +8630,16 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	47,  // 100: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
 	77,  // 101: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
 	75,  // 102: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	113, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	117, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
 	6,   // 104: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
 	78,  // 105: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
 	78,  // 106: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	112, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	113, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	116, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	117, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
 	7,   // 109: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
 	6,   // 110: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
 	82,  // 111: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	112, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	116, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
 	79,  // 113: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
 	10,  // 114: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 115: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
@@ -8429,7 +8654,7 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	81,  // 124: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
 	10,  // 125: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 126: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	113, // 127: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	117, // 127: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
 	83,  // 128: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
 	10,  // 129: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 130: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
@@ -8449,30 +8674,34 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	95,  // 144: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
 	96,  // 145: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
 	95,  // 146: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
-	112, // 147: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
+	116, // 147: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
 	79,  // 148: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
-	9,   // 149: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 150: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 151: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 152: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 153: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 154: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	9,   // 155: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 156: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 157: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 158: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 159: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 160: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 161: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 162: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 163: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 164: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 165: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	166, // [166:166] is the sub-list for method output_type
-	166, // [166:166] is the sub-list for method input_type
-	166, // [166:166] is the sub-list for extension type_name
-	166, // [166:166] is the sub-list for extension extendee
-	0,   // [0:166] is the sub-list for field type_name
+	21,  // 149: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 150: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	21,  // 151: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 152: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 153: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 154: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 155: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 156: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 157: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 158: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	9,   // 159: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 160: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 161: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 162: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 163: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 164: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 165: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 166: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 167: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 168: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 169: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	170, // [170:170] is the sub-list for method output_type
+	170, // [170:170] is the sub-list for method input_type
+	170, // [170:170] is the sub-list for extension type_name
+	170, // [170:170] is the sub-list for extension extendee
+	0,   // [0:170] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -8530,7 +8759,7 @@ func file_execution_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   104,
+			NumMessages:   108,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -27,6 +27,13 @@ func (s *ExecutionEnvironmentStatus) Retired() bool {
 	return op != nil && op.Kind == LifecycleRetire && op.Phase == PhaseCompleted && s.Pod == nil
 }
 
+// Suspended reports a completed Suspend with no executor since: only a Resume (or Ensure,
+// Attach or AcquireRun, which start one) gives it an executor again.
+func (s *ExecutionEnvironmentStatus) Suspended() bool {
+	op := s.LifecycleOperation
+	return op != nil && op.Kind == LifecycleSuspend && op.Phase == PhaseCompleted && s.Pod == nil
+}
+
 // RaiseEpoch fences every run grant issued so far (AcquireRun, a completed replacement,
 // RecoverEnvironment) and records when, for the gateways' observation-delay metric.
 func (s *ExecutionEnvironmentStatus) RaiseEpoch(now time.Time) {

@@ -133,8 +133,9 @@ type RunClaim struct {
 	ExpiresAt  metav1.Time `json:"expiresAt"`
 }
 
-// LifecycleKind is an administrative operation.
-// +kubebuilder:validation:Enum=Retire;Replace;DeleteRetired
+// LifecycleKind is a lifecycle operation: an administrator's (Retire, Replace,
+// DeleteRetired) or the owner's (Suspend, Resume).
+// +kubebuilder:validation:Enum=Retire;Replace;DeleteRetired;Suspend;Resume
 type LifecycleKind string
 
 // Lifecycle operations.
@@ -142,6 +143,12 @@ const (
 	LifecycleRetire        LifecycleKind = "Retire"
 	LifecycleReplace       LifecycleKind = "Replace"
 	LifecycleDeleteRetired LifecycleKind = "DeleteRetired"
+	// LifecycleSuspend stops the executor and keeps the workspace, like Retire, but the
+	// owner may undo it: Resume, or Ensure, Attach or AcquireRun on the suspended
+	// environment, starts a new executor at epoch + 1.
+	LifecycleSuspend LifecycleKind = "Suspend"
+	// LifecycleResume starts the executor of a suspended environment.
+	LifecycleResume LifecycleKind = "Resume"
 )
 
 // LifecyclePhase is a step of a lifecycle operation; docs/resource.md lists the phases each
@@ -239,7 +246,7 @@ type Receipt struct {
 }
 
 // Phase is a printer column summarising the status; code never branches on it.
-// +kubebuilder:validation:Enum=Provisioning;Ready;Replacing;Retiring;Retired;Deleting;Degraded;Fenced
+// +kubebuilder:validation:Enum=Provisioning;Ready;Replacing;Retiring;Retired;Deleting;Degraded;Fenced;Suspending;Suspended;Resuming
 type Phase string
 
 // Phases.
@@ -252,6 +259,9 @@ const (
 	PhaseDeleting     Phase = "Deleting"
 	PhaseDegraded     Phase = "Degraded"
 	PhaseFenced       Phase = "Fenced"
+	PhaseSuspending   Phase = "Suspending"
+	PhaseSuspended    Phase = "Suspended"
+	PhaseResuming     Phase = "Resuming"
 )
 
 // Condition types, each computed by a pure function of what a reconcile pass observed.

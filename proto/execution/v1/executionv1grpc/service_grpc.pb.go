@@ -55,6 +55,8 @@ const (
 	ExecutionProviderService_WatchCommand_FullMethodName             = "/execution.v1.ExecutionProviderService/WatchCommand"
 	ExecutionProviderService_ListCommands_FullMethodName             = "/execution.v1.ExecutionProviderService/ListCommands"
 	ExecutionProviderService_Terminal_FullMethodName                 = "/execution.v1.ExecutionProviderService/Terminal"
+	ExecutionProviderService_SuspendEnvironment_FullMethodName       = "/execution.v1.ExecutionProviderService/SuspendEnvironment"
+	ExecutionProviderService_ResumeEnvironment_FullMethodName        = "/execution.v1.ExecutionProviderService/ResumeEnvironment"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -85,11 +87,12 @@ type ExecutionProviderServiceClient interface {
 	// result when it ends. Closing the call (cancellation, deadline) kills the command and all
 	// its descendants. Requires a live run grant.
 	StartCommand(ctx context.Context, in *v1.StartCommandRequest, opts ...grpc.CallOption) (*v1.StartCommandResponse, error)
-	// CommandStatus authorises the run grant, then answers UNIMPLEMENTED: commands are
-	// foreground and their result is the answer of StartCommand.
+	// CommandStatus answers a durable (detached) command's state, totals and output from
+	// given offsets (docs/commands.md). Requires a current run grant of the environment.
 	CommandStatus(ctx context.Context, in *v1.CommandStatusRequest, opts ...grpc.CallOption) (*v1.CommandStatusResponse, error)
-	// CancelCommand authorises the run grant, then answers UNIMPLEMENTED: cancelling a command
-	// is closing its StartCommand call.
+	// CancelCommand ends a durable command: SIGTERM to its process group, a grace, then
+	// SIGKILL (a foreground command is cancelled by closing its call). Requires a current run
+	// grant of the environment.
 	CancelCommand(ctx context.Context, in *v1.CancelCommandRequest, opts ...grpc.CallOption) (*v1.CancelCommandResponse, error)
 	// AcquireRun takes the environment's single run claim for the binding and returns a run
 	// grant. It increments the environment's epoch, which fences every earlier run grant.
@@ -157,6 +160,18 @@ type ExecutionProviderServiceClient interface {
 	// lives as long as its call, its run claim and its timeout: the call's end kills
 	// everything the command started. Authorised by a current run grant, like StartCommand.
 	Terminal(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[v1.TerminalRequest, v1.TerminalResponse], error)
+	// SuspendEnvironment stops the executor Pod and keeps the workspace, for the owner of a
+	// binding that holds a reference on it (MayAttestOwner). Every grant issued before dies
+	// (the grant generation is raised); refused with ABORTED (reason RUN_CLAIM_HELD) while an
+	// unexpired run claim exists. The environment goes SUSPENDING, then SUSPENDED. A suspended
+	// environment is answered as it is.
+	SuspendEnvironment(ctx context.Context, in *v1.SuspendEnvironmentRequest, opts ...grpc.CallOption) (*v1.SuspendEnvironmentResponse, error)
+	// ResumeEnvironment starts a new executor Pod on the kept workspace at epoch + 1
+	// (RESUMING, then READY). EnsureEnvironment and AttachEnvironment resume a suspended
+	// environment too, and AcquireRun with a current grant starts the resume and answers
+	// FAILED_PRECONDITION (reason NOT_READY, retryable) until it is Ready. An environment that
+	// is not suspended is answered as it is.
+	ResumeEnvironment(ctx context.Context, in *v1.ResumeEnvironmentRequest, opts ...grpc.CallOption) (*v1.ResumeEnvironmentResponse, error)
 }
 
 type executionProviderServiceClient struct {
@@ -500,6 +515,26 @@ func (c *executionProviderServiceClient) Terminal(ctx context.Context, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionProviderService_TerminalClient = grpc.BidiStreamingClient[v1.TerminalRequest, v1.TerminalResponse]
 
+func (c *executionProviderServiceClient) SuspendEnvironment(ctx context.Context, in *v1.SuspendEnvironmentRequest, opts ...grpc.CallOption) (*v1.SuspendEnvironmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.SuspendEnvironmentResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_SuspendEnvironment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionProviderServiceClient) ResumeEnvironment(ctx context.Context, in *v1.ResumeEnvironmentRequest, opts ...grpc.CallOption) (*v1.ResumeEnvironmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ResumeEnvironmentResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_ResumeEnvironment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -528,11 +563,12 @@ type ExecutionProviderServiceServer interface {
 	// result when it ends. Closing the call (cancellation, deadline) kills the command and all
 	// its descendants. Requires a live run grant.
 	StartCommand(context.Context, *v1.StartCommandRequest) (*v1.StartCommandResponse, error)
-	// CommandStatus authorises the run grant, then answers UNIMPLEMENTED: commands are
-	// foreground and their result is the answer of StartCommand.
+	// CommandStatus answers a durable (detached) command's state, totals and output from
+	// given offsets (docs/commands.md). Requires a current run grant of the environment.
 	CommandStatus(context.Context, *v1.CommandStatusRequest) (*v1.CommandStatusResponse, error)
-	// CancelCommand authorises the run grant, then answers UNIMPLEMENTED: cancelling a command
-	// is closing its StartCommand call.
+	// CancelCommand ends a durable command: SIGTERM to its process group, a grace, then
+	// SIGKILL (a foreground command is cancelled by closing its call). Requires a current run
+	// grant of the environment.
 	CancelCommand(context.Context, *v1.CancelCommandRequest) (*v1.CancelCommandResponse, error)
 	// AcquireRun takes the environment's single run claim for the binding and returns a run
 	// grant. It increments the environment's epoch, which fences every earlier run grant.
@@ -600,6 +636,18 @@ type ExecutionProviderServiceServer interface {
 	// lives as long as its call, its run claim and its timeout: the call's end kills
 	// everything the command started. Authorised by a current run grant, like StartCommand.
 	Terminal(grpc.BidiStreamingServer[v1.TerminalRequest, v1.TerminalResponse]) error
+	// SuspendEnvironment stops the executor Pod and keeps the workspace, for the owner of a
+	// binding that holds a reference on it (MayAttestOwner). Every grant issued before dies
+	// (the grant generation is raised); refused with ABORTED (reason RUN_CLAIM_HELD) while an
+	// unexpired run claim exists. The environment goes SUSPENDING, then SUSPENDED. A suspended
+	// environment is answered as it is.
+	SuspendEnvironment(context.Context, *v1.SuspendEnvironmentRequest) (*v1.SuspendEnvironmentResponse, error)
+	// ResumeEnvironment starts a new executor Pod on the kept workspace at epoch + 1
+	// (RESUMING, then READY). EnsureEnvironment and AttachEnvironment resume a suspended
+	// environment too, and AcquireRun with a current grant starts the resume and answers
+	// FAILED_PRECONDITION (reason NOT_READY, retryable) until it is Ready. An environment that
+	// is not suspended is answered as it is.
+	ResumeEnvironment(context.Context, *v1.ResumeEnvironmentRequest) (*v1.ResumeEnvironmentResponse, error)
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -699,6 +747,12 @@ func (UnimplementedExecutionProviderServiceServer) ListCommands(context.Context,
 }
 func (UnimplementedExecutionProviderServiceServer) Terminal(grpc.BidiStreamingServer[v1.TerminalRequest, v1.TerminalResponse]) error {
 	return status.Error(codes.Unimplemented, "method Terminal not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) SuspendEnvironment(context.Context, *v1.SuspendEnvironmentRequest) (*v1.SuspendEnvironmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuspendEnvironment not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) ResumeEnvironment(context.Context, *v1.ResumeEnvironmentRequest) (*v1.ResumeEnvironmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeEnvironment not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -1219,6 +1273,42 @@ func _ExecutionProviderService_Terminal_Handler(srv interface{}, stream grpc.Ser
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionProviderService_TerminalServer = grpc.BidiStreamingServer[v1.TerminalRequest, v1.TerminalResponse]
 
+func _ExecutionProviderService_SuspendEnvironment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.SuspendEnvironmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).SuspendEnvironment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_SuspendEnvironment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).SuspendEnvironment(ctx, req.(*v1.SuspendEnvironmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionProviderService_ResumeEnvironment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.ResumeEnvironmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).ResumeEnvironment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_ResumeEnvironment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).ResumeEnvironment(ctx, req.(*v1.ResumeEnvironmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1325,6 +1415,14 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListCommands",
 			Handler:    _ExecutionProviderService_ListCommands_Handler,
+		},
+		{
+			MethodName: "SuspendEnvironment",
+			Handler:    _ExecutionProviderService_SuspendEnvironment_Handler,
+		},
+		{
+			MethodName: "ResumeEnvironment",
+			Handler:    _ExecutionProviderService_ResumeEnvironment_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
