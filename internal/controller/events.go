@@ -33,6 +33,7 @@ const (
 	EventOrphanReleased      = "OrphanReleased"
 	EventSuspended           = "Suspended"
 	EventResumed             = "Resumed"
+	EventIdle                = "Idle"
 )
 
 // eventComponent is the events' source.

@@ -240,6 +240,8 @@ type pass struct {
 	now         metav1.Time
 	events      []event
 	deleted     bool
+	// wake asks for another pass after this long (the idle policy's next deadline); 0: none.
+	wake time.Duration
 }
 
 // Reconcile performs one pass for namespace/name: the claim, then the Pod, termination
@@ -289,6 +291,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	if err := p.run(ctx); err != nil || p.deleted {
 		return err
 	}
+	p.applyIdlePolicy()
 	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason
 	p.o.operation = p.status.LifecycleOperation
 	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil
@@ -316,6 +319,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	}
 	for _, e := range p.events {
 		p.emit(env, e)
+	}
+	if p.wake > 0 {
+		r.queue.AddAfter(key, p.wake)
 	}
 	return nil
 }

@@ -86,6 +86,17 @@ type ProfileSpec struct {
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Commands bounds durable commands (docs/commands.md); absent means the defaults.
 	Commands *CommandsSpec `json:"commands,omitempty"`
+
+	// SuspendAfterIdle suspends a Ready environment whose run claim has been released or
+	// expired (or that was never claimed since it became Ready) for this long; absent means
+	// never. Not part of the digest, like RetireAfterIdle: the idle policy is applied to
+	// environments, it is not what their executors are built from, so changing it never
+	// leaves an environment with a "changed" profile.
+	SuspendAfterIdle *metav1.Duration `json:"suspendAfterIdle,omitempty"`
+	// RetireAfterIdle retires a Ready or suspended environment idle for this long (the
+	// workspace is kept; only an administrator revives it); absent means never. When both
+	// are set it is longer than SuspendAfterIdle.
+	RetireAfterIdle *metav1.Duration `json:"retireAfterIdle,omitempty"`
 }
 
 // CommandsSpec bounds a profile's durable commands. Every field is optional: an absent one
@@ -147,7 +158,17 @@ func (s *ProfileSpec) DeepCopy() ProfileSpec {
 	if s.Capabilities != nil {
 		out.Capabilities = append([]string(nil), s.Capabilities...)
 	}
+	out.SuspendAfterIdle = copyDuration(s.SuspendAfterIdle)
+	out.RetireAfterIdle = copyDuration(s.RetireAfterIdle)
 	return out
+}
+
+func copyDuration(d *metav1.Duration) *metav1.Duration {
+	if d == nil {
+		return nil
+	}
+	c := *d
+	return &c
 }
 
 func copyQuantity(q *resource.Quantity) *resource.Quantity {

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -45,6 +46,11 @@ const (
 	MaxSpoolBytesCeiling = 1 << 30
 	// MaxDetachedDurationCeiling bounds commands.maxDuration (the helper's ceiling).
 	MaxDetachedDurationCeiling = 7 * 24 * time.Hour
+	// minIdleAfter and maxIdleAfter bound suspendAfterIdle and retireAfterIdle: shorter
+	// than a run claim's shortest TTL would suspend an environment between two turns of an
+	// agent that is still there; a year is "never" said differently.
+	minIdleAfter = 30 * time.Second
+	maxIdleAfter = 8760 * time.Hour
 	// MaxRetainRecordsCeiling bounds commands.retainRecords: a listing reads them all.
 	MaxRetainRecordsCeiling = 1000
 	// minRetainFor and maxRetainFor bound commands.retainFor.
@@ -166,6 +172,18 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 				p.Add(sub("retainFor"), "%s is outside [%s, %s]", d, minRetainFor, maxRetainFor)
 			}
 		}
+	}
+
+	for _, idle := range []struct {
+		name string
+		d    *metav1.Duration
+	}{{"suspendAfterIdle", s.SuspendAfterIdle}, {"retireAfterIdle", s.RetireAfterIdle}} {
+		if idle.d != nil && (idle.d.Duration < minIdleAfter || idle.d.Duration > maxIdleAfter) {
+			p.Add(field(idle.name), "%s is outside [%s, %s]", idle.d.Duration, minIdleAfter, maxIdleAfter)
+		}
+	}
+	if s.SuspendAfterIdle != nil && s.RetireAfterIdle != nil && s.RetireAfterIdle.Duration <= s.SuspendAfterIdle.Duration {
+		p.Add(field("retireAfterIdle"), "%s is not longer than suspendAfterIdle (%s)", s.RetireAfterIdle.Duration, s.SuspendAfterIdle.Duration)
 	}
 
 	if s.HelperPath != "" {

@@ -124,6 +124,11 @@ func TestValidateRules(t *testing.T) {
 		}, ParseOptions{}, "profiles.p.commands.maxDuration"},
 		{"commands.retainRecords ceiling", func(s *ProfileSpec) { s.Commands = &CommandsSpec{RetainRecords: MaxRetainRecordsCeiling + 1} }, ParseOptions{}, "profiles.p.commands.retainRecords"},
 		{"commands.retainFor minimum", func(s *ProfileSpec) { s.Commands = &CommandsSpec{RetainFor: &metav1.Duration{Duration: time.Second}} }, ParseOptions{}, "profiles.p.commands.retainFor"},
+		{"suspendAfterIdle minimum", func(s *ProfileSpec) { s.SuspendAfterIdle = &metav1.Duration{Duration: time.Second} }, ParseOptions{}, "profiles.p.suspendAfterIdle"},
+		{"retireAfterIdle ceiling", func(s *ProfileSpec) { s.RetireAfterIdle = &metav1.Duration{Duration: maxIdleAfter + 1} }, ParseOptions{}, "profiles.p.retireAfterIdle"},
+		{"retireAfterIdle not after suspendAfterIdle", func(s *ProfileSpec) {
+			s.SuspendAfterIdle, s.RetireAfterIdle = &metav1.Duration{Duration: time.Hour}, &metav1.Duration{Duration: time.Hour}
+		}, ParseOptions{}, "profiles.p.retireAfterIdle"},
 		{"maxEnvironments minimum", func(s *ProfileSpec) { s.MaxEnvironments = 0 }, ParseOptions{}, "profiles.p.maxEnvironments"},
 		{"maxEnvironments ceiling", func(s *ProfileSpec) { s.MaxEnvironments = MaxEnvironmentsCeiling + 1 }, ParseOptions{}, "profiles.p.maxEnvironments"},
 		{"helperPath absolute", func(s *ProfileSpec) { s.HelperPath = "execplane/helper" }, ParseOptions{}, "profiles.p.helperPath"},

@@ -59,6 +59,7 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 				Epoch: env.Status.Epoch, GrantGeneration: env.Status.GrantGeneration, ClientHash: client,
 				AcquiredAt: now, ExpiresAt: metav1.NewTime(now.Add(ttl)),
 			}
+			env.Status.LastRunActivityAt = &now
 			r.Run = env.Status.ActiveRun
 			return true, nil
 		},
@@ -139,6 +140,7 @@ func (s *Store) RenewRun(ctx context.Context, in RenewRunInput) (*Result, error)
 				return false, err
 			}
 			env.Status.ActiveRun.ExpiresAt = metav1.NewTime(now.Add(ttl))
+			env.Status.LastRunActivityAt = &now
 			r.Run = env.Status.ActiveRun
 			return true, nil
 		},
@@ -169,13 +171,14 @@ func (s *Store) ReleaseRun(ctx context.Context, in ReleaseRunInput) (*Result, er
 		op: "ReleaseRun", id: in.OperationID, name: in.Environment.Name,
 		args:    []string{in.Caller.Client, in.Environment.UID, in.Grant.BindingID, in.Grant.RunID, in.Grant.ClaimID, strconv.FormatUint(in.Grant.Epoch, 10)},
 		visible: clientOf(in.Caller, in.Grant, in.Environment),
-		apply: func(env *executionv1alpha1.ExecutionEnvironment, _ metav1.Time, _ *Result) (bool, error) {
+		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, _ *Result) (bool, error) {
 			// No reference or expiry check: a claim can always be given back, even after its
 			// binding's reference went or it lapsed.
 			if err := authority.CurrentClaim(env, in.Grant); err != nil {
 				return false, err
 			}
 			env.Status.ActiveRun = nil
+			env.Status.LastRunActivityAt = &now
 			return true, nil
 		},
 	})

@@ -61,6 +61,8 @@ type options struct {
 	// reconcile runs the controller's reconciler, so that environments become Ready and
 	// lifecycle operations complete.
 	reconcile bool
+	// profileExtra is appended to the test profile's YAML (fields indented by four spaces).
+	profileExtra string
 }
 
 func newFixture(t *testing.T, o options) *fixture {
@@ -74,7 +76,7 @@ func newFixture(t *testing.T, o options) *fixture {
 	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
 		t.Fatal(err)
 	}
-	reg, _ := profiletest.Registry(t, profiletest.YAML(o.maxEnvironments))
+	reg, _ := profiletest.Registry(t, profiletest.YAML(o.maxEnvironments)+o.profileExtra)
 	exec, err := versioned.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

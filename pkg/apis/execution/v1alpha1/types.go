@@ -312,6 +312,11 @@ type ExecutionEnvironmentStatus struct {
 	// ActiveRun is the current run claim.
 	// +optional
 	ActiveRun *RunClaim `json:"activeRun,omitempty"`
+	// LastRunActivityAt is when a run claim was last acquired, renewed or released: with
+	// the current claim's expiry, the clock of the profile's idle policy
+	// (suspendAfterIdle, retireAfterIdle).
+	// +optional
+	LastRunActivityAt *metav1.Time `json:"lastRunActivityAt,omitempty"`
 	// LifecycleOperation is the administrative operation in progress or last completed.
 	// +optional
 	LifecycleOperation *LifecycleOperation `json:"lifecycleOperation,omitempty"`

@@ -104,6 +104,10 @@ func (in *ExecutionEnvironmentStatus) DeepCopyInto(out *ExecutionEnvironmentStat
 		*out = new(RunClaim)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.LastRunActivityAt != nil {
+		in, out := &in.LastRunActivityAt, &out.LastRunActivityAt
+		*out = (*in).DeepCopy()
+	}
 	if in.LifecycleOperation != nil {
 		in, out := &in.LifecycleOperation, &out.LifecycleOperation
 		*out = new(LifecycleOperation)
