@@ -121,7 +121,7 @@ func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 // its operation id returns the same outcome without a second write.
 func TestThousandEnsuresThroughTheControlAPI(t *testing.T) {
 	g := newRig(t)
-	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a")
+	a := startReplicaWith(t, g.c.Kubeconfig(), g.ns, "replica-a", steadyLease)
 	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.ready)
 	material := securityMaterial(t, g.c.Kubeconfig(), g.ns)
 	client := controlClient(t, material, a.listen)

@@ -53,7 +53,23 @@ type replica struct {
 	done   chan error
 }
 
+// Lease timings of the replicas: fastLease for the tests that hand leadership over (a
+// stopped leader loses it within seconds), steadyLease for those that load one replica and
+// must not lose it to a renewal starved by the load (TestThousandEnsuresThroughTheControlAPI
+// lost it in CI with a 1.5 s renew deadline, under the parallel tiers and the race detector).
+var (
+	fastLease   = []string{"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms"}
+	steadyLease = []string{"--lease-duration", "30s", "--renew-deadline", "20s", "--retry-period", "2s"}
+)
+
 func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *replica {
+	t.Helper()
+	return startReplicaWith(t, kubeconfig, ns, id, fastLease, env...)
+}
+
+// startReplicaWith starts a controller replica with the given lease flags and extra
+// environment.
+func startReplicaWith(t *testing.T, kubeconfig, ns, id string, lease []string, env ...string) *replica {
 	t.Helper()
 	profiles := filepath.Join(t.TempDir(), "profiles.yaml")
 	if err := os.WriteFile(profiles, []byte(profilesYAML), 0o600); err != nil {
@@ -62,12 +78,12 @@ func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *repli
 	material := securityMaterial(t, kubeconfig, ns)
 	addrs := clustertest.FreeAddrs(t, 2)
 	r := &replica{id: id, diag: addrs[0], log: &clustertest.SyncBuffer{}, done: make(chan error, 1), listen: addrs[1]}
-	r.cmd = exec.Command(controllerBin,
+	args := append([]string{
 		"--namespace", ns, "--kubeconfig", kubeconfig, "--identity", id, "--profiles", profiles,
 		"--security-manifest", material.Manifest, "--gateway-identity", material.Gateway.Identity,
-		"--executor-service-account", "default",
-		"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms",
-		"--listen-address", r.listen, "--diagnostics-address", r.diag, "--log-format", "text", "--log-level", "debug")
+		"--executor-service-account", "default"}, lease...)
+	r.cmd = exec.Command(controllerBin, append(args,
+		"--listen-address", r.listen, "--diagnostics-address", r.diag, "--log-format", "text", "--log-level", "debug")...)
 	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
