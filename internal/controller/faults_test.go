@@ -130,6 +130,20 @@ func TestKilledAtFailpointsConverges(t *testing.T) {
 			t.Fatalf("after retire: %+v", env.Status)
 		}
 	}
+	suspended := func(t *testing.T, g *rig, claim types.UID) {
+		g.waitCompleted(t, "env", v1alpha1.LifecycleSuspend)
+		env := g.converged(t, "env", claim, 0)
+		if env.Status.Pod != nil || env.Status.Phase != v1alpha1.PhaseSuspended {
+			t.Fatalf("after suspend: pod %v, phase %s", env.Status.Pod, env.Status.Phase)
+		}
+	}
+	resumed := func(t *testing.T, g *rig, claim types.UID) {
+		g.waitCompleted(t, "env", v1alpha1.LifecycleResume)
+		env := g.converged(t, "env", claim, 1)
+		if env.Status.Epoch != 1 || env.Status.Pod.Name != "env-x1" {
+			t.Fatalf("after resume: epoch %d, pod %s", env.Status.Epoch, env.Status.Pod.Name)
+		}
+	}
 	deleted := func(t *testing.T, g *rig, _ types.UID) {
 		clustertest.Eventually(t, 30*time.Second, "the environment and its claim are gone", func() bool {
 			_, err := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns).Get(g.ctx, "env", metav1.GetOptions{})
@@ -146,6 +160,9 @@ func TestKilledAtFailpointsConverges(t *testing.T) {
 		{point: "lifecycle/Replace/StoppingExecutor", before: lifecycle(v1alpha1.LifecycleReplace), after: replaced},
 		{point: "lifecycle/Replace/AwaitingTermination", before: lifecycle(v1alpha1.LifecycleReplace), after: replaced},
 		{point: "lifecycle/Replace/CreatingExecutor", before: lifecycle(v1alpha1.LifecycleReplace), after: replaced},
+		{point: "lifecycle/Suspend/StoppingExecutor", before: lifecycle(v1alpha1.LifecycleSuspend), after: suspended},
+		{point: "lifecycle/Suspend/AwaitingTermination", before: lifecycle(v1alpha1.LifecycleSuspend), after: suspended},
+		{point: "lifecycle/Resume/CreatingExecutor", before: lifecycle(v1alpha1.LifecycleSuspend, v1alpha1.LifecycleResume), after: resumed},
 		{point: "lifecycle/DeleteRetired/DeletingWorkspace", before: lifecycle(v1alpha1.LifecycleRetire, v1alpha1.LifecycleDeleteRetired), after: deleted},
 		{point: "lifecycle/DeleteRetired/DeletingEnvironment", before: lifecycle(v1alpha1.LifecycleRetire, v1alpha1.LifecycleDeleteRetired), after: deleted},
 	}

@@ -140,13 +140,15 @@ func (p *pass) observePod(ctx context.Context) (presence, error) {
 	return state, nil
 }
 
-// podName is the executor Pod this pass looks for: the recorded one, the replacement being
-// created (named by the epoch it will carry, so names never repeat), or the first.
+// podName is the executor Pod this pass looks for: the recorded one, the replacement (or
+// the resumed environment's executor) being created — named by the epoch it will carry, so
+// names never repeat and a crash after its creation adopts it —, or the first.
 func (p *pass) podName() string {
 	if p.status.Pod != nil {
 		return p.status.Pod.Name
 	}
-	if op := p.status.LifecycleOperation; op != nil && op.Kind == executionv1alpha1.LifecycleReplace && op.Phase == executionv1alpha1.PhaseCreatingExecutor {
+	if op := p.status.LifecycleOperation; op != nil && (op.Kind == executionv1alpha1.LifecycleReplace || op.Kind == executionv1alpha1.LifecycleResume) &&
+		op.Phase == executionv1alpha1.PhaseCreatingExecutor {
 		return executor.PodName(p.env, p.status.Epoch+1)
 	}
 	return executor.PodName(p.env, 0)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/precondition"
 	"github.com/execplane/execplane/pkg/apierror"
 	"github.com/execplane/execplane/pkg/client"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
@@ -30,11 +31,25 @@ func refusedAs(t *testing.T, what string, err error, code codes.Code, reason exe
 // issued before the suspension is refused — before and after the resume. A suspension is
 // refused, changing nothing, while a run claim is held; AttachEnvironment resumes a
 // suspended environment as ResumeEnvironment does.
+//
+// On the fake node and on the real one (containerd and runc: the executor really stops and
+// a new container mounts the same volume).
 func TestSuspendResumeKeepsTheWorkspace(t *testing.T) {
+	for _, node := range []struct{ name, profile string }{{"kwok", profiletest.Name}, {"real-node", realNodeProfile}} {
+		t.Run(node.name, func(t *testing.T) {
+			if node.profile == realNodeProfile && realNodeMissing != nil {
+				precondition.Missing(t, "the real node: %v", realNodeMissing)
+			}
+			suspendResumeKeepsTheWorkspace(t, node.profile)
+		})
+	}
+}
+
+func suspendResumeKeepsTheWorkspace(t *testing.T, profile string) {
 	sys := startSystem(t, 1)
 	api := sys.dial(t, "caller", 0)
 	kube := clustertest.Cluster(t).Kube()
-	s := ensureReady(t, api, "alice", "conv-suspend")
+	s := ensureReadyOn(t, api, "alice", "conv-suspend", profile)
 	target := &executionv1.ReferenceTarget{Owner: s.owner, Environment: s.envRef, BindingId: s.binding}
 	suspend := func(id string) (*executionv1.Environment, error) {
 		r, err := api.SuspendEnvironment(callCtx(t), &executionv1.SuspendEnvironmentRequest{OperationId: id, Target: target})
