@@ -176,7 +176,8 @@ func (s *Server) Ensure(ctx context.Context, in *controlv1.EnsureRequest) (*cont
 func (s *Server) Attach(ctx context.Context, in *controlv1.AttachRequest) (*controlv1.EnvironmentReply, error) {
 	r := in.GetRequest()
 	return s.reply(ctx, "Attach", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
-		return st.Attach(ctx, store.AttachInput{Caller: c, Owner: owner(r.GetOwner()), BindingID: r.GetBindingId(), Environment: envRef(r.GetEnvironment())})
+		return st.Attach(ctx, store.AttachInput{Caller: c, Owner: owner(r.GetOwner()), BindingID: r.GetBindingId(), Environment: envRef(r.GetEnvironment()),
+			WaitReady: ttl(r.GetWaitReady())})
 	})
 }
 
@@ -359,8 +360,8 @@ func (s *Server) Resume(ctx context.Context, in *controlv1.ResumeRequest) (*cont
 	})
 }
 
-// ttl converts an optional duration; an unset one is 0 (the store's default), a malformed
-// one an out-of-range value the store refuses.
+// ttl converts an optional duration (a run's TTL, Attach's wait): an unset one is 0 (the
+// store's default), a malformed one an out-of-range value the store refuses.
 func ttl(d *durationpb.Duration) time.Duration {
 	if d == nil {
 		return 0

@@ -11,15 +11,21 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
-// Polling of WaitReady: quick at first (a warm cluster is ready in about a second), then
+// Polling of WaitReady where a gateway does not hold its answer: quick at first, then
 // gentler.
 const (
 	readyPollInitial = 200 * time.Millisecond
 	readyPollMax     = 2 * time.Second
+	// readyLongPoll is how long one AttachEnvironment of WaitReady holds its answer (the
+	// API's bound is 30 s); readyLongPollMargin is kept from a context's deadline so that
+	// the call answers before the deadline cuts it.
+	readyLongPoll       = 20 * time.Second
+	readyLongPollMargin = 250 * time.Millisecond
 )
 
 // EnsureRequest asks for the environment of a binding.
@@ -162,7 +168,16 @@ func (e *Environment) referenceState() executionv1.ReferenceState {
 
 // Refresh attaches again: the current state and a fresh environment grant.
 func (e *Environment) Refresh(ctx context.Context) error {
+	return e.attach(ctx, 0)
+}
+
+// attach is AttachEnvironment for this binding, waiting up to wait for the environment to
+// be ready (0: answered at once).
+func (e *Environment) attach(ctx context.Context, wait time.Duration) error {
 	req := &executionv1.AttachEnvironmentRequest{Owner: e.owner.proto(), BindingId: e.binding, Environment: e.Ref()}
+	if wait > 0 {
+		req.WaitReady = durationpb.New(wait)
+	}
 	resp, err := call(ctx, e.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.AttachEnvironmentResponse, error) {
 		return e.c.api.AttachEnvironment(ctx, req, opts...)
 	})
@@ -173,11 +188,14 @@ func (e *Environment) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// WaitReady polls until the environment is Ready. It fails at once with ErrFenced when the
-// environment is fenced, and with ErrNotReady when it is retiring, retired or being deleted
-// (it would never become ready); otherwise it waits until ctx ends.
+// WaitReady waits until the environment is Ready: each AttachEnvironment holds its answer
+// until the controller sees the environment ready (wait_ready), so the wait ends as soon as
+// it is, without polling. It fails at once with ErrFenced when the environment is fenced,
+// and with ErrNotReady when it is retiring, retired or being deleted (it would never become
+// ready); otherwise it waits until ctx ends. A gateway that answers without waiting (older
+// than wait_ready) is polled with a growing pause instead.
 func (e *Environment) WaitReady(ctx context.Context) error {
-	wait := readyPollInitial
+	pause := readyPollInitial
 	for {
 		st := e.Status()
 		switch {
@@ -188,16 +206,32 @@ func (e *Environment) WaitReady(ctx context.Context) error {
 		case isTerminal(st.GetLifecycle()):
 			return &Error{Code: codes.FailedPrecondition, Reason: apierror.ReasonName(executionv1.ErrorReason_ERROR_REASON_NOT_READY), Message: fmt.Sprintf("the environment is %s", st.GetLifecycle())}
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("execplane: waiting for environment %s to be ready (last: %s %s): %w", e.ID(), st.GetLifecycle(), st.GetMessage(), ctx.Err())
-		case <-t.C:
+		wait := readyLongPoll
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl)-readyLongPollMargin)
 		}
-		wait = min(wait*3/2, readyPollMax)
-		if err := e.Refresh(ctx); err != nil {
+		start := time.Now()
+		err := e.attach(ctx, max(wait, 0))
+		if ctx.Err() != nil {
+			return fmt.Errorf("execplane: waiting for environment %s to be ready (last: %s %s): %w", e.ID(), st.GetLifecycle(), st.GetMessage(), ctx.Err())
+		}
+		if err != nil {
 			return err
+		}
+		if e.Status().GetReady() {
+			continue
+		}
+		if early := pause - time.Since(start); early > 0 {
+			// Answered sooner than a poll would have waited, and not ready: no long poll
+			// here (an older gateway, or the wait was cut short by the deadline).
+			t := time.NewTimer(early)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("execplane: waiting for environment %s to be ready (last: %s %s): %w", e.ID(), e.Status().GetLifecycle(), e.Status().GetMessage(), ctx.Err())
+			case <-t.C:
+			}
+			pause = min(pause*3/2, readyPollMax)
 		}
 	}
 }

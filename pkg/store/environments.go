@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/execplane/execplane/pkg/apierror"
 	"github.com/execplane/execplane/pkg/ident"
@@ -178,6 +179,9 @@ func checkAttach(in AttachInput) error {
 	c.owner("owner", in.Owner)
 	c.Identifier("binding_id", in.BindingID)
 	c.Ref("environment", in.Environment)
+	if in.WaitReady < 0 || in.WaitReady > MaxAttachWait {
+		c.Fail("wait_ready", fmt.Sprintf("must be between 0 and %s", MaxAttachWait))
+	}
 	if c.Err() != nil {
 		return c.Err()
 	}
@@ -188,11 +192,20 @@ func checkAttach(in AttachInput) error {
 }
 
 // Attach returns an environment the binding holds a reference on. It writes nothing, except
-// to resume a suspended environment.
+// to resume a suspended environment. With WaitReady it answers once the environment is
+// ready or cannot become so without another call, or once WaitReady has passed.
 func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
 	if err := checkAttach(in); err != nil {
 		return nil, err
 	}
+	var deadline time.Time
+	if in.WaitReady > 0 {
+		deadline = s.cfg.Now().Add(in.WaitReady)
+	}
+	return s.attach(ctx, in, deadline)
+}
+
+func (s *Store) attach(ctx context.Context, in AttachInput, deadline time.Time) (*Result, error) {
 	env, err := s.client().Get(ctx, in.Environment.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, apierror.ErrNotFound
@@ -213,7 +226,14 @@ func (s *Store) Attach(ctx context.Context, in AttachInput) (*Result, error) {
 		if err := s.resumeSuspended(ctx, in.Environment.Name, reasonResumedByAttach, visible); err != nil {
 			return nil, err
 		}
-		return s.Attach(ctx, in)
+		return s.attach(ctx, in, deadline)
+	}
+	if left := deadline.Sub(s.cfg.Now()); left > 0 && !settledForAttach(env) {
+		s.awaitSettled(ctx, env.Name, env.UID, left)
+		if ctx.Err() == nil && s.cfg.Now().Before(deadline) {
+			return s.attach(ctx, in, deadline) // settled (or suspended meanwhile): read it live
+		}
+		return s.attach(ctx, in, time.Time{}) // the wait is over: answer as it is
 	}
 	return &Result{Environment: env, Reference: &env.Status.References[i]}, nil
 }

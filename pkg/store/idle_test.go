@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -67,5 +68,26 @@ func TestIdleEnvironmentIsSuspendedWithoutWritesBefore(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("not suspended %s after the release", time.Since(releasedAt))
 		}
+	}
+}
+
+// Attach with WaitReady answers once the environment is Ready (not before), and at once for
+// one that is ready already.
+func TestAttachWaitsUntilReady(t *testing.T) {
+	f := newFixture(t, options{reconcile: true})
+	env := f.ensure(t, agentA, alice, "conv-wait").Environment
+	in := store.AttachInput{Caller: agentA, Owner: alice, BindingID: "conv-wait", Environment: ref(env), WaitReady: 20 * time.Second}
+	start := time.Now()
+	got, err := f.store.Attach(f.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Environment.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Fatalf("a waiting attach answered %s after %s, not ready", got.Environment.Status.Phase, time.Since(start))
+	}
+	t.Logf("ready %s after the ensure", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	if _, err := f.store.Attach(f.ctx, in); err != nil || time.Since(start) > time.Second {
+		t.Fatalf("a waiting attach of a ready environment: %v after %s", err, time.Since(start))
 	}
 }

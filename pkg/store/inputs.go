@@ -49,6 +49,9 @@ type AttachInput struct {
 	Owner       Owner
 	BindingID   string
 	Environment ident.EnvironmentRef
+	// WaitReady, when positive, holds the answer until the environment is ready or cannot
+	// become so without another call, at most this long (MaxAttachWait).
+	WaitReady time.Duration
 }
 
 // ReferenceInput names one binding's reference on one environment, for an owner.

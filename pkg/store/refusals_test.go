@@ -132,6 +132,10 @@ func TestRefusalsWriteNothing(t *testing.T) {
 			_, err := f.store.SuspendEnvironment(ctx, refIn(agentA, alice, r, "conv-other"))
 			return err
 		}},
+		{"attach waiting longer than the bound", apierror.ErrInvalidArgument, func(ctx context.Context) error {
+			_, err := f.store.Attach(ctx, store.AttachInput{Caller: agentA, Owner: alice, BindingID: "conv-r", Environment: r, WaitReady: store.MaxAttachWait + 1})
+			return err
+		}},
 		{"resume of another client's environment", apierror.ErrNotFound, func(ctx context.Context) error {
 			_, err := f.store.ResumeEnvironment(ctx, refIn(agentB, alice, r, "conv-r"))
 			return err

@@ -1481,10 +1481,15 @@ func (x *EnsureEnvironmentResponse) GetCreated() bool {
 }
 
 type AttachEnvironmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	BindingId     string                 `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
-	Environment   *EnvironmentRef        `protobuf:"bytes,3,opt,name=environment,proto3" json:"environment,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Owner       *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	BindingId   string                 `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	Environment *EnvironmentRef        `protobuf:"bytes,3,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Optional, at most 30 s: the answer waits until the environment is ready, or cannot
+	// become ready without another call (fenced, retired, being deleted), or until this long
+	// has passed — then answers as without it. A caller waiting for Ready after Ensure
+	// (or a resume) learns it as soon as the controller does, without polling.
+	WaitReady     *durationpb.Duration `protobuf:"bytes,4,opt,name=wait_ready,json=waitReady,proto3" json:"wait_ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1536,6 +1541,13 @@ func (x *AttachEnvironmentRequest) GetBindingId() string {
 func (x *AttachEnvironmentRequest) GetEnvironment() *EnvironmentRef {
 	if x != nil {
 		return x.Environment
+	}
+	return nil
+}
+
+func (x *AttachEnvironmentRequest) GetWaitReady() *durationpb.Duration {
+	if x != nil {
+		return x.WaitReady
 	}
 	return nil
 }
@@ -7888,12 +7900,14 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x19EnsureEnvironmentResponse\x12;\n" +
 	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\x12@\n" +
 	"\x11environment_grant\x18\x02 \x01(\v2\x13.execution.v1.GrantR\x10environmentGrant\x12\x18\n" +
-	"\acreated\x18\x03 \x01(\bR\acreated\"\xa4\x01\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"\xde\x01\n" +
 	"\x18AttachEnvironmentRequest\x12)\n" +
 	"\x05owner\x18\x01 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x1d\n" +
 	"\n" +
 	"binding_id\x18\x02 \x01(\tR\tbindingId\x12>\n" +
-	"\venvironment\x18\x03 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\"\x9a\x01\n" +
+	"\venvironment\x18\x03 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x128\n" +
+	"\n" +
+	"wait_ready\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\twaitReady\"\x9a\x01\n" +
 	"\x19AttachEnvironmentResponse\x12;\n" +
 	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\x12@\n" +
 	"\x11environment_grant\x18\x02 \x01(\v2\x13.execution.v1.GrantR\x10environmentGrant\"\x9b\x01\n" +
@@ -8544,164 +8558,165 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	10,  // 14: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
 	8,   // 15: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
 	9,   // 16: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	13,  // 17: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 18: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	8,   // 19: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
-	9,   // 20: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
-	21,  // 21: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 22: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
-	8,   // 23: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
-	9,   // 24: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	13,  // 25: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
-	11,  // 26: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
-	21,  // 27: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 28: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
-	11,  // 29: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
-	21,  // 30: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 31: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
-	21,  // 32: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 33: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	11,  // 34: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	21,  // 35: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 36: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	21,  // 37: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 38: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	11,  // 39: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	9,   // 40: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
-	11,  // 41: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
-	8,   // 42: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
-	36,  // 43: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
-	10,  // 44: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
-	9,   // 45: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	117, // 46: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
-	13,  // 47: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
-	12,  // 48: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
-	10,  // 49: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
-	10,  // 50: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 51: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	117, // 52: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
-	12,  // 53: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
-	10,  // 54: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
-	10,  // 55: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 56: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	13,  // 57: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
-	4,   // 58: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	116, // 59: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	45,  // 60: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
-	5,   // 61: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
-	45,  // 62: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
-	45,  // 63: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
-	45,  // 64: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
-	45,  // 65: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
-	45,  // 66: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
-	45,  // 67: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
-	65,  // 68: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
-	46,  // 69: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
-	48,  // 70: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
-	50,  // 71: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
-	52,  // 72: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
-	54,  // 73: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
-	56,  // 74: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
-	58,  // 75: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
-	60,  // 76: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
-	62,  // 77: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
-	64,  // 78: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
-	47,  // 79: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
-	49,  // 80: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
-	51,  // 81: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
-	53,  // 82: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
-	55,  // 83: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
-	57,  // 84: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
-	59,  // 85: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
-	61,  // 86: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
-	63,  // 87: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
-	66,  // 88: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
-	10,  // 89: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 90: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
-	67,  // 91: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
-	68,  // 92: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
-	10,  // 93: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 94: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	48,  // 95: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
-	49,  // 96: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
-	10,  // 97: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 98: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	46,  // 99: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
-	47,  // 100: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
-	77,  // 101: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
-	75,  // 102: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	117, // 103: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
-	6,   // 104: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
-	78,  // 105: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
-	78,  // 106: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	116, // 107: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	117, // 108: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
-	7,   // 109: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
-	6,   // 110: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
-	82,  // 111: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	116, // 112: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	79,  // 113: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
-	10,  // 114: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 115: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	76,  // 116: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
-	79,  // 117: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
-	83,  // 118: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
-	10,  // 119: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 120: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
-	80,  // 121: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
-	79,  // 122: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
-	83,  // 123: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
-	81,  // 124: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
-	10,  // 125: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 126: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	117, // 127: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
-	83,  // 128: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
-	10,  // 129: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 130: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	76,  // 131: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
-	83,  // 132: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
-	81,  // 133: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
-	83,  // 134: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
-	10,  // 135: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 136: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	80,  // 137: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
-	10,  // 138: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 139: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
-	83,  // 140: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
-	10,  // 141: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
-	9,   // 142: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
-	76,  // 143: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
-	95,  // 144: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
-	96,  // 145: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
-	95,  // 146: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
-	116, // 147: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
-	79,  // 148: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
-	21,  // 149: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 150: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	21,  // 151: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 152: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 153: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 154: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 155: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 156: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 157: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 158: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	9,   // 159: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 160: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 161: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 162: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 163: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 164: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 165: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 166: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 167: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 168: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 169: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	170, // [170:170] is the sub-list for method output_type
-	170, // [170:170] is the sub-list for method input_type
-	170, // [170:170] is the sub-list for extension type_name
-	170, // [170:170] is the sub-list for extension extendee
-	0,   // [0:170] is the sub-list for field type_name
+	117, // 17: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
+	13,  // 18: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 19: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	8,   // 20: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
+	9,   // 21: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
+	21,  // 22: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 23: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
+	8,   // 24: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
+	9,   // 25: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	13,  // 26: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
+	11,  // 27: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
+	21,  // 28: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 29: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
+	11,  // 30: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
+	21,  // 31: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 32: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
+	21,  // 33: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 34: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	11,  // 35: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	21,  // 36: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 37: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	21,  // 38: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 39: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	11,  // 40: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	9,   // 41: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
+	11,  // 42: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
+	8,   // 43: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
+	36,  // 44: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
+	10,  // 45: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
+	9,   // 46: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	117, // 47: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	13,  // 48: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
+	12,  // 49: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
+	10,  // 50: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
+	10,  // 51: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 52: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	117, // 53: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	12,  // 54: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
+	10,  // 55: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
+	10,  // 56: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 57: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	13,  // 58: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
+	4,   // 59: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
+	116, // 60: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	45,  // 61: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
+	5,   // 62: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
+	45,  // 63: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
+	45,  // 64: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
+	45,  // 65: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
+	45,  // 66: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
+	45,  // 67: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
+	45,  // 68: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
+	65,  // 69: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
+	46,  // 70: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
+	48,  // 71: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
+	50,  // 72: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
+	52,  // 73: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
+	54,  // 74: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
+	56,  // 75: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
+	58,  // 76: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
+	60,  // 77: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
+	62,  // 78: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
+	64,  // 79: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
+	47,  // 80: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
+	49,  // 81: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
+	51,  // 82: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
+	53,  // 83: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
+	55,  // 84: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
+	57,  // 85: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
+	59,  // 86: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
+	61,  // 87: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
+	63,  // 88: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
+	66,  // 89: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
+	10,  // 90: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 91: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
+	67,  // 92: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
+	68,  // 93: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
+	10,  // 94: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 95: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	48,  // 96: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
+	49,  // 97: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
+	10,  // 98: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 99: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	46,  // 100: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
+	47,  // 101: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
+	77,  // 102: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
+	75,  // 103: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
+	117, // 104: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	6,   // 105: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
+	78,  // 106: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
+	78,  // 107: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
+	116, // 108: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	117, // 109: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	7,   // 110: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
+	6,   // 111: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
+	82,  // 112: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
+	116, // 113: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	79,  // 114: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
+	10,  // 115: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 116: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	76,  // 117: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
+	79,  // 118: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
+	83,  // 119: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
+	10,  // 120: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 121: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
+	80,  // 122: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
+	79,  // 123: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
+	83,  // 124: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
+	81,  // 125: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
+	10,  // 126: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 127: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	117, // 128: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	83,  // 129: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
+	10,  // 130: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 131: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	76,  // 132: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
+	83,  // 133: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
+	81,  // 134: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
+	83,  // 135: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
+	10,  // 136: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 137: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	80,  // 138: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
+	10,  // 139: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
+	9,   // 140: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
+	83,  // 141: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
+	10,  // 142: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
+	9,   // 143: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
+	76,  // 144: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
+	95,  // 145: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
+	96,  // 146: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
+	95,  // 147: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
+	116, // 148: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
+	79,  // 149: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
+	21,  // 150: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 151: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	21,  // 152: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 153: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 154: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 155: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 156: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 157: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 158: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 159: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	9,   // 160: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 161: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 162: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 163: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 164: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 165: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 166: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 167: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 168: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 169: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 170: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	171, // [171:171] is the sub-list for method output_type
+	171, // [171:171] is the sub-list for method input_type
+	171, // [171:171] is the sub-list for extension type_name
+	171, // [171:171] is the sub-list for extension extendee
+	0,   // [0:171] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
