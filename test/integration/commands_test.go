@@ -19,8 +19,14 @@ import (
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
-// lineLatency bounds how long after a line was printed it may reach the caller (issue #21).
-const lineLatency = 200 * time.Millisecond
+// lineLatency bounds how long after a line was printed it may reach the caller (issue #21)
+// through a helper session, the default. With one exec per operation every follow poll is
+// a pods/exec of its own — 100–150 ms on the real node, more while the other test tiers
+// load the machine (280 ms seen in CI) — so perExecLineLatency allows one exec more.
+const (
+	lineLatency        = 200 * time.Millisecond
+	perExecLineLatency = lineLatency + 200*time.Millisecond
+)
 
 // events collects a RunCommand or WatchCommand stream: each output chunk with when it came.
 type events struct {
@@ -87,12 +93,16 @@ func collect(t *testing.T, st eventStream) (*events, error) {
 // streamed as it is printed, a detached command followed and read back from offsets,
 // listed and cancelled with no survivor, the cap on running commands, and the reserved
 // place refused to the file API.
-func durableCommands(t *testing.T, s *session) {
+func durableCommands(t *testing.T, s *session, perExec bool) {
 	ctx := callCtx(t)
+	bound := lineLatency
+	if perExec {
+		bound = perExecLineLatency
+	}
 
 	// Streamed: each line carries the time it was printed — the kernel's uptime, which the
 	// executor (a process here, or a container of this machine's kernel) and this test
-	// read alike; it must arrive within 200 ms.
+	// read alike; it must arrive within 200 ms (through a session).
 	st, err := s.api.RunCommand(ctx, &executionv1.RunCommandRequest{RunGrant: s.runG, Environment: s.envRef,
 		Command: shell(`for i in 1 2 3 4; do read up idle < /proc/uptime; echo $up; sleep 0.3; done; echo bye >&2`)})
 	if err != nil {
@@ -117,7 +127,7 @@ func durableCommands(t *testing.T, s *session) {
 			}
 			lines++
 			// /proc/uptime has a resolution of 10 ms: one tick of slack.
-			if d := time.Duration((run.at[i].seconds - printed) * float64(time.Second)); d > lineLatency+10*time.Millisecond {
+			if d := time.Duration((run.at[i].seconds - printed) * float64(time.Second)); d > bound+10*time.Millisecond {
 				t.Errorf("line %d reached the caller %s after it was printed", lines, d)
 			}
 		}

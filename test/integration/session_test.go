@@ -214,7 +214,7 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 		t.Fatalf("command: %v %v", res, err)
 	}
 
-	durableCommands(t, s)
+	durableCommands(t, s, sys.perExec)
 	terminals(t, s)
 
 	// Renew: a new grant for the same claim, which keeps working.

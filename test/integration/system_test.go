@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,6 +102,8 @@ type system struct {
 	controller *process
 	gateways   []*process
 	logs       map[string]*clustertest.SyncBuffer
+	// perExec: the system's gateways run with helper sessions off (--sessions=false).
+	perExec bool
 }
 
 // process is a controller or gateway process of a system.
@@ -128,6 +131,11 @@ func startSystem(t *testing.T, n int, gatewayArgs ...string) *system {
 		t.Fatal(err)
 	}
 	s := &system{ns: clustertest.Namespace(t), executors: clustertest.Namespace(t), kubeconfig: c.Kubeconfig(), logs: map[string]*clustertest.SyncBuffer{}}
+	for _, a := range append(sessionsArgs(), gatewayArgs...) { // the last one says
+		if v, ok := strings.CutPrefix(a, "--sessions="); ok {
+			s.perExec = v == "false"
+		}
+	}
 	var mu sync.Mutex
 	verbose := []string{"--log-format", "text", "--log-level", "debug"}
 	sys, err := devsystem.Start(t.Context(), devsystem.Options{
