@@ -107,6 +107,10 @@ test-unit: ## Run the unit tests only (no local cluster), with -race.
 bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000)
 
+.PHONY: bench-ensure
+bench-ensure: build ## Ensure → Ready on a fake node with a real cluster's delays (1 s volume bind, 2 s Pod start): cold ÷ raw PVC + Pod, resume ÷ cold (docs/benchmarks.md).
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/ensure $(BENCH_ARGS)
+
 .PHONY: bench-gateway
 bench-gateway: build bin/pause node-packages ## Gateway overhead on the fake and the real node: data calls, 5 MiB transfers, streamed command output and RPC/s, each ÷ its baseline (docs/benchmarks.md).
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) $(GO) run ./bench/gateway $(BENCH_ARGS)

@@ -49,6 +49,11 @@ type Options struct {
 	RealNode *RealNodeOptions
 	// Logf reports progress; nil is quiet.
 	Logf func(format string, args ...any)
+	// VolumeBindDelay and PodStartDelay make the fake node as slow as a real cluster for
+	// benchmarks of the cold path: a claim's volume is provisioned this long after the claim
+	// is first seen, and a scheduled Pod on a fake node reports Ready this long after it
+	// could (KWOK's pod-ready stage delayed). Zero: at once. The real node is unaffected.
+	VolumeBindDelay, PodStartDelay time.Duration
 }
 
 // Cluster is a running local cluster.
@@ -152,7 +157,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	c.stopBackground = stopBackground
-	if err := runProvisioner(bg, c.kube, filepath.Join(opts.StateDir, "node", "volumes")); err != nil {
+	if err := runProvisioner(bg, c.kube, filepath.Join(opts.StateDir, "node", "volumes"), opts.VolumeBindDelay); err != nil {
 		return nil, err
 	}
 	execPort, err := c.startNodeExec()
@@ -355,7 +360,13 @@ func (c *Cluster) startKWOK(execPort, kwokPort int) error {
 		if err != nil {
 			return err
 		}
-		stages = append(stages, strings.TrimSpace(string(data)))
+		stage := strings.TrimSpace(string(data))
+		if name == "pod-ready" && c.opts.PodStartDelay > 0 {
+			if stage, err = delayStage(stage, c.opts.PodStartDelay); err != nil {
+				return err
+			}
+		}
+		stages = append(stages, stage)
 	}
 	own, err := fs.Glob(ownStages, "stages/*.yaml")
 	if err != nil {
@@ -384,6 +395,17 @@ func (c *Cluster) startKWOK(execPort, kwokPort int) error {
 		"--tls-cert-file="+c.pki.KubeletCert, "--tls-private-key-file="+c.pki.KubeletKey,
 		"--cidr="+podCIDR)
 	return err
+}
+
+// delayStage gives a KWOK stage a delay before its next step (spec.delay), inserted before
+// its spec.next; a stage without that key is refused rather than left undelayed.
+func delayStage(stage string, d time.Duration) (string, error) {
+	const next = "\n  next:\n"
+	if strings.Count(stage, next) != 1 || strings.Contains(stage, "\n  delay:") {
+		return "", errors.New("devcluster: cannot delay a KWOK stage without exactly one spec.next")
+	}
+	delay := fmt.Sprintf("\n  delay:\n    durationMilliseconds: %d%s", d.Milliseconds(), next)
+	return strings.Replace(stage, next, delay, 1), nil
 }
 
 func (c *Cluster) writeEnvFile(apiPort, execPort int) error {

@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -39,6 +41,10 @@ type provisioner struct {
 	claims cache.Indexer
 	vols   cache.Indexer
 	queue  workqueue.TypedRateLimitingInterface[string]
+	// delay holds a claim back this long after it was first seen (Options.VolumeBindDelay).
+	delay     time.Duration
+	mu        sync.Mutex
+	firstSeen map[types.UID]time.Time
 }
 
 // executorUID and executorGID are the executor Pods' fixed identity (executor.RunAsUser and
@@ -48,13 +54,14 @@ const executorUID, executorGID = 65532, 65532
 // runProvisioner starts the provisioner; it stops when ctx ends.
 // Volumes are directories beneath dir: the node exec endpoint maps a claim to
 // dir/<PV name>, and the real node's kubelet mounts the same path (hostPath).
-func runProvisioner(ctx context.Context, kube kubernetes.Interface, dir string) error {
+func runProvisioner(ctx context.Context, kube kubernetes.Interface, dir string, delay time.Duration) error {
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	claimInf := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volInf := factory.Core().V1().PersistentVolumes().Informer()
 	p := &provisioner{
 		kube: kube, dir: dir, claims: claimInf.GetIndexer(), vols: volInf.GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		delay: delay, firstSeen: map[types.UID]time.Time{},
 	}
 	enqueue := func(prefix string) func(any) {
 		return func(obj any) {
@@ -115,6 +122,10 @@ func (p *provisioner) provision(ctx context.Context, key string) error {
 	if _, exists, _ := p.vols.GetByKey(name); exists {
 		return nil
 	}
+	if wait := p.held(pvc.UID); wait > 0 {
+		p.queue.AddAfter(key, wait)
+		return nil
+	}
 	// Owned by the executor's user, as a real provisioner honouring the Pod's fsGroup would
 	// leave it: the kubelet applies no fsGroup to hostPath volumes, and the executor runs as
 	// non-root.
@@ -168,4 +179,23 @@ func (p *provisioner) reclaim(ctx context.Context, name string) error {
 		return nil
 	}
 	return err
+}
+
+// held reports how much longer the claim of this UID is held back (Options.VolumeBindDelay).
+func (p *provisioner) held(uid types.UID) time.Duration {
+	if p.delay <= 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first, ok := p.firstSeen[uid]
+	if !ok {
+		first = time.Now()
+		p.firstSeen[uid] = first
+	}
+	if left := p.delay - time.Since(first); left > 0 {
+		return left
+	}
+	delete(p.firstSeen, uid)
+	return 0
 }

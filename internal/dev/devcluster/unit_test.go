@@ -136,3 +136,20 @@ func TestFreePortsNeverHandsOutAPortTwice(t *testing.T) {
 		t.Errorf("port %d claimed twice", p)
 	}
 }
+
+// A delayed stage carries spec.delay right before spec.next; a stage whose next cannot be
+// found is refused, not left undelayed.
+func TestDelayStage(t *testing.T) {
+	stage := "kind: Stage\nspec:\n  selector: {}\n  next:\n    statusTemplate: x"
+	got, err := delayStage(stage, 2*time.Second)
+	want := "kind: Stage\nspec:\n  selector: {}\n  delay:\n    durationMilliseconds: 2000\n  next:\n    statusTemplate: x"
+	if err != nil || got != want {
+		t.Fatalf("delayStage: %v\n%s", err, got)
+	}
+	if _, err := delayStage(got, time.Second); err == nil {
+		t.Error("a stage delayed twice")
+	}
+	if _, err := delayStage("kind: Stage\nspec: {}", time.Second); err == nil {
+		t.Error("a stage without spec.next")
+	}
+}

@@ -1,0 +1,315 @@
+// Command ensure measures how long a caller waits for a ready environment, each figure a
+// ratio against a baseline measured in the same run on the same local cluster:
+//
+//   - cold: EnsureEnvironment of a new binding through the gateway until Ready (the Go SDK's
+//     Ensure: the call, then WaitReady's long-polled AttachEnvironment) ÷ raw: creating the
+//     very claim and Pod the controller would build (the same objects from the same profile,
+//     without our labels and finalizer) straight at the API server and watching until the
+//     Pod is Ready;
+//   - resume: ResumeEnvironment of a suspended environment until Ready ÷ cold.
+//
+// The fake node is given a real cluster's pace (devcluster's VolumeBindDelay and
+// PodStartDelay: by default 1 s to bind a volume and 2 s to start a Pod), so that the
+// controller's share is measured against the delays it must wait for anyway, not against
+// an instant. Samples alternate between the sides so that drift weighs on all alike.
+//
+//	go run ./bench/ensure        (or: make bench-ensure)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devsystem"
+	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/internal/kube"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/client"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	"github.com/execplane/execplane/pkg/profile"
+)
+
+const profileName = "bench"
+
+func profilesYAML() string {
+	return fmt.Sprintf(`profiles:
+  %s:
+    image: registry.example/bench:1
+    storageClass: %s
+    storageSize: 1Gi
+    memoryLimit: 256Mi
+    tmpSizeLimit: 16Mi
+    maxFileBytes: 1048576
+    maxCommandBytes: 65536
+    maxCommandDuration: 1m
+    maxEnvironments: 1000
+`, profileName, devcluster.StorageClassName)
+}
+
+type options struct {
+	n                           int
+	volumeDelay, podDelay       time.Duration
+	controller, gateway, helper string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/ensure:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	var o options
+	fs := flag.NewFlagSet("bench/ensure", flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 20, "samples per side")
+	fs.DurationVar(&o.volumeDelay, "volume-bind-delay", time.Second, "the fake node's delay before a claim's volume is provisioned")
+	fs.DurationVar(&o.podDelay, "pod-start-delay", 2*time.Second, "the fake node's delay before a scheduled Pod is Ready")
+	fs.StringVar(&o.controller, "controller", filepath.Join(root, "bin/controller"), "controller binary (make build)")
+	fs.StringVar(&o.gateway, "gateway", filepath.Join(root, "bin/gateway"), "gateway binary (make build)")
+	fs.StringVar(&o.helper, "helper", filepath.Join(root, "bin/helper"), "static helper binary (make build)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, bin := range []string{o.controller, o.gateway, o.helper} {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("%w (run make build first)", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "bench-ensure-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logf("starting the local cluster (volume bind delay %s, Pod start delay %s)", o.volumeDelay, o.podDelay)
+	c, err := devcluster.Start(ctx, devcluster.Options{StateDir: filepath.Join(dir, "cluster"),
+		ImageFiles:      map[string]string{devcluster.HelperImagePath: o.helper},
+		VolumeBindDelay: o.volumeDelay, PodStartDelay: o.podDelay})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/crds")); err != nil {
+		return err
+	}
+	ns, err := c.CreateNamespace(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	sys, err := devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(dir, "system"),
+		ControllerBin: o.controller, GatewayBin: o.gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
+		Profiles: []byte(profilesYAML())})
+	if err != nil {
+		return err
+	}
+	defer sys.Stop()
+	if err := sys.WaitReady(ctx, time.Minute); err != nil {
+		return err
+	}
+	conn, err := sys.Dial(devsystem.Caller, 0)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	sdk := client.NewFromConn(conn, client.Config{})
+	clients, err := kube.NewClients(kube.ClientOptions{Kubeconfig: c.Kubeconfig(), UserAgent: "bench-ensure", QPS: 1000, Burst: 2000})
+	if err != nil {
+		return err
+	}
+	reg, err := profile.Parse([]byte(profilesYAML()))
+	if err != nil {
+		return err
+	}
+	if reg, err = reg.WithExecutorServiceAccount("default"); err != nil {
+		return err
+	}
+	entry, _ := reg.Get(profileName)
+	b := &bench{sdk: sdk, kube: clients.Kube, exec: clients.Execution, ns: sys.ExecutorNamespace(), entry: entry,
+		owner: client.Owner{Issuer: "https://idp.example", Subject: "bench"}}
+
+	// One environment to suspend and resume, again and again.
+	resumed, err := b.sdk.Ensure(ctx, client.EnsureRequest{Owner: b.owner, BindingID: "resumed", Profile: profileName})
+	if err != nil {
+		return err
+	}
+	logf("measuring %d samples per side", o.n)
+	var raw, cold, resume latencies
+	for i := range o.n + 1 { // the first round warms up and is not counted
+		sides := []func() (time.Duration, error){
+			func() (time.Duration, error) { return b.raw(ctx, i) },
+			func() (time.Duration, error) { return b.cold(ctx, i) },
+			func() (time.Duration, error) { return b.resume(ctx, resumed) },
+		}
+		out := []*latencies{&raw, &cold, &resume}
+		for j := range sides {
+			k := (i + j) % len(sides)
+			d, err := sides[k]()
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				*out[k] = append(*out[k], d)
+			}
+		}
+	}
+	report(os.Stdout, o, raw, cold, resume)
+	return nil
+}
+
+type bench struct {
+	sdk   *client.Client
+	kube  kubernetes.Interface
+	exec  versioned.Interface
+	ns    string
+	entry profile.Entry
+	owner client.Owner
+}
+
+// readyPoll is how often the raw side looks at its Pod: small against the delays measured.
+const readyPoll = 10 * time.Millisecond
+
+// raw creates the claim and the Pod the controller would build for an environment, without
+// our labels and finalizer (the controller must not take them for orphans), and waits until
+// the Pod is Ready; then deletes both, outside the measurement.
+func (b *bench) raw(ctx context.Context, i int) (time.Duration, error) {
+	name := "raw-" + strconv.Itoa(i)
+	env := &executionv1alpha1.ExecutionEnvironment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns,
+		UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))}}
+	pvc, err := executor.PVC(env, b.entry)
+	if err != nil {
+		return 0, err
+	}
+	pod, err := executor.Pod(env, b.entry, executor.PodOptions{ServiceAccount: "default"})
+	if err != nil {
+		return 0, err
+	}
+	pvc.Labels, pod.Labels, pod.Finalizers = map[string]string{"bench": "raw"}, map[string]string{"bench": "raw"}, nil
+	start := time.Now()
+	if _, err := b.kube.CoreV1().PersistentVolumeClaims(b.ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	if _, err := b.kube.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	for {
+		p, err := b.kube.CoreV1().Pods(b.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if podReady(p) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(readyPoll):
+		}
+	}
+	d := time.Since(start)
+	zero := int64(0)
+	if err := b.kube.CoreV1().Pods(b.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		return 0, err
+	}
+	return d, b.kube.CoreV1().PersistentVolumeClaims(b.ns).Delete(ctx, pvc.Name, metav1.DeleteOptions{})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// cold ensures a new binding's environment and waits until it is Ready.
+func (b *bench) cold(ctx context.Context, i int) (time.Duration, error) {
+	start := time.Now()
+	env, err := b.sdk.Ensure(ctx, client.EnsureRequest{Owner: b.owner, BindingID: "cold-" + strconv.Itoa(i), Profile: profileName})
+	if err != nil {
+		return 0, err
+	}
+	if !env.Status().GetReady() {
+		return 0, errors.New("Ensure returned an environment that is not ready")
+	}
+	return time.Since(start), nil
+}
+
+// resume suspends the environment (outside the measurement, waiting until the resource
+// says it is suspended), then resumes it and waits until it is Ready.
+func (b *bench) resume(ctx context.Context, env *client.Environment) (time.Duration, error) {
+	if err := env.Suspend(ctx); err != nil {
+		return 0, err
+	}
+	for {
+		cur, err := b.exec.ExecutionV1alpha1().ExecutionEnvironments(b.ns).Get(ctx, env.ID(), metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if cur.Status.Suspended() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(readyPoll):
+		}
+	}
+	start := time.Now()
+	if err := env.Resume(ctx); err != nil {
+		return 0, err
+	}
+	if err := env.WaitReady(ctx); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+type latencies []time.Duration
+
+func (l latencies) quantile(q float64) time.Duration {
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1)+0.5)]
+}
+
+func report(w io.Writer, o options, raw, cold, resume latencies) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)) }
+	fmt.Fprintf(w, "\nEnsure → Ready on the fake node with a volume bind delay of %s and a Pod start delay of %s, concurrency 1, %d samples per side\n\n", o.volumeDelay, o.podDelay, o.n)
+	fmt.Fprintln(w, "| path | p50 ms | p99 ms |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, r := range []struct {
+		name string
+		l    latencies
+	}{{"raw: create the claim and the Pod, watch until Ready", raw}, {"cold: EnsureEnvironment → Ready (Go SDK)", cold}, {"resume: ResumeEnvironment → Ready (Go SDK)", resume}} {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", r.name, ms(r.l.quantile(0.5)), ms(r.l.quantile(0.99)))
+	}
+	ratio := func(a, b latencies) float64 { return float64(a.quantile(0.5)) / float64(b.quantile(0.5)) }
+	fmt.Fprintf(w, "\n**cold ÷ raw (p50): %.2f**   resume ÷ cold (p50): %.2f\n", ratio(cold, raw), ratio(resume, cold))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
