@@ -32,6 +32,8 @@ const (
 	// election takes a few seconds; past that the caller hears UNAVAILABLE (retryable) and
 	// its slot is freed rather than held for an hour.
 	retryBudget = 20 * time.Second
+	// maxHeld is the API's bound on an Attach's wait_ready (a longer one is refused).
+	maxHeld = 30 * time.Second
 	// maxControlMessage bounds a control answer (64 references and an environment).
 	maxControlMessage = 4 << 20
 )
@@ -66,9 +68,10 @@ var ErrNoLeader = fmt.Errorf("%w: no controller leader answers", apierror.ErrUna
 // status, or ErrNoLeader for a transport failure (which has no ErrorInfo).
 func retryControl(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	backoff := retryInitial
-	giveUp := time.Now().Add(retryBudget)
+	held := heldFor(req)
+	giveUp := time.Now().Add(retryBudget + held)
 	for {
-		attempt, cancel := context.WithTimeout(ctx, controlCallTimeout)
+		attempt, cancel := context.WithTimeout(ctx, controlCallTimeout+held)
 		err := invoker(attempt, method, req, reply, cc, opts...)
 		abandoned := attempt.Err() != nil && ctx.Err() == nil // this attempt timed out, the call did not
 		cancel()
@@ -89,6 +92,16 @@ func retryControl(ctx context.Context, method string, req, reply any, cc *grpc.C
 		}
 		backoff = min(2*backoff, retryMax)
 	}
+}
+
+// heldFor is how long the controller may hold a call's answer on purpose (an Attach's
+// wait_ready): an attempt is abandoned only that much later than any other.
+func heldFor(req any) time.Duration {
+	r, ok := req.(*controlv1.AttachRequest)
+	if !ok || r.GetRequest().GetWaitReady() == nil {
+		return 0
+	}
+	return min(max(r.GetRequest().GetWaitReady().AsDuration(), 0), maxHeld)
 }
 
 // retryable: UNAVAILABLE, or any status whose ErrorInfo says retryable (a controller at its

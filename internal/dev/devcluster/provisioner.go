@@ -123,7 +123,7 @@ func (p *provisioner) provision(ctx context.Context, key string) error {
 		return nil
 	}
 	if wait := p.held(pvc.UID); wait > 0 {
-		p.queue.AddAfter(key, wait)
+		p.queue.AddAfter("pvc/"+key, wait) // the queue's keys carry their kind
 		return nil
 	}
 	// Owned by the executor's user, as a real provisioner honouring the Pod's fsGroup would
