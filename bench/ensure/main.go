@@ -190,9 +190,8 @@ type bench struct {
 // readyPoll is how often the raw side looks at its Pod: small against the delays measured.
 const readyPoll = 10 * time.Millisecond
 
-// raw creates the claim and the Pod the controller would build for an environment, without
-// our labels and finalizer (the controller must not take them for orphans), and waits until
-// the Pod is Ready; then deletes both, outside the measurement.
+// raw creates the claim and the Pod the controller would build for an environment and waits
+// until the Pod is Ready; then deletes both, outside the measurement.
 func (b *bench) raw(ctx context.Context, i int) (time.Duration, error) {
 	name := "raw-" + strconv.Itoa(i)
 	env := &executionv1alpha1.ExecutionEnvironment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns,
@@ -205,7 +204,10 @@ func (b *bench) raw(ctx context.Context, i int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	pvc.Labels, pod.Labels, pod.Finalizers = map[string]string{"bench": "raw"}, map[string]string{"bench": "raw"}, nil
+	// Neither our labels nor the finalizer (the controller must not take them for orphans),
+	// nor the owner reference (the garbage collector would delete a Pod whose owner, this
+	// synthetic environment, does not exist).
+	pvc.Labels, pod.Labels, pod.Finalizers, pod.OwnerReferences = map[string]string{"bench": "raw"}, map[string]string{"bench": "raw"}, nil, nil
 	start := time.Now()
 	if _, err := b.kube.CoreV1().PersistentVolumeClaims(b.ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		return 0, err
@@ -252,7 +254,7 @@ func (b *bench) cold(ctx context.Context, i int) (time.Duration, error) {
 		return 0, err
 	}
 	if !env.Status().GetReady() {
-		return 0, errors.New("Ensure returned an environment that is not ready")
+		return 0, errors.New("the ensured environment is not ready")
 	}
 	return time.Since(start), nil
 }
