@@ -58,7 +58,8 @@ func full(name string) *v1alpha1.ExecutionEnvironment {
 				{BindingID: "conversation:42", State: v1alpha1.ReferencePublished, SourceBindingID: "conversation:41", OperationID: "op-1", UpdatedAt: now},
 				{BindingID: "conversation:43", State: v1alpha1.ReferenceReserveSuccessor, SourceBindingID: "conversation:42", OperationID: "op-2", UpdatedAt: now},
 			},
-			ActiveRun: &v1alpha1.RunClaim{BindingID: "conversation:42", RunID: "run-1", ClaimID: "claim-1", Epoch: 7, GrantGeneration: 2, ClientHash: hex64, AcquiredAt: now, ExpiresAt: now},
+			ActiveRun:         &v1alpha1.RunClaim{BindingID: "conversation:42", RunID: "run-1", ClaimID: "claim-1", Epoch: 7, GrantGeneration: 2, ClientHash: hex64, AcquiredAt: now, ExpiresAt: now},
+			LastRunActivityAt: ptr.To(now),
 			LifecycleOperation: &v1alpha1.LifecycleOperation{
 				Kind: v1alpha1.LifecycleReplace, Phase: v1alpha1.PhaseAwaitingTermination, OperationID: "op-3",
 				ExpectedPodUID: "pod-uid", ExpectedPVCUID: "pvc-uid", Reason: "image update", StartedAt: now, CompletedAt: ptr.To(now),
