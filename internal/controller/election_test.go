@@ -71,8 +71,15 @@ func startReplica(t *testing.T, kubeconfig, ns, id string, env ...string) *repli
 // environment.
 func startReplicaWith(t *testing.T, kubeconfig, ns, id string, lease []string, env ...string) *replica {
 	t.Helper()
+	return startReplicaProfiles(t, kubeconfig, ns, id, lease, profilesYAML, env...)
+}
+
+// startReplicaProfiles starts a controller replica with the given lease flags, profiles
+// file and extra environment.
+func startReplicaProfiles(t *testing.T, kubeconfig, ns, id string, lease []string, profilesFile string, env ...string) *replica {
+	t.Helper()
 	profiles := filepath.Join(t.TempDir(), "profiles.yaml")
-	if err := os.WriteFile(profiles, []byte(profilesYAML), 0o600); err != nil {
+	if err := os.WriteFile(profiles, []byte(profilesFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	material := securityMaterial(t, kubeconfig, ns)

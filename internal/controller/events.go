@@ -20,6 +20,7 @@ const (
 	EventWorkspaceCreated    = "WorkspaceCreated"
 	EventExecutorCreated     = "ExecutorCreated"
 	EventAdopted             = "Adopted"
+	EventAdoptedFromPool     = "AdoptedFromPool"
 	EventFenced              = "Fenced"
 	EventStoppingExecutor    = "StoppingExecutor"
 	EventTerminationRecorded = "TerminationRecorded"

@@ -83,7 +83,11 @@ func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.Executi
 
 func (p *pass) observePVC(ctx context.Context) (presence, error) {
 	client := p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace)
-	pvc, state, adopted, err := settle(ctx, p.env, &p.status.PVC, executor.PVCName(p.env), lookup[*corev1.PersistentVolumeClaim]{
+	name := executor.PVCName(p.env)
+	if p.status.PVC != nil {
+		name = p.status.PVC.Name // a claim adopted from the warm pool keeps its pool name
+	}
+	pvc, state, adopted, err := settle(ctx, p.env, &p.status.PVC, name, lookup[*corev1.PersistentVolumeClaim]{
 		cached: p.r.pvcs.PersistentVolumeClaims(p.env.Namespace).Get,
 		live: func(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
 			return client.Get(ctx, name, metav1.GetOptions{})
@@ -171,7 +175,11 @@ func (p *pass) createPVC(ctx context.Context) error {
 }
 
 func (p *pass) createPod(ctx context.Context, ordinal int64, failName string) error {
-	pod, err := executor.Pod(p.env, p.entry, executor.PodOptions{Ordinal: ordinal, ServiceAccount: p.r.cfg.Profiles.ExecutorServiceAccount()})
+	o := executor.PodOptions{Ordinal: ordinal, ServiceAccount: p.r.cfg.Profiles.ExecutorServiceAccount()}
+	if p.status.PVC != nil {
+		o.Claim = p.status.PVC.Name
+	}
+	pod, err := executor.Pod(p.env, p.entry, o)
 	if err != nil {
 		return err
 	}

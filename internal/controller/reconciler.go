@@ -55,6 +55,8 @@ type ReconcilerConfig struct {
 	ResyncPeriod time.Duration
 	Logger       hclog.Logger
 	Now          func() time.Time
+	// PoolMetrics receives the warm pools' metrics; nil: unregistered ones.
+	PoolMetrics *PoolMetrics
 }
 
 // Reconciler drives each ExecutionEnvironment's workspace claim and executor Pod towards its
@@ -68,11 +70,14 @@ type Reconciler struct {
 	// environment's Pods costs its own Pods, not the namespace's.
 	podsByEnv cache.Indexer
 	pvcs      corelisters.PersistentVolumeClaimLister
-	queue     workqueue.TypedRateLimitingInterface[string]
-	synced    []cache.InformerSynced
-	start     func(<-chan struct{})
-	ready     atomic.Bool
-	managed   labels.Selector
+	// pvcIndex indexes claims by pool (podsByEnv does Pods by pool too).
+	pvcIndex cache.Indexer
+	pools    *pools
+	queue    workqueue.TypedRateLimitingInterface[string]
+	synced   []cache.InformerSynced
+	start    func(<-chan struct{})
+	ready    atomic.Bool
+	managed  labels.Selector
 	// recorder writes Events; set by Initialize.
 	recorder record.EventRecorder
 	// written maps a key to the resourceVersion its last successful write was based on.
@@ -104,13 +109,17 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	pvcInf := kubeFactory.Core().V1().PersistentVolumeClaims()
 	r := &Reconciler{
 		cfg: cfg, log: cfg.Logger.Named("reconciler"), managed: managed,
-		envs: envInf.Lister(), pods: podInf.Lister(), pvcs: pvcInf.Lister(), podsByEnv: podInf.Informer().GetIndexer(),
+		envs: envInf.Lister(), pods: podInf.Lister(), pvcs: pvcInf.Lister(), podsByEnv: podInf.Informer().GetIndexer(), pvcIndex: pvcInf.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "executionenvironments"}),
 		synced: []cache.InformerSynced{envInf.Informer().HasSynced, podInf.Informer().HasSynced, pvcInf.Informer().HasSynced},
 		start:  func(stop <-chan struct{}) { execFactory.Start(stop); kubeFactory.Start(stop) },
 	}
-	if err := podInf.Informer().AddIndexers(cache.Indexers{indexEnvironment: environmentIndex}); err != nil {
+	r.pools = newPools(r, cfg.PoolMetrics)
+	if err := podInf.Informer().AddIndexers(cache.Indexers{indexEnvironment: environmentIndex, indexPool: poolIndex}); err != nil {
+		return nil, err
+	}
+	if err := pvcInf.Informer().AddIndexers(cache.Indexers{indexPool: poolIndex}); err != nil {
 		return nil, err
 	}
 	enqueueEnv := func(obj any) {
@@ -131,10 +140,16 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	handlers := func(f func(any)) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, n any) { f(n) }, DeleteFunc: f}
 	}
+	// Pool members: the old version too, so that an adoption (which removes the pool
+	// label) refills its pool.
+	poolHandlers := cache.ResourceEventHandlerFuncs{AddFunc: r.pools.enqueueMember, DeleteFunc: r.pools.enqueueMember,
+		UpdateFunc: func(o, n any) { r.pools.enqueueMember(o); r.pools.enqueueMember(n) }}
 	for _, add := range []func() error{
 		func() error { _, err := envInf.Informer().AddEventHandler(handlers(enqueueEnv)); return err },
 		func() error { _, err := podInf.Informer().AddEventHandler(handlers(enqueueOwner)); return err },
 		func() error { _, err := pvcInf.Informer().AddEventHandler(handlers(enqueueOwner)); return err },
+		func() error { _, err := podInf.Informer().AddEventHandler(poolHandlers); return err },
+		func() error { _, err := pvcInf.Informer().AddEventHandler(poolHandlers); return err },
 	} {
 		if err := add(); err != nil {
 			return nil, err
@@ -203,7 +218,7 @@ func (r *Reconciler) Run(ctx context.Context, workers int) {
 	for range workers {
 		go wait.UntilWithContext(ctx, r.worker, time.Second)
 	}
-	<-ctx.Done()
+	r.pools.run(ctx)
 }
 
 func (r *Reconciler) worker(ctx context.Context) {
@@ -337,7 +352,10 @@ func (p *pass) run(ctx context.Context) error {
 		return err
 	}
 	if p.status.LifecycleOperation == nil && p.mayCreate() {
-		if pvcState == absent {
+		if err := p.adoptPooled(ctx, pvcState); err != nil {
+			return err
+		}
+		if pvcState == absent && p.status.PVC == nil {
 			if err := p.createPVC(ctx); err != nil {
 				return err
 			}

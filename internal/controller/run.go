@@ -149,6 +149,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return 0
 	})
 	registry.MustRegister(leaderGauge, requests)
+	poolMetrics := NewPoolMetrics(registry)
 	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: func() string {
 		switch {
 		case !manager.Ready():
@@ -172,7 +173,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			// may hold.
 			r, err := NewReconciler(ReconcilerConfig{
 				Kube: client, Execution: execClient, Namespace: cfg.Executors(), Profiles: profiles,
-				ResyncPeriod: cfg.ResyncPeriod, Logger: logger,
+				ResyncPeriod: cfg.ResyncPeriod, Logger: logger, PoolMetrics: poolMetrics,
 			})
 			if err == nil {
 				err = r.Initialize(ctx)

@@ -50,6 +50,13 @@ const (
 	AnnotationProfile  = "execution.mecatl.dev/profile"
 	AnnotationDigest   = "execution.mecatl.dev/profile-digest"
 	AnnotationOrdinal  = "execution.mecatl.dev/executor-ordinal"
+	// LabelPool marks a warm pool member — an executor Pod and its claim that no
+	// environment has adopted yet — with its profile. Adoption removes it, once: a Pod or
+	// claim without it is never pooled again.
+	LabelPool = "execution.mecatl.dev/pool"
+	// AnnotationPoolPair names the pool pair an executor Pod or claim was built as; it stays
+	// after adoption, so that an interrupted adoption is found and finished.
+	AnnotationPoolPair = "execution.mecatl.dev/pool-pair"
 	componentExecutor  = "executor"
 	componentWorkspace = "workspace"
 	appName            = "execplane"
@@ -80,6 +87,10 @@ var ErrIncompleteProfile = errors.New("executor: profile lacks a required bound"
 
 // PVC builds the workspace claim. It has no owner reference on purpose.
 func PVC(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry) (*corev1.PersistentVolumeClaim, error) {
+	return pvc(PVCName(env), env.Namespace, labels(env, componentWorkspace), p)
+}
+
+func pvc(name, namespace string, objLabels map[string]string, p profile.Entry) (*corev1.PersistentVolumeClaim, error) {
 	spec := p.Spec
 	if spec.StorageSize == nil {
 		return nil, fmt.Errorf("%w: storageSize", ErrIncompleteProfile)
@@ -87,9 +98,9 @@ func PVC(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry) (*corev1.
 	pvc := &corev1.PersistentVolumeClaim{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        PVCName(env),
-			Namespace:   env.Namespace,
-			Labels:      labels(env, componentWorkspace),
+			Name:        name,
+			Namespace:   namespace,
+			Labels:      objLabels,
 			Annotations: map[string]string{AnnotationProfile: p.Name, AnnotationDigest: p.Digest},
 		},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -111,15 +122,64 @@ type PodOptions struct {
 	Ordinal int64
 	// ServiceAccount is the token-less ServiceAccount executors run as.
 	ServiceAccount string
+	// Claim is the workspace claim's name when it is not PVCName (a claim adopted from the
+	// warm pool keeps its pool name).
+	Claim string
 }
 
 // Pod builds the executor Pod.
 func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOptions) (*corev1.Pod, error) {
+	claim := o.Claim
+	if claim == "" {
+		claim = PVCName(env)
+	}
+	pod, err := pod(PodName(env, o.Ordinal), env.Namespace, labels(env, componentExecutor), claim, p, o.ServiceAccount)
+	if err != nil {
+		return nil, err
+	}
+	pod.Annotations[AnnotationOrdinal] = strconv.FormatInt(o.Ordinal, 10)
+	pod.OwnerReferences = []metav1.OwnerReference{OwnerReference(env)}
+	return pod, nil
+}
+
+// OwnerReference makes env the controller of an executor Pod (never of a claim).
+func OwnerReference(env *executionv1alpha1.ExecutionEnvironment) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         executionv1alpha1.SchemeGroupVersion.String(),
+		Kind:               "ExecutionEnvironment",
+		Name:               env.Name,
+		UID:                env.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// PoolMember builds a warm pool pair of a profile: a claim and an executor Pod, both named
+// pair, labelled with the pool and no environment, and no owner. Adoption gives both the
+// environment's labels and the Pod its owner; nothing else about them changes.
+func PoolMember(pair, namespace string, p profile.Entry, serviceAccount string) (*corev1.PersistentVolumeClaim, *corev1.Pod, error) {
+	poolLabels := func(component string) map[string]string {
+		return map[string]string{LabelName: appName, LabelComponent: component, LabelManagedBy: managedBy, LabelPool: p.Name}
+	}
+	claim, err := pvc(pair, namespace, poolLabels(componentWorkspace), p)
+	if err != nil {
+		return nil, nil, err
+	}
+	claim.Annotations[AnnotationPoolPair] = pair
+	pod, err := pod(pair, namespace, poolLabels(componentExecutor), pair, p, serviceAccount)
+	if err != nil {
+		return nil, nil, err
+	}
+	pod.Annotations[AnnotationPoolPair] = pair
+	return claim, pod, nil
+}
+
+func pod(name, namespace string, objLabels map[string]string, claim string, p profile.Entry, serviceAccount string) (*corev1.Pod, error) {
 	spec := p.Spec
 	if spec.TmpSizeLimit == nil || spec.Image == "" {
 		return nil, fmt.Errorf("%w: image and tmpSizeLimit", ErrIncompleteProfile)
 	}
-	if o.ServiceAccount == "" {
+	if serviceAccount == "" {
 		return nil, errors.New("executor: a ServiceAccount is required (never the namespace default)")
 	}
 	helper := spec.HelperPath
@@ -129,27 +189,15 @@ func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOpti
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      PodName(env, o.Ordinal),
-			Namespace: env.Namespace,
-			Labels:    labels(env, componentExecutor),
-			Annotations: map[string]string{
-				AnnotationProfile: p.Name,
-				AnnotationDigest:  p.Digest,
-				AnnotationOrdinal: strconv.FormatInt(o.Ordinal, 10),
-			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         executionv1alpha1.SchemeGroupVersion.String(),
-				Kind:               "ExecutionEnvironment",
-				Name:               env.Name,
-				UID:                env.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
-			Finalizers: []string{TerminationFinalizer},
+			Name:        name,
+			Namespace:   namespace,
+			Labels:      objLabels,
+			Annotations: map[string]string{AnnotationProfile: p.Name, AnnotationDigest: p.Digest},
+			Finalizers:  []string{TerminationFinalizer},
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			ServiceAccountName:            o.ServiceAccount,
+			ServiceAccountName:            serviceAccount,
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](terminationGraceSeconds),
@@ -191,7 +239,7 @@ func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOpti
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			}},
 			Volumes: []corev1.Volume{
-				{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(env)}}},
+				{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
 				// A tmpfs of tmpSizeLimit bytes: a write past it fails (ENOSPC) at once. A
 				// disk-backed emptyDir's sizeLimit is enforced by eviction only, minutes
 				// later, by killing the Pod. Its pages count towards the memory limit.

@@ -215,6 +215,7 @@ func TestDigestChangesWithEveryField(t *testing.T) {
 var policyFields = map[string]func(*ProfileSpec){
 	"suspendAfterIdle": func(s *ProfileSpec) { s.SuspendAfterIdle = &metav1.Duration{Duration: time.Hour} },
 	"retireAfterIdle":  func(s *ProfileSpec) { s.RetireAfterIdle = &metav1.Duration{Duration: 48 * time.Hour} },
+	"warmPool":         func(s *ProfileSpec) { s.WarmPool = &WarmPoolSpec{Size: 3} },
 }
 
 func TestDigestIgnoresThePolicyFields(t *testing.T) {

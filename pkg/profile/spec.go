@@ -97,6 +97,17 @@ type ProfileSpec struct {
 	// workspace is kept; only an administrator revives it); absent means never. When both
 	// are set it is longer than SuspendAfterIdle.
 	RetireAfterIdle *metav1.Duration `json:"retireAfterIdle,omitempty"`
+	// WarmPool keeps ready, unbound executor Pod and workspace claim pairs that Ensure
+	// adopts instead of creating (docs/controller.md#warm-pools); absent means none. Not
+	// part of the digest: it is how many executors wait, not what they are built from.
+	WarmPool *WarmPoolSpec `json:"warmPool,omitempty"`
+}
+
+// WarmPoolSpec sizes a profile's warm pool.
+type WarmPoolSpec struct {
+	// Size is how many ready pairs the controller keeps (0 .. MaxWarmPoolCeiling, at most
+	// maxEnvironments).
+	Size int64 `json:"size"`
 }
 
 // CommandsSpec bounds a profile's durable commands. Every field is optional: an absent one
@@ -160,7 +171,19 @@ func (s *ProfileSpec) DeepCopy() ProfileSpec {
 	}
 	out.SuspendAfterIdle = copyDuration(s.SuspendAfterIdle)
 	out.RetireAfterIdle = copyDuration(s.RetireAfterIdle)
+	if s.WarmPool != nil {
+		w := *s.WarmPool
+		out.WarmPool = &w
+	}
 	return out
+}
+
+// PoolSize is the warm pool's size: 0 when the profile has none.
+func (s *ProfileSpec) PoolSize() int64 {
+	if s.WarmPool == nil {
+		return 0
+	}
+	return s.WarmPool.Size
 }
 
 func copyDuration(d *metav1.Duration) *metav1.Duration {

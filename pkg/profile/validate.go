@@ -56,6 +56,9 @@ const (
 	// minRetainFor and maxRetainFor bound commands.retainFor.
 	minRetainFor = time.Minute
 	maxRetainFor = 365 * 24 * time.Hour
+	// MaxWarmPoolCeiling bounds warmPool.size: every member is a running Pod holding its
+	// requests and a provisioned volume, paid for while nobody uses it.
+	MaxWarmPoolCeiling = 5000
 	// MaxEnvironmentsCeiling bounds maxEnvironments: every environment is a custom resource,
 	// a PVC and a Pod held in the informer caches of every gateway and controller replica.
 	MaxEnvironmentsCeiling = 100_000
@@ -151,6 +154,9 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 		p.Add(field("maxCommandDuration"), "%s is outside [%s, %s]", d, minMaxCommandDuration, MaxCommandDurationCeiling)
 	}
 	checkBetween(p, field("maxEnvironments"), s.MaxEnvironments, 1, MaxEnvironmentsCeiling)
+	if w := s.WarmPool; w != nil {
+		checkBetween(p, field("warmPool.size"), w.Size, 0, min(MaxWarmPoolCeiling, max(s.MaxEnvironments, 0)))
+	}
 	if c := s.Commands; c != nil {
 		sub := func(name string) string { return field("commands." + name) }
 		if c.MaxDetached != 0 {

@@ -129,6 +129,11 @@ func TestValidateRules(t *testing.T) {
 		{"retireAfterIdle not after suspendAfterIdle", func(s *ProfileSpec) {
 			s.SuspendAfterIdle, s.RetireAfterIdle = &metav1.Duration{Duration: time.Hour}, &metav1.Duration{Duration: time.Hour}
 		}, ParseOptions{}, "profiles.p.retireAfterIdle"},
+		{"warmPool.size negative", func(s *ProfileSpec) { s.WarmPool = &WarmPoolSpec{Size: -1} }, ParseOptions{}, "profiles.p.warmPool.size"},
+		{"warmPool.size above maxEnvironments", func(s *ProfileSpec) { s.WarmPool = &WarmPoolSpec{Size: s.MaxEnvironments + 1} }, ParseOptions{}, "profiles.p.warmPool.size"},
+		{"warmPool.size ceiling", func(s *ProfileSpec) {
+			s.MaxEnvironments, s.WarmPool = MaxEnvironmentsCeiling, &WarmPoolSpec{Size: MaxWarmPoolCeiling + 1}
+		}, ParseOptions{}, "profiles.p.warmPool.size"},
 		{"maxEnvironments minimum", func(s *ProfileSpec) { s.MaxEnvironments = 0 }, ParseOptions{}, "profiles.p.maxEnvironments"},
 		{"maxEnvironments ceiling", func(s *ProfileSpec) { s.MaxEnvironments = MaxEnvironmentsCeiling + 1 }, ParseOptions{}, "profiles.p.maxEnvironments"},
 		{"helperPath absolute", func(s *ProfileSpec) { s.HelperPath = "execplane/helper" }, ParseOptions{}, "profiles.p.helperPath"},
