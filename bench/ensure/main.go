@@ -6,7 +6,12 @@
 //     very claim and Pod the controller would build (the same objects from the same profile,
 //     without our labels and finalizer) straight at the API server and watching until the
 //     Pod is Ready;
-//   - resume: ResumeEnvironment of a suspended environment until Ready ÷ cold.
+//   - resume: ResumeEnvironment of a suspended environment until Ready ÷ cold;
+//   - pool hit: EnsureEnvironment of a new binding of a profile with a warm pool until
+//     Ready, at concurrency 1 and at concurrency 50 (p50, p99); and claims per second:
+//     a full pool of -pool members drained by Ensures at concurrency 50, from the first
+//     call until every environment is Ready (the controller's hit and miss counters say
+//     how many came from the pool).
 //
 // The fake node is given a real cluster's pace (devcluster's VolumeBindDelay and
 // PodStartDelay: by default 1 s to bind a volume and 2 s to start a Pod), so that the
@@ -27,9 +32,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,11 +52,17 @@ import (
 	"github.com/execplane/execplane/pkg/profile"
 )
 
-const profileName = "bench"
+const (
+	profileName = "bench"
+	pooledName  = "pooled"
+	// poolConcurrency is the concurrency of the pool's second latency figure and of the
+	// drain.
+	poolConcurrency = 50
+)
 
-func profilesYAML() string {
-	return fmt.Sprintf(`profiles:
-  %s:
+func profilesYAML(pool int) string {
+	shape := func(name string, extra string) string {
+		return fmt.Sprintf(`  %s:
     image: registry.example/bench:1
     storageClass: %s
     storageSize: 1Gi
@@ -58,12 +71,14 @@ func profilesYAML() string {
     maxFileBytes: 1048576
     maxCommandBytes: 65536
     maxCommandDuration: 1m
-    maxEnvironments: 1000
-`, profileName, devcluster.StorageClassName)
+    maxEnvironments: 5000
+%s`, name, devcluster.StorageClassName, extra)
+	}
+	return "profiles:\n" + shape(profileName, "") + shape(pooledName, fmt.Sprintf("    warmPool:\n      size: %d\n", pool))
 }
 
 type options struct {
-	n                           int
+	n, pool                     int
 	volumeDelay, podDelay       time.Duration
 	controller, gateway, helper string
 }
@@ -85,6 +100,7 @@ func run(ctx context.Context, args []string) error {
 	var o options
 	fs := flag.NewFlagSet("bench/ensure", flag.ContinueOnError)
 	fs.IntVar(&o.n, "n", 20, "samples per side")
+	fs.IntVar(&o.pool, "pool", 500, "the pooled profile's warm pool size (and how many Ensures drain it)")
 	fs.DurationVar(&o.volumeDelay, "volume-bind-delay", time.Second, "the fake node's delay before a claim's volume is provisioned")
 	fs.DurationVar(&o.podDelay, "pod-start-delay", 2*time.Second, "the fake node's delay before a scheduled Pod is Ready")
 	fs.StringVar(&o.controller, "controller", filepath.Join(root, "bin/controller"), "controller binary (make build)")
@@ -120,7 +136,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	sys, err := devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(dir, "system"),
 		ControllerBin: o.controller, GatewayBin: o.gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
-		Profiles: []byte(profilesYAML())})
+		Profiles: []byte(profilesYAML(o.pool))})
 	if err != nil {
 		return err
 	}
@@ -138,7 +154,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	reg, err := profile.Parse([]byte(profilesYAML()))
+	reg, err := profile.Parse([]byte(profilesYAML(o.pool)))
 	if err != nil {
 		return err
 	}
@@ -174,8 +190,132 @@ func run(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	report(os.Stdout, o, raw, cold, resume)
+	pool, err := b.measurePool(ctx, sys, o)
+	if err != nil {
+		return err
+	}
+	report(os.Stdout, o, raw, cold, resume, pool)
 	return nil
+}
+
+// poolFigures are the warm pool's measurements.
+type poolFigures struct {
+	one, fifty   latencies
+	drained      int
+	drain        time.Duration
+	hits, misses float64
+}
+
+// measurePool measures Ensure → Ready from the warm pool: n samples at concurrency 1,
+// then 4n at concurrency 50, each with the pool full (waited for between the phases), then
+// the drain of a full pool.
+func (b *bench) measurePool(ctx context.Context, sys *devsystem.System, o options) (poolFigures, error) {
+	var f poolFigures
+	seq := 0
+	ensure := func() (time.Duration, error) {
+		seq++
+		id := "pooled-" + strconv.Itoa(seq)
+		start := time.Now()
+		env, err := b.sdk.Ensure(ctx, client.EnsureRequest{Owner: b.owner, BindingID: id, Profile: pooledName})
+		if err != nil {
+			return 0, err
+		}
+		if !env.Status().GetReady() {
+			return 0, errors.New("the ensured environment is not ready")
+		}
+		return time.Since(start), nil
+	}
+	parallel := func(total int) (latencies, time.Duration, error) {
+		ids := make(chan struct{}, total)
+		for range total {
+			ids <- struct{}{}
+		}
+		close(ids)
+		var mu sync.Mutex
+		var out latencies
+		g, gctx := errgroup.WithContext(ctx)
+		start := time.Now()
+		for range poolConcurrency {
+			g.Go(func() error {
+				for range ids {
+					if gctx.Err() != nil {
+						return gctx.Err()
+					}
+					mu.Lock()
+					seq++
+					id := "pooled-" + strconv.Itoa(seq)
+					mu.Unlock()
+					t0 := time.Now()
+					env, err := b.sdk.Ensure(gctx, client.EnsureRequest{Owner: b.owner, BindingID: id, Profile: pooledName})
+					if err != nil {
+						return err
+					}
+					if !env.Status().GetReady() {
+						return errors.New("the ensured environment is not ready")
+					}
+					mu.Lock()
+					out = append(out, time.Since(t0))
+					mu.Unlock()
+				}
+				return nil
+			})
+		}
+		err := g.Wait()
+		return out, time.Since(start), err
+	}
+	full := func() error {
+		logf("waiting for a full pool of %d", o.pool)
+		return sys.Controller.WaitMetric(ctx, fmt.Sprintf(`execplane_controller_pool_members{profile="%s",state="ready"}`, pooledName), float64(o.pool), 10*time.Minute)
+	}
+	if err := full(); err != nil {
+		return f, err
+	}
+	logf("pool hit at concurrency 1: %d samples", o.n)
+	for range o.n + 1 {
+		d, err := ensure()
+		if err != nil {
+			return f, err
+		}
+		if seq > 1 {
+			f.one = append(f.one, d)
+		}
+	}
+	if err := full(); err != nil {
+		return f, err
+	}
+	logf("pool hit at concurrency %d: %d samples", poolConcurrency, 4*o.n)
+	var err error
+	if f.fifty, _, err = parallel(min(4*o.n, o.pool)); err != nil {
+		return f, err
+	}
+	if err := full(); err != nil {
+		return f, err
+	}
+	hits := fmt.Sprintf(`execplane_controller_pool_adoptions_total{profile="%s",result="hit"}`, pooledName)
+	misses := fmt.Sprintf(`execplane_controller_pool_adoptions_total{profile="%s",result="miss"}`, pooledName)
+	h0, err := sys.Controller.Metric(ctx, hits)
+	if err != nil {
+		return f, err
+	}
+	m0, err := sys.Controller.Metric(ctx, misses)
+	if err != nil {
+		return f, err
+	}
+	logf("draining the pool: %d Ensures at concurrency %d", o.pool, poolConcurrency)
+	if _, f.drain, err = parallel(o.pool); err != nil {
+		return f, err
+	}
+	f.drained = o.pool
+	h1, err := sys.Controller.Metric(ctx, hits)
+	if err != nil {
+		return f, err
+	}
+	m1, err := sys.Controller.Metric(ctx, misses)
+	if err != nil {
+		return f, err
+	}
+	f.hits, f.misses = h1-h0, m1-m0
+	return f, nil
 }
 
 type bench struct {
@@ -297,7 +437,7 @@ func (l latencies) quantile(q float64) time.Duration {
 	return s[int(q*float64(len(s)-1)+0.5)]
 }
 
-func report(w io.Writer, o options, raw, cold, resume latencies) {
+func report(w io.Writer, o options, raw, cold, resume latencies, pool poolFigures) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)) }
 	fmt.Fprintf(w, "\nEnsure → Ready on the fake node with a volume bind delay of %s and a Pod start delay of %s, concurrency 1, %d samples per side\n\n", o.volumeDelay, o.podDelay, o.n)
 	fmt.Fprintln(w, "| path | p50 ms | p99 ms |")
@@ -305,11 +445,15 @@ func report(w io.Writer, o options, raw, cold, resume latencies) {
 	for _, r := range []struct {
 		name string
 		l    latencies
-	}{{"raw: create the claim and the Pod, watch until Ready", raw}, {"cold: EnsureEnvironment → Ready (Go SDK)", cold}, {"resume: ResumeEnvironment → Ready (Go SDK)", resume}} {
+	}{{"raw: create the claim and the Pod, watch until Ready", raw}, {"cold: EnsureEnvironment → Ready (Go SDK)", cold}, {"resume: ResumeEnvironment → Ready (Go SDK)", resume},
+		{"pool hit, concurrency 1: EnsureEnvironment → Ready (Go SDK)", pool.one},
+		{fmt.Sprintf("pool hit, concurrency %d: EnsureEnvironment → Ready (Go SDK)", poolConcurrency), pool.fifty}} {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", r.name, ms(r.l.quantile(0.5)), ms(r.l.quantile(0.99)))
 	}
 	ratio := func(a, b latencies) float64 { return float64(a.quantile(0.5)) / float64(b.quantile(0.5)) }
-	fmt.Fprintf(w, "\n**cold ÷ raw (p50): %.2f**   resume ÷ cold (p50): %.2f\n", ratio(cold, raw), ratio(resume, cold))
+	fmt.Fprintf(w, "\n**cold ÷ raw (p50): %.2f**   resume ÷ cold (p50): %.2f   pool hit ÷ cold (p50): %.3f\n", ratio(cold, raw), ratio(resume, cold), ratio(pool.one, cold))
+	fmt.Fprintf(w, "\n**drain: %d Ensures at concurrency %d from a full pool of %d, all Ready in %s: %.0f claims/s** (controller: %.0f hits, %.0f misses)\n",
+		pool.drained, poolConcurrency, o.pool, pool.drain.Round(time.Millisecond), float64(pool.drained)/pool.drain.Seconds(), pool.hits, pool.misses)
 }
 
 func logf(format string, args ...any) {

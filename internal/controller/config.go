@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
 )
@@ -24,6 +23,14 @@ const (
 	// maxKubeQPS bounds the client-side rate limit: beyond it a bug floods the API server
 	// faster than priority and fairness can shed it.
 	maxKubeQPS = 2000
+	// defaultKubeQPS and defaultKubeBurst are the controller's client-side rate limit: a new
+	// environment costs about five requests (its object, the Ensure's status write, the
+	// claim and Pod — or an adoption's two relabels — and the pass's status write), so
+	// this sustains about 60 new environments a second, and a burst of a hundred Ensures
+	// does not queue a call past the gateway's 15 s attempt. The API server's priority and
+	// fairness still applies.
+	defaultKubeQPS   = 300
+	defaultKubeBurst = 600
 	// minResync keeps periodic resyncs from becoming a hot loop against the API server.
 	minResync = time.Minute
 )
@@ -88,8 +95,8 @@ func DefaultConfig() Config {
 		ProfilesFile:           "/etc/execplane/profiles/profiles.yaml",
 		ExecutorServiceAccount: "execplane-executor",
 		Workers:                4,
-		KubeQPS:                kube.DefaultQPS,
-		KubeBurst:              kube.DefaultBurst,
+		KubeQPS:                defaultKubeQPS,
+		KubeBurst:              defaultKubeBurst,
 		ResyncPeriod:           10 * time.Minute,
 		Log:                    logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}

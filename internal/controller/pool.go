@@ -250,9 +250,11 @@ func (pl *pools) sync(ctx context.Context, name string) error {
 	}
 	// The surplus goes, those still starting first.
 	members := append(append([]*corev1.Pod(nil), starting...), keep...)
+	ready := len(keep)
 	if surplus := len(members) - want; surplus > 0 {
 		retire = append(retire, members[:surplus]...)
 		members = members[surplus:]
+		ready -= max(0, surplus-len(starting))
 	}
 	for _, pod := range retire {
 		if err := pl.retirePod(ctx, pod); err != nil {
@@ -271,7 +273,6 @@ func (pl *pools) sync(ctx context.Context, name string) error {
 			again = true
 		}
 	}
-	ready := len(keep)
 	if len(members) < want {
 		n := min(want-len(members), poolCreateBurst)
 		for range n {
@@ -470,7 +471,15 @@ func (pl *pools) adopt(ctx context.Context, env *executionv1alpha1.ExecutionEnvi
 	if claim == nil {
 		// The pair's claim is gone: this Pod can never serve. Delete exactly it and let
 		// it go (it was never recorded, never granted).
-		if err := deleteExact(ctx, pl.r.cfg.Kube.CoreV1().Pods(pod.Namespace).Delete, pod.Name, pod.UID); err != nil {
+		pods := pl.r.cfg.Kube.CoreV1().Pods(pod.Namespace)
+		if err := deleteExact(ctx, pods.Delete, pod.Name, pod.UID); err != nil {
+			return nil, nil, false, err
+		}
+		if live, err := pods.Get(ctx, pod.Name, metav1.GetOptions{}); err == nil && live.UID == pod.UID {
+			if err := pl.r.releasePod(ctx, live); err != nil && !apierrors.IsConflict(err) {
+				return nil, nil, false, err
+			}
+		} else if err != nil && !apierrors.IsNotFound(err) {
 			return nil, nil, false, err
 		}
 		pl.forget(env.UID)
@@ -551,11 +560,13 @@ func (pl *pools) claimPod(ctx context.Context, env *executionv1alpha1.ExecutionE
 		return nil, err
 	}
 	claimed, err := pl.r.cfg.Kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	switch {
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
+	if err != nil {
+		// Changed first (claimed, or being retired) or a failed request: either way the
+		// next pool pass and candidate see it as it now is.
 		pl.untake(pod.Name)
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
 		return nil, err
 	}
 	pl.mu.Lock()
@@ -620,6 +631,7 @@ func (pl *pools) forget(uid types.UID) {
 	defer pl.mu.Unlock()
 	if pod := pl.claimed[uid]; pod != nil {
 		delete(pl.taken, pod.Name)
+		delete(pl.readySeen, pod.UID)
 		delete(pl.claimed, uid)
 	}
 	delete(pl.cold, uid)

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
@@ -70,11 +71,35 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 	if o.Burst > 0 {
 		cfg.Burst = o.Burst
 	}
+	cfg.RateLimiter = newLimiter(cfg.QPS, cfg.Burst)
 	cfg.UserAgent = o.UserAgent
 	if o.Requests != nil {
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, requests: o.Requests} })
 	}
 	return cfg, nil
+}
+
+// limiter is client-go's token bucket whose refusal to wait past the caller's deadline is
+// context.DeadlineExceeded (client-go's own is an untyped error, which would reach a
+// caller as Internal instead of a retryable deadline).
+type limiter struct {
+	flowcontrol.RateLimiter
+}
+
+func newLimiter(qps float32, burst int) limiter {
+	return limiter{flowcontrol.NewTokenBucketRateLimiter(qps, burst)}
+}
+
+// Wait waits for a token, or fails at once with context.DeadlineExceeded when the wait
+// would outlast ctx.
+func (l limiter) Wait(ctx context.Context) error {
+	if err := l.RateLimiter.Wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: client-side rate limit: %v", context.DeadlineExceeded, err)
+	}
+	return nil
 }
 
 // Clients are the typed clients of one REST configuration.
@@ -103,10 +128,10 @@ func NewClients(o ClientOptions) (Clients, error) {
 	if c.Execution, err = versioned.NewForConfig(cfg); err != nil {
 		return Clients{}, err
 	}
-	// Each NewForConfig of a configuration without a RateLimiter makes its own token
-	// bucket (from QPS and Burst); the copy only renames the user agent.
+	// Kube and Execution share one token bucket; the Lease client has its own.
 	lease := rest.CopyConfig(cfg)
 	lease.UserAgent += "/leader-election"
+	lease.RateLimiter = newLimiter(lease.QPS, lease.Burst)
 	if c.Lease, err = kubernetes.NewForConfig(lease); err != nil {
 		return Clients{}, err
 	}

@@ -108,23 +108,31 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 // capacity. Capacity is exact within the leader: creations are serialised and counted
 // together with objects the cache has not delivered yet.
 func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHash, fingerprint, digest string) (bool, error) {
-	if _, err := s.client().Get(ctx, name, metav1.GetOptions{}); err == nil {
+	// The cache answers a replay without a request; a miss is settled by the create itself
+	// (AlreadyExists), so a new environment costs one request, not a read before it.
+	cached := func() bool {
+		_, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name)
+		return err == nil
+	}
+	if cached() {
 		return false, nil
-	} else if !apierrors.IsNotFound(err) {
-		return false, err
 	}
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
 	// An identical call may have created it while this one waited: it needs no slot.
-	if _, err := s.client().Get(ctx, name, metav1.GetOptions{}); err == nil {
+	if _, mine := s.created[name]; mine || cached() {
 		return false, nil
-	} else if !apierrors.IsNotFound(err) {
-		return false, err
 	}
 	entry, _ := s.cfg.Profiles.Get(in.Profile)
 	if n, err := s.count(in.Profile); err != nil {
 		return false, err
 	} else if int64(n) >= entry.Spec.MaxEnvironments {
+		// At capacity: an environment the cache has not shown yet needs no slot either.
+		if _, err := s.client().Get(ctx, name, metav1.GetOptions{}); err == nil {
+			return false, nil
+		} else if !apierrors.IsNotFound(err) {
+			return false, err
+		}
 		return false, fmt.Errorf("%w: profile %s is at its capacity of %d environments", apierror.ErrLimitExceeded, in.Profile, entry.Spec.MaxEnvironments)
 	}
 	env := &executionv1alpha1.ExecutionEnvironment{

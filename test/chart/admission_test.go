@@ -11,6 +11,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -203,6 +204,27 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 		if err := createClaim(pvc); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") || !strings.Contains(err.Error(), "fresh volumes") {
 			t.Errorf("a claim %s: %v", name, err)
 		}
+	}
+
+	// A claim that exists (unbound: nothing provisions its class here) is relabelled by the
+	// controller — adopting a warm pool pair — but its spec is never changed: naming a
+	// volume for an unbound claim would bind it to data not its own.
+	existing := claim()
+	existing.Name = "pooled-claim"
+	if _, err := admin.CoreV1().PersistentVolumeClaims(in.executors).Create(ctx, existing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patchClaim := func(patch string) error {
+		_, err := controller.CoreV1().PersistentVolumeClaims(in.executors).Patch(ctx, existing.Name, types.MergePatchType, []byte(patch),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := patchClaim(`{"metadata":{"labels":{"execution.mecatl.dev/environment":"xenv-a"}}}`); err != nil {
+		t.Errorf("the policy refused relabelling a claim: %v", err)
+	}
+	if err := patchClaim(`{"spec":{"volumeName":"pv-of-another"}}`); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") ||
+		!strings.Contains(err.Error(), "changes no workspace claim's spec") {
+		t.Errorf("the controller named a volume for an unbound claim: %v", err)
 	}
 
 	// The policy binds the controller only: the cluster's administrator is not held to it.

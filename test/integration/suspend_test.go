@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,23 +34,40 @@ func refusedAs(t *testing.T, what string, err error, code codes.Code, reason exe
 // suspended environment as ResumeEnvironment does.
 //
 // On the fake node and on the real one (containerd and runc: the executor really stops and
-// a new container mounts the same volume).
+// a new container mounts the same volume); and on each with an environment adopted from a
+// warm pool, whose claim keeps its pool name (the resumed executor must mount it by that
+// name).
 func TestSuspendResumeKeepsTheWorkspace(t *testing.T) {
-	for _, node := range []struct{ name, profile string }{{"kwok", profiletest.Name}, {"real-node", realNodeProfile}} {
+	for _, node := range []struct {
+		name, profile string
+		pool          int
+	}{
+		{"kwok", profiletest.Name, 0}, {"real-node", realNodeProfile, 0},
+		{"kwok-pooled", pooledProfile, 2}, {"real-node-pooled", pooledRealNodeProfile, 1},
+	} {
 		t.Run(node.name, func(t *testing.T) {
-			if node.profile == realNodeProfile && realNodeMissing != nil {
+			if (node.profile == realNodeProfile || node.profile == pooledRealNodeProfile) && realNodeMissing != nil {
 				precondition.Missing(t, "the real node: %v", realNodeMissing)
 			}
-			suspendResumeKeepsTheWorkspace(t, node.profile)
+			suspendResumeKeepsTheWorkspace(t, node.profile, node.pool)
 		})
 	}
 }
 
-func suspendResumeKeepsTheWorkspace(t *testing.T, profile string) {
-	sys := startSystem(t, 1)
+func suspendResumeKeepsTheWorkspace(t *testing.T, profile string, pool int) {
+	sys := startSystemProfiles(t, pooledProfilesYAML(pool, pool), 1)
 	api := sys.dial(t, "caller", 0)
 	kube := clustertest.Cluster(t).Kube()
+	var members []string
+	if pool > 0 {
+		members = waitPool(t, sys, profile, pool)
+	}
 	s := ensureReadyOn(t, api, "alice", "conv-suspend", profile)
+	if pool > 0 {
+		if env := sys.environment(t, s.envRef.GetId()); env.Status.Pod == nil || !slices.Contains(members, env.Status.Pod.Name) {
+			t.Fatalf("the environment did not adopt a pool pair (%v): %v", members, env.Status.Pod)
+		}
+	}
 	target := &executionv1.ReferenceTarget{Owner: s.owner, Environment: s.envRef, BindingId: s.binding}
 	suspend := func(id string) (*executionv1.Environment, error) {
 		r, err := api.SuspendEnvironment(callCtx(t), &executionv1.SuspendEnvironmentRequest{OperationId: id, Target: target})

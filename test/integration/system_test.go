@@ -126,6 +126,12 @@ func sessionsArgs() []string {
 // flags) in a fresh namespace and waits until all are ready.
 func startSystem(t *testing.T, n int, gatewayArgs ...string) *system {
 	t.Helper()
+	return startSystemProfiles(t, "", n, gatewayArgs...)
+}
+
+// startSystemProfiles is startSystem with more profiles (YAML entries under profiles:).
+func startSystemProfiles(t *testing.T, extraProfiles string, n int, gatewayArgs ...string) *system {
+	t.Helper()
 	c := clustertest.Cluster(t)
 	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
 		t.Fatal(err)
@@ -141,7 +147,7 @@ func startSystem(t *testing.T, n int, gatewayArgs ...string) *system {
 	sys, err := devsystem.Start(t.Context(), devsystem.Options{
 		Kubeconfig: s.kubeconfig, Namespace: s.ns, ExecutorNamespace: s.executors, Dir: t.TempDir(),
 		ControllerBin: controllerBin, GatewayBin: gatewayBin, Gateways: n,
-		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(50) + realNodeProfileYAML),
+		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(50) + realNodeProfileYAML + extraProfiles),
 		ExtraClients: []devbundle.ExtraClient{
 			{Name: otherClient, MayAttestOwner: true},
 			{Name: plainClient},
