@@ -137,9 +137,9 @@ func TestWarmPool(t *testing.T) {
 	}
 	type adopted struct {
 		PodUID, ClaimUID, Controller types.UID
-		PodEnv, ClaimEnv, PodPool     string
-		ClaimPool                     string
-		ClaimOwners                   int
+		PodEnv, ClaimEnv, PodPool    string
+		ClaimPool                    string
+		ClaimOwners                  int
 	}
 	got := adopted{PodUID: pod.UID, ClaimUID: claim.UID, PodEnv: pod.Labels[executor.LabelEnvironmentUID], ClaimEnv: claim.Labels[executor.LabelEnvironmentUID],
 		PodPool: pod.Labels[executor.LabelPool], ClaimPool: claim.Labels[executor.LabelPool], ClaimOwners: len(claim.OwnerReferences)}
