@@ -23,6 +23,9 @@ const (
 	// maxKubeQPS bounds the client-side rate limit: beyond it a bug floods the API server
 	// faster than priority and fairness can shed it.
 	maxKubeQPS = 2000
+	// defaultWorkers reconcile concurrently: a pass waits on a few API requests, so a worker
+	// is mostly idle; 16 let warm pool adoptions keep up with a burst of Ensures.
+	defaultWorkers = 16
 	// defaultKubeQPS and defaultKubeBurst are the controller's client-side rate limit: a new
 	// environment costs about five requests (its object, the Ensure's status write, the
 	// claim and Pod — or an adoption's two relabels — and the pass's status write), so
@@ -94,7 +97,7 @@ func DefaultConfig() Config {
 		HighWaterConfigMap:     "execplane-security-high-water",
 		ProfilesFile:           "/etc/execplane/profiles/profiles.yaml",
 		ExecutorServiceAccount: "execplane-executor",
-		Workers:                4,
+		Workers:                defaultWorkers,
 		KubeQPS:                defaultKubeQPS,
 		KubeBurst:              defaultKubeBurst,
 		ResyncPeriod:           10 * time.Minute,

@@ -105,8 +105,10 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 }
 
 // create makes the environment object when it does not exist, within the profile's
-// capacity. Capacity is exact within the leader: creations are serialised and counted
-// together with objects the cache has not delivered yet.
+// capacity. Capacity is exact within the leader: a slot is reserved (counted together with
+// objects the cache has not delivered yet) before the create and given back if it fails;
+// the create itself runs outside that lock, so that Ensures of different bindings do not
+// wait for each other's requests. Identical calls serialise on the name.
 func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHash, fingerprint, digest string) (bool, error) {
 	// The cache answers a replay without a request; a miss is settled by the create itself
 	// (AlreadyExists), so a new environment costs one request, not a read before it.
@@ -117,23 +119,11 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 	if cached() {
 		return false, nil
 	}
-	s.capMu.Lock()
-	defer s.capMu.Unlock()
-	// An identical call may have created it while this one waited: it needs no slot.
-	if _, mine := s.created[name]; mine || cached() {
-		return false, nil
-	}
-	entry, _ := s.cfg.Profiles.Get(in.Profile)
-	if n, err := s.count(in.Profile); err != nil {
+	unlock := s.locks.lock(name)
+	defer unlock()
+	reserved, err := s.reserve(ctx, name, in.Profile)
+	if err != nil || !reserved {
 		return false, err
-	} else if int64(n) >= entry.Spec.MaxEnvironments {
-		// At capacity: an environment the cache has not shown yet needs no slot either.
-		if _, err := s.client().Get(ctx, name, metav1.GetOptions{}); err == nil {
-			return false, nil
-		} else if !apierrors.IsNotFound(err) {
-			return false, err
-		}
-		return false, fmt.Errorf("%w: profile %s is at its capacity of %d environments", apierror.ErrLimitExceeded, in.Profile, entry.Spec.MaxEnvironments)
 	}
 	env := &executionv1alpha1.ExecutionEnvironment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace,
@@ -144,14 +134,44 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 			BindingID: in.BindingID, RequestFingerprint: fingerprint, Profile: in.Profile, ProfileDigest: digest,
 		},
 	}
-	_, err := s.client().Create(ctx, env, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
+	if _, err := s.client().Create(ctx, env, metav1.CreateOptions{}); err != nil {
+		s.capMu.Lock()
+		delete(s.created, name)
+		s.capMu.Unlock()
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// reserve takes a capacity slot of the profile for name: false when the environment
+// already exists (created here, or shown by the cache), an error at capacity.
+func (s *Store) reserve(ctx context.Context, name, profile string) (bool, error) {
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	if _, mine := s.created[name]; mine {
 		return false, nil
 	}
+	if _, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name); err == nil {
+		return false, nil
+	}
+	entry, _ := s.cfg.Profiles.Get(profile)
+	n, err := s.count(profile)
 	if err != nil {
 		return false, err
 	}
-	s.created[name] = in.Profile
+	if int64(n) >= entry.Spec.MaxEnvironments {
+		// At capacity: an environment the cache has not shown yet needs no slot either.
+		if _, err := s.client().Get(ctx, name, metav1.GetOptions{}); err == nil {
+			return false, nil
+		} else if !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		return false, fmt.Errorf("%w: profile %s is at its capacity of %d environments", apierror.ErrLimitExceeded, profile, entry.Spec.MaxEnvironments)
+	}
+	s.created[name] = profile
 	return true, nil
 }
 
