@@ -17,8 +17,9 @@ import (
 // Event reasons the controller records on an ExecutionEnvironment: a fixed vocabulary that
 // operators can filter on (kubectl get events --field-selector reason=Fenced).
 const (
-	EventWorkspaceCreated    = "WorkspaceCreated"
-	EventExecutorCreated     = "ExecutorCreated"
+	// EventCreated names what one pass created (a claim, an executor Pod, or both): one
+	// Event, not one per object, since each is an API write.
+	EventCreated             = "Created"
 	EventAdopted             = "Adopted"
 	EventAdoptedFromPool     = "AdoptedFromPool"
 	EventFenced              = "Fenced"

@@ -170,7 +170,7 @@ func (p *pass) createPVC(ctx context.Context) error {
 	failpoint.Inject(failAfterPVCCreate)
 	p.status.PVC = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
 	p.o.pvc = created
-	p.r.recorder.Eventf(p.env, corev1.EventTypeNormal, EventWorkspaceCreated, "created workspace claim %s", created.Name)
+	p.created = append(p.created, "workspace claim "+created.Name)
 	return nil
 }
 
@@ -190,7 +190,7 @@ func (p *pass) createPod(ctx context.Context, ordinal int64, failName string) er
 	failpoint.Inject(failName)
 	p.status.Pod = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
 	p.o.pod = created
-	p.r.recorder.Eventf(p.env, corev1.EventTypeNormal, EventExecutorCreated, "created executor Pod %s", created.Name)
+	p.created = append(p.created, "executor Pod "+created.Name)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,12 @@ const (
 	fenceExecutorVanished  = "the recorded executor Pod vanished before its termination was observed"
 )
 
+// Backoff of a pass that lost its status write's compare-and-swap, per environment.
+const (
+	conflictBackoffBase = 20 * time.Millisecond
+	conflictBackoffMax  = 5 * time.Second
+)
+
 // Failpoint before a pass's status write (used with the stop action to hold a stale view).
 const failBeforeStatusWrite = "before-status-write"
 
@@ -74,10 +81,12 @@ type Reconciler struct {
 	pvcIndex cache.Indexer
 	pools    *pools
 	queue    workqueue.TypedRateLimitingInterface[string]
-	synced   []cache.InformerSynced
-	start    func(<-chan struct{})
-	ready    atomic.Bool
-	managed  labels.Selector
+	// conflicts is the per-key backoff of passes that lost a status write's CAS.
+	conflicts workqueue.TypedRateLimiter[string]
+	synced    []cache.InformerSynced
+	start     func(<-chan struct{})
+	ready     atomic.Bool
+	managed   labels.Selector
 	// recorder writes Events; set by Initialize.
 	recorder record.EventRecorder
 	// written maps a key to the resourceVersion its last successful write was based on.
@@ -101,9 +110,10 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 		cfg.Now = time.Now
 	}
 	managed := labels.SelectorFromSet(labels.Set{executor.LabelManagedBy: "execplane-controller"})
-	execFactory := execinformers.NewSharedInformerFactoryWithOptions(cfg.Execution, cfg.ResyncPeriod, execinformers.WithNamespace(cfg.Namespace))
+	execFactory := execinformers.NewSharedInformerFactoryWithOptions(cfg.Execution, cfg.ResyncPeriod, execinformers.WithNamespace(cfg.Namespace),
+		execinformers.WithTransform(slim))
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, cfg.ResyncPeriod, informers.WithNamespace(cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed.String() }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed.String() }), informers.WithTransform(slim))
 	envInf := execFactory.Execution().V1alpha1().ExecutionEnvironments()
 	podInf := kubeFactory.Core().V1().Pods()
 	pvcInf := kubeFactory.Core().V1().PersistentVolumeClaims()
@@ -112,8 +122,9 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 		envs: envInf.Lister(), pods: podInf.Lister(), pvcs: pvcInf.Lister(), podsByEnv: podInf.Informer().GetIndexer(), pvcIndex: pvcInf.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "executionenvironments"}),
-		synced: []cache.InformerSynced{envInf.Informer().HasSynced, podInf.Informer().HasSynced, pvcInf.Informer().HasSynced},
-		start:  func(stop <-chan struct{}) { execFactory.Start(stop); kubeFactory.Start(stop) },
+		conflicts: workqueue.NewTypedItemExponentialFailureRateLimiter[string](conflictBackoffBase, conflictBackoffMax),
+		synced:    []cache.InformerSynced{envInf.Informer().HasSynced, podInf.Informer().HasSynced, pvcInf.Informer().HasSynced},
+		start:     func(stop <-chan struct{}) { execFactory.Start(stop); kubeFactory.Start(stop) },
 	}
 	r.pools = newPools(r, cfg.PoolMetrics)
 	if err := podInf.Informer().AddIndexers(cache.Indexers{indexEnvironment: environmentIndex, indexPool: poolIndex}); err != nil {
@@ -231,8 +242,14 @@ func (r *Reconciler) worker(ctx context.Context) {
 		switch {
 		case err == nil:
 			r.queue.Forget(key)
+			r.conflicts.Forget(key)
 		case apierrors.IsConflict(err):
-			r.queue.AddRateLimited(key) // another write won the CAS: re-read and retry
+			// Another write won the CAS (the store's, on a new environment, nearly always):
+			// its watch event brings the key back; this retry, with a backoff of its own,
+			// only guards against missing it. Not the queue's rate limiter: its overall
+			// bucket (10 a second) would make every such race wait behind all the others.
+			r.queue.Forget(key)
+			r.queue.AddAfter(key, r.conflicts.When(key))
 		default:
 			r.log.Warn("reconcile failed", logging.KeyEnvironment, key, logging.KeyError, err)
 			r.queue.AddRateLimited(key)
@@ -257,6 +274,8 @@ type pass struct {
 	deleted     bool
 	// wake asks for another pass after this long (the idle policy's next deadline); 0: none.
 	wake time.Duration
+	// created names the objects this pass created, for its one Created Event.
+	created []string
 }
 
 // Reconcile performs one pass for namespace/name: the claim, then the Pod, termination
@@ -369,7 +388,11 @@ func (p *pass) run(ctx context.Context) error {
 	if err := p.settleTermination(ctx); err != nil {
 		return err
 	}
-	return p.stepLifecycle(ctx)
+	err = p.stepLifecycle(ctx)
+	if len(p.created) > 0 {
+		p.record(false, EventCreated, "created %s", strings.Join(p.created, " and "))
+	}
+	return err
 }
 
 // mayCreate: new objects only for a current profile, a healthy fence and no deletion.

@@ -34,6 +34,12 @@ type sessionHelper struct {
 	wait  chan error
 }
 
+// testSessionHeartbeat is the tests' session heartbeat: a session silent for three of them
+// is broken. At 200 ms, a 5 MiB write under the race detector on a loaded CI machine once
+// starved the helper's heartbeats past 600 ms and the session was closed as silent; no test
+// here is about silence detection (the gateway's tests are).
+const testSessionHeartbeat = time.Second
+
 func openSession(t testing.TB, root string) *sessionHelper {
 	t.Helper()
 	cmd := exec.Command(helperBin, "--session", "--root", root)
@@ -53,7 +59,7 @@ func openSession(t testing.TB, root string) *sessionHelper {
 	h := &sessionHelper{cmd: cmd, stdin: stdin, wait: make(chan error, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h.s, err = session.Open(ctx, session.Config{Heartbeat: 200 * time.Millisecond}, stdin, stdout, func() {})
+	h.s, err = session.Open(ctx, session.Config{Heartbeat: testSessionHeartbeat}, stdin, stdout, func() {})
 	if err != nil {
 		cmd.Process.Kill()
 		t.Fatalf("open: %v (stderr %q)", err, stderr.String())

@@ -153,7 +153,7 @@ func startSystemProfiles(t *testing.T, extraProfiles string, n int, gatewayArgs 
 			{Name: plainClient},
 			{Name: scopedAdmin, Administrator: true, AdministratorFor: []string{"spiffe://" + devbundle.DefaultTrustDomain + "/client/" + otherClient}},
 		},
-		ControllerArgs: append([]string{"--identity", "controller-0", "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms"}, verbose...),
+		ControllerArgs: append([]string{"--identity", "controller-0", "--lease-duration", "15s", "--renew-deadline", "10s", "--retry-period", "2s"}, verbose...),
 		GatewayArgs:    append(append(verbose, sessionsArgs()...), gatewayArgs...),
 		Logs: func(name string) io.Writer {
 			mu.Lock()

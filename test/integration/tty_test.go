@@ -102,12 +102,19 @@ func TestCLITerminal(t *testing.T) {
 	p.keys("exit 4", "Enter")
 	p.waitFor("execctl-exit=4", 1)
 	// The local terminal is cooked again (icanon on, as stty -a shows it: one line).
-	s := p.screen()
+	// stty runs after execctl has printed its exit: wait for its answer, not just for the
+	// line before it (CI once captured the screen in between).
+	var s string
+	var after []string
+	clustertest.Eventually(t, 20*time.Second, "stty's answer after execctl's exit", func() bool {
+		s = p.screen()
+		after = strings.Fields(s[strings.Index(s, "execctl-exit=4"):])
+		return len(after) >= 2
+	})
 	if strings.Contains(s, "\nslept") {
 		t.Fatalf("the interrupted job went on:\n%s", s)
 	}
-	after := s[strings.Index(s, "execctl-exit=4"):]
-	if lines := strings.Fields(after); len(lines) < 2 || lines[1] != "1" {
+	if after[1] != "1" {
 		t.Fatalf("the local terminal was not given back in canonical mode:\n%s", s)
 	}
 }
