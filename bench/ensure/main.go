@@ -79,6 +79,8 @@ func profilesYAML(pool int) string {
 
 type options struct {
 	n, pool                     int
+	poolOnly                    bool
+	qps                         int
 	volumeDelay, podDelay       time.Duration
 	controller, gateway, helper string
 }
@@ -100,6 +102,8 @@ func run(ctx context.Context, args []string) error {
 	var o options
 	fs := flag.NewFlagSet("bench/ensure", flag.ContinueOnError)
 	fs.IntVar(&o.n, "n", 20, "samples per side")
+	fs.IntVar(&o.qps, "controller-qps", 1000, "the controller's client-side limit towards the API server (--kube-api-qps; burst twice that), as make bench-controller runs it")
+	fs.BoolVar(&o.poolOnly, "pool-only", false, "measure the warm pool only (no raw, cold or resume samples)")
 	fs.IntVar(&o.pool, "pool", 500, "the pooled profile's warm pool size (and how many Ensures drain it)")
 	fs.DurationVar(&o.volumeDelay, "volume-bind-delay", time.Second, "the fake node's delay before a claim's volume is provisioned")
 	fs.DurationVar(&o.podDelay, "pod-start-delay", 2*time.Second, "the fake node's delay before a scheduled Pod is Ready")
@@ -136,7 +140,8 @@ func run(ctx context.Context, args []string) error {
 	}
 	sys, err := devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(dir, "system"),
 		ControllerBin: o.controller, GatewayBin: o.gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
-		Profiles: []byte(profilesYAML(o.pool))})
+		Profiles:       []byte(profilesYAML(o.pool)),
+		ControllerArgs: []string{"--kube-api-qps", strconv.Itoa(o.qps), "--kube-api-burst", strconv.Itoa(2 * o.qps)}})
 	if err != nil {
 		return err
 	}
@@ -173,6 +178,9 @@ func run(ctx context.Context, args []string) error {
 	logf("measuring %d samples per side", o.n)
 	var raw, cold, resume latencies
 	for i := range o.n + 1 { // the first round warms up and is not counted
+		if o.poolOnly {
+			break
+		}
 		sides := []func() (time.Duration, error){
 			func() (time.Duration, error) { return b.raw(ctx, i) },
 			func() (time.Duration, error) { return b.cold(ctx, i) },
@@ -448,9 +456,16 @@ func report(w io.Writer, o options, raw, cold, resume latencies, pool poolFigure
 	}{{"raw: create the claim and the Pod, watch until Ready", raw}, {"cold: EnsureEnvironment → Ready (Go SDK)", cold}, {"resume: ResumeEnvironment → Ready (Go SDK)", resume},
 		{"pool hit, concurrency 1: EnsureEnvironment → Ready (Go SDK)", pool.one},
 		{fmt.Sprintf("pool hit, concurrency %d: EnsureEnvironment → Ready (Go SDK)", poolConcurrency), pool.fifty}} {
-		fmt.Fprintf(w, "| %s | %s | %s |\n", r.name, ms(r.l.quantile(0.5)), ms(r.l.quantile(0.99)))
+		if len(r.l) > 0 {
+			fmt.Fprintf(w, "| %s | %s | %s |\n", r.name, ms(r.l.quantile(0.5)), ms(r.l.quantile(0.99)))
+		}
 	}
-	ratio := func(a, b latencies) float64 { return float64(a.quantile(0.5)) / float64(b.quantile(0.5)) }
+	ratio := func(a, b latencies) float64 {
+		if len(a) == 0 || len(b) == 0 {
+			return 0
+		}
+		return float64(a.quantile(0.5)) / float64(b.quantile(0.5))
+	}
 	fmt.Fprintf(w, "\n**cold ÷ raw (p50): %.2f**   resume ÷ cold (p50): %.2f   pool hit ÷ cold (p50): %.3f\n", ratio(cold, raw), ratio(resume, cold), ratio(pool.one, cold))
 	fmt.Fprintf(w, "\n**drain: %d Ensures at concurrency %d from a full pool of %d, all Ready in %s: %.0f claims/s** (controller: %.0f hits, %.0f misses)\n",
 		pool.drained, poolConcurrency, o.pool, pool.drain.Round(time.Millisecond), float64(pool.drained)/pool.drain.Seconds(), pool.hits, pool.misses)
