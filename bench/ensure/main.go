@@ -299,13 +299,16 @@ func (b *bench) measurePool(ctx context.Context, sys *devsystem.System, o option
 	if err := full(); err != nil {
 		return f, err
 	}
-	hits := fmt.Sprintf(`execplane_controller_pool_adoptions_total{profile="%s",result="hit"}`, pooledName)
-	misses := fmt.Sprintf(`execplane_controller_pool_adoptions_total{profile="%s",result="miss"}`, pooledName)
-	h0, err := sys.Controller.Metric(ctx, hits)
-	if err != nil {
-		return f, err
+	// adoptions reads the controller's hit and miss counters of the pooled profile.
+	adoptions := func() (hits, misses float64, err error) {
+		read := func(result string) float64 {
+			v, rerr := sys.Controller.Metric(ctx, fmt.Sprintf(`execplane_controller_pool_adoptions_total{profile="%s",result="%s"}`, pooledName, result))
+			err = errors.Join(err, rerr)
+			return v
+		}
+		return read("hit"), read("miss"), err
 	}
-	m0, err := sys.Controller.Metric(ctx, misses)
+	h0, m0, err := adoptions()
 	if err != nil {
 		return f, err
 	}
@@ -314,11 +317,7 @@ func (b *bench) measurePool(ctx context.Context, sys *devsystem.System, o option
 		return f, err
 	}
 	f.drained = o.pool
-	h1, err := sys.Controller.Metric(ctx, hits)
-	if err != nil {
-		return f, err
-	}
-	m1, err := sys.Controller.Metric(ctx, misses)
+	h1, m1, err := adoptions()
 	if err != nil {
 		return f, err
 	}

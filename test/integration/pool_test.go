@@ -32,23 +32,9 @@ const (
 // pooledProfilesYAML is the two pooled profiles with pools of the given sizes (0: none);
 // capacity 300 environments each.
 func pooledProfilesYAML(kwok, real int) string {
-	shape := func(name, image, class string, size int) string {
-		return fmt.Sprintf(`  %s:
-    image: %s
-    storageClass: %s
-    storageSize: 1Gi
-    memoryLimit: 64Mi
-    tmpSizeLimit: 16Mi
-    maxFileBytes: 1048576
-    maxCommandBytes: 65536
-    maxCommandDuration: 5m
-    maxEnvironments: 300
-    warmPool:
-      size: %d
-`, name, image, class, size)
-	}
-	return shape(pooledProfile, "registry.example/python:3.13", "kwok-volume", kwok) +
-		shape(pooledRealNodeProfile, devimage.ExecutorRef, devcluster.StorageClassName, real) + devcluster.RealNodePlacement
+	pool := func(size int) string { return fmt.Sprintf("    warmPool:\n      size: %d\n", size) }
+	return profileYAML(pooledProfile, "registry.example/python:3.13", "kwok-volume", 300, pool(kwok)) +
+		profileYAML(pooledRealNodeProfile, devimage.ExecutorRef, devcluster.StorageClassName, 300, pool(real)+devcluster.RealNodePlacement)
 }
 
 // waitPool waits until profile's pool holds n ready members (Pod running, claim bound) and

@@ -79,7 +79,12 @@ const (
 // profiletest profile's limits), beside profiletest's on the fake nodes.
 const realNodeProfile = "real-node"
 
-var realNodeProfileYAML = fmt.Sprintf(`  %s:
+var realNodeProfileYAML = profileYAML(realNodeProfile, devimage.ExecutorRef, devcluster.StorageClassName, 50, devcluster.RealNodePlacement)
+
+// profileYAML is a profiles-file entry with profiletest's limits: an image, a storage
+// class, a capacity, and extra lines (placement, a warm pool).
+func profileYAML(name, image, class string, capacity int, extra string) string {
+	return fmt.Sprintf(`  %s:
     image: %s
     storageClass: %s
     storageSize: 1Gi
@@ -88,8 +93,9 @@ var realNodeProfileYAML = fmt.Sprintf(`  %s:
     maxFileBytes: 1048576
     maxCommandBytes: 65536
     maxCommandDuration: 5m
-    maxEnvironments: 50
-`, realNodeProfile, devimage.ExecutorRef, devcluster.StorageClassName) + devcluster.RealNodePlacement
+    maxEnvironments: %d
+`, name, image, class, capacity) + extra
+}
 
 // system is one deployment in its own namespaces: ns for the control plane, executors for
 // the environments and their Pods (the chart's shape).
