@@ -108,8 +108,8 @@ bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000)
 
 .PHONY: bench-ensure
-bench-ensure: build ## Ensure → Ready on a fake node with a real cluster's delays (1 s volume bind, 2 s Pod start): cold ÷ raw PVC + Pod, resume ÷ cold (docs/benchmarks.md).
-	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/ensure $(BENCH_ARGS)
+bench-ensure: build bin/pause node-packages ## Ensure → Ready (cold ÷ raw PVC + Pod, resume, warm pool hits and claims/s) on a fake node with a real cluster's delays; BENCH_ARGS="-node real -pool 20" on the real node (docs/benchmarks.md).
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) $(GO) run ./bench/ensure $(BENCH_ARGS)
 
 .PHONY: bench-gateway
 bench-gateway: build bin/pause node-packages ## Gateway overhead on the fake and the real node: data calls, 5 MiB transfers, streamed command output and RPC/s, each ÷ its baseline (docs/benchmarks.md).

@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devimage"
 	"github.com/execplane/execplane/internal/dev/devsystem"
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/internal/kube"
@@ -60,10 +61,23 @@ const (
 	poolConcurrency = 50
 )
 
-func profilesYAML(pool int) string {
+// Node kinds the executors run on.
+const (
+	nodeFake = "fake"
+	nodeReal = "real"
+)
+
+// profilesYAML is the two profiles for the node kind: on the fake node the image is a name
+// (the node exec endpoint runs the helper as a local process); on the real node, the
+// example executor image in a container.
+func profilesYAML(node string, pool int) string {
+	image, placement := "registry.example/bench:1", ""
+	if node == nodeReal {
+		image, placement = devimage.ExecutorRef, devcluster.RealNodePlacement
+	}
 	shape := func(name string, extra string) string {
 		return fmt.Sprintf(`  %s:
-    image: registry.example/bench:1
+    image: %s
     storageClass: %s
     storageSize: 1Gi
     memoryLimit: 256Mi
@@ -72,7 +86,7 @@ func profilesYAML(pool int) string {
     maxCommandBytes: 65536
     maxCommandDuration: 1m
     maxEnvironments: 5000
-%s`, name, devcluster.StorageClassName, extra)
+%s%s`, name, image, devcluster.StorageClassName, extra, placement)
 	}
 	return "profiles:\n" + shape(profileName, "") + shape(pooledName, fmt.Sprintf("    warmPool:\n      size: %d\n", pool))
 }
@@ -81,6 +95,7 @@ type options struct {
 	n, pool                     int
 	poolOnly                    bool
 	qps                         int
+	node, pause                 string
 	volumeDelay, podDelay       time.Duration
 	controller, gateway, helper string
 }
@@ -102,6 +117,8 @@ func run(ctx context.Context, args []string) error {
 	var o options
 	fs := flag.NewFlagSet("bench/ensure", flag.ContinueOnError)
 	fs.IntVar(&o.n, "n", 20, "samples per side")
+	fs.StringVar(&o.node, "node", nodeFake, "where executors run: fake (KWOK with the delays below) or real (kubelet, containerd, runc; no delays added)")
+	fs.StringVar(&o.pause, "pause", filepath.Join(root, "bin/pause"), "the real node's sandbox binary (make bin/pause)")
 	fs.IntVar(&o.qps, "controller-qps", 1000, "the controller's client-side limit towards the API server (--kube-api-qps; burst twice that), as make bench-controller runs it")
 	fs.BoolVar(&o.poolOnly, "pool-only", false, "measure the warm pool only (no raw, cold or resume samples)")
 	fs.IntVar(&o.pool, "pool", 500, "the pooled profile's warm pool size (and how many Ensures drain it)")
@@ -123,10 +140,23 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	logf("starting the local cluster (volume bind delay %s, Pod start delay %s)", o.volumeDelay, o.podDelay)
-	c, err := devcluster.Start(ctx, devcluster.Options{StateDir: filepath.Join(dir, "cluster"),
-		ImageFiles:      map[string]string{devcluster.HelperImagePath: o.helper},
-		VolumeBindDelay: o.volumeDelay, PodStartDelay: o.podDelay})
+	copts := devcluster.Options{StateDir: filepath.Join(dir, "cluster"), ImageFiles: map[string]string{devcluster.HelperImagePath: o.helper}}
+	switch o.node {
+	case nodeFake:
+		copts.VolumeBindDelay, copts.PodStartDelay = o.volumeDelay, o.podDelay
+		logf("starting the local cluster (volume bind delay %s, Pod start delay %s)", o.volumeDelay, o.podDelay)
+	case nodeReal:
+		archive := filepath.Join(dir, "images.tar")
+		if err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.helper, Pause: o.pause, Busybox: devimage.BusyboxPath}); err != nil {
+			return err
+		}
+		copts.RealNode = &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef}
+		o.volumeDelay, o.podDelay = 0, 0
+		logf("starting the local cluster with the real node (executors run there)")
+	default:
+		return fmt.Errorf("-node: %q is neither %s nor %s", o.node, nodeFake, nodeReal)
+	}
+	c, err := devcluster.Start(ctx, copts)
 	if err != nil {
 		return err
 	}
@@ -140,7 +170,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	sys, err := devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, Dir: filepath.Join(dir, "system"),
 		ControllerBin: o.controller, GatewayBin: o.gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
-		Profiles:       []byte(profilesYAML(o.pool)),
+		Profiles:       []byte(profilesYAML(o.node, o.pool)),
 		ControllerArgs: []string{"--kube-api-qps", strconv.Itoa(o.qps), "--kube-api-burst", strconv.Itoa(2 * o.qps)}})
 	if err != nil {
 		return err
@@ -159,7 +189,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	reg, err := profile.Parse([]byte(profilesYAML(o.pool)))
+	reg, err := profile.Parse([]byte(profilesYAML(o.node, o.pool)))
 	if err != nil {
 		return err
 	}
@@ -446,7 +476,11 @@ func (l latencies) quantile(q float64) time.Duration {
 
 func report(w io.Writer, o options, raw, cold, resume latencies, pool poolFigures) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(w, "\nEnsure → Ready on the fake node with a volume bind delay of %s and a Pod start delay of %s, concurrency 1, %d samples per side\n\n", o.volumeDelay, o.podDelay, o.n)
+	if o.node == nodeReal {
+		fmt.Fprintf(w, "\nEnsure → Ready on the real node (kubelet, containerd, runc), concurrency 1, %d samples per side\n\n", o.n)
+	} else {
+		fmt.Fprintf(w, "\nEnsure → Ready on the fake node with a volume bind delay of %s and a Pod start delay of %s, concurrency 1, %d samples per side\n\n", o.volumeDelay, o.podDelay, o.n)
+	}
 	fmt.Fprintln(w, "| path | p50 ms | p99 ms |")
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, r := range []struct {
