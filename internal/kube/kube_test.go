@@ -1,9 +1,12 @@
 package kube
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestResourceOf(t *testing.T) {
@@ -55,5 +58,24 @@ current-context: x
 	}
 	if !c.Lease.CoordinationV1().RESTClient().GetRateLimiter().TryAccept() {
 		t.Fatal("the Lease client waits behind the work clients' limiter")
+	}
+}
+
+// A wait the client-side limiter refuses because it would outlast the caller's deadline is
+// context.DeadlineExceeded (a retryable deadline at the gRPC edge), not an untyped error
+// that would reach the caller as Internal; a token that is there is taken at once.
+func TestLimiterRefusalIsADeadline(t *testing.T) {
+	l := newLimiter(1, 1)
+	if err := l.Wait(t.Context()); err != nil {
+		t.Fatalf("the first token: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	err := l.Wait(ctx) // the next token is a second away: past the deadline
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait past the deadline answered %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the refusal waited for the deadline instead of answering at once")
 	}
 }
