@@ -31,6 +31,10 @@ const (
 	// poolCreateBurst bounds the pairs one pool pass creates: a pool of thousands fills in
 	// steps that leave the API server to environments being ensured meanwhile.
 	poolCreateBurst = 50
+	// poolCreatedGrace is how long a pair this process created counts as a member before
+	// the cache shows it: far longer than a watch event takes, and short enough that a
+	// create that never landed is made good soon.
+	poolCreatedGrace = 30 * time.Second
 	// poolRefillRetry is when a pool pass that could not finish its work runs again.
 	poolRefillRetry = time.Second
 	// poolAdoptAttempts bounds the pool members one pass tries to claim: each loses only to
@@ -123,6 +127,16 @@ type pools struct {
 	cold map[types.UID]bool
 	// readySeen holds the pool Pods whose readiness is counted in the refill histogram.
 	readySeen map[types.UID]bool
+	// created holds pairs this process created that the cache has not shown yet, with when:
+	// counted as members, so that a pass running before the cache catches up does not
+	// create the same shortfall twice.
+	created map[string]createdPair
+}
+
+// createdPair is a pair this process created: its profile and when.
+type createdPair struct {
+	profile string
+	at      time.Time
 }
 
 func newPools(r *Reconciler, m *PoolMetrics) *pools {
@@ -133,7 +147,7 @@ func newPools(r *Reconciler, m *PoolMetrics) *pools {
 		r: r, log: r.log.Named("pool"), metrics: m,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "warmpools"}),
-		taken: map[string]bool{}, claimed: map[types.UID]*corev1.Pod{}, cold: map[types.UID]bool{}, readySeen: map[types.UID]bool{},
+		taken: map[string]bool{}, claimed: map[types.UID]*corev1.Pod{}, cold: map[types.UID]bool{}, readySeen: map[types.UID]bool{}, created: map[string]createdPair{},
 	}
 }
 
@@ -273,14 +287,17 @@ func (pl *pools) sync(ctx context.Context, name string) error {
 			again = true
 		}
 	}
-	if len(members) < want {
-		n := min(want-len(members), poolCreateBurst)
+	inFlight := pl.inFlight(name, hasClaim)
+	if len(members)+inFlight < want {
+		n := min(want-len(members)-inFlight, poolCreateBurst)
 		for range n {
 			if err := pl.createPair(ctx, entry); err != nil {
 				return err
 			}
 		}
-		again = again || len(members)+n < want
+		again = again || len(members)+inFlight+n < want
+	} else if inFlight > 0 {
+		again = true // until the cache shows them
 	}
 	pl.metrics.target.WithLabelValues(name).Set(float64(want))
 	pl.metrics.members.WithLabelValues(name, "ready").Set(float64(ready))
@@ -289,6 +306,24 @@ func (pl *pools) sync(ctx context.Context, name string) error {
 		pl.queue.AddAfter(name, poolRefillRetry)
 	}
 	return nil
+}
+
+// inFlight counts the pairs created here that the cache does not show yet (seen: the
+// pool's claims in the cache), forgetting those it shows and those past the grace.
+func (pl *pools) inFlight(profile string, seen map[string]bool) int {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	now, n := pl.r.cfg.Now(), 0
+	for pair, c := range pl.created {
+		switch {
+		case c.profile != profile:
+		case seen[pair] || now.Sub(c.at) > poolCreatedGrace:
+			delete(pl.created, pair)
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // members lists a pool's Pods and claims from the caches, leaving out Pods this process
@@ -414,6 +449,9 @@ func (pl *pools) createPair(ctx context.Context, entry profile.Entry) error {
 	if _, err := pl.r.cfg.Kube.CoreV1().PersistentVolumeClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	pl.mu.Lock()
+	pl.created[pair] = createdPair{profile: entry.Name, at: pl.r.cfg.Now()}
+	pl.mu.Unlock()
 	_, err = pl.r.cfg.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	return err
 }
