@@ -81,12 +81,25 @@ func executorReady(o observed) metav1.Condition {
 	if o.pod == nil {
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonMissing, "no executor Pod", o.generation)
 	}
-	for _, c := range o.pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && o.pod.DeletionTimestamp == nil {
-			return condition(executionv1alpha1.ConditionExecutorReady, true, reasonRunning, "the executor Pod is ready", o.generation)
-		}
+	if podReady(o.pod) {
+		return condition(executionv1alpha1.ConditionExecutorReady, true, reasonRunning, "the executor Pod is ready", o.generation)
 	}
 	return condition(executionv1alpha1.ConditionExecutorReady, false, reasonNotRunning, "the executor Pod is not ready", o.generation)
+}
+
+// podReady: the Pod's Ready condition is true and it is not being deleted. The one
+// definition of a ready executor — for an environment's ExecutorReady and for a pool
+// member that may be adopted (an adopted pair is Ready by the same test at once).
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func fenced(o observed) metav1.Condition {

@@ -83,11 +83,7 @@ func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.Executi
 
 func (p *pass) observePVC(ctx context.Context) (presence, error) {
 	client := p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace)
-	name := executor.PVCName(p.env)
-	if p.status.PVC != nil {
-		name = p.status.PVC.Name // a claim adopted from the warm pool keeps its pool name
-	}
-	pvc, state, adopted, err := settle(ctx, p.env, &p.status.PVC, name, lookup[*corev1.PersistentVolumeClaim]{
+	pvc, state, adopted, err := settle(ctx, p.env, &p.status.PVC, p.claimName(), lookup[*corev1.PersistentVolumeClaim]{
 		cached: p.r.pvcs.PersistentVolumeClaims(p.env.Namespace).Get,
 		live: func(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
 			return client.Get(ctx, name, metav1.GetOptions{})
@@ -158,6 +154,15 @@ func (p *pass) podName() string {
 	return executor.PodName(p.env, 0)
 }
 
+// claimName is the environment's workspace claim: the recorded one (a claim adopted from
+// the warm pool keeps its pool name), or the one the cold path creates.
+func (p *pass) claimName() string {
+	if p.status.PVC != nil {
+		return p.status.PVC.Name
+	}
+	return executor.PVCName(p.env)
+}
+
 func (p *pass) createPVC(ctx context.Context) error {
 	pvc, err := executor.PVC(p.env, p.entry)
 	if err != nil {
@@ -175,11 +180,7 @@ func (p *pass) createPVC(ctx context.Context) error {
 }
 
 func (p *pass) createPod(ctx context.Context, ordinal int64, failName string) error {
-	o := executor.PodOptions{Ordinal: ordinal, ServiceAccount: p.r.cfg.Profiles.ExecutorServiceAccount()}
-	if p.status.PVC != nil {
-		o.Claim = p.status.PVC.Name
-	}
-	pod, err := executor.Pod(p.env, p.entry, o)
+	pod, err := executor.Pod(p.env, p.entry, executor.PodOptions{Ordinal: ordinal, ServiceAccount: p.r.cfg.Profiles.ExecutorServiceAccount(), Claim: p.claimName()})
 	if err != nil {
 		return err
 	}

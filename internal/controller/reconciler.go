@@ -73,11 +73,11 @@ type Reconciler struct {
 	log  hclog.Logger
 	envs execlisters.ExecutionEnvironmentLister
 	pods corelisters.PodLister
-	// podsByEnv indexes Pods by namespace/environment label, so that finding an
-	// environment's Pods costs its own Pods, not the namespace's.
-	podsByEnv cache.Indexer
-	pvcs      corelisters.PersistentVolumeClaimLister
-	// pvcIndex indexes claims by pool (podsByEnv does Pods by pool too).
+	// podIndex indexes Pods by namespace/environment label, so that finding an
+	// environment's Pods costs its own Pods, not the namespace's, and by pool.
+	podIndex cache.Indexer
+	pvcs     corelisters.PersistentVolumeClaimLister
+	// pvcIndex indexes claims by pool.
 	pvcIndex cache.Indexer
 	pools    *pools
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -119,7 +119,7 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	pvcInf := kubeFactory.Core().V1().PersistentVolumeClaims()
 	r := &Reconciler{
 		cfg: cfg, log: cfg.Logger.Named("reconciler"), managed: managed,
-		envs: envInf.Lister(), pods: podInf.Lister(), pvcs: pvcInf.Lister(), podsByEnv: podInf.Informer().GetIndexer(), pvcIndex: pvcInf.Informer().GetIndexer(),
+		envs: envInf.Lister(), pods: podInf.Lister(), pvcs: pvcInf.Lister(), podIndex: podInf.Informer().GetIndexer(), pvcIndex: pvcInf.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "executionenvironments"}),
 		conflicts: workqueue.NewTypedItemExponentialFailureRateLimiter[string](conflictBackoffBase, conflictBackoffMax),
@@ -442,7 +442,7 @@ func (r *Reconciler) protect(ctx context.Context, env *executionv1alpha1.Executi
 // ledger can record their end, and their finalizer would hold them forever. Workspace
 // claims are never deleted this way: a claim outlives any mistake about its environment.
 func (r *Reconciler) releaseOrphans(ctx context.Context, ns, name string, uid types.UID) error {
-	objs, err := r.podsByEnv.ByIndex(indexEnvironment, ns+"/"+name)
+	objs, err := r.podIndex.ByIndex(indexEnvironment, ns+"/"+name)
 	if err != nil {
 		return err
 	}

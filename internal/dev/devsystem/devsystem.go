@@ -366,26 +366,6 @@ func (p *Process) Metric(ctx context.Context, prefix string) (float64, error) {
 	return total, nil
 }
 
-// WaitMetric polls Metric until it reaches at least want, for at most d.
-func (p *Process) WaitMetric(ctx context.Context, prefix string, want float64, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for {
-		v, err := p.Metric(ctx, prefix)
-		if err == nil && v >= want {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("devsystem: %s %s stayed at %v, below %v: %w", p.Name, prefix, v, want, ctx.Err())
-		case <-time.After(metricPoll):
-		}
-	}
-}
-
-// metricPoll is how often WaitMetric reads the metrics.
-const metricPoll = 100 * time.Millisecond
-
 func (p *Process) get(ctx context.Context, path string) (string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
