@@ -242,6 +242,11 @@ type poolFigures struct {
 	drained      int
 	drain        time.Duration
 	hits, misses float64
+	// drainCost is the API server's requests from the drain's first call until the pool
+	// is full again: the claims and their refill.
+	drainCost requestCost
+	// events are the namespace's Events by source and reason, at the end.
+	events string
 }
 
 // measurePool measures Ensure → Ready from the warm pool: n samples at concurrency 1,
@@ -377,6 +382,10 @@ func (b *bench) measurePool(ctx context.Context, sys *devsystem.System, o option
 	if err != nil {
 		return f, err
 	}
+	before, err := requestCounts(ctx, b.kube)
+	if err != nil {
+		return f, err
+	}
 	logf("draining the pool: %d Ensures at concurrency %d", o.pool, poolConcurrency)
 	if _, f.drain, err = parallel(o.pool); err != nil {
 		return f, err
@@ -387,6 +396,17 @@ func (b *bench) measurePool(ctx context.Context, sys *devsystem.System, o option
 		return f, err
 	}
 	f.hits, f.misses = h1-h0, m1-m0
+	if err := full(); err != nil {
+		return f, err
+	}
+	after, err := requestCounts(ctx, b.kube)
+	if err != nil {
+		return f, err
+	}
+	f.drainCost = costBetween(before, after, o.pool)
+	if f.events, err = eventSources(ctx, b.kube, b.ns); err != nil {
+		return f, err
+	}
 	return f, nil
 }
 
@@ -534,9 +554,15 @@ func report(w io.Writer, o options, raw, cold, resume latencies, pool poolFigure
 		}
 		return float64(a.quantile(0.5)) / float64(b.quantile(0.5))
 	}
-	fmt.Fprintf(w, "\n**cold ÷ raw (p50): %.2f**   resume ÷ cold (p50): %.2f   pool hit ÷ cold (p50): %.3f\n", ratio(cold, raw), ratio(resume, cold), ratio(pool.one, cold))
+	if len(cold) > 0 {
+		fmt.Fprintf(w, "\n**cold ÷ raw (p50): %.2f**   resume ÷ cold (p50): %.2f   pool hit ÷ cold (p50): %.3f\n", ratio(cold, raw), ratio(resume, cold), ratio(pool.one, cold))
+	}
 	fmt.Fprintf(w, "\n**drain: %d Ensures at concurrency %d from a full pool of %d, all Ready in %s: %.0f claims/s** (controller: %.0f hits, %.0f misses)\n",
 		pool.drained, poolConcurrency, o.pool, pool.drain.Round(time.Millisecond), float64(pool.drained)/pool.drain.Seconds(), pool.hits, pool.misses)
+	pool.drainCost.write(w, "the drain and the refill to a full pool (the full-pool check's own lists included)")
+	if pool.events != "" {
+		fmt.Fprintf(w, "\nEvents in the namespace at the end, by source and reason: %s\n", pool.events)
+	}
 }
 
 func logf(format string, args ...any) {

@@ -20,6 +20,7 @@ import (
 	"github.com/execplane/execplane/internal/failpoint"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/profile/profiletest"
+	"github.com/execplane/execplane/pkg/store"
 )
 
 // pooledYAML is the test profile with a warm pool of size, and extra lines of profile
@@ -223,6 +224,52 @@ func TestInterruptedAdoptionIsFinished(t *testing.T) {
 			}
 			if refilled := g.waitPool(t, 1, g.entry.Digest); refilled[0] == members[0] {
 				t.Fatalf("the adopted pair is pooled again")
+			}
+		})
+	}
+}
+
+// Ensure through a store whose Provisioner is the reconciler: a pool hit is recorded and
+// answered Ready by Ensure's own status write — the reference, the adopted pair and the
+// conditions in one compare-and-swap, which no pass writes after; with no pool, the same
+// write records the cold path's claim and Pod, created in place.
+func TestEnsureProvisionsInItsOwnWrite(t *testing.T) {
+	for _, size := range []int{1, 0} {
+		t.Run(fmt.Sprintf("pool-%d", size), func(t *testing.T) {
+			g := newRig(t)
+			profiles := pooledYAML(size, "")
+			g.runReconciler(t, profiles)
+			members := g.waitPool(t, size, g.entry.Digest)
+			reg, _ := profiletest.Registry(t, profiles)
+			st, err := store.New(store.Config{Execution: g.exec, Kube: g.c.Kube(), Environments: g.r.Environments(), Namespace: g.ns, Profiles: reg,
+				Finalizer: controller.EnvironmentFinalizer, Provisioner: g.r})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := st.Ensure(g.ctx, store.EnsureInput{Caller: store.Caller{Client: "spiffe://execplane.test/agent", Capabilities: store.Capabilities{MayAttestOwner: true}},
+				OperationID: "ensure-1", Owner: store.Owner{Issuer: "https://issuer.example", Subject: "alice"}, BindingID: "conv-1", Profile: profiletest.Name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := r.Environment
+			if env.Status.Pod == nil || env.Status.PVC == nil || len(env.Status.References) != 1 || len(env.Status.Receipts) != 1 {
+				t.Fatalf("Ensure's own write does not record the reference, the workspace and the executor: %+v", env.Status)
+			}
+			pods, err := g.c.Kube().CoreV1().Pods(g.ns).List(g.ctx, metav1.ListOptions{LabelSelector: executor.LabelEnvironmentUID + "=" + string(env.UID)})
+			if err != nil || len(pods.Items) != 1 || pods.Items[0].UID != env.Status.Pod.UID {
+				t.Fatalf("pods of the environment: %v %v (recorded %v)", pods, err, env.Status.Pod)
+			}
+			if size == 0 {
+				if want := executor.PodName(env, 0); env.Status.Pod.Name != want {
+					t.Fatalf("the cold path's executor is %s, want %s", env.Status.Pod.Name, want)
+				}
+				return
+			}
+			if !meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady) || !slices.Contains(members, env.Status.Pod.Name) {
+				t.Fatalf("Ensure's answer on a pool hit is not the adopted, Ready environment: %+v (pool %v)", env.Status, members)
+			}
+			if idle := g.idlePass(t, env.Name); idle.ResourceVersion != env.ResourceVersion {
+				t.Fatalf("a pass wrote after Ensure's own write (-ensure +now):\n%s", cmp.Diff(env.Status, idle.Status))
 			}
 		})
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/internal/failpoint"
+	"github.com/execplane/execplane/internal/keyed"
 	"github.com/execplane/execplane/internal/logging"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
@@ -93,6 +94,8 @@ type Reconciler struct {
 	// While the cache still shows that version it is stale by our own write: the pass is
 	// skipped, and the update event of that write brings the key back.
 	written sync.Map
+	// keys admits one pass per environment at a time: a worker's, or the store's (Provision).
+	keys keyed.Mutex
 }
 
 // NewReconciler builds the informers and the queue; Initialize starts them.
@@ -285,6 +288,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return nil // a malformed key can never succeed
 	}
+	unlock := r.keys.Lock(key)
+	defer unlock()
 	cached, err := r.envs.ExecutionEnvironments(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		return r.releaseOrphans(ctx, ns, name, "")
@@ -310,32 +315,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		r.written.Store(key, cached.ResourceVersion) // the update event brings it back
 		return nil
 	}
-	p := &pass{r: r, env: env, persisted: &cached.Status, status: env.Status.DeepCopy(), now: metav1.NewTime(r.cfg.Now())}
-	if p.status.FenceState == "" {
-		p.status.FenceState = executionv1alpha1.FenceHealthy
-	}
-	var known bool
-	p.entry, known = r.cfg.Profiles.Get(env.Spec.Profile)
-	p.o = observed{
-		generation:     env.Generation,
-		profileKnown:   known,
-		profileCurrent: known && p.entry.Digest == env.Spec.ProfileDigest,
-		deleting:       env.DeletionTimestamp != nil,
-	}
-	if err := p.run(ctx); err != nil || p.deleted {
+	p := r.newPass(env, &cached.Status)
+	if err := p.compute(ctx); err != nil || p.deleted {
 		return err
 	}
-	p.applyIdlePolicy()
-	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason
-	p.o.operation = p.status.LifecycleOperation
-	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil
-	p.o.retired = p.status.Retired()
-	p.o.suspended = p.status.Suspended()
-	p.status.ObservedGeneration = env.Generation
-	if p.o.deleting && !p.persistedDeletionBlocked() && !deletingWorkspace(p.status.LifecycleOperation) {
-		p.record(true, EventDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept")
-	}
-	conditions(p.status, p.o, p.now)
 	if !equality.Semantic.DeepEqual(*p.status, cached.Status) {
 		env.Status = *p.status
 		failpoint.Inject(failBeforeStatusWrite)
@@ -351,13 +334,56 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		}
 		r.written.Store(key, cached.ResourceVersion)
 	}
+	p.finish(key, env)
+	return nil
+}
+
+// newPass starts a pass over env (a copy it may change), whose status as read is persisted.
+func (r *Reconciler) newPass(env *executionv1alpha1.ExecutionEnvironment, persisted *executionv1alpha1.ExecutionEnvironmentStatus) *pass {
+	p := &pass{r: r, env: env, persisted: persisted, status: persisted.DeepCopy(), now: metav1.NewTime(r.cfg.Now())}
+	if p.status.FenceState == "" {
+		p.status.FenceState = executionv1alpha1.FenceHealthy
+	}
+	var known bool
+	p.entry, known = r.cfg.Profiles.Get(env.Spec.Profile)
+	p.o = observed{
+		generation:     env.Generation,
+		profileKnown:   known,
+		profileCurrent: known && p.entry.Digest == env.Spec.ProfileDigest,
+		deleting:       env.DeletionTimestamp != nil,
+	}
+	return p
+}
+
+// compute runs the pass up to its status write: observations and side effects, the idle
+// policy, the conditions.
+func (p *pass) compute(ctx context.Context) error {
+	if err := p.run(ctx); err != nil || p.deleted {
+		return err
+	}
+	p.applyIdlePolicy()
+	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason
+	p.o.operation = p.status.LifecycleOperation
+	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil
+	p.o.retired = p.status.Retired()
+	p.o.suspended = p.status.Suspended()
+	p.status.ObservedGeneration = p.env.Generation
+	if p.o.deleting && !p.persistedDeletionBlocked() && !deletingWorkspace(p.status.LifecycleOperation) {
+		p.record(true, EventDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept")
+	}
+	conditions(p.status, p.o, p.now)
+	return nil
+}
+
+// finish, once the pass's status is written (or needed no write), records its Events
+// against env and asks for the next pass it needs.
+func (p *pass) finish(key string, env *executionv1alpha1.ExecutionEnvironment) {
 	for _, e := range p.events {
 		p.emit(env, e)
 	}
 	if p.wake > 0 {
-		r.queue.AddAfter(key, p.wake)
+		p.r.queue.AddAfter(key, p.wake)
 	}
-	return nil
 }
 
 // run observes the claim and the Pod, creates what provisioning needs, settles termination

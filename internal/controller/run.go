@@ -186,7 +186,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return
 			}
 			st, err := store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Executors(),
-				Profiles: profiles, Finalizer: EnvironmentFinalizer})
+				Profiles: profiles, Finalizer: EnvironmentFinalizer, Provisioner: r})
 			if err != nil {
 				logger.Error("store failed to start", logging.KeyError, err)
 				<-ctx.Done()

@@ -49,13 +49,14 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	name := EnvironmentName(in.Caller.Client, ownerHash, in.BindingID)
 	fingerprint := hashFields("ensure", ident.ClientHash(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest)
 
-	created, err := s.create(ctx, name, in, ownerHash, fingerprint, entry.Digest)
+	first, err := s.create(ctx, name, in, ownerHash, fingerprint, entry.Digest)
 	if err != nil {
 		return nil, err
 	}
+	created := first != nil
 	clientHash := ident.ClientHash(in.Caller.Client)
 	r, err := s.mutate(ctx, mutation{
-		op: "Ensure", id: in.OperationID, name: name,
+		op: "Ensure", id: in.OperationID, name: name, first: first, provision: created,
 		args: []string{in.Caller.Client, ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest},
 		visible: func(env *executionv1alpha1.ExecutionEnvironment) error {
 			if env.Spec.ClientHash != clientHash || env.Spec.OwnerHash != ownerHash {
@@ -108,8 +109,9 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 // capacity. Capacity is exact within the leader: a slot is reserved (counted together with
 // objects the cache has not delivered yet) before the create and given back if it fails;
 // the create itself runs outside that lock, so that Ensures of different bindings do not
-// wait for each other's requests. Identical calls serialise on the name.
-func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHash, fingerprint, digest string) (bool, error) {
+// wait for each other's requests. Identical calls serialise on the name. It returns the
+// object it created, or nil when the environment existed.
+func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHash, fingerprint, digest string) (*executionv1alpha1.ExecutionEnvironment, error) {
 	// The cache answers a replay without a request; a miss is settled by the create itself
 	// (AlreadyExists), so a new environment costs one request, not a read before it.
 	cached := func() bool {
@@ -117,13 +119,13 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 		return err == nil
 	}
 	if cached() {
-		return false, nil
+		return nil, nil
 	}
-	unlock := s.locks.lock(name)
+	unlock := s.locks.Lock(name)
 	defer unlock()
 	reserved, err := s.reserve(ctx, name, in.Profile)
 	if err != nil || !reserved {
-		return false, err
+		return nil, err
 	}
 	env := &executionv1alpha1.ExecutionEnvironment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace,
@@ -134,16 +136,17 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 			BindingID: in.BindingID, RequestFingerprint: fingerprint, Profile: in.Profile, ProfileDigest: digest,
 		},
 	}
-	if _, err := s.client().Create(ctx, env, metav1.CreateOptions{}); err != nil {
+	created, err := s.client().Create(ctx, env, metav1.CreateOptions{})
+	if err != nil {
 		s.capMu.Lock()
 		delete(s.created, name)
 		s.capMu.Unlock()
 		if apierrors.IsAlreadyExists(err) {
-			return false, nil
+			return nil, nil
 		}
-		return false, err
+		return nil, err
 	}
-	return true, nil
+	return created, nil
 }
 
 // reserve takes a capacity slot of the profile for name: false when the environment

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/execplane/execplane/internal/keyed"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/authority"
@@ -43,13 +44,28 @@ type Config struct {
 	Now       func() time.Time
 	// NewID returns a fresh opaque id (run claim ids); crypto/rand by default.
 	NewID func() string
+	// Provisioner, when set, provisions an environment Ensure has just created within the
+	// status write that records its first reference (the controller's pass, run in place).
+	Provisioner Provisioner
+}
+
+// Provisioner runs the controller's pass over an environment before the store's write
+// records it, so that one write records the reference, the workspace and the executor —
+// and, with a warm pair adopted, answers Ready.
+type Provisioner interface {
+	// Provision holds env's key until done is called. It makes the pass's side effects (a
+	// warm pair adopted, or the cold path's claim and Pod created) and returns the status
+	// the pass computed from env's, the store's changes included; nil when it did nothing
+	// (a failure included: the controller's own pass takes over, and finishes whatever was
+	// begun). done receives what the store wrote, or nil when it wrote nothing.
+	Provision(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment) (status *executionv1alpha1.ExecutionEnvironmentStatus, done func(written *executionv1alpha1.ExecutionEnvironment))
 }
 
 // Store runs the ledger's transitions. It is safe for concurrent use; it must run in one
 // process at a time (the controller leader).
 type Store struct {
 	cfg   Config
-	locks keyedMutex
+	locks keyed.Mutex
 
 	capMu   sync.Mutex
 	created map[string]string // name → profile, created here and maybe not yet in the cache
@@ -77,6 +93,24 @@ func (s *Store) client() interface {
 	return s.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(s.cfg.Namespace)
 }
 
+// write is the compare-and-swap of a mutation, after the Provisioner's pass when asked.
+func (s *Store) write(ctx context.Context, next *executionv1alpha1.ExecutionEnvironment, provision bool) (*executionv1alpha1.ExecutionEnvironment, error) {
+	if !provision || s.cfg.Provisioner == nil {
+		return s.client().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	}
+	status, done := s.cfg.Provisioner.Provision(ctx, next)
+	if status != nil {
+		next.Status = *status
+	}
+	written, err := s.client().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	if err != nil {
+		done(nil)
+	} else {
+		done(written)
+	}
+	return written, err
+}
+
 // mutation is one ledger transition on one environment.
 type mutation struct {
 	// op names the RPC in receipts.
@@ -85,6 +119,11 @@ type mutation struct {
 	id   string
 	args []string
 	name string
+	// first, when set, is the object as the caller just created it: the first attempt
+	// reads it in place of a live read.
+	first *executionv1alpha1.ExecutionEnvironment
+	// provision runs the Provisioner over the changed copy before it is written.
+	provision bool
 	// visible refuses (apierror.ErrNotFound) an environment the caller may not see or act on; it
 	// runs before the receipt lookup, so a replay is authorised like a first call.
 	visible func(env *executionv1alpha1.ExecutionEnvironment) error
@@ -103,11 +142,15 @@ type mutation struct {
 // mutate runs m under the environment's lock: live read, authorisation, replay, apply, one
 // compare-and-swap; a conflict re-runs all of it.
 func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
-	unlock := s.locks.lock(m.name)
+	unlock := s.locks.Lock(m.name)
 	defer unlock()
 	argsHash := hashFields(m.op, m.args...)
 	for range maxAttempts {
-		env, err := s.client().Get(ctx, m.name, metav1.GetOptions{})
+		env, err := m.first, error(nil)
+		if m.first == nil {
+			env, err = s.client().Get(ctx, m.name, metav1.GetOptions{})
+		}
+		m.first = nil
 		if apierrors.IsNotFound(err) {
 			return nil, apierror.ErrNotFound
 		}
@@ -149,7 +192,7 @@ func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
 			next.Status.Receipts = slices.DeleteFunc(next.Status.Receipts, func(old executionv1alpha1.Receipt) bool { return m.supersedes(old, rc) })
 		}
 		next.Status.Receipts = appendReceipt(next.Status.Receipts, rc)
-		written, err := s.client().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		written, err := s.write(ctx, next, m.provision)
 		if apierrors.IsConflict(err) {
 			continue // re-read, re-authorise, re-evaluate
 		}

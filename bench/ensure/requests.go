@@ -1,0 +1,107 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// requestCounts is the API server's own apiserver_request_total, summed by "VERB
+// resource[/subresource]" over codes, scopes and components.
+func requestCounts(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
+	body, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels := map[string]string{}
+		for kv := range strings.SplitSeq(line[len("apiserver_request_total{"):strings.LastIndex(line, "}")], ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				labels[k] = strings.Trim(v, `"`)
+			}
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return nil, err
+		}
+		key := labels["verb"] + " " + labels["resource"]
+		if s := labels["subresource"]; s != "" {
+			key += "/" + s
+		}
+		out[key] += v
+	}
+	return out, nil
+}
+
+// requestCost is what a phase cost the API server, per claim.
+type requestCost struct {
+	claims int
+	delta  map[string]float64
+}
+
+func costBetween(before, after map[string]float64, claims int) requestCost {
+	d := map[string]float64{}
+	for k, v := range after {
+		if n := v - before[k]; n > 0 {
+			d[k] = n
+		}
+	}
+	return requestCost{claims: claims, delta: d}
+}
+
+// write prints the requests per claim, the most frequent first, and their total; WATCH
+// requests are left out (a watch is long-lived; its count says nothing of the load).
+func (c requestCost) write(w io.Writer, title string) {
+	if c.claims == 0 || len(c.delta) == 0 {
+		return
+	}
+	keys := slices.Collect(maps.Keys(c.delta))
+	keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasPrefix(k, "WATCH") })
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(c.delta[b], c.delta[a]), cmp.Compare(a, b)) })
+	total, writes := 0.0, 0.0
+	var parts []string
+	for _, k := range keys {
+		per := c.delta[k] / float64(c.claims)
+		total += per
+		if !strings.HasPrefix(k, "GET") && !strings.HasPrefix(k, "LIST") {
+			writes += per
+		}
+		if per >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, per))
+		}
+	}
+	fmt.Fprintf(w, "\n%s: **%.1f API requests per claim, %.1f of them writes** (apiserver_request_total): %s\n", title, total, writes, strings.Join(parts, ", "))
+}
+
+// eventSources counts the namespace's Events by "component reason" (their counts
+// included: an aggregated Event stands for several), the most frequent first.
+func eventSources(ctx context.Context, kube kubernetes.Interface, ns string) (string, error) {
+	list, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	n := map[string]int32{}
+	for _, e := range list.Items {
+		n[e.Source.Component+" "+e.Reason] += max(e.Count, 1)
+	}
+	keys := slices.Collect(maps.Keys(n))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(n[b], n[a]), cmp.Compare(a, b)) })
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
+	}
+	return strings.Join(parts, ", "), nil
+}
