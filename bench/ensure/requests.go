@@ -87,21 +87,34 @@ func (c requestCost) write(w io.Writer, title string) {
 }
 
 // eventSources counts the namespace's Events by "component reason" (their counts
-// included: an aggregated Event stands for several), the most frequent first.
+// included: an aggregated Event stands for several), the most frequent first, with a
+// Warning's last message.
 func eventSources(ctx context.Context, kube kubernetes.Interface, ns string) (string, error) {
 	list, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", err
 	}
 	n := map[string]int32{}
+	sample := map[string]string{}
 	for _, e := range list.Items {
-		n[e.Source.Component+" "+e.Reason] += max(e.Count, 1)
+		k := e.Source.Component + " " + e.Reason
+		if e.Source.Component == "" {
+			k = e.ReportingController + " " + e.Reason
+		}
+		n[k] += max(e.Count, 1)
+		if e.Type == "Warning" {
+			sample[k] = e.Message
+		}
 	}
 	keys := slices.Collect(maps.Keys(n))
 	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(n[b], n[a]), cmp.Compare(a, b)) })
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
+		if m := sample[k]; m != "" {
+			parts = append(parts, fmt.Sprintf("%s %d (%q)", k, n[k], m))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
+		}
 	}
 	return strings.Join(parts, ", "), nil
 }

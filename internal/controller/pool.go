@@ -31,6 +31,11 @@ const (
 	// another claim of the same member, which this process avoids; more means a pool being
 	// replaced under us, and the cold path is then the faster answer.
 	poolAdoptAttempts = 3
+	// poolBindGrace is how long a pooled claim without a provisioner's annotation waits
+	// for its volume before its Pod is created anyway: the persistent-volume controller
+	// annotates a claim of an immediately binding class within milliseconds, so a claim
+	// still without one waits for a consumer (WaitForFirstConsumer) or a static volume.
+	poolBindGrace = time.Second
 	// pairSuffixBytes is the random part of a pair's name: 40 bits, base32.
 	pairSuffixBytes = 5
 	// PoolPairPrefix starts every warm pool pair's name; environment objects start with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,7 +15,8 @@ import (
 )
 
 // sync is one pass over a profile's pool: it retires members of another digest, broken
-// ones and the surplus, finishes pairs whose Pod is missing, and creates what is lacking.
+// ones and the surplus, creates a pair's Pod once its claim is bound (or binds only for a
+// consumer), and creates the claims of what is lacking.
 func (pl *pools) sync(ctx context.Context, name string) error {
 	entry, configured := pl.r.cfg.Profiles.Get(name)
 	want := 0
@@ -83,7 +85,17 @@ func (pl *pools) sync(ctx context.Context, name string) error {
 	}
 	again := false
 	for _, c := range missing {
-		done, err := pl.finishOrRetireClaim(ctx, entry, c, current(c) && len(members) < want)
+		create := current(c) && len(members) < want
+		if wait := pl.awaitBinding(c); create && wait >= 0 {
+			// Its Pod waits for the volume: a Pod created before its claim binds is only
+			// refused by the scheduler, an Event and a retry each time, until it does.
+			members = append(members, nil)
+			if wait > 0 {
+				pl.queue.AddAfter(name, wait)
+			}
+			continue
+		}
+		done, err := pl.finishOrRetireClaim(ctx, entry, c, create)
 		if err != nil {
 			return err
 		}
@@ -242,13 +254,39 @@ func (pl *pools) finishOrRetireClaim(ctx context.Context, entry profile.Entry, c
 	return false, nil
 }
 
-// createPair creates a pool member: the claim, then the Pod that mounts it.
+// Annotations the persistent-volume controller puts on a claim: the provisioner it waits
+// for, and the node a WaitForFirstConsumer claim was scheduled to.
+const (
+	annStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+	annSelectedNode           = "volume.kubernetes.io/selected-node"
+)
+
+// awaitBinding says whether a pooled claim's Pod waits before it is created: -1 no (the
+// claim is bound, or binds only for a consumer), 0 yes until the claim's next change (its
+// volume is being provisioned), or how long until the claim's grace (poolBindGrace) ends,
+// when nothing says yet which of the two it is.
+func (pl *pools) awaitBinding(c *corev1.PersistentVolumeClaim) time.Duration {
+	a := c.Annotations
+	switch {
+	case c.Status.Phase == corev1.ClaimBound || c.DeletionTimestamp != nil || a[annSelectedNode] != "":
+		return -1
+	case a[annStorageProvisioner] != "" || a[annBetaStorageProvisioner] != "":
+		return 0
+	}
+	if left := c.CreationTimestamp.Add(poolBindGrace).Sub(pl.r.cfg.Now()); left > 0 {
+		return left
+	}
+	return -1
+}
+
+// createPair creates a pool member: the claim; its Pod once the claim is bound (sync).
 func (pl *pools) createPair(ctx context.Context, entry profile.Entry) error {
 	pair, err := pairName(entry.Name)
 	if err != nil {
 		return err
 	}
-	claim, pod, err := executor.PoolMember(pair, pl.r.cfg.Namespace, entry, pl.r.cfg.Profiles.ExecutorServiceAccount())
+	claim, _, err := executor.PoolMember(pair, pl.r.cfg.Namespace, entry, pl.r.cfg.Profiles.ExecutorServiceAccount())
 	if err != nil {
 		return err
 	}
@@ -258,8 +296,7 @@ func (pl *pools) createPair(ctx context.Context, entry profile.Entry) error {
 	pl.mu.Lock()
 	pl.created[pair] = createdPair{profile: entry.Name, at: pl.r.cfg.Now()}
 	pl.mu.Unlock()
-	_, err = pl.r.cfg.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	return err
+	return nil
 }
 
 // pairName is "warm-<profile>-<random>"; a profile name is a DNS label of at most 63
