@@ -104,8 +104,8 @@ test-unit: ## Run the unit tests only (no local cluster), with -race.
 	$(GO) test -race -short -count=1 $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench-controller
-bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation.
-	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000)
+bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation; BENCH_ARGS="-heap-profile=heap.pb.gz" keeps its heap profile.
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000) $(BENCH_ARGS)
 
 .PHONY: bench-ensure
 bench-ensure: build bin/pause node-packages ## Ensure → Ready (cold ÷ raw PVC + Pod, resume, warm pool hits and claims/s) on a fake node with a real cluster's delays; BENCH_ARGS="-node real -pool 20" on the real node (docs/benchmarks.md).

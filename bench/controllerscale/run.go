@@ -58,6 +58,7 @@ type options struct {
 	qps                                float64
 	idle, timeout                      time.Duration
 	baseline                           bool
+	heapProfile                        string
 }
 
 func run(ctx context.Context, args []string) error {
@@ -72,6 +73,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.idle, "idle", time.Minute, "idle window over which writes are counted")
 	fs.DurationVar(&o.timeout, "timeout", time.Hour, "give up after this long per phase")
 	fs.BoolVar(&o.baseline, "baseline", true, "also measure raw claim+Pod creation on a fresh cluster")
+	fs.StringVar(&o.heapProfile, "heap-profile", "", "when set, the controller serves profiles (--profiling) and its heap profile when all are Ready is written to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -355,7 +357,7 @@ func measureController(ctx context.Context, o options, bin string, entry profile
 		"--profiles", profiles, "--executor-service-account", "default", "--workers", strconv.Itoa(o.workers),
 		"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
 		"--security-manifest", material.Manifest, "--gateway-identity", material.Gateway.Identity,
-		"--listen-address", listen, "--diagnostics-address", diag, "--log-level", envOr("BENCH_LOG_LEVEL", "warn"))
+		"--listen-address", listen, "--diagnostics-address", diag, "--log-level", envOr("BENCH_LOG_LEVEL", "warn"), "--profiling="+strconv.FormatBool(o.heapProfile != ""))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return res, err
@@ -407,6 +409,12 @@ func measureController(ctx context.Context, o options, bin string, entry profile
 	logf("controller: all Ready after %s", res.ready.Round(time.Millisecond))
 	if res.rssReady, err = rss(cmd.Process.Pid); err != nil {
 		return res, err
+	}
+	if o.heapProfile != "" {
+		if err := saveHeapProfile(ctx, diag, o.heapProfile); err != nil {
+			return res, err
+		}
+		logf("controller: heap profile in %s", o.heapProfile)
 	}
 	// Let the last passes (Events, trailing condition updates) settle before counting.
 	if err := waitQuiet(ctx, diag, 5*time.Second, 2*time.Minute); err != nil {
@@ -501,6 +509,27 @@ func scrapeWrites(ctx context.Context, diag string) (int64, error) {
 		return 0, errors.New("no execplane_controller_kube_requests_total in /metrics")
 	}
 	return total, sc.Err()
+}
+
+// saveHeapProfile writes the controller's heap profile (after a GC) to path.
+func saveHeapProfile(ctx context.Context, diag, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+diag+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // waitQuiet waits until the write counter has not moved for quiet.

@@ -44,6 +44,8 @@ type Config struct {
 	ListenAddress string
 	// DiagnosticsAddress serves /livez, /readyz and /metrics.
 	DiagnosticsAddress string
+	// Profiling serves Go's runtime profiles under /debug/pprof/ on the diagnostics address.
+	Profiling bool
 	// Namespace is the control plane's own: the Lease and the high-water ConfigMap.
 	Namespace string
 	// ExecutorNamespace holds the environments, their executor Pods and workspace claims;
@@ -109,6 +111,7 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "address of the internal control API (mTLS)")
 	fs.StringVar(&c.DiagnosticsAddress, "diagnostics-address", c.DiagnosticsAddress, "address of /livez, /readyz and /metrics")
+	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's runtime profiles under /debug/pprof/ on the diagnostics address (off: the port has no authentication)")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "the control plane's namespace: the Lease and the high-water ConfigMap (required)")
 	fs.StringVar(&c.ExecutorNamespace, "executor-namespace", c.ExecutorNamespace, "namespace of the environments, executor Pods and workspace claims (default: --namespace)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; empty in a cluster")

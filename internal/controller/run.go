@@ -160,7 +160,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return reasonNotSynced
 		}
 		return ""
-	}}, registry)
+	}, Profiling: cfg.Profiling}, registry)
 	election := kube.Election{
 		Client: clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,

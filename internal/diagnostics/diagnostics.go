@@ -1,10 +1,13 @@
 // Package diagnostics serves a binary's health and metrics endpoints: /livez, /readyz and
-// /metrics on a plain-HTTP, cluster-internal port.
+// /metrics on a plain-HTTP, cluster-internal port, and Go's runtime profiles under
+// /debug/pprof/ when the operator turns them on.
 //
 // Invariants:
 //   - /readyz answers 200 "ok" or 503 with a reason from a bounded set chosen by the caller
 //     (never free-form error text, which could carry details that do not belong in a probe).
-//   - Nothing here touches security material, grants or file contents.
+//   - Nothing here touches security material, grants or file contents. Profiles are off by
+//     default: a profile names code and sizes, never values, but a CPU or trace profile
+//     costs the process while it runs, and the port has no authentication.
 package diagnostics
 
 import (
@@ -12,6 +15,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +32,8 @@ const (
 // Checks are the probes. Ready returns "" when ready, or a short reason from a fixed set.
 type Checks struct {
 	Ready func() (reason string)
+	// Profiling serves net/http/pprof's handlers under /debug/pprof/.
+	Profiling bool
 }
 
 // Server is the diagnostics HTTP server.
@@ -48,6 +54,13 @@ func New(addr string, checks Checks, registry *prometheus.Registry) *Server {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	if checks.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return &Server{srv: &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: readHeaderTimeout, WriteTimeout: writeTimeout}}
 }
 

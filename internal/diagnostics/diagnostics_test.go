@@ -67,3 +67,36 @@ func TestEndpoints(t *testing.T) {
 		t.Fatal("Serve did not return after cancel")
 	}
 }
+
+// Profiles are served only when asked for.
+func TestProfilingIsOptIn(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- New(addr, Checks{Ready: func() string { return "" }, Profiling: on}, prometheus.NewRegistry()).Serve(ctx)
+		}()
+		var resp *http.Response
+		for range 100 {
+			if resp, err = http.Get("http://" + addr + "/debug/pprof/heap"); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on]; resp.StatusCode != want {
+			t.Errorf("profiling %v: /debug/pprof/heap answered %d, want %d", on, resp.StatusCode, want)
+		}
+		cancel()
+		<-done
+	}
+}

@@ -43,6 +43,8 @@ type Config struct {
 	ListenAddress string
 	// DiagnosticsAddress serves /livez, /readyz and /metrics (plain HTTP, cluster-internal).
 	DiagnosticsAddress string
+	// Profiling serves Go's runtime profiles under /debug/pprof/ on the diagnostics address.
+	Profiling bool
 	// Namespace is the control plane's own: the high-water ConfigMap.
 	Namespace string
 	// ExecutorNamespace holds the ExecutionEnvironments and executor Pods, the only place
@@ -129,6 +131,7 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "address of the public gRPC API (mTLS)")
 	fs.StringVar(&c.DiagnosticsAddress, "diagnostics-address", c.DiagnosticsAddress, "address of /livez, /readyz and /metrics")
+	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's runtime profiles under /debug/pprof/ on the diagnostics address (off: the port has no authentication)")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "the control plane's namespace: the high-water ConfigMap (required)")
 	fs.StringVar(&c.ExecutorNamespace, "executor-namespace", c.ExecutorNamespace, "namespace of the environments and executor Pods (default: --namespace)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; empty in a cluster")

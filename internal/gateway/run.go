@@ -138,7 +138,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return ""
 	}
-	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: ready}, registry)
+	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: ready, Profiling: cfg.Profiling}, registry)
 	// The first server to fail ends the others; ctx ending ends them all, gracefully.
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return diag.Serve(ctx) })
