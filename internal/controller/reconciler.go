@@ -29,12 +29,12 @@ import (
 
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/internal/failpoint"
-	"github.com/execplane/execplane/internal/keyed"
 	"github.com/execplane/execplane/internal/logging"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
 	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/keyed"
 	"github.com/execplane/execplane/pkg/profile"
 )
 

@@ -12,13 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/execplane/execplane/internal/keyed"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/authority"
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 	execlisters "github.com/execplane/execplane/pkg/generated/listers/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/ident"
+	"github.com/execplane/execplane/pkg/keyed"
 	"github.com/execplane/execplane/pkg/profile"
 )
 
