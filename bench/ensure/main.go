@@ -382,7 +382,7 @@ func (b *bench) measurePool(ctx context.Context, sys *devsystem.System, o option
 	if err != nil {
 		return f, err
 	}
-	before, err := requestCounts(ctx, b.kube)
+	before, err := devcluster.RequestCounts(ctx, b.kube)
 	if err != nil {
 		return f, err
 	}
@@ -399,7 +399,7 @@ func (b *bench) measurePool(ctx context.Context, sys *devsystem.System, o option
 	if err := full(); err != nil {
 		return f, err
 	}
-	after, err := requestCounts(ctx, b.kube)
+	after, err := devcluster.RequestCounts(ctx, b.kube)
 	if err != nil {
 		return f, err
 	}

@@ -211,26 +211,16 @@ func measureUpgrades(ctx context.Context, kube kubernetes.Interface, sides [2]da
 	return u, err
 }
 
-// execRequests sums the API server's apiserver_request_total samples for the pods/exec
-// subresource.
+// execRequests is the API server's count of pods/exec requests, every verb.
 func execRequests(ctx context.Context, kube kubernetes.Interface) (float64, error) {
-	body, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("the API server's metrics: %w", err)
-	}
+	counts, err := devcluster.RequestCounts(ctx, kube)
 	total := 0.0
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="pods"`) || !strings.Contains(line, `subresource="exec"`) {
-			continue
+	for k, v := range counts {
+		if strings.HasSuffix(k, " pods/exec") {
+			total += v
 		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, err
-		}
-		total += v
 	}
-	return total, nil
+	return total, err
 }
 
 // idleCost is what the pool's idle sessions hold, per session.

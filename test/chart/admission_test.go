@@ -206,11 +206,13 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 		}
 	}
 
-	// A claim that exists (unbound: nothing provisions its class here) is relabelled by the
-	// controller — adopting a warm pool pair — but its spec is never changed: naming a
-	// volume for an unbound claim would bind it to data not its own.
+	// A claim that exists (unbound: its class is one no provisioner serves, so it stays
+	// Pending — the local cluster's provisioner binds the default class within a second) is
+	// relabelled by the controller — adopting a warm pool pair — but its spec is never
+	// changed: naming a volume for an unbound claim would bind it to data not its own.
 	existing := claim()
 	existing.Name = "pooled-claim"
+	existing.Spec.StorageClassName = ptr.To("no-provisioner")
 	if _, err := admin.CoreV1().PersistentVolumeClaims(in.executors).Create(ctx, existing, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
