@@ -12,6 +12,8 @@ import (
 const maxMessage = 1024
 
 var lifecycles = map[executionv1alpha1.Phase]executionv1.LifecycleState{
+	// No phase yet: a quiet start writes its status first when Ready (or in trouble).
+	"":                                  executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING,
 	executionv1alpha1.PhaseProvisioning: executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING,
 	executionv1alpha1.PhaseReady:        executionv1.LifecycleState_LIFECYCLE_STATE_READY,
 	executionv1alpha1.PhaseReplacing:    executionv1.LifecycleState_LIFECYCLE_STATE_REPLACING,

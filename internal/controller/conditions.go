@@ -84,6 +84,9 @@ func executorReady(o observed) metav1.Condition {
 	if podReady(o.pod) {
 		return condition(executionv1alpha1.ConditionExecutorReady, true, reasonRunning, "the executor Pod is ready", o.generation)
 	}
+	if trouble := podTrouble(o.pod); trouble != "" {
+		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonNotRunning, "the executor Pod is not ready: "+trouble, o.generation)
+	}
 	return condition(executionv1alpha1.ConditionExecutorReady, false, reasonNotRunning, "the executor Pod is not ready", o.generation)
 }
 

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/execplane/execplane/internal/executor"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 )
 
@@ -93,6 +94,16 @@ func TestConditionFunctions(t *testing.T) {
 		}), cond(executionv1alpha1.ConditionExecutorReady, yes, reasonRunning, "the executor Pod is ready")},
 		{"executor: Pod not ready", executorReady, with(func(o *observed) { o.pod = unready }),
 			cond(executionv1alpha1.ConditionExecutorReady, no, reasonNotRunning, "the executor Pod is not ready")},
+		{"executor: image cannot be pulled", executorReady, with(func(o *observed) {
+			o.pod = unready.DeepCopy()
+			o.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: executor.ContainerName,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}
+		}), cond(executionv1alpha1.ConditionExecutorReady, no, reasonNotRunning, "the executor Pod is not ready: ImagePullBackOff")},
+		{"executor: on its way (not trouble)", executorReady, with(func(o *observed) {
+			o.pod = unready.DeepCopy()
+			o.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: executor.ContainerName,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+		}), cond(executionv1alpha1.ConditionExecutorReady, no, reasonNotRunning, "the executor Pod is not ready")},
 		{"executor: ready Pod being deleted", executorReady, with(func(o *observed) { o.pod = deletingPod }),
 			cond(executionv1alpha1.ConditionExecutorReady, no, reasonNotRunning, "the executor Pod is not ready")},
 

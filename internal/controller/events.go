@@ -17,9 +17,8 @@ import (
 // Event reasons the controller records on an ExecutionEnvironment: a fixed vocabulary that
 // operators can filter on (kubectl get events --field-selector reason=Fenced).
 const (
-	// EventCreated names what one pass created (a claim, an executor Pod, or both): one
-	// Event, not one per object, since each is an API write.
-	EventCreated             = "Created"
+	// EventAdopted: a pass found the claim or Pod an interrupted pass created (not of a
+	// starting environment, whose objects are recorded when it is Ready: quiet.go).
 	EventAdopted             = "Adopted"
 	EventAdoptedFromPool     = "AdoptedFromPool"
 	EventFenced              = "Fenced"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,11 +40,22 @@ const (
 )
 
 // lookup reads an object of the environment by name: from the cache, and live when a
-// recorded identity is missing from the cache (which may lag behind our own create).
+// recorded identity — or one this process created and has not recorded yet (unrecorded,
+// under kind/namespace/name) — is missing from the cache, which may lag behind our own create.
 type lookup[T metav1.Object] struct {
-	cached func(name string) (T, error)
-	live   func(ctx context.Context, name string) (T, error)
+	kind       string
+	unrecorded *sync.Map
+	cached     func(name string) (T, error)
+	live       func(ctx context.Context, name string) (T, error)
 }
+
+// The kinds of unrecorded keys.
+const (
+	kindClaim = "pvc"
+	kindPod   = "pod"
+)
+
+func unrecordedKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
 
 // settle reconciles a recorded identity with what exists. It adopts an object an
 // interrupted pass created (matching environment UID label, not being deleted) instead of
@@ -57,7 +69,13 @@ func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.Executi
 	if err != nil && !apierrors.IsNotFound(err) {
 		return zero, absent, false, err
 	}
-	if *recorded != nil && (!exists || found.GetUID() != (*recorded).UID) {
+	made := unrecordedKey(get.kind, env.Namespace, name)
+	_, unrecorded := get.unrecorded.Load(made)
+	if exists && unrecorded {
+		get.unrecorded.Delete(made) // the cache shows it now
+		unrecorded = false
+	}
+	if *recorded != nil && (!exists || found.GetUID() != (*recorded).UID) || *recorded == nil && unrecorded {
 		found, err = get.live(ctx, name)
 		exists = err == nil
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -84,6 +102,7 @@ func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.Executi
 func (p *pass) observePVC(ctx context.Context) (presence, error) {
 	client := p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace)
 	pvc, state, adopted, err := settle(ctx, p.env, &p.status.PVC, p.claimName(), lookup[*corev1.PersistentVolumeClaim]{
+		kind: kindClaim, unrecorded: &p.r.unrecorded,
 		cached: p.r.pvcs.PersistentVolumeClaims(p.env.Namespace).Get,
 		live: func(ctx context.Context, name string) (*corev1.PersistentVolumeClaim, error) {
 			return client.Get(ctx, name, metav1.GetOptions{})
@@ -99,7 +118,7 @@ func (p *pass) observePVC(ctx context.Context) (presence, error) {
 		p.fence(fenceWorkspaceVanished)
 	case state == leaving:
 		return state, nil // never recorded; someone else is deleting it
-	case adopted:
+	case adopted && !p.starting():
 		p.record(false, EventAdopted, "adopted workspace claim %s", pvc.Name)
 	}
 	p.o.pvc = pvc
@@ -109,6 +128,7 @@ func (p *pass) observePVC(ctx context.Context) (presence, error) {
 func (p *pass) observePod(ctx context.Context) (presence, error) {
 	client := p.r.cfg.Kube.CoreV1().Pods(p.env.Namespace)
 	pod, state, adopted, err := settle(ctx, p.env, &p.status.Pod, p.podName(), lookup[*corev1.Pod]{
+		kind: kindPod, unrecorded: &p.r.unrecorded,
 		cached: p.r.pods.Pods(p.env.Namespace).Get,
 		live: func(ctx context.Context, name string) (*corev1.Pod, error) {
 			return client.Get(ctx, name, metav1.GetOptions{})
@@ -133,7 +153,7 @@ func (p *pass) observePod(ctx context.Context) (presence, error) {
 			return leaving, err
 		}
 		return leaving, p.r.releasePod(ctx, pod)
-	case adopted:
+	case adopted && !p.starting():
 		p.record(false, EventAdopted, "adopted executor Pod %s", pod.Name)
 	}
 	p.o.pod = pod
@@ -172,10 +192,10 @@ func (p *pass) createPVC(ctx context.Context) error {
 	if err != nil {
 		return err // AlreadyExists included: the next pass adopts it from the cache
 	}
+	p.r.unrecorded.Store(unrecordedKey(kindClaim, created.Namespace, created.Name), true)
 	failpoint.Inject(failAfterPVCCreate)
 	p.status.PVC = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
 	p.o.pvc = created
-	p.created = append(p.created, "workspace claim "+created.Name)
 	return nil
 }
 
@@ -188,10 +208,10 @@ func (p *pass) createPod(ctx context.Context, ordinal int64, failName string) er
 	if err != nil {
 		return err
 	}
+	p.r.unrecorded.Store(unrecordedKey(kindPod, created.Namespace, created.Name), true)
 	failpoint.Inject(failName)
 	p.status.Pod = &executionv1alpha1.ObjectIdentity{Name: created.Name, UID: created.UID}
 	p.o.pod = created
-	p.created = append(p.created, "executor Pod "+created.Name)
 	return nil
 }
 

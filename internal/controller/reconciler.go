@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +95,11 @@ type Reconciler struct {
 	written sync.Map
 	// keys admits one pass per environment at a time: a worker's, or the store's (Provision).
 	keys keyed.Mutex
+	// unrecorded holds the claims and Pods ("pvc/ns/name", "pod/ns/name") this process
+	// created for a starting environment that the cache does not show yet: a later pass
+	// that misses one in the cache reads it live instead of creating it again (a quiet start
+	// records neither until Ready, see quiet.go).
+	unrecorded sync.Map
 }
 
 // NewReconciler builds the informers and the queue; Initialize starts them.
@@ -277,8 +281,6 @@ type pass struct {
 	deleted     bool
 	// wake asks for another pass after this long (the idle policy's next deadline); 0: none.
 	wake time.Duration
-	// created names the objects this pass created, for its one Created Event.
-	created []string
 }
 
 // Reconcile performs one pass for namespace/name: the claim, then the Pod, termination
@@ -318,6 +320,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 	p := r.newPass(env, &cached.Status)
 	if err := p.compute(ctx); err != nil || p.deleted {
 		return err
+	}
+	if left, ok := p.quiet(); ok {
+		r.queue.AddAfter(key, left) // the bound: written then if still not Ready
+		return nil
 	}
 	if !equality.Semantic.DeepEqual(*p.status, cached.Status) {
 		env.Status = *p.status
@@ -414,11 +420,7 @@ func (p *pass) run(ctx context.Context) error {
 	if err := p.settleTermination(ctx); err != nil {
 		return err
 	}
-	err = p.stepLifecycle(ctx)
-	if len(p.created) > 0 {
-		p.record(false, EventCreated, "created %s", strings.Join(p.created, " and "))
-	}
-	return err
+	return p.stepLifecycle(ctx)
 }
 
 // mayCreate: new objects only for a current profile, a healthy fence and no deletion.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -149,6 +150,14 @@ func (g *rig) create(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
 	return created
 }
 
+func phases(statuses []v1alpha1.ExecutionEnvironmentStatus) []v1alpha1.Phase {
+	var out []v1alpha1.Phase
+	for _, st := range statuses {
+		out = append(out, st.Phase)
+	}
+	return out
+}
+
 func (g *rig) get(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
 	t.Helper()
 	env, err := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns).Get(g.ctx, name, metav1.GetOptions{})
@@ -158,16 +167,47 @@ func (g *rig) get(t *testing.T, name string) *v1alpha1.ExecutionEnvironment {
 	return env
 }
 
-// A new environment gets its claim and executor Pod, recorded by UID, and becomes Ready; once
-// idle, the reconciler writes nothing more.
+// A new environment gets its claim and executor Pod, recorded by UID, and becomes Ready in
+// one status write (a quiet start: nothing recorded on the way, no Event); once idle, the
+// reconciler writes nothing more.
 func TestReconcileProvisionsAndThenStaysQuiet(t *testing.T) {
 	g := startReconciler(t, "")
-	g.create(t, "env-a")
+	created := g.create(t, "env-a")
+	w, err := g.exec.ExecutionV1alpha1().ExecutionEnvironments(g.ns).Watch(g.ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=env-a", ResourceVersion: created.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	var env *v1alpha1.ExecutionEnvironment
-	clustertest.Eventually(t, 30*time.Second, "Ready", func() bool {
-		env = g.get(t, "env-a")
-		return meta.IsStatusConditionTrue(env.Status.Conditions, v1alpha1.ConditionReady)
-	})
+	statuses := []v1alpha1.ExecutionEnvironmentStatus{created.Status}
+	timeout := time.After(30 * time.Second)
+	for env == nil {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch ended before Ready")
+			}
+			cur, isEnv := ev.Object.(*v1alpha1.ExecutionEnvironment)
+			if !isEnv {
+				t.Fatalf("watch: %v", ev.Object)
+			}
+			if !equality.Semantic.DeepEqual(cur.Status, statuses[len(statuses)-1]) {
+				statuses = append(statuses, cur.Status)
+			}
+			if meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady) {
+				env = cur
+			}
+		case <-timeout:
+			t.Fatalf("not Ready in 30 s; statuses written: %d", len(statuses)-1)
+		}
+	}
+	if len(statuses) != 2 {
+		t.Errorf("%d status writes from creation to Ready, want 1 (the one that says Ready); phases: %v", len(statuses)-1, phases(statuses))
+	}
+	if reasons := g.eventReasons(t, env); len(reasons) != 0 {
+		t.Errorf("Events for a start that went as planned: %v, want none", reasons)
+	}
 	want := provisioned{Phase: v1alpha1.PhaseReady, Fence: v1alpha1.FenceHealthy, PVCRecorded: true, PodRecorded: true}
 	if diff := cmp.Diff(want, provisionedOf(env.Status)); diff != "" {
 		t.Fatalf("status (-want +got):\n%s", diff)

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,10 +21,11 @@ import (
 )
 
 // A stale leader's write loses the compare-and-swap, deterministically. The new leader B
-// provisions an environment; the old leader A caches it with its executor Pod just started,
-// and is frozen there (its informers stopped: a leader paused past its lease); B records the
-// running executor; A, resumed, computes the same change from its stale view and writes it
-// carrying the resourceVersion it read: refused Conflict, and the environment is exactly what
+// creates an environment's claim and Pod (a quiet start: no status write); the old leader A
+// caches the environment as created with its executor Pod ready, and is frozen there (its
+// informers stopped: a leader paused past its lease); B records the ready executor; A,
+// resumed, computes the same change from its stale view and writes it carrying the
+// resourceVersion it read: refused Conflict, and the environment is exactly what
 // B wrote, with no duplicate claim or Pod. No timing decides the outcome: the reconcilers run
 // no workers, every pass is one synchronous Reconcile the test calls.
 func TestStaleLeaderStatusWriteLosesTheCAS(t *testing.T) {
@@ -69,30 +71,42 @@ func TestStaleLeaderStatusWriteLosesTheCAS(t *testing.T) {
 		t.Fatalf("the leader's passes never reached: %s", what)
 		return nil
 	}
-	// The leader provisions the environment up to a recorded executor Pod, which is not
-	// ready yet as far as the status says; then (no pass runs meanwhile) the Pod starts.
-	provisioned := pass("a recorded executor", func(e *v1alpha1.ExecutionEnvironment) bool { return e.Status.PVC != nil && e.Status.Pod != nil })
-	if meta.IsStatusConditionTrue(provisioned.Status.Conditions, v1alpha1.ConditionReady) {
-		t.Fatal("ready at once: the scenario needs a status behind the Pod")
+	// The leader's passes protect the environment (its finalizer) and create the claim and
+	// the executor Pod, and — the start being quiet — write no status; then (no pass runs
+	// meanwhile) the Pod starts and is ready.
+	for i := 0; len(g.pods(t, "env")) == 0; i++ {
+		if i == 10 {
+			t.Fatal("the leader's passes never created the executor Pod")
+		}
+		cachedAt(leader, g.get(t, "env").ResourceVersion)
+		if err := leader.Reconcile(g.ctx, key); err != nil {
+			t.Fatalf("the leader's pass: %v", err)
+		}
 	}
-	clustertest.Eventually(t, 30*time.Second, "the executor Pod running", func() bool {
+	created := g.get(t, "env")
+	if created.Status.Phase != "" || created.Status.PVC != nil || created.Status.Pod != nil {
+		t.Fatalf("a starting environment's status was written before Ready (a start is quiet): %+v", created.Status)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the executor Pod ready", func() bool {
 		pods := g.pods(t, "env")
-		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning
+		return len(pods) == 1 && slices.ContainsFunc(pods[0].Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		})
 	})
-	// The stale leader caches that moment — the environment as written, the Pod running — and
+	// The stale leader caches that moment — the environment as created, the Pod ready — and
 	// is frozen there: its informers stop, as a leader's do when it is paused past its lease.
 	stale := newReconciler()
 	staleCtx, freeze := context.WithCancel(g.ctx)
 	if err := stale.Initialize(staleCtx); err != nil {
 		t.Fatal(err)
 	}
-	cachedAt(stale, provisioned.ResourceVersion)
+	cachedAt(stale, created.ResourceVersion)
 	freeze()
 	// The new leader records the running executor: the status moves on.
 	written := pass("ready", func(e *v1alpha1.ExecutionEnvironment) bool {
 		return meta.IsStatusConditionTrue(e.Status.Conditions, v1alpha1.ConditionReady)
 	})
-	if cached, _ := stale.Environments().ExecutionEnvironments(g.ns).Get("env"); cached.ResourceVersion != provisioned.ResourceVersion {
+	if cached, _ := stale.Environments().ExecutionEnvironments(g.ns).Get("env"); cached.ResourceVersion != created.ResourceVersion {
 		t.Fatalf("the stale leader's cache moved to %s: the scenario is not stale", cached.ResourceVersion)
 	}
 
