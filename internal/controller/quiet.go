@@ -22,7 +22,13 @@ import (
 // and the environment's UID, so a later pass — after a crash too — finds them by name
 // (settle) exactly as it finds what a pass created before losing its write, and an
 // unrecorded object that vanishes was never used, so creating it again loses nothing.
-const startQuietFor = 2 * time.Minute
+//
+// The bound is for a start that stalls without saying why (a claim no provisioner binds, a
+// Pod no node can take); what says why is written at once (podTrouble). Five minutes, half
+// a Deployment's default progress deadline: long enough that a cluster working through a
+// burst of starts (10,000 at once take minutes to schedule) is not made slower still by a
+// status write per waiting environment, short enough for an operator looking at a stuck one.
+const startQuietFor = 5 * time.Minute
 
 // starting: nothing of the first executor's provisioning is recorded yet.
 func (p *pass) starting() bool {
