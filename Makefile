@@ -56,6 +56,10 @@ verify: ## Fail when generated code is stale or go.mod files are untidy.
 node-packages: ## Install, idempotently, the Debian packages of the local cluster's real node (runc, CNI plugins, busybox-static).
 	@hack/install-node-packages.sh
 
+.PHONY: npm-packages
+npm-packages: ## Install, idempotently, node (from Debian when missing) and the npm packages of every package-lock.json (npm ci).
+	@hack/install-npm-packages.sh
+
 .PHONY: vuln
 vuln: ## Check the module against the pinned offline vulnerability database (govulncheck).
 	hack/vuln.sh
@@ -85,7 +89,7 @@ FUZZTIME ?= 1m
 FUZZTIME_SHORT ?= 3s
 
 .PHONY: test
-test: build lint verify vuln node-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
+test: build lint verify vuln node-packages npm-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
@@ -95,7 +99,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 1m).
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: test-per-exec
-test-per-exec: build node-packages ## Run the end-to-end suite (test/integration) with every gateway's helper sessions off (--sessions=false): one exec per operation.
+test-per-exec: build node-packages npm-packages ## Run the end-to-end suite (test/integration) with every gateway's helper sessions off (--sessions=false): one exec per operation.
 	EXECPLANE_E2E_SESSIONS=false EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./test/integration/
 

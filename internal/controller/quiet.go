@@ -24,11 +24,12 @@ import (
 // unrecorded object that vanishes was never used, so creating it again loses nothing.
 //
 // The bound is for a start that stalls without saying why (a claim no provisioner binds, a
-// Pod no node can take); what says why is written at once (podTrouble). Five minutes, half
-// a Deployment's default progress deadline: long enough that a cluster working through a
-// burst of starts (10,000 at once take minutes to schedule) is not made slower still by a
-// status write per waiting environment, short enough for an operator looking at a stuck one.
-const startQuietFor = 5 * time.Minute
+// Pod no node takes, a scheduler that is down); what says why is written at once
+// (podTrouble). Ten minutes, a Deployment's default progress deadline — the point at which
+// Kubernetes itself calls a rollout stuck: a cluster working through a burst of starts
+// (10,000 at once take minutes to schedule) is not slowed further by a status write per
+// waiting environment.
+const startQuietFor = 10 * time.Minute
 
 // starting: nothing of the first executor's provisioning is recorded yet.
 func (p *pass) starting() bool {
