@@ -43,9 +43,10 @@ build: ## Build bin/gateway, bin/controller, bin/execctl and a static bin/helper
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/helper ./cmd/helper
 
 .PHONY: generate
-generate: ## Regenerate committed code: protobuf Go, deepcopy, CRD YAML, clientset/listers/informers.
+generate: ## Regenerate committed code: protobuf Go, deepcopy, CRD YAML, clientset/listers/informers, the Python SDK's protobuf and gRPC modules.
 	$(TOOLS) buf generate
 	hack/update-codegen.sh
+	hack/gen-python.sh
 
 .PHONY: verify
 verify: ## Fail when generated code is stale or go.mod files are untidy.
@@ -55,6 +56,10 @@ verify: ## Fail when generated code is stale or go.mod files are untidy.
 .PHONY: node-packages
 node-packages: ## Install, idempotently, the Debian packages of the local cluster's real node (runc, CNI plugins, busybox-static).
 	@hack/install-node-packages.sh
+
+.PHONY: python-packages
+python-packages: ## Install, idempotently, the Debian packages of the Python SDK (python3-grpcio, python3-protobuf, python3-pytest, protoc and grpc_python_plugin).
+	@hack/install-python-packages.sh
 
 .PHONY: npm-packages
 npm-packages: ## Install, idempotently, node (from Debian when missing) and the npm packages of every package-lock.json (npm ci).
@@ -89,7 +94,7 @@ FUZZTIME ?= 1m
 FUZZTIME_SHORT ?= 3s
 
 .PHONY: test
-test: build lint verify vuln node-packages npm-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
+test: build lint verify vuln node-packages npm-packages python-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
