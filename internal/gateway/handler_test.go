@@ -285,7 +285,7 @@ func newWorld(t *testing.T, k *keys, s setup) *world {
 	t.Helper()
 	// Every goroutine a call starts (the fencing watch, the executor's) ends with it.
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before, spdyShutdown) })
 	env := readyEnv()
 	if s.env != nil {
 		s.env(env)
