@@ -43,13 +43,14 @@ build: ## Build bin/gateway, bin/controller, bin/execctl and a static bin/helper
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/helper ./cmd/helper
 
 .PHONY: generate
-generate: ## Regenerate committed code: protobuf Go, deepcopy, CRD YAML, clientset/listers/informers, the Python SDK's protobuf and gRPC modules.
+generate: npm-packages ## Regenerate committed code: protobuf Go, deepcopy, CRD YAML, clientset/listers/informers, the Python and TypeScript SDKs' protobuf modules.
 	$(TOOLS) buf generate
 	hack/update-codegen.sh
 	hack/gen-python.sh
+	cd sdk/typescript && npm run --silent generate
 
 .PHONY: verify
-verify: ## Fail when generated code is stale or go.mod files are untidy.
+verify: npm-packages ## Fail when generated code is stale or go.mod files are untidy.
 	hack/verify-generated.sh
 	hack/verify-tidy.sh
 

@@ -6,7 +6,7 @@
 # run costs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dirs=(test/mcp)
+dirs=(test/mcp sdk/typescript)
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "install-npm-packages: need root to install nodejs and npm" >&2

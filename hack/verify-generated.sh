@@ -10,6 +10,7 @@ trap 'rm -rf "$scratch"' EXIT
 go tool -modfile=hack/tools/go.mod buf generate --output "$scratch"
 OUT=$scratch hack/update-codegen.sh >/dev/null
 OUT=$scratch hack/gen-python.sh >/dev/null
+(cd sdk/typescript && node_modules/.bin/buf generate ../.. --template buf.gen.yaml --path ../../proto/execution --output "$scratch/sdk/typescript")
 status=0
 # Every generated file must match the committed one...
 while IFS= read -r -d '' f; do
@@ -24,5 +25,5 @@ done < <(find "$scratch" -type f -print0)
 while IFS= read -r f; do
   [ -f "$scratch/$f" ] || { echo "orphaned generated file: $f" >&2; status=1; }
 done < <(find proto -name '*.pb.go'; find pkg/generated -type f 2>/dev/null; ls pkg/apis/*/*/zz_generated.*.go deploy/helm/execplane/crds/*.yaml 2>/dev/null
-  find sdk/python/execplane/_proto -type f -not -path '*/__pycache__/*' 2>/dev/null)
+  find sdk/python/execplane/_proto -type f -not -path '*/__pycache__/*' 2>/dev/null; find sdk/typescript/src/gen -type f 2>/dev/null)
 exit $status

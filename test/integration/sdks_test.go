@@ -41,3 +41,25 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("pytest's summary: %s", summary)
 	}
 }
+
+// typeScriptSDKDir is the TypeScript SDK, its tests beside it.
+const typeScriptSDKDir = "../../sdk/typescript"
+
+// The TypeScript SDK's tests (node's test runner, after tsc) walk the same session as the
+// Python SDK's against the real processes.
+func TestTypeScriptSDK(t *testing.T) {
+	needNodePackages(t, typeScriptSDKDir)
+	sys := startSystem(t, 1)
+	caller := sys.cli(t, "caller")
+	cmd := exec.CommandContext(t.Context(), "npm", "test", "--silent")
+	cmd.Dir = typeScriptSDKDir
+	cmd.Env = append(caller.env, "EXECPLANE_PROFILE="+profiletest.Name)
+	out, err := cmd.CombinedOutput()
+	t.Logf("npm test:\n%s", out)
+	if err != nil {
+		t.Fatalf("the TypeScript SDK's tests failed: %v", err)
+	}
+	if !strings.Contains(string(out), "# pass 3") || !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") {
+		t.Fatal("node did not pass the three tests")
+	}
+}

@@ -1,0 +1,141 @@
+// A handle on one binding's environment: its state, its reference, its run claim.
+import { create } from "@bufbuild/protobuf";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
+import type { Client, Owner } from "./client.js";
+import { ExecplaneError, isGrantInvalid, isNotReady, isRevoked } from "./errors.js";
+import * as pb from "./gen/execution/v1/execution_pb.js";
+import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_RUN_TTL_MS, MAX_RUN_TTL_MS, MIN_RUN_TTL_MS, newOperationId, readyLongPollMs, readyMarginMs } from "./limits.js";
+import { Safety } from "./retry.js";
+import { Run } from "./run.js";
+
+const terminal = new Set([pb.LifecycleState.RETIRING, pb.LifecycleState.RETIRED, pb.LifecycleState.DELETING]);
+
+/** One binding's environment. */
+export class Environment {
+  created = false;
+  constructor(
+    private readonly client: Client,
+    readonly owner: Owner,
+    readonly bindingId: string,
+    private state: pb.Environment,
+    private grant: pb.Grant | undefined,
+  ) {}
+
+  get id(): string {
+    return this.state.ref?.id ?? "";
+  }
+  get revision(): string {
+    return this.state.ref?.revision ?? "";
+  }
+  get ref(): pb.EnvironmentRef {
+    return this.state.ref ?? create(pb.EnvironmentRefSchema);
+  }
+  /** The environment as last seen. */
+  get status(): pb.Environment {
+    return this.state;
+  }
+
+  /** @internal */
+  set(state: pb.Environment | undefined, grant?: pb.Grant): void {
+    if (state?.ref) this.state = state;
+    if (grant?.token) this.grant = grant;
+  }
+
+  referenceState(): pb.ReferenceState {
+    return this.state.references.find((r) => r.bindingId === this.bindingId)?.state ?? pb.ReferenceState.UNSPECIFIED;
+  }
+
+  /** Attaches again: the current state and a fresh environment grant (the answer held up to waitReadyMs until ready). */
+  async refresh(waitReadyMs = 0): Promise<void> {
+    const req = create(pb.AttachEnvironmentRequestSchema, {
+      owner: create(pb.OwnerSchema, this.owner), bindingId: this.bindingId, environment: this.ref,
+      waitReady: waitReadyMs > 0 ? durationFromMs(waitReadyMs) : undefined,
+    });
+    const resp = await this.client.call(Safety.Idempotent, (o) => this.client.api.attachEnvironment(req, o), this.client.timeoutMs + waitReadyMs);
+    this.set(resp.environment, resp.environmentGrant);
+  }
+
+  /** Waits until Ready; fails at once when fenced (FENCED) or retiring, retired, deleting (NOT_READY). */
+  async waitReady(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const st = this.state;
+      if (st.ready) return;
+      if (st.fenceState === pb.FenceState.FENCE_UNKNOWN) {
+        throw new ExecplaneError(Code.FailedPrecondition, "FENCED", "the environment is fenced: " + st.message);
+      }
+      if (terminal.has(st.lifecycle)) {
+        throw new ExecplaneError(Code.FailedPrecondition, "NOT_READY", `the environment is ${pb.LifecycleState[st.lifecycle]}`);
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`execplane: environment ${this.id} not ready in ${timeoutMs} ms (last: ${pb.LifecycleState[st.lifecycle]} ${st.message})`);
+      const start = Date.now();
+      await this.refresh(Math.max(Math.min(readyLongPollMs, left - readyMarginMs), 0));
+      if (this.state.ready) return;
+      const early = 200 - (Date.now() - start);
+      if (early > 0) await new Promise((r) => setTimeout(r, early)); // an older gateway answers at once
+    }
+  }
+
+  private async reference(rpc: (req: { operationId: string; target: pb.ReferenceTarget }, o: { timeoutMs: number }) => Promise<{ environment?: pb.Environment }>): Promise<void> {
+    const req = { operationId: newOperationId(), target: create(pb.ReferenceTargetSchema, { owner: create(pb.OwnerSchema, this.owner), environment: this.ref, bindingId: this.bindingId }) };
+    const resp = await this.client.call(Safety.Idempotent, (o) => rpc(req, o));
+    this.set(resp.environment);
+  }
+
+  /** Publishes the binding's pending reference. */
+  commitReference(): Promise<void> {
+    return this.reference((r, o) => this.client.api.commitReference(create(pb.CommitReferenceRequestSchema, r), o));
+  }
+  /** Removes the binding's published reference in one step. */
+  releaseReference(): Promise<void> {
+    return this.reference((r, o) => this.client.api.releaseReference(create(pb.ReleaseReferenceRequestSchema, r), o));
+  }
+  /** Stops the executor and keeps the workspace; every grant issued before dies (RUN_CLAIM_HELD while a claim is held). */
+  suspend(): Promise<void> {
+    return this.reference((r, o) => this.client.api.suspendEnvironment(create(pb.SuspendEnvironmentRequestSchema, r), o));
+  }
+  /** Starts a new executor for a suspended environment at epoch + 1 (waitReady waits for it). */
+  resume(): Promise<void> {
+    return this.reference((r, o) => this.client.api.resumeEnvironment(create(pb.ResumeEnvironmentRequestSchema, r), o));
+  }
+
+  /**
+   * Takes the run claim — execution authority, fencing any earlier holder — and, unless
+   * renew is false, renews it in the background until the run is closed. A suspended
+   * environment is resumed first. Close the run when done (or use withRun).
+   */
+  async acquire(runId: string, opts: { ttlMs?: number; renew?: boolean } = {}): Promise<Run> {
+    const ttlMs = opts.ttlMs ?? DEFAULT_RUN_TTL_MS;
+    if (ttlMs < MIN_RUN_TTL_MS || ttlMs > MAX_RUN_TTL_MS) throw new RangeError(`ttl ${ttlMs} ms: want ${MIN_RUN_TTL_MS}..${MAX_RUN_TTL_MS}`);
+    const attempt = () => {
+      const req = create(pb.AcquireRunRequestSchema, { operationId: newOperationId(), environmentGrant: this.grant, environment: this.ref, runId, ttl: durationFromMs(ttlMs) });
+      return this.client.call(Safety.Idempotent, (o) => this.client.api.acquireRun(req, o));
+    };
+    let resp: pb.AcquireRunResponse;
+    try {
+      resp = await attempt();
+    } catch (err) {
+      if (!isGrantInvalid(err) && !isRevoked(err) && !isNotReady(err)) throw err;
+      // The grant expired or was revoked (a suspension revokes every grant), or the
+      // environment is suspending or resuming: attach again — which resumes a suspended
+      // environment —, wait until ready, retry with a fresh operation id.
+      await this.refresh();
+      await this.waitReady(DEFAULT_READY_TIMEOUT_MS);
+      resp = await attempt();
+    }
+    this.set(resp.environment);
+    return new Run(this.client, this, runId, ttlMs, resp.run!, resp.runGrant!, opts.renew !== false);
+  }
+}
+
+/** Runs fn under a run claim of env, released when fn settles. */
+export async function withRun<T>(env: Environment, runId: string, fn: (run: Run) => Promise<T>, opts?: { ttlMs?: number }): Promise<T> {
+  const run = await env.acquire(runId, opts);
+  try {
+    return await fn(run);
+  } finally {
+    await run.close();
+  }
+}
