@@ -34,7 +34,8 @@ func needNodePackages(t *testing.T, dir string) string {
 // environment ensured, a file written, a command reading it with its output streamed as
 // progress, the result read, a compare-and-swap refused on a stale version, refusals as
 // tool errors with the API's reason, a detached command followed. When the client closes,
-// execctl mcp releases the run claim it held.
+// execctl mcp releases the run claim it held. The same server over streamable HTTP (a
+// loopback port) serves a second client, and releases its claim on SIGTERM.
 func TestMCPWithTheTypeScriptClient(t *testing.T) {
 	node := needNodePackages(t, mcpTestDir)
 	sys := startSystem(t, 1)
@@ -49,17 +50,20 @@ func TestMCPWithTheTypeScriptClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the MCP client's session failed: %v", err)
 	}
-	if !strings.Contains(string(out), "# pass 1") {
-		t.Fatalf("node ran no passing test")
+	if !strings.Contains(string(out), "# pass 2") || !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") {
+		t.Fatalf("node did not pass both sessions (stdio, streamable HTTP)")
 	}
 
-	// The run claim the server held was released when the client closed it.
+	// The run claims the servers held were released: when the stdio client closed, when the
+	// HTTP server was told to stop.
 	c := sys.sdk(t, "caller", 0)
-	env, err := c.Ensure(callCtx(t), client.EnsureRequest{Owner: client.Owner{Issuer: "https://idp.example", Subject: "alice"}, BindingID: binding, Profile: profiletest.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if run := env.Status().GetActiveRun(); run != nil {
-		t.Fatalf("the run claim is still held after the MCP client closed: %v", run)
+	for _, b := range []string{binding, binding + "-http"} {
+		env, err := c.Ensure(callCtx(t), client.EnsureRequest{Owner: client.Owner{Issuer: "https://idp.example", Subject: "alice"}, BindingID: b, Profile: profiletest.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run := env.Status().GetActiveRun(); run != nil {
+			t.Fatalf("binding %s: the run claim is still held after its MCP server ended: %v", b, run)
+		}
 	}
 }

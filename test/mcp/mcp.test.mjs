@@ -6,6 +6,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 
 const execctl = process.env.EXECCTL;
 
@@ -105,4 +108,38 @@ test("an agent session through execctl mcp", { timeout: 240_000 }, async () => {
   } finally {
     await client.close(); // ends execctl mcp, which releases the run claim
   }
+});
+
+// The same server over streamable HTTP: execctl mcp --http on a loopback port (0: any),
+// the URL read from its stderr; SIGTERM ends it and releases the run claim.
+test("execctl mcp over streamable HTTP", { timeout: 120_000 }, async () => {
+  const server = spawn(required("EXECCTL"), ["mcp", "--http", "127.0.0.1:0", "--binding", process.env.EXECPLANE_BINDING + "-http"],
+    { env: { ...process.env }, stdio: ["ignore", "inherit", "pipe"] });
+  try {
+    let stderr = "";
+    const url = await new Promise((resolve, reject) => {
+      server.stderr.on("data", (b) => {
+        stderr += b;
+        const m = stderr.match(/serving (http:\/\/\S+\/mcp)/);
+        if (m) resolve(m[1]);
+      });
+      server.on("exit", (code) => reject(new Error(`execctl mcp exited (${code}): ${stderr}`)));
+    });
+    const client = new Client({ name: "execplane-mcp-http-test", version: "1.0.0" });
+    await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+    try {
+      assert.equal((await client.listTools()).tools.length, 12);
+      assert.equal((await call(client, "ensure_environment", {})).state, "READY");
+      await call(client, "write_file", { path: "over-http.txt", content: "streamable\n" });
+      const ran = await call(client, "run_command", { argv: ["cat", "over-http.txt"] });
+      assert.equal(ran.stdout.text, "streamable\n");
+      assert.match(await refusal(client, "stat", { path: "absent" }), /^NOT_FOUND: /);
+    } finally {
+      await client.close();
+    }
+  } finally {
+    server.kill("SIGTERM");
+    if (server.exitCode === null) await once(server, "exit");
+  }
+  assert.equal(server.exitCode, 0, "execctl mcp ended cleanly on SIGTERM");
 });
