@@ -24,6 +24,7 @@ func TestToolErrorLeadsWithTheReason(t *testing.T) {
 		"retryable": {&client.Error{Code: codes.ResourceExhausted, Reason: "LIMIT_EXCEEDED", Message: "slow down", Retryable: true},
 			"LIMIT_EXCEEDED: slow down (retryable: nothing was done; the same call may succeed later)"},
 		"no reason (transport)": {&client.Error{Code: codes.Unavailable, Message: "connection refused"}, "UNAVAILABLE: connection refused"},
+		"no reason, two words":  {&client.Error{Code: codes.DeadlineExceeded, Message: "too slow"}, "DEADLINE_EXCEEDED: too slow"},
 		"wrapped":               {fmt.Errorf("reading: %w", &client.Error{Code: codes.NotFound, Reason: "NOT_FOUND", Message: "no such file"}), "NOT_FOUND: no such file"},
 		"refused here":          {errorf(errInvalidArgument, "give either command or argv"), "INVALID_ARGUMENT: give either command or argv"},
 		"run lost":              {fmt.Errorf("%w: gone", errRunLost), "RUN_CLAIM_LOST: gone"},

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/codes"
 
 	"github.com/execplane/execplane/pkg/client"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -206,8 +208,8 @@ func toolError(err error) error {
 		return err
 	case errors.As(err, &e):
 		reason := e.Reason
-		if reason == "" {
-			reason = strings.ToUpper(strings.ReplaceAll(e.Code.String(), " ", "_"))
+		if reason == "" { // no answer from execplane: the gRPC code, in the reasons' spelling
+			reason = codeName(e.Code)
 		}
 		msg := fmt.Sprintf("%s: %s", reason, e.Message)
 		if e.Retryable {
@@ -218,6 +220,19 @@ func toolError(err error) error {
 		return fmt.Errorf("DEADLINE_EXCEEDED: %v", err)
 	}
 	return fmt.Errorf("ERROR: %v", err)
+}
+
+// codeName spells a gRPC code as the API spells its reasons: DeadlineExceeded is
+// DEADLINE_EXCEEDED.
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
 }
 
 // EnvironmentView is what ensure_environment answers.
