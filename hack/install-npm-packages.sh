@@ -8,17 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dirs=(test/mcp sdk/typescript)
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "install-npm-packages: need root to install nodejs and npm" >&2
-    exit 1
-  fi
-  echo "install-npm-packages: installing nodejs and npm" >&2
-  log=$(mktemp)
-  trap 'rm -f "$log"' EXIT
-  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm; } >"$log" 2>&1; then
-    cat "$log" >&2
-    exit 1
-  fi
+  hack/apt-install.sh install-npm-packages nodejs npm
 fi
 for d in "${dirs[@]}"; do
   want=$(sha256sum "$d/package-lock.json" | cut -d' ' -f1)

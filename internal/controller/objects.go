@@ -81,6 +81,9 @@ func settle[T metav1.Object](ctx context.Context, env *executionv1alpha1.Executi
 		if err != nil && !apierrors.IsNotFound(err) {
 			return zero, absent, false, err
 		}
+		if unrecorded && !exists {
+			get.unrecorded.Delete(made) // gone before the cache ever showed it: nothing to remember
+		}
 	}
 	ours := exists && found.GetLabels()[executor.LabelEnvironmentUID] == string(env.UID)
 	switch {

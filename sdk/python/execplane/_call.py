@@ -5,14 +5,32 @@ from __future__ import annotations
 
 import enum
 import random
+import secrets
 import time
 from typing import Callable, TypeVar
 
 import grpc
+from google.protobuf import duration_pb2
 
 from execplane import errors
 
 T = TypeVar("T")
+
+# Bounds the wait until an environment is Ready (a cold start on a real cluster: volume
+# provisioning, an image pull), in seconds.
+DEFAULT_READY_TIMEOUT = 300.0
+
+
+def new_operation_id() -> str:
+    """A fresh operation id: 128 random bits, so that two logical calls never share one."""
+    return "sdk-" + secrets.token_hex(16)
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    """A protobuf Duration of so many seconds."""
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
 
 
 class Safety(enum.Enum):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any, Callable, Sequence, TypeVar
 
 import grpc
 
 from execplane import _call
+from execplane._call import DEFAULT_READY_TIMEOUT, new_operation_id
 from execplane._proto.execution.v1 import execution_pb2 as pb
 from execplane._proto.execution.v1 import service_pb2_grpc
 from execplane.environment import Environment
@@ -19,14 +19,6 @@ T = TypeVar("T")
 # Bounds one call that names no timeout of its own (a file operation, a reference step): the
 # server's work is bounded by the profile, so a call that takes longer is stuck, not slow.
 DEFAULT_TIMEOUT = 30.0
-# Bounds Ensure's wait until the environment is Ready (a cold start on a real cluster:
-# volume provisioning, an image pull).
-DEFAULT_READY_TIMEOUT = 300.0
-
-
-def new_operation_id() -> str:
-    """A fresh operation id: 128 random bits, so that two logical calls never share one."""
-    return "sdk-" + secrets.token_hex(16)
 
 
 class Client:

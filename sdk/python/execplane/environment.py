@@ -7,9 +7,9 @@ import time
 from typing import TYPE_CHECKING
 
 import grpc
-from google.protobuf import duration_pb2
 
 from execplane import _call, errors
+from execplane._call import DEFAULT_READY_TIMEOUT, duration, new_operation_id
 from execplane._proto.execution.v1 import execution_pb2 as pb
 from execplane.run import DEFAULT_RUN_TTL, MAX_RUN_TTL, MIN_RUN_TTL, Run
 from execplane.types import Owner
@@ -84,7 +84,7 @@ class Environment:
         the answer is held up to that long until the environment is ready."""
         req = pb.AttachEnvironmentRequest(owner=self.owner.proto(), binding_id=self.binding_id, environment=self.ref)
         if wait_ready > 0:
-            req.wait_ready.CopyFrom(_duration(wait_ready))
+            req.wait_ready.CopyFrom(duration(wait_ready))
         resp = self._client.call(_call.Safety.IDEMPOTENT, self._client.api.AttachEnvironment, req,
                                  timeout=self._client.timeout + wait_ready)
         self._set(resp.environment, resp.environment_grant)
@@ -126,8 +126,6 @@ class Environment:
         self._reference(self._client.api.ReleaseReference, pb.ReleaseReferenceRequest)
 
     def _reference(self, rpc, request_type) -> None:  # type: ignore[no-untyped-def]
-        from execplane.client import new_operation_id
-
         req = request_type(operation_id=new_operation_id(),
                            target=pb.ReferenceTarget(owner=self.owner.proto(), environment=self.ref, binding_id=self.binding_id))
         resp = self._client.call(_call.Safety.IDEMPOTENT, rpc, req)
@@ -150,14 +148,12 @@ class Environment:
         is closed. Use the run as a context manager: it is released on exit. A suspended
         environment is resumed first (its grants died: the handle attaches again and waits
         until it is ready)."""
-        from execplane.client import DEFAULT_READY_TIMEOUT, new_operation_id
-
         if not MIN_RUN_TTL <= ttl <= MAX_RUN_TTL:
             raise ValueError(f"ttl {ttl} s: want {MIN_RUN_TTL}..{MAX_RUN_TTL} s")
 
         def attempt() -> pb.AcquireRunResponse:
             req = pb.AcquireRunRequest(operation_id=new_operation_id(), environment_grant=self._environment_grant(),
-                                       environment=self.ref, run_id=run_id, ttl=_duration(ttl))
+                                       environment=self.ref, run_id=run_id, ttl=duration(ttl))
             return self._client.call(_call.Safety.IDEMPOTENT, self._client.api.AcquireRun, req)
 
         try:
@@ -172,9 +168,3 @@ class Environment:
             resp = attempt()
         self._set(resp.environment)
         return Run(self._client, self, run_id, ttl, resp.run, resp.run_grant, renew=renew)
-
-
-def _duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(seconds * 1e9))
-    return d

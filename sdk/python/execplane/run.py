@@ -7,9 +7,9 @@ import threading
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import grpc
-from google.protobuf import duration_pb2
 
 from execplane import _call, errors
+from execplane._call import duration, new_operation_id
 from execplane._proto.execution.v1 import execution_pb2 as pb
 from execplane.types import Chunk, CommandInfo, CommandOutput, CommandResult, FileInfo, GrepMatch, GrepResult, path_bytes
 
@@ -85,10 +85,8 @@ class Run:
 
     def renew(self) -> None:
         """Extends the claim by its TTL and refreshes the run grant."""
-        from execplane.client import new_operation_id
-
         req = pb.RenewRunRequest(operation_id=new_operation_id(), run_grant=self._run_grant(), environment=self.environment.ref,
-                                 ttl=_duration(self._ttl))
+                                 ttl=duration(self._ttl))
         try:
             resp = self._client.call(_call.Safety.IDEMPOTENT, self._client.api.RenewRun, req, timeout=self._ttl / 3)
         except _ENDED as e:
@@ -114,8 +112,6 @@ class Run:
     def close(self) -> None:
         """Stops the renewal and releases the claim (within 10 s). Idempotent; a claim known
         to be gone is not released again."""
-        from execplane.client import new_operation_id
-
         with self._lock:
             if self._closed:
                 return
@@ -262,7 +258,7 @@ class Run:
         server's default)."""
         req = pb.CancelCommandRequest(run_grant=self._run_grant(), environment=self.environment.ref, command_id=command_id)
         if grace > 0:
-            req.grace.CopyFrom(_duration(grace))
+            req.grace.CopyFrom(duration(grace))
         return CommandInfo.of(self._client.call(_call.Safety.IDEMPOTENT, self._client.api.CancelCommand, req).command)
 
 
@@ -276,11 +272,5 @@ def _spec(argv: Sequence[str] | None, shell: str, cwd: str, env: Mapping[str, st
     else:
         spec.argv.args.extend(argv or [])
     if timeout > 0:
-        spec.timeout.CopyFrom(_duration(timeout))
+        spec.timeout.CopyFrom(duration(timeout))
     return spec
-
-
-def _duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(seconds * 1e9))
-    return d
