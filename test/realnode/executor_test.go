@@ -141,7 +141,9 @@ func TestForkBombIsHeldByThePodPidLimit(t *testing.T) {
 	// The timeout leaves the bomb time to reach the limit on a loaded machine, where its
 	// Pod's share of two cores makes it slow (it has not in 5 s).
 	const timeout = 15 * time.Second
-	res, err := w.run.Run(ctx(t), client.Command{Shell: "f() { f | f & }; f; sleep 600", Timeout: timeout})
+	// The shell execs its sleep: a fork for it could fail once the bomb holds the pid limit,
+	// and the command would end FAILED on its own, before its timeout.
+	res, err := w.run.Run(ctx(t), client.Command{Shell: "f() { f | f & }; f; exec sleep 600", Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +235,8 @@ func TestDetachedForkBombIsHeldAndCancelled(t *testing.T) {
 	s := startSystem(t)
 	w := s.ensure(t, "detached-forks", profileExample)
 	c := ctx(t)
-	info, err := w.run.Start(c, client.Command{Shell: "f() { f | f & }; f; sleep 600"}, client.StartOptions{ID: "bomb"})
+	// exec: the shell's own sleep needs no fork the bomb could have used up (see above).
+	info, err := w.run.Start(c, client.Command{Shell: "f() { f | f & }; f; exec sleep 600"}, client.StartOptions{ID: "bomb"})
 	if err != nil || !info.Running() {
 		t.Fatalf("start: %+v %v", info, err)
 	}
