@@ -159,7 +159,12 @@ func grantOf(g *controlv1.VerifiedGrant) authority.GrantClaims {
 		Epoch: g.GetEpoch(), RunID: g.GetRunId(), ClaimID: g.GetClaimId()}
 }
 
+// preconditions converts a request's preconditions; none at all asserts nothing, and the
+// store refuses the call for the ones it requires (INVALID_ARGUMENT naming them).
 func preconditions(p *executionv1.AdminPreconditions) store.Preconditions {
+	if p == nil {
+		return store.Preconditions{}
+	}
 	return store.Preconditions{Epoch: p.Epoch, PodUID: p.PodUid, PVCUID: p.PvcUid, GrantGeneration: p.GrantGeneration}
 }
 

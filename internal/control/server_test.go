@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,4 +199,32 @@ func TestControlAPI(t *testing.T) {
 	_, err = gw.Retire(h.ctx, &controlv1.RetireRequest{Caller: &controlv1.Caller{ClientUri: h.material.Administrator.Identity},
 		Request: &executionv1.RetireEnvironmentRequest{OperationId: "op-7", Environment: env.GetRef(), Preconditions: &executionv1.AdminPreconditions{Epoch: &epoch}}})
 	wantStatus(t, err, codes.Aborted, "PRECONDITION_MISMATCH")
+}
+
+// Found by the fault suite (test/chaos): an administrative call with no preconditions
+// message at all dereferenced it, and the panic took the leading controller down — any
+// administrator could crash the leader, again after each failover. It is refused, naming
+// what is required, and the server goes on.
+func TestAdminCallWithoutPreconditionsIsRefusedNotACrash(t *testing.T) {
+	h := start(t)
+	gw := h.client(t, h.material.Gateway)
+	reply, err := gw.Ensure(h.ctx, ensure(h.material.Caller.Identity, "op-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := &controlv1.Caller{ClientUri: h.material.Administrator.Identity}
+	ref := reply.GetEnvironment().GetRef()
+	_, err = gw.Revoke(h.ctx, &controlv1.RevokeRequest{Caller: admin,
+		Request: &executionv1.RevokeEnvironmentRequest{OperationId: "op-2", Environment: ref}})
+	wantStatus(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
+	if !strings.Contains(status.Convert(err).Message(), "preconditions.grant_generation") {
+		t.Errorf("the refusal does not name the missing precondition: %v", err)
+	}
+	_, err = gw.Replace(h.ctx, &controlv1.ReplaceRequest{Caller: admin,
+		Request: &executionv1.ReplaceExecutorRequest{OperationId: "op-3", Environment: ref}})
+	wantStatus(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
+	// Still serving.
+	if _, err := gw.Ensure(h.ctx, ensure(h.material.Caller.Identity, "op-1")); err != nil {
+		t.Fatalf("after the refusals: %v", err)
+	}
 }
