@@ -528,3 +528,27 @@ func TestSuspendAndResume(t *testing.T) {
 		return apierrors.IsNotFound(err)
 	})
 }
+
+// Found by the fault suite (test/chaos): agents of one binding that raced their Ensures
+// each saw the reference PendingCreate and each committed it; every commit after the first
+// was refused NOT_READY ("it is Published") however often it was retried, so the Go SDK's
+// Ensure failed for all but one of them. A commit of a published reference answers it,
+// and writes nothing.
+func TestCommitOfAPublishedReferenceAnswersIt(t *testing.T) {
+	f := newFixture(t, options{})
+	env := f.ensure(t, agentA, alice, "conv-1").Environment
+	in := func() store.ReferenceInput {
+		return store.ReferenceInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: ref(env), BindingID: "conv-1"}
+	}
+	if _, err := f.store.CommitReference(f.ctx, in()); err != nil {
+		t.Fatalf("first commit: %v", err)
+	}
+	before := f.snapshot(t, env.Name)
+	res, err := f.store.CommitReference(f.ctx, in())
+	if err != nil || res.Reference == nil || res.Reference.State != v1alpha1.ReferencePublished {
+		t.Fatalf("second commit: %+v %v", res, err)
+	}
+	if string(f.snapshot(t, env.Name)) != string(before) {
+		t.Fatal("the second commit wrote")
+	}
+}
