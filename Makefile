@@ -95,10 +95,25 @@ FUZZTIME ?= 1m
 FUZZTIME_SHORT ?= 3s
 
 .PHONY: test
-test: build lint verify vuln node-packages npm-packages python-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster), then each fuzz target briefly.
-	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+test: build lint verify vuln node-packages npm-packages python-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster; the fault suite with a short budget, its report printed), then each fuzz target briefly.
+	@mkdir -p .cache && rm -f $(CHAOS_REPORT)
+	EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
+	@if [ -f $(CHAOS_REPORT) ]; then cat $(CHAOS_REPORT); fi
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
+
+# The fault suite (test/chaos, docs/chaos.md): make test runs it for 75 s; make chaos for
+# CHAOS_DURATION, replaying CHAOS_SEED when given. Its reports go to CHAOS_REPORT.
+CHAOS_DURATION ?= 10m
+CHAOS_SEED     ?=
+CHAOS_REPORT   ?= $(CURDIR)/.cache/chaos-report.txt
+
+.PHONY: chaos
+chaos: build ## The fault suite with a long budget: CHAOS_DURATION (default 10m) of clients and seeded faults; CHAOS_SEED=<n> replays a run (docs/chaos.md).
+	@mkdir -p .cache
+	EXECPLANE_CHAOS_DURATION=$(CHAOS_DURATION) EXECPLANE_CHAOS_SEED=$(CHAOS_SEED) EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) \
+	  EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+	  $(GO) test -race -count=1 -v -timeout 4h -run 'TestChaos$$' ./test/chaos/
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 1m).

@@ -16,6 +16,7 @@ import (
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/control"
 	"github.com/execplane/execplane/internal/diagnostics"
+	"github.com/execplane/execplane/internal/failpoint"
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
@@ -186,7 +187,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return
 			}
 			st, err := store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Executors(),
-				Profiles: profiles, Finalizer: EnvironmentFinalizer, Provisioner: r})
+				Profiles: profiles, Finalizer: EnvironmentFinalizer, Provisioner: r, Now: storeClock()})
 			if err != nil {
 				logger.Error("store failed to start", logging.KeyError, err)
 				<-ctx.Done()
@@ -231,4 +232,22 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Error("leadership lost: exiting so that a restart rejoins as a follower")
 	}
 	return err
+}
+
+// breakFastStoreClock, in a failpoint build asked to break it (failpoint.Breaks), runs the
+// store's clock fastStoreClock times fast: run claims lapse long before the expiry their
+// holders were told, and another run takes one that is still held — the fault suite's
+// proof that its checker catches two holders (test/chaos).
+const (
+	breakFastStoreClock = "store-clock-runs-fast"
+	fastStoreClock      = 100
+)
+
+// storeClock is the store's clock: nil (the wall clock) unless a failpoint build breaks it.
+func storeClock() func() time.Time {
+	if !failpoint.Breaks(breakFastStoreClock) {
+		return nil
+	}
+	start := time.Now()
+	return func() time.Time { return start.Add(time.Since(start) * fastStoreClock) }
 }

@@ -7,3 +7,6 @@ const Enabled = false
 
 // Inject does nothing: this binary has no failpoints.
 func Inject(string) {}
+
+// Breaks reports false: this binary breaks no guarantee.
+func Breaks(string) bool { return false }

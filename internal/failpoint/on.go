@@ -14,6 +14,7 @@ import (
 const Enabled = true
 
 var (
+	broken  = os.Getenv(BreakEnv)
 	armed   string
 	action  string
 	stopped sync.Once
@@ -43,3 +44,6 @@ func Inject(name string) {
 		select {} // SIGKILL cannot be caught; never continue past the point
 	}
 }
+
+// Breaks reports whether this process was asked to break the named guarantee.
+func Breaks(name string) bool { return broken != "" && name == broken }

@@ -1,10 +1,6 @@
 package integration_test
 
 import (
-	"net"
-	"net/url"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,118 +8,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/faultproxy"
 	"github.com/execplane/execplane/internal/gateway"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
-
-// pausingProxy forwards TCP connections to target; paused, it stops forwarding bytes in both
-// directions without closing anything — a network path that silently stalls, as a partition
-// does, so the client's watch neither ends nor errors.
-type pausingProxy struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	cond   *sync.Cond
-	paused bool
-	conns  []net.Conn
-}
-
-func startPausingProxy(t *testing.T, target string) *pausingProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pausingProxy{ln: ln, target: target}
-	p.cond = sync.NewCond(&p.mu)
-	t.Cleanup(p.close)
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.mu.Unlock()
-			go p.pipe(out, in)
-			go p.pipe(in, out)
-		}
-	}()
-	return p
-}
-
-// pipe copies src to dst, holding every chunk while the proxy is paused.
-func (p *pausingProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		p.mu.Lock()
-		for p.paused {
-			p.cond.Wait()
-		}
-		p.mu.Unlock()
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
-}
-
-func (p *pausingProxy) pause() { p.mu.Lock(); p.paused = true; p.mu.Unlock() }
-
-func (p *pausingProxy) resume() {
-	p.mu.Lock()
-	p.paused = false
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-func (p *pausingProxy) close() {
-	p.ln.Close()
-	p.resume()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
-
-// proxiedKubeconfig writes a copy of kubeconfig whose server is reached through proxy.
-func proxiedKubeconfig(t *testing.T, kubeconfig string, proxy func(target string) string) string {
-	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cluster := range cfg.Clusters {
-		u, err := url.Parse(cluster.Server)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Host = proxy(u.Host)
-		cluster.Server = u.String()
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // Fresh-view fencing: a gateway whose path to the API server stalls (a TCP proxy between them
 // stops forwarding; nothing closes, so its watch neither ends nor errors) refuses grants
@@ -133,10 +23,14 @@ func proxiedKubeconfig(t *testing.T, kubeconfig string, proxy func(target string
 // old grant as revoked, and serves a new one.
 func TestGatewayCutFromTheAPIServerRefusesWithinItsBound(t *testing.T) {
 	sys := startSystem(t, 1)
-	var proxy *pausingProxy
-	kubeconfig := proxiedKubeconfig(t, sys.kubeconfig, func(target string) string {
-		proxy = startPausingProxy(t, target)
-		return proxy.ln.Addr().String()
+	var proxy *faultproxy.Proxy
+	kubeconfig := clustertest.ProxiedKubeconfig(t, sys.kubeconfig, func(target string) string {
+		var err error
+		if proxy, err = faultproxy.To(target); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(proxy.Close)
+		return proxy.Addr()
 	})
 	cut := sys.startGateway(t, "gateway-cut", clustertest.HelperPath, "--kubeconfig", kubeconfig)
 	clustertest.Eventually(t, time.Minute, "the proxied gateway ready", cut.ready)
@@ -154,7 +48,7 @@ func TestGatewayCutFromTheAPIServerRefusesWithinItsBound(t *testing.T) {
 	clustertest.Eventually(t, 10*time.Second, "the grant authorised through the proxied gateway", func() bool { return verdict(s.runG) == codes.InvalidArgument })
 	old := s.runG
 
-	proxy.pause()
+	proxy.Stall()
 	paused := time.Now()
 	env := s.latest(t)
 	if _, err := admin.RevokeEnvironment(callCtx(t), &executionv1.RevokeEnvironmentRequest{OperationId: op(), Environment: s.envRef,
@@ -190,7 +84,7 @@ func TestGatewayCutFromTheAPIServerRefusesWithinItsBound(t *testing.T) {
 		return time.Since(refusedAt) > gateway.DefaultFreshnessBound
 	})
 
-	proxy.resume()
+	proxy.Flow()
 	clustertest.Eventually(t, 30*time.Second, "the revocation observed after the stall", func() bool {
 		switch code := verdict(old); code {
 		case codes.Aborted:

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -530,4 +531,25 @@ func poll(ctx context.Context, timeout time.Duration, check func() (bool, error)
 		case <-t.C:
 		}
 	}
+}
+
+// Pause stops a component of the control plane (etcd, kube-apiserver, ...) with SIGSTOP:
+// it holds its connections and answers nothing until Continue. For fault tests.
+func (c *Cluster) Pause(component string) error { return c.procs.signal(component, syscall.SIGSTOP) }
+
+// Continue resumes a paused component.
+func (c *Cluster) Continue(component string) error {
+	return c.procs.signal(component, syscall.SIGCONT)
+}
+
+// Restart kills a component of the control plane (SIGKILL, as a crash) and starts it again
+// with the same flags and ports; for the API server it waits until it answers again.
+func (c *Cluster) Restart(ctx context.Context, component string) error {
+	if err := c.procs.restart(component); err != nil {
+		return err
+	}
+	if component == "kube-apiserver" {
+		return c.waitAPIServer(ctx)
+	}
+	return nil
 }

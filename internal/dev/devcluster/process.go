@@ -22,6 +22,10 @@ const logTailBytes = 2048
 // process is one child of the cluster, in its own process group.
 type process struct {
 	name    string
+	dir     string
+	path    string
+	bin     string
+	args    []string
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
@@ -42,36 +46,86 @@ func (ps *processes) start(dir, name, bin string, args ...string) (*process, err
 
 // startWithPath is start with the child's PATH given.
 func (ps *processes) startWithPath(dir, name, path, bin string, args ...string) (*process, error) {
-	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
+	p := &process{name: name, dir: dir, path: path, bin: bin, args: args}
+	if err := p.launch(os.O_TRUNC); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.Dir = dir
-	// A minimal environment: nothing from the test's environment leaks into the cluster, and
-	// HOME points into the state directory (kwok would read ~/.kwok otherwise).
-	cmd.Env = []string{"PATH=" + path, "HOME=" + dir}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
 	ps.mu.Lock()
 	ps.procs = append(ps.procs, p)
 	ps.mu.Unlock()
-	if err := os.WriteFile(filepath.Join(dir, name+".pid"), []byte(fmt.Sprintf("%d\n", cmd.Process.Pid)), 0o600); err != nil {
-		return nil, err
-	}
 	return p, nil
+}
+
+// launch starts p's command, its log opened with flag (O_TRUNC or O_APPEND).
+func (p *process) launch(flag int) error {
+	p.logPath = filepath.Join(p.dir, p.name+".log")
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|flag, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.Dir = p.dir
+	// A minimal environment: nothing from the test's environment leaks into the cluster, and
+	// HOME points into the state directory (kwok would read ~/.kwok otherwise).
+	cmd.Env = []string{"PATH=" + p.path, "HOME=" + p.dir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	done := p.done
+	go func() {
+		p.waitErr = cmd.Wait()
+		logFile.Close()
+		close(done)
+	}()
+	return os.WriteFile(filepath.Join(p.dir, p.name+".pid"), []byte(fmt.Sprintf("%d\n", cmd.Process.Pid)), 0o600)
+}
+
+// find returns the child named name.
+func (ps *processes) find(name string) (*process, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.procs {
+		if p.name == name {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("no process %q in this cluster", name)
+}
+
+// signal sends sig to the named child's process group.
+func (ps *processes) signal(name string, sig syscall.Signal) error {
+	p, err := ps.find(name)
+	if err != nil {
+		return err
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// restart kills the named child's group (SIGKILL: a crash) and starts it again with the
+// same flags, its log appended to.
+func (ps *processes) restart(name string) error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for i, p := range ps.procs {
+		if p.name != name {
+			continue
+		}
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT) // a paused one dies too
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		next := &process{name: p.name, dir: p.dir, path: p.path, bin: p.bin, args: p.args}
+		if err := next.launch(os.O_APPEND); err != nil {
+			return err
+		}
+		ps.procs[i] = next
+		return nil
+	}
+	return fmt.Errorf("no process %q in this cluster", name)
 }
 
 // exited reports an error when the process has already exited.

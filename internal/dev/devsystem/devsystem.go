@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,25 +62,35 @@ type Options struct {
 	ControllerBin, GatewayBin string
 	// Gateways is the number of gateway processes (at least one).
 	Gateways int
+	// Controllers is the number of controller replicas (at least one): one leads, the
+	// others stand by, not ready. With more than one they are named controller-<i> and
+	// given that as their --identity.
+	Controllers int
 	// HelperPath is the helper's path inside executor images.
 	HelperPath string
 	// Profiles is the profiles YAML.
 	Profiles []byte
 	// ExtraClients are more client identities in the bundle (see devbundle.ExtraClient).
 	ExtraClients []devbundle.ExtraClient
-	// ControllerArgs and GatewayArgs are appended to each process's flags.
+	// ControllerArgs and GatewayArgs are appended to each process's flags; GatewayArgsFor,
+	// when set, to gateway i's after them (its own path to the API server or controller).
 	ControllerArgs, GatewayArgs []string
+	GatewayArgsFor              func(i int) []string
+	// ControllerEnv is added to the controllers' environment.
+	ControllerEnv []string
 	// Logs, when set, receives each process's output; otherwise Dir/<name>.log does.
 	Logs func(name string) io.Writer
 }
 
 // System is a running controller and its gateways.
 type System struct {
-	opts       Options
-	Material   *devbundle.Result
-	Profiles   string
-	Controller *Process
-	Gateways   []*Process
+	opts     Options
+	Material *devbundle.Result
+	Profiles string
+	// Controller is the first controller replica; Controllers all of them.
+	Controller  *Process
+	Controllers []*Process
+	Gateways    []*Process
 
 	mu    sync.Mutex
 	procs []*Process
@@ -93,6 +104,8 @@ type Process struct {
 	// LogPath is the log file, when the output goes to one.
 	LogPath string
 
+	bin  string
+	args []string
 	cmd  *exec.Cmd
 	log  io.Closer
 	done chan struct{}
@@ -106,6 +119,7 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 		return nil, errors.New("devsystem: kubeconfig, namespace, dir, binaries, helper path and profiles are required")
 	}
 	opts.Gateways = max(opts.Gateways, 1)
+	opts.Controllers = max(opts.Controllers, 1)
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -128,13 +142,27 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 			s.Stop()
 		}
 	}()
-	if s.Controller, err = s.start("controller", opts.ControllerBin, append([]string{
-		"--gateway-identity", s.Material.Gateway.Identity, "--executor-service-account", "default"},
-		opts.ControllerArgs...)...); err != nil {
-		return nil, err
+	for i := range opts.Controllers {
+		name, args := "controller", append([]string{
+			"--gateway-identity", s.Material.Gateway.Identity, "--executor-service-account", "default"},
+			opts.ControllerArgs...)
+		if opts.Controllers > 1 {
+			name = fmt.Sprintf("controller-%d", i)
+			args = append(args, "--identity", name)
+		}
+		p, err := s.start(name, opts.ControllerBin, args...)
+		if err != nil {
+			return nil, err
+		}
+		s.Controllers = append(s.Controllers, p)
 	}
+	s.Controller = s.Controllers[0]
 	for i := range opts.Gateways {
-		if _, err := s.StartGateway(fmt.Sprintf("gateway-%d", i), opts.HelperPath); err != nil {
+		var extra []string
+		if opts.GatewayArgsFor != nil {
+			extra = opts.GatewayArgsFor(i)
+		}
+		if _, err := s.StartGateway(fmt.Sprintf("gateway-%d", i), opts.HelperPath, extra...); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +194,44 @@ func (s *System) start(name, bin string, args ...string) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{Name: name, Diag: addrs[0], Listen: addrs[1], done: make(chan struct{})}
+	p := &Process{Name: name, Diag: addrs[0], Listen: addrs[1], bin: bin, args: args}
+	if err := s.run(p); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// Restart starts a process again, as its Deployment would, with its name, flags and
+// addresses, killing it first if it still runs; the System's slices name the new one.
+func (s *System) Restart(old *Process) (*Process, error) {
+	old.Kill()
+	old.closeLog()
+	p := &Process{Name: old.Name, Diag: old.Diag, Listen: old.Listen, bin: old.bin, args: old.args}
+	if err := s.run(p); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, list := range [][]*Process{s.procs, s.Controllers, s.Gateways} {
+		for i := range list {
+			if list[i] == old {
+				list[i] = p
+			}
+		}
+	}
+	if s.Controller == old {
+		s.Controller = p
+	}
+	return p, nil
+}
+
+// run starts p's command.
+func (s *System) run(p *Process) error {
+	p.done = make(chan struct{})
+	name, bin, args := p.Name, p.bin, p.args
 	var out io.Writer
 	if s.opts.Logs != nil {
 		out = s.opts.Logs(name)
@@ -174,7 +239,7 @@ func (s *System) start(name, bin string, args ...string) (*Process, error) {
 		p.LogPath = filepath.Join(s.opts.Dir, name+".log")
 		f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out, p.log = f, f
 	}
@@ -182,36 +247,42 @@ func (s *System) start(name, bin string, args ...string) (*Process, error) {
 		"--kubeconfig", s.opts.Kubeconfig, "--profiles", s.Profiles, "--security-manifest", s.Material.Manifest,
 		"--listen-address", p.Listen, "--diagnostics-address", p.Diag}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
+	if strings.HasPrefix(name, "controller") {
+		p.cmd.Env = append(os.Environ(), s.opts.ControllerEnv...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		p.closeLog()
-		return nil, fmt.Errorf("devsystem: starting %s: %w", name, err)
+		return fmt.Errorf("devsystem: starting %s: %w", name, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	s.mu.Lock()
-	s.procs = append(s.procs, p)
-	s.mu.Unlock()
-	return p, nil
+	return nil
 }
 
-// WaitReady waits until every process reports ready, failing fast when one exits.
+// WaitReady waits until every gateway and one controller (the leader: the others stand
+// by, not ready) report ready, failing fast when a process exits.
 func (s *System) WaitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		s.mu.Lock()
 		procs := append([]*Process(nil), s.procs...)
+		controllers := append([]*Process(nil), s.Controllers...)
 		s.mu.Unlock()
-		ready := true
+		ready, leading := true, false
 		for _, p := range procs {
 			if err := p.Exited(); err != nil {
 				return err
 			}
+			if slices.Contains(controllers, p) {
+				leading = leading || p.Ready(ctx)
+				continue
+			}
 			ready = ready && p.Ready(ctx)
 		}
-		if ready {
+		if ready && leading {
 			return nil
 		}
 		select {
@@ -220,6 +291,13 @@ func (s *System) WaitReady(ctx context.Context, timeout time.Duration) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Processes returns the current controller and gateway processes (Restart replaces them).
+func (s *System) Processes() (controllers, gateways []*Process) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Process(nil), s.Controllers...), append([]*Process(nil), s.Gateways...)
 }
 
 // Namespace is the system's (control plane's) namespace.

@@ -16,6 +16,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devimage"
@@ -345,3 +347,25 @@ func (s *SyncBuffer) String() string {
 
 // Contains reports whether sub was written.
 func (s *SyncBuffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }
+
+// ProxiedKubeconfig writes a copy of kubeconfig whose server is reached through proxy.
+func ProxiedKubeconfig(t testing.TB, kubeconfig string, proxy func(target string) string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cluster := range cfg.Clusters {
+		u, err := url.Parse(cluster.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = proxy(u.Host)
+		cluster.Server = u.String()
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,107 @@
+package history
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Recorder collects the operations of one run. It is safe for concurrent use.
+type Recorder struct {
+	start time.Time
+
+	mu  sync.Mutex
+	ops []porcupine.Operation
+}
+
+// NewRecorder starts a history; times are nanoseconds since now.
+func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+
+// Now is the history's clock.
+func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
+
+// At converts a wall-clock time (a claim's expiry as the server stated it) to the history's
+// clock.
+func (r *Recorder) At(t time.Time) int64 { return int64(t.Sub(r.start)) }
+
+// Call begins an operation of client; Done records it with its outcome.
+func (r *Recorder) Call(client int, in Input) *Pending {
+	return &Pending{r: r, op: porcupine.Operation{ClientId: client, Input: in, Call: r.Now()}}
+}
+
+// Pending is an operation called and not yet recorded.
+type Pending struct {
+	r  *Recorder
+	op porcupine.Operation
+}
+
+// Done records the operation's outcome. An Unknown outcome is recorded as never returning:
+// it may take effect at any time after its call.
+func (p *Pending) Done(out Output) {
+	p.op.Output, p.op.Return = out, p.r.Now()
+	if out.Result == Unknown {
+		p.op.Return = neverReturned
+	}
+	p.r.mu.Lock()
+	p.r.ops = append(p.r.ops, p.op)
+	p.r.mu.Unlock()
+}
+
+// neverReturned is the return time of an operation whose outcome is unknown.
+const neverReturned = int64(1) << 62
+
+// Operations returns a copy of what was recorded.
+func (r *Recorder) Operations() []porcupine.Operation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]porcupine.Operation(nil), r.ops...)
+}
+
+// Save writes ops as JSON, one operation per line, for a look at a run afterwards (Load
+// reads them back).
+func Save(ops []porcupine.Operation, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, op := range ops {
+		if err := enc.Encode(record{Client: op.ClientId, Call: op.Call, Return: op.Return, Input: op.Input.(Input), Output: op.Output.(Output)}); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// Load reads what Save wrote.
+func Load(path string) ([]porcupine.Operation, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ops []porcupine.Operation
+	dec := json.NewDecoder(f)
+	for {
+		var r record
+		if err := dec.Decode(&r); err == io.EOF {
+			return ops, nil
+		} else if err != nil {
+			return nil, err
+		}
+		ops = append(ops, porcupine.Operation{ClientId: r.Client, Call: r.Call, Return: r.Return, Input: r.Input, Output: r.Output})
+	}
+}
+
+// record is one saved operation.
+type record struct {
+	Client       int
+	Call, Return int64
+	Input        Input
+	Output       Output
+}

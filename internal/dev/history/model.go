@@ -1,0 +1,343 @@
+package history
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Kind is what an operation asked.
+type Kind uint8
+
+// The operations the models know.
+const (
+	// Ensure asks for the binding's environment (Binding model).
+	Ensure Kind = iota + 1
+	// Acquire takes the run claim: a new claim id at a higher epoch.
+	Acquire
+	// Renew extends the claim the grant names.
+	Renew
+	// Release ends the claim the grant names.
+	Release
+	// Write writes a file with the grant's claim: overwrite, or compare-and-swap on the
+	// content the client last saw (create-only when it saw none).
+	Write
+	// Read reads a file with the grant's claim.
+	Read
+	// Revoke revokes every grant and ends the claim (an administrator).
+	Revoke
+	// Replace starts a new executor and ends the claim (an administrator).
+	Replace
+)
+
+var kindNames = [...]string{Ensure: "ensure", Acquire: "acquire", Renew: "renew", Release: "release",
+	Write: "write", Read: "read", Revoke: "revoke", Replace: "replace"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// Result is how an operation ended, as far as its client could tell.
+type Result uint8
+
+// Outcomes.
+const (
+	// OK: it took effect, with the Output's values.
+	OK Result = iota + 1
+	// Refused: a definite refusal, which changed nothing.
+	Refused
+	// Mismatch: a compare-and-swap refused because the file was not as expected.
+	Mismatch
+	// Absent: a read found no file.
+	Absent
+	// Unknown: the client cannot tell whether it took effect (a deadline, an unavailable
+	// gateway, an outcome reported unknown).
+	Unknown
+)
+
+var resultNames = [...]string{OK: "ok", Refused: "refused", Mismatch: "mismatch", Absent: "absent", Unknown: "unknown"}
+
+func (r Result) String() string {
+	if int(r) < len(resultNames) && resultNames[r] != "" {
+		return resultNames[r]
+	}
+	return fmt.Sprintf("result(%d)", r)
+}
+
+// MaxPaths is how many files of one environment a history may name (Input.Path).
+const MaxPaths = 4
+
+// Input is an operation as called.
+type Input struct {
+	Kind Kind
+	// Binding names the environment (the partition); Gateway the gateway called.
+	Binding string
+	Gateway int
+	// Called is the call's time on the history's clock (Recorder.Now).
+	Called int64
+	// Run is the run id an Acquire asks for; Claim the claim id of the run grant used.
+	Run, Claim string
+	// Path is the file, 0..MaxPaths-1; Value a Write's content; CAS a compare-and-swap
+	// Write expecting Expect ("": create-only).
+	Path   int
+	Value  string
+	CAS    bool
+	Expect string
+}
+
+// Output is what the client heard.
+type Output struct {
+	Result Result
+	// Reason is the refusal's reason, for the report.
+	Reason string
+	// Returned is the answer's time on the history's clock.
+	Returned int64
+	// Claim, Epoch and Expires (history clock) are an Acquire's or a Renew's claim.
+	Claim   string
+	Epoch   uint64
+	Expires int64
+	// Value is a Read's content, or the environment an Ensure answered (id/revision).
+	Value string
+}
+
+// unknownClaim holds the claim after an Acquire whose outcome is unknown took effect.
+const unknownClaim = "?"
+
+// endedClaims is how many ended claims the model remembers for the stale-view allowance;
+// more end within one bound only if claims turn over faster than every 200 ms.
+const endedClaims = 16
+
+// ended is a claim that ended: at the return of the call that ended it, through gateway.
+type ended struct {
+	claim   string
+	at      int64
+	gateway int
+}
+
+// environment is the Environment model's state.
+type environment struct {
+	claim   string // the current claim id; "" none
+	run     string // its run id
+	epoch   uint64 // the highest epoch known taken: the next must be above
+	expires int64  // the current claim's expiry (0: may have expired at any time)
+	ended   [endedClaims]ended
+	files   [MaxPaths]string // content; "" no file
+}
+
+func (s environment) end(gateway int, at int64) environment {
+	if s.claim != "" && s.claim != unknownClaim {
+		copy(s.ended[1:], s.ended[:endedClaims-1])
+		s.ended[0] = ended{claim: s.claim, at: at, gateway: gateway}
+	}
+	s.claim, s.run, s.expires = "", "", 0
+	return s
+}
+
+// admits reports whether a data call with claim may succeed in s: the claim is current, or
+// it ended through another gateway less than bound before the call (that gateway's view
+// may not show the end yet; the gateway that ended it answered only once its own did).
+func (s environment) admits(in Input, bound int64) bool {
+	if in.Claim == "" {
+		return false
+	}
+	if s.claim == in.Claim {
+		return true
+	}
+	for _, e := range s.ended {
+		if e.claim == in.Claim {
+			return e.gateway != in.Gateway && in.Called < e.at+bound
+		}
+	}
+	return false
+}
+
+// Environment is the model of one environment's run claim and files; operations are
+// partitioned by Input.Binding (Ensure operations are the Binding model's). bound is how
+// long after a claim ended another gateway may still admit a data call with it (the
+// gateways' view freshness bound and the watch's delay).
+func Environment(bound time.Duration) porcupine.Model {
+	b := int64(bound)
+	m := porcupine.NondeterministicModel{
+		Partition: byBinding,
+		Init:      func() []any { return []any{environment{}} },
+		Step: func(state, input, output any) []any {
+			return stepEnvironment(state.(environment), input.(Input), output.(Output), b)
+		},
+		Hash: func(state any) uint64 {
+			s := state.(environment)
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%s|%s|%d|%d|%v|%v", s.claim, s.run, s.epoch, s.expires, s.files, s.ended)
+			return h.Sum64()
+		},
+		DescribeOperation: describe,
+		DescribeState: func(state any) string {
+			s := state.(environment)
+			return fmt.Sprintf("claim %q epoch %d files %q", s.claim, s.epoch, s.files)
+		},
+	}
+	return m.ToModel()
+}
+
+// stepEnvironment returns the states s may be in after the operation, none when the
+// operation could not have answered so in s.
+func stepEnvironment(s environment, in Input, out Output, bound int64) []any {
+	same := []any{s}
+	switch out.Result {
+	case Refused:
+		return same // a refusal changes nothing, whatever the state
+	case Unknown:
+		if next, ok := applied(s, in, out, bound); ok {
+			return []any{s, next}
+		}
+		return same
+	}
+	switch in.Kind {
+	case Acquire:
+		if out.Result != OK {
+			return nil
+		}
+		held := s.claim != "" && s.run != in.Run && s.expires > out.Returned
+		if held || out.Epoch <= s.epoch {
+			return nil // two holders, or an epoch that did not rise
+		}
+		next := s.end(in.Gateway, out.Returned)
+		next.claim, next.run, next.epoch, next.expires = out.Claim, in.Run, out.Epoch, out.Expires
+		return []any{next}
+	case Renew:
+		if out.Result != OK || s.claim != in.Claim {
+			return nil
+		}
+		s.expires = out.Expires
+		return []any{s}
+	case Release:
+		if out.Result != OK || s.claim != in.Claim {
+			return nil
+		}
+		return []any{s.end(in.Gateway, out.Returned)}
+	case Revoke, Replace:
+		if out.Result != OK {
+			return nil
+		}
+		return []any{s.end(in.Gateway, out.Returned)}
+	case Write:
+		switch out.Result {
+		case OK:
+			if !s.admits(in, bound) || (in.CAS && s.files[in.Path] != in.Expect) {
+				return nil
+			}
+			s.files[in.Path] = in.Value
+			return []any{s}
+		case Mismatch:
+			if in.CAS && s.files[in.Path] != in.Expect {
+				return same
+			}
+		}
+		return nil
+	case Read:
+		switch out.Result {
+		case OK:
+			if s.admits(in, bound) && out.Value != "" && s.files[in.Path] == out.Value {
+				return same
+			}
+		case Absent:
+			if s.admits(in, bound) && s.files[in.Path] == "" {
+				return same
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// applied is the state after an operation whose outcome is unknown, had it taken effect
+// (ok false: it could not have).
+func applied(s environment, in Input, _ Output, bound int64) (environment, bool) {
+	const whenever = neverReturned // it took effect at some time no one saw
+	switch in.Kind {
+	case Acquire:
+		next := s.end(in.Gateway, whenever)
+		next.claim, next.epoch, next.expires = unknownClaim, s.epoch+1, 0
+		return next, true
+	case Release:
+		if s.claim == in.Claim {
+			return s.end(in.Gateway, whenever), true
+		}
+	case Revoke, Replace:
+		return s.end(in.Gateway, whenever), true
+	case Write:
+		if s.admits(in, bound) && (!in.CAS || s.files[in.Path] == in.Expect) {
+			s.files[in.Path] = in.Value
+			return s, true
+		}
+	}
+	return s, false
+}
+
+// Binding is the model of Ensure: every Ensure of one binding that answers names the same
+// environment (id and revision, in Output.Value).
+func Binding() porcupine.Model {
+	return porcupine.Model{
+		Partition: byBinding,
+		Init:      func() any { return "" },
+		Step: func(state, input, output any) (bool, any) {
+			s, out := state.(string), output.(Output)
+			if out.Result != OK {
+				return true, s
+			}
+			return s == "" || s == out.Value, out.Value
+		},
+		DescribeOperation: describe,
+	}
+}
+
+func byBinding(history []porcupine.Operation) [][]porcupine.Operation {
+	index := map[string]int{}
+	var parts [][]porcupine.Operation
+	for _, op := range history {
+		b := op.Input.(Input).Binding
+		i, ok := index[b]
+		if !ok {
+			i = len(parts)
+			index[b] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], op)
+	}
+	return parts
+}
+
+func describe(input, output any) string {
+	in, out := input.(Input), output.(Output)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s@gw%d", in.Kind, in.Binding, in.Gateway)
+	switch in.Kind {
+	case Acquire:
+		fmt.Fprintf(&b, " run %s", in.Run)
+	case Renew, Release, Read:
+		fmt.Fprintf(&b, " claim %s", in.Claim)
+	case Write:
+		fmt.Fprintf(&b, " claim %s file%d := %q", in.Claim, in.Path, in.Value)
+		if in.CAS {
+			fmt.Fprintf(&b, " if %q", in.Expect)
+		}
+	}
+	if in.Kind == Read {
+		fmt.Fprintf(&b, " file%d", in.Path)
+	}
+	fmt.Fprintf(&b, " → %s", out.Result)
+	switch {
+	case out.Result == OK && (in.Kind == Acquire || in.Kind == Renew):
+		fmt.Fprintf(&b, " claim %s epoch %d", out.Claim, out.Epoch)
+	case out.Result == OK && (in.Kind == Read || in.Kind == Ensure):
+		fmt.Fprintf(&b, " %q", out.Value)
+	case out.Reason != "":
+		fmt.Fprintf(&b, " (%s)", out.Reason)
+	}
+	return b.String()
+}

@@ -1,0 +1,175 @@
+package history
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+const bound = 3 * time.Second
+
+// h builds a history: each op called at call ms and answered at ret ms (-1: unknown).
+type h []porcupine.Operation
+
+func (x h) op(client int, call, ret int64, in Input, out Output) h {
+	in.Binding = "b"
+	in.Called = call * int64(time.Millisecond)
+	op := porcupine.Operation{ClientId: client, Input: in, Call: in.Called, Output: out}
+	if ret < 0 {
+		op.Return, out.Result = neverReturned, Unknown
+		op.Output = out
+	} else {
+		op.Return = ret * int64(time.Millisecond)
+		out.Returned = op.Return
+		op.Output = out
+	}
+	return append(x, op)
+}
+
+var far = int64(time.Hour)
+
+func acquire(run string) Input { return Input{Kind: Acquire, Run: run} }
+func held(claim string, epoch uint64) Output {
+	return Output{Result: OK, Claim: claim, Epoch: epoch, Expires: far}
+}
+func write(claim string, path int, v string) Input {
+	return Input{Kind: Write, Claim: claim, Path: path, Value: v}
+}
+func cas(claim string, path int, expect, v string) Input {
+	return Input{Kind: Write, Claim: claim, Path: path, Value: v, CAS: true, Expect: expect}
+}
+func read(claim string, path int) Input { return Input{Kind: Read, Claim: claim, Path: path} }
+
+var (
+	ok       = Output{Result: OK}
+	refused  = Output{Result: Refused}
+	mismatch = Output{Result: Mismatch}
+)
+
+func saw(v string) Output { return Output{Result: OK, Value: v} }
+
+func TestEnvironmentModel(t *testing.T) {
+	release := func(claim string) Input { return Input{Kind: Release, Claim: claim} }
+	onGateway := func(in Input, g int) Input { in.Gateway = g; return in }
+	cases := []struct {
+		name  string
+		ops   h
+		legal bool
+	}{
+		{"a claim handed over", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, write("c1", 0, "x"), ok).
+			op(0, 40, 50, release("c1"), ok).
+			op(1, 60, 70, acquire("r2"), held("c2", 2)).
+			op(1, 80, 90, read("c2", 0), saw("x")), true},
+		{"two holders", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(1, 20, 30, acquire("r2"), held("c2", 2)), false},
+		{"a second acquire refused while held", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(1, 20, 30, acquire("r2"), refused), true},
+		{"an expired claim taken over", h{}.
+			op(0, 0, 10, acquire("r1"), Output{Result: OK, Claim: "c1", Epoch: 1, Expires: int64(15 * time.Millisecond)}).
+			op(1, 20, 30, acquire("r2"), held("c2", 2)), true},
+		{"an epoch that went back", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 2)).
+			op(0, 20, 30, release("c1"), ok).
+			op(1, 40, 50, acquire("r2"), held("c2", 1)), false},
+		{"a write with a released claim on the gateway that released it", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, release("c1"), ok).
+			op(0, 40, 50, write("c1", 0, "x"), ok), false},
+		{"a write with a released claim on another gateway within the bound", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, release("c1"), ok).
+			op(0, 40, 50, onGateway(write("c1", 0, "x"), 1), ok), true},
+		{"a write with a released claim on another gateway past the bound", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, release("c1"), ok).
+			op(0, 4000, 4010, onGateway(write("c1", 0, "x"), 1), ok), false},
+		{"a revoked claim writes", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(1, 20, 30, Input{Kind: Revoke}, ok).
+			op(0, 40, 50, write("c1", 0, "x"), ok), false},
+		{"compare-and-swap: two creators, one wins", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 40, cas("c1", 0, "", "x"), ok).
+			op(1, 25, 35, cas("c1", 0, "", "y"), mismatch).
+			op(0, 50, 60, read("c1", 0), saw("x")), true},
+		{"compare-and-swap: two creators, both win", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, cas("c1", 0, "", "x"), ok).
+			op(1, 40, 50, cas("c1", 0, "", "y"), ok), false},
+		{"compare-and-swap: a mismatch when the file was as expected", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, write("c1", 0, "x"), ok).
+			op(0, 40, 50, cas("c1", 0, "x", "y"), mismatch), false},
+		{"a read of what no one wrote", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, read("c1", 1), saw("z")), false},
+		{"a lost write read back", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, 30, write("c1", 0, "x"), ok).
+			op(0, 40, 50, write("c1", 0, "y"), ok).
+			op(0, 60, 70, read("c1", 0), saw("x")), false},
+		{"an unknown write, seen", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, -1, write("c1", 0, "x"), Output{}).
+			op(1, 40, 50, read("c1", 0), saw("x")), true},
+		{"an unknown write, not seen", h{}.
+			op(0, 0, 10, acquire("r1"), held("c1", 1)).
+			op(0, 20, -1, write("c1", 0, "x"), Output{}).
+			op(1, 40, 50, read("c1", 0), Output{Result: Absent}), true},
+		{"an unknown acquire taken, then an acquire refused and one after its expiry", h{}.
+			op(0, 0, -1, acquire("r1"), Output{}).
+			op(1, 20, 30, acquire("r2"), refused).
+			op(1, 40, 50, acquire("r3"), held("c3", 2)), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, _ := porcupine.CheckOperationsVerbose(Environment(bound), tc.ops, time.Minute)
+			if want := map[bool]porcupine.CheckResult{true: porcupine.Ok, false: porcupine.Illegal}[tc.legal]; res != want {
+				t.Fatalf("%s, want %s", res, want)
+			}
+		})
+	}
+}
+
+func TestBindingModel(t *testing.T) {
+	ensure := Input{Kind: Ensure}
+	one := h{}.op(0, 0, 10, ensure, saw("env/uid1")).op(1, 5, 15, ensure, saw("env/uid1")).op(2, 20, -1, ensure, Output{})
+	if !porcupine.CheckOperations(Binding(), one) {
+		t.Fatal("one environment judged illegal")
+	}
+	two := h{}.op(0, 0, 10, ensure, saw("env/uid1")).op(1, 20, 30, ensure, saw("env/uid2"))
+	if porcupine.CheckOperations(Binding(), two) {
+		t.Fatal("two environments for one binding judged legal")
+	}
+}
+
+// A violation's report names the operation that cannot be placed and what preceded it.
+func TestCheckReportsTheViolation(t *testing.T) {
+	ops := h{}.
+		op(0, 0, 10, acquire("r1"), held("c1", 1)).
+		op(0, 20, 30, write("c1", 0, "x"), ok).
+		op(1, 40, 50, acquire("r2"), held("c2", 2))
+	dir := t.TempDir()
+	verdicts := Check(ops, bound, dir)
+	env := verdicts[0]
+	if env.Result != porcupine.Illegal || env.Operations != 3 {
+		t.Fatalf("%+v", env)
+	}
+	for _, want := range []string{"2 of 3 operations of b", "write b@gw0 claim c1 file0 := \"x\" → ok", "then none of these can follow:\n  client 1 [40ms, 50ms] acquire b@gw0 run r2 → ok claim c2 epoch 2"} {
+		if !strings.Contains(env.Violation, want) {
+			t.Errorf("the report lacks %q:\n%s", want, env.Violation)
+		}
+	}
+	if env.Visualization == "" {
+		t.Error("no visualization written")
+	}
+	if verdicts[1].Result != porcupine.Ok || verdicts[1].Operations != 0 {
+		t.Errorf("binding: %+v", verdicts[1])
+	}
+}

@@ -1,0 +1,239 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/history"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+)
+
+// The run's knobs, from the environment (make chaos sets them).
+const (
+	seedEnv     = "EXECPLANE_CHAOS_SEED"     // replays a run: its faults and its clients' choices
+	durationEnv = "EXECPLANE_CHAOS_DURATION" // how long the clients and faults run (default 75s)
+	reportEnv   = "EXECPLANE_CHAOS_REPORT"   // a file the report is appended to
+)
+
+// staleBound is how long after a claim ended another gateway may still admit it: the
+// gateways' view freshness bound, and a second for the watch that carries the change.
+const staleBound = viewFreshnessBound + time.Second
+
+// budget is one run's shape.
+type budget struct {
+	seed     uint64
+	duration time.Duration
+	bindings int
+	agents   int // per binding
+	faults   bool
+}
+
+func budgetFromEnv(t *testing.T) budget {
+	t.Helper()
+	b := budget{seed: uint64(time.Now().UnixNano()), duration: 75 * time.Second, bindings: 3, agents: 3, faults: true}
+	if v := os.Getenv(seedEnv); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", seedEnv, err)
+		}
+		b.seed = seed
+	}
+	if v := os.Getenv(durationEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s: %v", durationEnv, err)
+		}
+		b.duration = d
+	}
+	return b
+}
+
+// outcome is what a run found.
+type outcome struct {
+	verdicts   []history.Verdict
+	unsettled  []string // what the sweeps still found after two resync periods
+	left       []string // processes left on the node
+	wrong      []string // answers no model covers that broke a promise
+	operations int
+	report     string
+}
+
+// run drives one system through b and checks it.
+func run(t *testing.T, b budget, controllerEnv ...string) outcome {
+	t.Helper()
+	sys := startSystem(t, controllerEnv...)
+	w := newWorkload(sys)
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), b.duration)
+	defer cancel()
+	var agents []*agent
+	for i := range b.bindings * b.agents {
+		agents = append(agents, w.agent(t, i, b.seed, fmt.Sprintf("chaos-%d", i%b.bindings)))
+	}
+	adm := w.admin(t, len(agents), b.seed)
+	var wg, prepared sync.WaitGroup
+	start := make(chan struct{})
+	prepared.Add(len(agents))
+	for _, a := range agents {
+		wg.Go(func() { a.loop(ctx, &prepared, start) })
+	}
+	go func() { prepared.Wait(); close(start) }()
+	wg.Go(func() {
+		adm.loop(ctx, func() map[string]*executionv1.EnvironmentRef {
+			return ensured(agents)
+		})
+	})
+	sched := newScheduler(sys, b.seed)
+	if b.faults {
+		wg.Go(func() { sched.run(ctx, began) })
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+
+	// After the last fault healed: the system recovers, the agents' pending references are
+	// published, and the cluster settles.
+	sys.ready(t, 2*time.Minute)
+	finish, stop := context.WithTimeout(t.Context(), 30*time.Second)
+	for _, a := range agents {
+		for a.env != nil && a.uncommitted && finish.Err() == nil {
+			a.commit(finish)
+		}
+	}
+	stop()
+	var o outcome
+	ops := w.rec.Operations()
+	o.operations = len(ops)
+	o.verdicts = history.Check(ops, staleBound, sys.dir)
+	if err := history.Save(ops, filepath.Join(sys.dir, "history.json")); err != nil {
+		t.Error(err)
+	}
+	if !clustertest.Poll(2*resyncPeriod, func() bool { o.unsettled = sys.sweep(t.Context()); return len(o.unsettled) == 0 }) {
+		o.unsettled = sys.sweep(t.Context())
+	}
+	sys.halt()
+	sys.Stop() // the gateways end their helper sessions: nothing of the executors may remain
+	if !clustertest.Poll(10*time.Second, func() bool { o.left = sys.leftProcesses(); return len(o.left) == 0 }) {
+		o.left = sys.leftProcesses()
+	}
+	w.mu.Lock()
+	o.wrong = append([]string(nil), w.wrong...)
+	stats := maps.Clone(w.stats)
+	w.mu.Unlock()
+	o.report = report(b, elapsed, o, stats, sched, sys)
+	t.Log("\n" + o.report)
+	if path := os.Getenv(reportEnv); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+			fmt.Fprintf(f, "%s\n%s\n", t.Name(), o.report)
+			f.Close()
+		}
+	}
+	return o
+}
+
+// ensured is every binding's environment as its agents know it.
+func ensured(agents []*agent) map[string]*executionv1.EnvironmentRef {
+	refs := map[string]*executionv1.EnvironmentRef{}
+	for _, a := range agents {
+		if env := a.envRef(); env != nil {
+			refs[a.binding] = env
+		}
+	}
+	return refs
+}
+
+func report(b budget, elapsed time.Duration, o outcome, stats map[string]int, sched *scheduler, sys *system) string {
+	var r strings.Builder
+	fmt.Fprintf(&r, "chaos: seed %d (replay: %s=%d), %s of %d agents on %d bindings and an administrator\n",
+		b.seed, seedEnv, b.seed, elapsed.Round(time.Second), b.bindings*b.agents, b.bindings)
+	fmt.Fprintf(&r, "operations: %d —", o.operations)
+	for _, k := range slices.Sorted(maps.Keys(stats)) {
+		fmt.Fprintf(&r, " %s %d;", k, stats[k])
+	}
+	sched.mu.Lock()
+	total := 0
+	for _, n := range sched.injected {
+		total += n
+	}
+	fmt.Fprintf(&r, "\nfaults injected: %d —", total)
+	for _, k := range slices.Sorted(maps.Keys(sched.injected)) {
+		fmt.Fprintf(&r, " %s %d;", k, sched.injected[k])
+	}
+	if len(sched.errs) > 0 {
+		fmt.Fprintf(&r, " (%d could not be injected: %s)", len(sched.errs), strings.Join(sched.errs, "; "))
+	}
+	sched.mu.Unlock()
+	if tl := sched.timeline(); tl != "" {
+		fmt.Fprintf(&r, "\nfault timeline: %s", tl)
+	}
+	sys.mu.Lock()
+	fmt.Fprintf(&r, "\nrestarts: %v\n", sys.restarts)
+	for _, e := range sys.exits {
+		fmt.Fprintf(&r, "  %s\n", e)
+	}
+	sys.mu.Unlock()
+	violations := 0
+	for _, v := range o.verdicts {
+		fmt.Fprintf(&r, "check %s: %d operations, %s\n", v.Model, v.Operations, v.Result)
+		if v.Result != porcupine.Ok {
+			violations++
+			fmt.Fprintf(&r, "%s(visualization: %s)\n", v.Violation, v.Visualization)
+		}
+	}
+	fmt.Fprintf(&r, "check sweeps (objects, references, readiness): %d unsettled\n", len(o.unsettled))
+	fmt.Fprintf(&r, "check node processes: %d left\n", len(o.left))
+	fmt.Fprintf(&r, "check command answers: %d wrong\n", len(o.wrong))
+	violations += len(o.unsettled) + len(o.left) + len(o.wrong)
+	for _, l := range slices.Concat(o.unsettled, o.left, o.wrong) {
+		fmt.Fprintf(&r, "  %s\n", l)
+	}
+	fmt.Fprintf(&r, "violations: %d\n", violations)
+	return r.String()
+}
+
+// The system under faults: every history checks, every sweep settles, nothing is left.
+func TestChaos(t *testing.T) {
+	b := budgetFromEnv(t)
+	o := run(t, b)
+	for _, v := range o.verdicts {
+		if v.Result != porcupine.Ok {
+			t.Errorf("seed %d: the %s history is %s", b.seed, v.Model, v.Result)
+		}
+	}
+	if len(o.unsettled)+len(o.left)+len(o.wrong) > 0 {
+		t.Errorf("seed %d: %d unsettled, %d processes left, %d wrong answers", b.seed, len(o.unsettled), len(o.left), len(o.wrong))
+	}
+	// The run must have exercised what it checks: claims taken and files written on every
+	// binding, and faults injected.
+	if o.operations < 100*b.bindings {
+		t.Errorf("seed %d: only %d operations", b.seed, o.operations)
+	}
+}
+
+// The checker can fail: controllers whose store clock runs 100 times fast (EXECPLANE_BREAK,
+// a failpoint build) let a run take a claim whose holder was told it lasts 30 s more; the
+// two holders are caught, with the seed to replay.
+func TestChaosCatchesTwoHolders(t *testing.T) {
+	b := budgetFromEnv(t)
+	b.duration, b.faults = 30*time.Second, false
+	o := run(t, b, "EXECPLANE_BREAK=store-clock-runs-fast")
+	env := o.verdicts[0]
+	if env.Model != "environment" || env.Result != porcupine.Illegal {
+		t.Fatalf("seed %d: two holders of one claim went unnoticed: %s %s", b.seed, env.Model, env.Result)
+	}
+	if !strings.Contains(env.Violation, "acquire") {
+		t.Errorf("the violation does not name the acquire that broke it:\n%s", env.Violation)
+	}
+	t.Logf("caught, seed %d:\n%s", b.seed, env.Violation)
+}

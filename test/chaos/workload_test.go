@@ -1,0 +1,549 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/execplane/execplane/internal/dev/devsystem"
+	"github.com/execplane/execplane/internal/dev/history"
+	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
+	"github.com/execplane/execplane/pkg/profile/profiletest"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
+)
+
+// Bounds of one operation.
+const (
+	callTimeout = 8 * time.Second
+	runTTL      = 30 * time.Second // the API's minimum: a lost holder blocks others the least
+	// attachWait is how long an Attach waits for the environment to be ready.
+	attachWait = 5 * time.Second
+)
+
+var owner = &executionv1.Owner{Issuer: "https://chaos.example", Subject: "workload"}
+
+// workload is the clients of one run and what they recorded.
+type workload struct {
+	sys *system
+	rec *history.Recorder
+	// wrong counts answers that break a promise no model covers (a command's output).
+	mu    sync.Mutex
+	wrong []string
+	// stats counts operations by kind and outcome.
+	stats map[string]int
+}
+
+func newWorkload(sys *system) *workload {
+	return &workload{sys: sys, rec: history.NewRecorder(), stats: map[string]int{}}
+}
+
+func (w *workload) fault(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wrong = append(w.wrong, fmt.Sprintf(format, args...))
+}
+
+// agent is one client of one binding: it ensures, attaches, takes the run claim, reads and
+// writes files, runs commands and gives the claim back, over both gateways.
+type agent struct {
+	w       *workload
+	id      int
+	rng     *rand.Rand
+	binding string
+	api     []executionv1grpc.ExecutionProviderServiceClient
+
+	mu       sync.Mutex // env, for the administrator
+	env      *executionv1.EnvironmentRef
+	envGrant *executionv1.Grant
+	// uncommitted: the binding's reference is still PENDING_CREATE (the agent commits it,
+	// as the two-phase protocol asks, before anything else).
+	uncommitted bool
+	run         *claim
+	stale       []*claim
+	seen        [history.MaxPaths]file
+	writes      int
+}
+
+// claim is a run claim the agent held: its id and run grant.
+type claim struct {
+	id, run string
+	grant   *executionv1.Grant
+}
+
+// file is what the agent last saw of a file: its content and version.
+type file struct{ content, version string }
+
+func (w *workload) agent(t *testing.T, id int, seed uint64, binding string) *agent {
+	a := &agent{w: w, id: id, rng: rand.New(rand.NewPCG(seed, uint64(id))), binding: binding}
+	for i := range 2 {
+		conn, err := w.sys.Dial(devsystem.Caller, i, grpc.WithDefaultCallOptions(grpc.WaitForReady(false)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		a.api = append(a.api, executionv1grpc.NewExecutionProviderServiceClient(conn))
+	}
+	return a
+}
+
+// loop runs operations until ctx ends. It starts with a stampede: once every agent holds
+// an environment grant (prepared, then start closed), all acquire at once — exactly one
+// per binding may win.
+func (a *agent) loop(ctx context.Context, prepared *sync.WaitGroup, start <-chan struct{}) {
+	for ctx.Err() == nil && (a.env == nil || a.uncommitted || a.envGrant == nil) {
+		a.step(ctx)
+	}
+	prepared.Done()
+	select {
+	case <-ctx.Done():
+		return
+	case <-start:
+	}
+	a.acquire(ctx)
+	for ctx.Err() == nil {
+		a.step(ctx)
+	}
+}
+
+func (a *agent) step(ctx context.Context) {
+	switch {
+	case a.env == nil:
+		a.ensure(ctx)
+		return
+	case a.uncommitted:
+		a.commit(ctx)
+		return
+	case a.envGrant == nil:
+		a.attach(ctx)
+		return
+	}
+	r := a.rng.IntN(20)
+	if a.run == nil {
+		switch {
+		case r < 14:
+			a.acquire(ctx)
+		case r < 16 && len(a.stale) > 0:
+			a.data(ctx, a.stale[a.rng.IntN(len(a.stale))])
+		case r < 17:
+			a.ensure(ctx)
+		default:
+			sleep(ctx, time.Duration(a.rng.IntN(300))*time.Millisecond)
+		}
+		return
+	}
+	switch {
+	case r < 12:
+		a.data(ctx, a.run)
+	case r < 13:
+		a.renew(ctx)
+	case r < 16:
+		a.release(ctx)
+	case r < 17 && len(a.stale) > 0:
+		a.data(ctx, a.stale[a.rng.IntN(len(a.stale))])
+	default:
+		sleep(ctx, time.Duration(a.rng.IntN(200))*time.Millisecond)
+	}
+}
+
+func (a *agent) gateway() int { return a.rng.IntN(len(a.api)) }
+
+func (a *agent) call(kind history.Kind, gw int, in history.Input) *history.Pending {
+	in.Kind, in.Binding, in.Gateway, in.Called = kind, a.binding, gw, a.w.rec.Now()
+	return a.w.rec.Call(a.id, in)
+}
+
+func (a *agent) done(p *history.Pending, kind history.Kind, out history.Output) {
+	out.Returned = a.w.rec.Now()
+	p.Done(out)
+	a.w.mu.Lock()
+	a.w.stats[statKey(kind, out)]++
+	a.w.mu.Unlock()
+}
+
+// statKey names an outcome in the report's counts: kind, result and a refusal's reason.
+func statKey(kind history.Kind, out history.Output) string {
+	if out.Result == history.OK || out.Reason == "" {
+		return kind.String() + " " + out.Result.String()
+	}
+	return kind.String() + " " + out.Result.String() + " " + out.Reason
+}
+
+func opID() string { return fmt.Sprintf("op-%016x", rand.Uint64()) }
+
+func (a *agent) ensure(ctx context.Context) {
+	gw := a.gateway()
+	p := a.call(history.Ensure, gw, history.Input{})
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := a.api[gw].EnsureEnvironment(c, &executionv1.EnsureEnvironmentRequest{OperationId: opID(), Owner: owner,
+		BindingId: a.binding, Profile: profiletest.Name})
+	out := heard(err)
+	if err == nil {
+		ref := resp.GetEnvironment().GetRef()
+		out.Value = ref.GetId() + "/" + ref.GetRevision()
+		a.setEnv(ref)
+		a.envGrant = resp.GetEnvironmentGrant()
+	}
+	a.done(p, history.Ensure, out)
+	a.uncommitted = err == nil && pending(resp.GetEnvironment(), a.binding)
+}
+
+// commit publishes the binding's reference; a failure is tried again at the next step.
+func (a *agent) commit(ctx context.Context) {
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	_, err := a.api[a.gateway()].CommitReference(c, &executionv1.CommitReferenceRequest{OperationId: opID(),
+		Target: &executionv1.ReferenceTarget{Owner: owner, Environment: a.env, BindingId: a.binding}})
+	if err == nil {
+		a.uncommitted = false
+		return
+	}
+	sleep(ctx, 200*time.Millisecond)
+}
+
+func (a *agent) setEnv(ref *executionv1.EnvironmentRef) {
+	a.mu.Lock()
+	a.env = ref
+	a.mu.Unlock()
+}
+
+// envRef is the environment the agent uses, for the administrator.
+func (a *agent) envRef() *executionv1.EnvironmentRef {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.env
+}
+
+func pending(env *executionv1.Environment, binding string) bool {
+	for _, r := range env.GetReferences() {
+		if r.GetBindingId() == binding {
+			return r.GetState() == executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE
+		}
+	}
+	return false
+}
+
+// attach takes a fresh environment grant, waiting a while for the environment to be ready.
+func (a *agent) attach(ctx context.Context) {
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := a.api[a.gateway()].AttachEnvironment(c, &executionv1.AttachEnvironmentRequest{Owner: owner, BindingId: a.binding,
+		Environment: a.env, WaitReady: durationpb.New(attachWait)})
+	switch {
+	case err == nil:
+		a.envGrant = resp.GetEnvironmentGrant()
+	case status.Code(err) == codes.NotFound:
+		a.setEnv(nil) // ensure again
+	default:
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+func (a *agent) acquire(ctx context.Context) {
+	gw := a.gateway()
+	a.writes++
+	run := fmt.Sprintf("a%d-%d", a.id, a.writes)
+	p := a.call(history.Acquire, gw, history.Input{Run: run})
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := a.api[gw].AcquireRun(c, &executionv1.AcquireRunRequest{OperationId: opID(), EnvironmentGrant: a.envGrant,
+		Environment: a.env, RunId: run, Ttl: durationpb.New(runTTL)})
+	out := heard(err)
+	if err == nil {
+		rc := resp.GetRun()
+		out.Claim, out.Epoch, out.Expires = rc.GetClaimId(), rc.GetEpoch(), a.w.rec.At(rc.GetExpiresAt().AsTime())
+		a.run = &claim{id: rc.GetClaimId(), run: run, grant: resp.GetRunGrant()}
+	}
+	a.done(p, history.Acquire, out)
+	a.refused(ctx, err)
+}
+
+// refused reacts to a refusal: a grant that no longer holds is dropped (the environment
+// grant attached again, the run kept to try as stale), a busy or unready one waited out.
+func (a *agent) refused(ctx context.Context, err error) {
+	switch apierror.Reason(err) {
+	case "":
+		if status.Code(err) == codes.Unauthenticated {
+			a.envGrant = nil
+		}
+	case "REVOKED", "GRANT_INVALID":
+		a.envGrant = nil
+		a.dropRun()
+	case "STALE_EPOCH":
+		a.dropRun()
+	case "NOT_READY", "UNAVAILABLE", "RUN_CLAIM_HELD", "RESOURCE_EXHAUSTED":
+		sleep(ctx, time.Duration(100+a.rng.IntN(400))*time.Millisecond)
+	}
+}
+
+func (a *agent) dropRun() {
+	if a.run != nil {
+		a.stale = append(a.stale, a.run)
+		if len(a.stale) > 4 {
+			a.stale = a.stale[1:]
+		}
+		a.run = nil
+	}
+}
+
+func (a *agent) renew(ctx context.Context) {
+	gw := a.gateway()
+	p := a.call(history.Renew, gw, history.Input{Claim: a.run.id})
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := a.api[gw].RenewRun(c, &executionv1.RenewRunRequest{OperationId: opID(), RunGrant: a.run.grant, Environment: a.env,
+		Ttl: durationpb.New(runTTL)})
+	out := heard(err)
+	if err == nil {
+		rc := resp.GetRun()
+		out.Claim, out.Epoch, out.Expires = rc.GetClaimId(), rc.GetEpoch(), a.w.rec.At(rc.GetExpiresAt().AsTime())
+		a.run.grant = resp.GetRunGrant()
+	}
+	a.done(p, history.Renew, out)
+	a.refused(ctx, err)
+}
+
+func (a *agent) release(ctx context.Context) {
+	gw := a.gateway()
+	p := a.call(history.Release, gw, history.Input{Claim: a.run.id})
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	_, err := a.api[gw].ReleaseRun(c, &executionv1.ReleaseRunRequest{OperationId: opID(), RunGrant: a.run.grant, Environment: a.env})
+	a.done(p, history.Release, heard(err))
+	a.dropRun() // released or not, the agent stops using it as its own
+}
+
+// data is one data call with claim k: a write (overwrite or compare-and-swap on what the
+// agent last saw), a read, or a command that reads a file.
+func (a *agent) data(ctx context.Context, k *claim) {
+	path := a.rng.IntN(history.MaxPaths)
+	switch r := a.rng.IntN(10); {
+	case r < 5:
+		a.write(ctx, k, path, r < 3)
+	case r < 8:
+		a.read(ctx, k, path)
+	default:
+		a.command(ctx, k, path)
+	}
+}
+
+func fileName(path int) []byte { return fmt.Appendf(nil, "f%d", path) }
+
+func (a *agent) write(ctx context.Context, k *claim, path int, cas bool) {
+	gw := a.gateway()
+	a.writes++
+	value := fmt.Sprintf("a%d-w%d", a.id, a.writes)
+	in := history.Input{Claim: k.id, Path: path, Value: value}
+	w := &executionv1.WriteFile{Path: fileName(path), Content: []byte(value), Mode: executionv1.WriteMode_WRITE_MODE_OVERWRITE}
+	if cas {
+		in.CAS, in.Expect = true, a.seen[path].content
+		w.Mode, w.ExpectedVersion = executionv1.WriteMode_WRITE_MODE_COMPARE_AND_SWAP, a.seen[path].version
+		if in.Expect == "" {
+			w.Mode, w.ExpectedVersion = executionv1.WriteMode_WRITE_MODE_CREATE_ONLY, ""
+		}
+	}
+	p := a.call(history.Write, gw, in)
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := a.api[gw].Files(c, &executionv1.FilesRequest{RunGrant: k.grant, Environment: a.env,
+		Operation: &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: w}}})
+	out := heard(err)
+	switch {
+	case err == nil:
+		a.seen[path] = file{content: value, version: resp.GetResult().GetWrite().GetInfo().GetVersion()}
+	case cas && (apierror.Reason(err) == "VERSION_MISMATCH" || apierror.Reason(err) == "ALREADY_EXISTS" ||
+		apierror.Reason(err) == "NOT_FOUND" && strings.Contains(status.Convert(err).Message(), "compare-and-swap on a missing file")):
+		out.Result = history.Mismatch
+	}
+	a.done(p, history.Write, out)
+	if k == a.run {
+		a.refused(ctx, err)
+	}
+}
+
+func (a *agent) read(ctx context.Context, k *claim, path int) {
+	gw := a.gateway()
+	p := a.call(history.Read, gw, history.Input{Claim: k.id, Path: path})
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := a.api[gw].Files(c, &executionv1.FilesRequest{RunGrant: k.grant, Environment: a.env,
+		Operation: &executionv1.FileOperation{Operation: &executionv1.FileOperation_Read{Read: &executionv1.ReadFile{Path: fileName(path)}}}})
+	out := heard(err)
+	switch {
+	case err == nil:
+		r := resp.GetResult().GetRead()
+		out.Value = string(r.GetContent())
+		a.seen[path] = file{content: out.Value, version: r.GetInfo().GetVersion()}
+	case apierror.Reason(err) == "NOT_FOUND" && strings.Contains(status.Convert(err).Message(), "no such file or directory"):
+		out.Result = history.Absent // the helper's answer (an absent environment's says otherwise)
+		a.seen[path] = file{}
+	}
+	a.done(p, history.Read, out)
+	if k == a.run {
+		a.refused(ctx, err)
+	}
+}
+
+// command reads a file with cat in the executor: a read through another path of the data
+// plane, judged by the same model.
+func (a *agent) command(ctx context.Context, k *claim, path int) {
+	gw := a.gateway()
+	p := a.call(history.Read, gw, history.Input{Claim: k.id, Path: path})
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	name := string(fileName(path))
+	stream, err := a.api[gw].RunCommand(c, &executionv1.RunCommandRequest{RunGrant: k.grant, Environment: a.env,
+		CommandId: opID(), Command: &executionv1.CommandSpec{
+			Program: &executionv1.CommandSpec_Shell{Shell: "if [ -e " + name + " ]; then cat " + name + "; else echo absent >&2; exit 3; fi"},
+			Timeout: durationpb.New(5 * time.Second)}})
+	var stdout, stderr strings.Builder
+	var result *executionv1.CommandResult
+	for err == nil {
+		var ev *executionv1.CommandEvent
+		if ev, err = stream.Recv(); err != nil {
+			break
+		}
+		if o := ev.GetOutput(); o != nil {
+			if o.GetStream() == executionv1.OutputStream_OUTPUT_STREAM_STDOUT {
+				stdout.Write(o.GetData())
+			} else {
+				stderr.Write(o.GetData())
+			}
+		}
+		if e := ev.GetEnded(); e != nil {
+			result = e.GetResult()
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	out := heard(err)
+	switch {
+	case err != nil:
+	case result == nil:
+		out.Result = history.Unknown // a stream that ended without an end: not a promise kept
+		a.w.fault("client %d: a command's stream ended without its result", a.id)
+	case result.GetState() == executionv1.CommandState_COMMAND_STATE_SUCCEEDED:
+		out.Value = stdout.String()
+	case result.GetExitCode() == 3 && stderr.String() == "absent\n":
+		out.Result = history.Absent
+	default:
+		// Started and ended otherwise (a replaced executor killed it): it read nothing.
+		out.Result, out.Reason = history.Unknown, result.GetState().String()
+	}
+	a.done(p, history.Read, out)
+	if k == a.run {
+		a.refused(ctx, err)
+	}
+}
+
+// heard classifies a call's error: a definite refusal changed nothing; an error that
+// leaves the outcome open (a deadline, an unavailable or restarted gateway, an outcome
+// reported unknown) may have taken effect.
+func heard(err error) history.Output {
+	if err == nil {
+		return history.Output{Result: history.OK}
+	}
+	reason := apierror.Reason(err)
+	if reason == "" {
+		reason = status.Code(err).String()
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
+		return history.Output{Result: history.Unknown, Reason: reason}
+	}
+	return history.Output{Result: history.Refused, Reason: reason}
+}
+
+// admin revokes or replaces a random environment now and then, as an operator would.
+type admin struct {
+	w    *workload
+	id   int
+	rng  *rand.Rand
+	api  []executionv1grpc.ExecutionProviderServiceClient
+	envs versioned.Interface
+}
+
+func (w *workload) admin(t *testing.T, id int, seed uint64) *admin {
+	envs, err := versioned.NewForConfig(w.sys.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &admin{w: w, id: id, rng: rand.New(rand.NewPCG(seed, uint64(id))), envs: envs}
+	for i := range 2 {
+		conn, err := w.sys.Dial(devsystem.Administrator, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		a.api = append(a.api, executionv1grpc.NewExecutionProviderServiceClient(conn))
+	}
+	return a
+}
+
+// loop picks an environment the agents ensured every few seconds and revokes or replaces it.
+func (a *admin) loop(ctx context.Context, envs func() map[string]*executionv1.EnvironmentRef) {
+	for ctx.Err() == nil {
+		sleep(ctx, time.Duration(3000+a.rng.IntN(4000))*time.Millisecond)
+		refs := envs()
+		if len(refs) == 0 || ctx.Err() != nil {
+			continue
+		}
+		bindings := make([]string, 0, len(refs))
+		for b := range refs {
+			bindings = append(bindings, b)
+		}
+		slices.Sort(bindings)
+		b := bindings[a.rng.IntN(len(bindings))]
+		ref := refs[b]
+		gw := a.rng.IntN(len(a.api))
+		kind := history.Revoke
+		if a.rng.IntN(3) == 0 {
+			kind = history.Replace
+		}
+		// The preconditions from the environment as the API server has it, as an operator
+		// reads them with kubectl.
+		c, cancel := context.WithTimeout(ctx, callTimeout)
+		env, err := a.envs.ExecutionV1alpha1().ExecutionEnvironments(a.w.sys.executors).Get(c, ref.GetId(), metav1.GetOptions{})
+		if err != nil {
+			cancel()
+			continue
+		}
+		st := env.Status
+		p := a.w.rec.Call(a.id, history.Input{Kind: kind, Binding: b, Gateway: gw, Called: a.w.rec.Now()})
+		if kind == history.Revoke {
+			generation := uint64(st.GrantGeneration)
+			_, err = a.api[gw].RevokeEnvironment(c, &executionv1.RevokeEnvironmentRequest{OperationId: opID(), Environment: ref, Reason: "chaos",
+				Preconditions: &executionv1.AdminPreconditions{GrantGeneration: &generation}})
+		} else {
+			epoch, pod := uint64(st.Epoch), ""
+			if st.Pod != nil {
+				pod = string(st.Pod.UID)
+			}
+			_, err = a.api[gw].ReplaceExecutor(c, &executionv1.ReplaceExecutorRequest{OperationId: opID(), Environment: ref, Reason: "chaos",
+				Preconditions: &executionv1.AdminPreconditions{Epoch: &epoch, PodUid: &pod}})
+		}
+		cancel()
+		out := heard(err)
+		out.Returned = a.w.rec.Now()
+		p.Done(out)
+		a.w.mu.Lock()
+		a.w.stats[statKey(kind, out)]++
+		a.w.mu.Unlock()
+	}
+}
