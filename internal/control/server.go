@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/durationpb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
@@ -124,11 +128,34 @@ func (s *Server) status(rpc string, c *controlv1.Caller, err error) error {
 	if len(rid) > maxRequestID || !printable(rid) {
 		rid = "" // never echo what was refused as malformed
 	}
+	if t := transient(err); t != err {
+		s.log.Warn("control call cut short by the API server", logging.KeyRPC, rpc, logging.KeyRequestID, rid, logging.KeyError, err)
+		err = t
+	}
 	out := apierror.Status(err, rid)
 	if apierror.IsInternal(out) {
 		s.log.Error("control call failed", logging.KeyRPC, rpc, logging.KeyRequestID, rid, logging.KeyError, err)
 	}
 	return out
+}
+
+// transient maps an API-server failure that a retry may cure — a connection reset or
+// refused, an EOF, a timeout, throttling, an unavailable server — to apierror.ErrUnavailable
+// (retryable): the gateway retries the call under its operation id, which replays the first
+// outcome if the write was applied before the answer was lost (an API server restarting
+// mid-write). Anything else is returned as it is; unknown errors stay INTERNAL.
+func transient(err error) error {
+	if err == nil || apierror.Of(err) != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ne net.Error
+	switch {
+	case utilnet.IsConnectionReset(err), utilnet.IsConnectionRefused(err), utilnet.IsProbableEOF(err), errors.As(err, &ne),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err):
+		return fmt.Errorf("%w: the API server did not answer; retry", apierror.ErrUnavailable)
+	}
+	return err
 }
 
 func replyOf(r *store.Result) *controlv1.EnvironmentReply {
