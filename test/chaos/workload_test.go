@@ -33,6 +33,10 @@ const (
 	runTTL      = 30 * time.Second // the API's minimum: a lost holder blocks others the least
 	// attachWait is how long an Attach waits for the environment to be ready.
 	attachWait = 5 * time.Second
+	// effectBound is how long after its call an operation whose outcome is unknown may
+	// still take effect: its deadline, the longest a write the API server accepted may wait
+	// for etcd (a pause lasts 3 s), and margin. Later would be a violation.
+	effectBound = callTimeout + 7*time.Second
 )
 
 var owner = &executionv1.Owner{Issuer: "https://chaos.example", Subject: "workload"}
@@ -49,7 +53,7 @@ type workload struct {
 }
 
 func newWorkload(sys *system) *workload {
-	return &workload{sys: sys, rec: history.NewRecorder(), stats: map[string]int{}}
+	return &workload{sys: sys, rec: history.NewRecorder(effectBound), stats: map[string]int{}}
 }
 
 func (w *workload) fault(format string, args ...any) {
@@ -464,7 +468,13 @@ func heard(err error) history.Output {
 		reason = status.Code(err).String()
 	}
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
+	case codes.Unavailable:
+		if strings.Contains(status.Convert(err).Message(), "connect: connection refused") {
+			// No connection to the gateway (killed, not yet restarted): never sent.
+			return history.Output{Result: history.Refused, Reason: "connection refused"}
+		}
+		return history.Output{Result: history.Unknown, Reason: reason}
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
 		return history.Output{Result: history.Unknown, Reason: reason}
 	}
 	return history.Output{Result: history.Refused, Reason: reason}

@@ -32,8 +32,8 @@ type Verdict struct {
 	Visualization string
 }
 
-// Check judges ops against both models; dir, when set, receives the visualization of a
-// failed check. bound is the Environment model's.
+// Check judges ops against both models and Grants (with bound); dir, when set, receives
+// the visualization of a failed model check.
 func Check(ops []porcupine.Operation, bound time.Duration, dir string) []Verdict {
 	var ensures, rest []porcupine.Operation
 	for _, op := range ops {
@@ -44,8 +44,9 @@ func Check(ops []porcupine.Operation, bound time.Duration, dir string) []Verdict
 		}
 	}
 	return []Verdict{
-		check("environment", Environment(bound), rest, dir),
+		check("environment", Environment(), rest, dir),
 		check("binding", Binding(), ensures, dir),
+		Grants(rest, bound),
 	}
 }
 

@@ -5,9 +5,10 @@
 //
 // Two models: Environment — one environment's run claim (at most one holder, epochs that
 // only rise, a claim that ends with its release, a revocation or a replacement) together
-// with its files under compare-and-swap (each a register), and the data calls a claim
-// admits (none once it ended, past a bound for another gateway's view) — and Binding — one
-// environment per binding however many Ensure calls race. An operation whose outcome the
-// client could not learn (a timeout, an unavailable gateway, an outcome reported unknown)
-// may or may not have taken effect, at any time after its call: the models try both.
+// with its files under compare-and-swap (each a register) — and Binding — one environment
+// per binding however many Ensure calls race. An operation whose outcome the client could
+// not learn (a timeout, an unavailable gateway, an outcome reported unknown) may or may not
+// have taken effect, at any time after its call until the recorder's effect bound: the
+// models try both. Grants, a direct check beside them, holds every admitted data call to
+// a claim the history does not prove ended (through another gateway, within a bound).
 package history

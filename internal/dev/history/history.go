@@ -12,14 +12,18 @@ import (
 
 // Recorder collects the operations of one run. It is safe for concurrent use.
 type Recorder struct {
-	start time.Time
+	start  time.Time
+	effect time.Duration
 
 	mu  sync.Mutex
 	ops []porcupine.Operation
 }
 
-// NewRecorder starts a history; times are nanoseconds since now.
-func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+// NewRecorder starts a history; times are nanoseconds since now. effect bounds how long
+// after its call an operation whose outcome is unknown may take effect (0: at any time
+// until the end of the history). A bound keeps the check tractable; an operation that took
+// effect later shows as a violation, as it should: past its deadline, nothing may land.
+func NewRecorder(effect time.Duration) *Recorder { return &Recorder{start: time.Now(), effect: effect} }
 
 // Now is the history's clock.
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
@@ -39,12 +43,16 @@ type Pending struct {
 	op porcupine.Operation
 }
 
-// Done records the operation's outcome. An Unknown outcome is recorded as never returning:
-// it may take effect at any time after its call.
+// Done records the operation's outcome. An Unknown outcome is recorded as returning at the
+// recorder's effect bound after its call (never, without one): it may take effect at any
+// time until then.
 func (p *Pending) Done(out Output) {
 	p.op.Output, p.op.Return = out, p.r.Now()
 	if out.Result == Unknown {
 		p.op.Return = neverReturned
+		if p.r.effect > 0 {
+			p.op.Return = p.op.Call + int64(p.r.effect)
+		}
 	}
 	p.r.mu.Lock()
 	p.r.ops = append(p.r.ops, p.op)

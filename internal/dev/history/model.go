@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -109,70 +108,35 @@ type Output struct {
 // unknownClaim holds the claim after an Acquire whose outcome is unknown took effect.
 const unknownClaim = "?"
 
-// endedClaims is how many ended claims the model remembers for the stale-view allowance;
-// more end within one bound only if claims turn over faster than every 200 ms.
-const endedClaims = 16
-
-// ended is a claim that ended: at the return of the call that ended it, through gateway.
-type ended struct {
-	claim   string
-	at      int64
-	gateway int
-}
-
-// environment is the Environment model's state.
+// environment is the Environment model's state: small and comparable, so that the states
+// an unknown outcome splits into merge again once a later answer settles them.
 type environment struct {
-	claim   string // the current claim id; "" none
-	run     string // its run id
-	epoch   uint64 // the highest epoch known taken: the next must be above
-	expires int64  // the current claim's expiry (0: may have expired at any time)
-	ended   [endedClaims]ended
+	claim   string           // the current claim id; "" none
+	run     string           // its run id
+	epoch   uint64           // the highest epoch known taken: the next must be above
+	expires int64            // the current claim's expiry (0: may have expired at any time)
 	files   [MaxPaths]string // content; "" no file
 }
 
-func (s environment) end(gateway int, at int64) environment {
-	if s.claim != "" && s.claim != unknownClaim {
-		copy(s.ended[1:], s.ended[:endedClaims-1])
-		s.ended[0] = ended{claim: s.claim, at: at, gateway: gateway}
-	}
+func (s environment) end() environment {
 	s.claim, s.run, s.expires = "", "", 0
 	return s
 }
 
-// admits reports whether a data call with claim may succeed in s: the claim is current, or
-// it ended through another gateway less than bound before the call (that gateway's view
-// may not show the end yet; the gateway that ended it answered only once its own did).
-func (s environment) admits(in Input, bound int64) bool {
-	if in.Claim == "" {
-		return false
-	}
-	if s.claim == in.Claim {
-		return true
-	}
-	for _, e := range s.ended {
-		if e.claim == in.Claim {
-			return e.gateway != in.Gateway && in.Called < e.at+bound
-		}
-	}
-	return false
-}
-
 // Environment is the model of one environment's run claim and files; operations are
-// partitioned by Input.Binding (Ensure operations are the Binding model's). bound is how
-// long after a claim ended another gateway may still admit a data call with it (the
-// gateways' view freshness bound and the watch's delay).
-func Environment(bound time.Duration) porcupine.Model {
-	b := int64(bound)
+// partitioned by Input.Binding (Ensure operations are the Binding model's). Which claim a
+// data call may use is Grants' check, apart: the model orders the calls that succeeded.
+func Environment() porcupine.Model {
 	m := porcupine.NondeterministicModel{
 		Partition: byBinding,
 		Init:      func() []any { return []any{environment{}} },
 		Step: func(state, input, output any) []any {
-			return stepEnvironment(state.(environment), input.(Input), output.(Output), b)
+			return stepEnvironment(state.(environment), input.(Input), output.(Output))
 		},
 		Hash: func(state any) uint64 {
 			s := state.(environment)
 			h := fnv.New64a()
-			fmt.Fprintf(h, "%s|%s|%d|%d|%v|%v", s.claim, s.run, s.epoch, s.expires, s.files, s.ended)
+			fmt.Fprintf(h, "%s|%s|%d|%d|%q", s.claim, s.run, s.epoch, s.expires, s.files)
 			return h.Sum64()
 		},
 		DescribeOperation: describe,
@@ -186,13 +150,13 @@ func Environment(bound time.Duration) porcupine.Model {
 
 // stepEnvironment returns the states s may be in after the operation, none when the
 // operation could not have answered so in s.
-func stepEnvironment(s environment, in Input, out Output, bound int64) []any {
+func stepEnvironment(s environment, in Input, out Output) []any {
 	same := []any{s}
 	switch out.Result {
 	case Refused:
 		return same // a refusal changes nothing, whatever the state
 	case Unknown:
-		if next, ok := applied(s, in, out, bound); ok {
+		if next, ok := applied(s, in); ok {
 			return []any{s, next}
 		}
 		return same
@@ -206,7 +170,7 @@ func stepEnvironment(s environment, in Input, out Output, bound int64) []any {
 		if held || out.Epoch <= s.epoch {
 			return nil // two holders, or an epoch that did not rise
 		}
-		next := s.end(in.Gateway, out.Returned)
+		next := s
 		next.claim, next.run, next.epoch, next.expires = out.Claim, in.Run, out.Epoch, out.Expires
 		return []any{next}
 	case Renew:
@@ -219,16 +183,16 @@ func stepEnvironment(s environment, in Input, out Output, bound int64) []any {
 		if out.Result != OK || s.claim != in.Claim {
 			return nil
 		}
-		return []any{s.end(in.Gateway, out.Returned)}
+		return []any{s.end()}
 	case Revoke, Replace:
 		if out.Result != OK {
 			return nil
 		}
-		return []any{s.end(in.Gateway, out.Returned)}
+		return []any{s.end()}
 	case Write:
 		switch out.Result {
 		case OK:
-			if !s.admits(in, bound) || (in.CAS && s.files[in.Path] != in.Expect) {
+			if in.CAS && s.files[in.Path] != in.Expect {
 				return nil
 			}
 			s.files[in.Path] = in.Value
@@ -242,11 +206,11 @@ func stepEnvironment(s environment, in Input, out Output, bound int64) []any {
 	case Read:
 		switch out.Result {
 		case OK:
-			if s.admits(in, bound) && out.Value != "" && s.files[in.Path] == out.Value {
+			if out.Value != "" && s.files[in.Path] == out.Value {
 				return same
 			}
 		case Absent:
-			if s.admits(in, bound) && s.files[in.Path] == "" {
+			if s.files[in.Path] == "" {
 				return same
 			}
 		}
@@ -257,21 +221,20 @@ func stepEnvironment(s environment, in Input, out Output, bound int64) []any {
 
 // applied is the state after an operation whose outcome is unknown, had it taken effect
 // (ok false: it could not have).
-func applied(s environment, in Input, _ Output, bound int64) (environment, bool) {
-	const whenever = neverReturned // it took effect at some time no one saw
+func applied(s environment, in Input) (environment, bool) {
 	switch in.Kind {
 	case Acquire:
-		next := s.end(in.Gateway, whenever)
-		next.claim, next.epoch, next.expires = unknownClaim, s.epoch+1, 0
+		next := s
+		next.claim, next.run, next.epoch, next.expires = unknownClaim, in.Run, s.epoch+1, 0
 		return next, true
 	case Release:
 		if s.claim == in.Claim {
-			return s.end(in.Gateway, whenever), true
+			return s.end(), true
 		}
 	case Revoke, Replace:
-		return s.end(in.Gateway, whenever), true
+		return s.end(), true
 	case Write:
-		if s.admits(in, bound) && (!in.CAS || s.files[in.Path] == in.Expect) {
+		if !in.CAS || s.files[in.Path] == in.Expect {
 			s.files[in.Path] = in.Value
 			return s, true
 		}

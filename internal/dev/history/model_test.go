@@ -30,6 +30,10 @@ func (x h) op(client int, call, ret int64, in Input, out Output) h {
 
 var far = int64(time.Hour)
 
+func release(claim string) Input { return Input{Kind: Release, Claim: claim} }
+
+func onGateway(in Input, g int) Input { in.Gateway = g; return in }
+
 func acquire(run string) Input { return Input{Kind: Acquire, Run: run} }
 func held(claim string, epoch uint64) Output {
 	return Output{Result: OK, Claim: claim, Epoch: epoch, Expires: far}
@@ -51,8 +55,6 @@ var (
 func saw(v string) Output { return Output{Result: OK, Value: v} }
 
 func TestEnvironmentModel(t *testing.T) {
-	release := func(claim string) Input { return Input{Kind: Release, Claim: claim} }
-	onGateway := func(in Input, g int) Input { in.Gateway = g; return in }
 	cases := []struct {
 		name  string
 		ops   h
@@ -77,22 +79,6 @@ func TestEnvironmentModel(t *testing.T) {
 			op(0, 0, 10, acquire("r1"), held("c1", 2)).
 			op(0, 20, 30, release("c1"), ok).
 			op(1, 40, 50, acquire("r2"), held("c2", 1)), false},
-		{"a write with a released claim on the gateway that released it", h{}.
-			op(0, 0, 10, acquire("r1"), held("c1", 1)).
-			op(0, 20, 30, release("c1"), ok).
-			op(0, 40, 50, write("c1", 0, "x"), ok), false},
-		{"a write with a released claim on another gateway within the bound", h{}.
-			op(0, 0, 10, acquire("r1"), held("c1", 1)).
-			op(0, 20, 30, release("c1"), ok).
-			op(0, 40, 50, onGateway(write("c1", 0, "x"), 1), ok), true},
-		{"a write with a released claim on another gateway past the bound", h{}.
-			op(0, 0, 10, acquire("r1"), held("c1", 1)).
-			op(0, 20, 30, release("c1"), ok).
-			op(0, 4000, 4010, onGateway(write("c1", 0, "x"), 1), ok), false},
-		{"a revoked claim writes", h{}.
-			op(0, 0, 10, acquire("r1"), held("c1", 1)).
-			op(1, 20, 30, Input{Kind: Revoke}, ok).
-			op(0, 40, 50, write("c1", 0, "x"), ok), false},
 		{"compare-and-swap: two creators, one wins", h{}.
 			op(0, 0, 10, acquire("r1"), held("c1", 1)).
 			op(0, 20, 40, cas("c1", 0, "", "x"), ok).
@@ -129,7 +115,7 @@ func TestEnvironmentModel(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res, _ := porcupine.CheckOperationsVerbose(Environment(bound), tc.ops, time.Minute)
+			res, _ := porcupine.CheckOperationsVerbose(Environment(), tc.ops, time.Minute)
 			if want := map[bool]porcupine.CheckResult{true: porcupine.Ok, false: porcupine.Illegal}[tc.legal]; res != want {
 				t.Fatalf("%s, want %s", res, want)
 			}
@@ -146,6 +132,37 @@ func TestBindingModel(t *testing.T) {
 	two := h{}.op(0, 0, 10, ensure, saw("env/uid1")).op(1, 20, 30, ensure, saw("env/uid2"))
 	if porcupine.CheckOperations(Binding(), two) {
 		t.Fatal("two environments for one binding judged legal")
+	}
+}
+
+func TestGrants(t *testing.T) {
+	granted := h{}.op(0, 0, 10, acquire("r1"), held("c1", 1))
+	released := granted.op(0, 20, 30, release("c1"), ok)
+	cases := []struct {
+		name  string
+		ops   h
+		legal bool
+	}{
+		{"a write with the current claim", granted.op(0, 20, 30, write("c1", 0, "x"), ok), true},
+		{"a write concurrent with the release", granted.op(0, 20, 40, release("c1"), ok).op(1, 25, 35, write("c1", 0, "x"), ok), true},
+		{"a write with a released claim through the gateway that released it", released.op(0, 40, 50, write("c1", 0, "x"), ok), false},
+		{"a mismatch with a released claim through that gateway (the helper ran it)", released.op(0, 40, 50, cas("c1", 0, "y", "x"), mismatch), false},
+		{"a write with a released claim through another gateway within the bound", released.op(0, 40, 50, onGateway(write("c1", 0, "x"), 1), ok), true},
+		{"a write with a released claim through another gateway past the bound", released.op(0, 4000, 4010, onGateway(write("c1", 0, "x"), 1), ok), false},
+		{"a refused write with a released claim", released.op(0, 40, 50, write("c1", 0, "x"), refused), true},
+		{"a claim superseded by a later acquire", granted.op(1, 20, 30, acquire("r2"), held("c2", 2)).op(0, 40, 50, read("c1", 0), saw("x")), false},
+		{"a revoked claim writes", granted.op(1, 20, 30, Input{Kind: Revoke}, ok).op(0, 40, 50, write("c1", 0, "x"), ok), false},
+		{"an expired claim writes", h{}.op(0, 0, 10, acquire("r1"), Output{Result: OK, Claim: "c1", Epoch: 1, Expires: int64(20 * time.Millisecond)}).
+			op(0, 2000, 2010, write("c1", 0, "x"), ok), false},
+		{"a claim never granted", h{}.op(0, 0, 10, write("c9", 0, "x"), ok), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Grants(tc.ops, bound)
+			if want := map[bool]porcupine.CheckResult{true: porcupine.Ok, false: porcupine.Illegal}[tc.legal]; v.Result != want {
+				t.Fatalf("%s, want %s: %s", v.Result, want, v.Violation)
+			}
+		})
 	}
 }
 
@@ -171,5 +188,8 @@ func TestCheckReportsTheViolation(t *testing.T) {
 	}
 	if verdicts[1].Result != porcupine.Ok || verdicts[1].Operations != 0 {
 		t.Errorf("binding: %+v", verdicts[1])
+	}
+	if verdicts[2].Model != "grants" || verdicts[2].Result != porcupine.Ok || verdicts[2].Operations != 1 {
+		t.Errorf("grants: %+v", verdicts[2])
 	}
 }
