@@ -102,11 +102,20 @@ test: build lint verify vuln node-packages npm-packages python-packages ## Lint,
 	@if [ -f $(CHAOS_REPORT) ]; then cat $(CHAOS_REPORT); fi
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
 
-# The fault suite (test/chaos, docs/chaos.md): make test runs it for 75 s; make chaos for
-# CHAOS_DURATION, replaying CHAOS_SEED when given. Its reports go to CHAOS_REPORT.
+# The fault suite (test/chaos, docs/chaos.md): make test runs it for 75 s and the soak for
+# a minute; make chaos for CHAOS_DURATION, make soak for SOAK_DURATION, replaying CHAOS_SEED
+# when given. Their reports go to CHAOS_REPORT.
 CHAOS_DURATION ?= 10m
+SOAK_DURATION  ?= 30m
 CHAOS_SEED     ?=
 CHAOS_REPORT   ?= $(CURDIR)/.cache/chaos-report.txt
+
+.PHONY: soak
+soak: build ## The soak: SOAK_DURATION (default 30m) of load at 80 % of the measured capacity with network faults; resources must come back to their baseline (docs/chaos.md).
+	@mkdir -p .cache
+	EXECPLANE_SOAK_DURATION=$(SOAK_DURATION) EXECPLANE_CHAOS_SEED=$(CHAOS_SEED) EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) \
+	  EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+	  $(GO) test -race -count=1 -v -timeout 4h -run 'TestSoak$$' ./test/chaos/
 
 .PHONY: chaos
 chaos: build ## The fault suite with a long budget: CHAOS_DURATION (default 10m) of clients and seeded faults; CHAOS_SEED=<n> replays a run (docs/chaos.md).

@@ -73,7 +73,7 @@ type outcome struct {
 // run drives one system through b and checks it.
 func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 	t.Helper()
-	sys := startSystem(t, controllerEnv...)
+	sys := startSystem(t, options{controllerEnv: controllerEnv})
 	w := newWorkload(sys)
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(t.Context(), b.duration)
@@ -95,7 +95,7 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 			return ensured(agents)
 		})
 	})
-	sched := newScheduler(sys, b.seed)
+	sched := newScheduler(sys, b.seed, faults)
 	if b.faults {
 		wg.Go(func() { sched.run(ctx, began) })
 	}

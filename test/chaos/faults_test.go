@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,10 +40,17 @@ var faults = []fault{
 	{name: "partition a gateway from the controller", lasts: 4 * time.Second, inject: onProxy(control, partition)},
 }
 
+// soakFaults are the faults that leave every controller and gateway process running: the
+// soak compares each process's resources before and after, which a restart would void.
+var soakFaults = slices.DeleteFunc(slices.Clone(faults), func(f fault) bool {
+	return strings.HasPrefix(f.name, "kill") || strings.HasPrefix(f.name, "pause the leader") || f.name == "restart the API server"
+})
+
 // scheduler injects faults until ctx ends and records which, when.
 type scheduler struct {
-	s   *system
-	rng *rand.Rand
+	s      *system
+	rng    *rand.Rand
+	faults []fault
 
 	mu       sync.Mutex
 	injected map[string]int
@@ -50,8 +58,8 @@ type scheduler struct {
 	errs     []string
 }
 
-func newScheduler(s *system, seed uint64) *scheduler {
-	return &scheduler{s: s, rng: rand.New(rand.NewPCG(seed, 0xfa17)), injected: map[string]int{}}
+func newScheduler(s *system, seed uint64, from []fault) *scheduler {
+	return &scheduler{s: s, rng: rand.New(rand.NewPCG(seed, 0xfa17)), faults: from, injected: map[string]int{}}
 }
 
 func (f *scheduler) run(ctx context.Context, began time.Time) {
@@ -60,7 +68,7 @@ func (f *scheduler) run(ctx context.Context, began time.Time) {
 		if ctx.Err() != nil {
 			return
 		}
-		ft := faults[f.rng.IntN(len(faults))]
+		ft := f.faults[f.rng.IntN(len(f.faults))]
 		heal, err := ft.inject(ctx, f.s, f.rng)
 		f.mu.Lock()
 		at := time.Since(began).Round(time.Millisecond)

@@ -24,7 +24,7 @@ import (
 const resyncPeriod = time.Minute
 
 // sweep returns what does not hold of the cluster's objects now: every environment Ready,
-// or fenced with a recorded reason; exactly one claim and at most one executor Pod per
+// suspended (no executor), or fenced with a recorded reason; exactly one claim and at most one executor Pod per
 // environment, each the one recorded, none terminating; no claim or Pod of no environment;
 // every binding's reference published. The fault suite polls it until it returns nothing,
 // for at most two resync periods.
@@ -59,8 +59,9 @@ func (s *system) sweep(ctx context.Context) []string {
 		known[env.Name] = true
 		st := env.Status
 		fenced := st.FenceState == v1alpha1.FenceUnknown && st.FenceReason != ""
-		if !fenced && (!meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionReady) || st.Phase != v1alpha1.PhaseReady) {
-			bad = append(bad, fmt.Sprintf("environment %s is neither Ready nor fenced: phase %q, fence %q", env.Name, st.Phase, st.FenceState))
+		suspended := st.Phase == v1alpha1.PhaseSuspended && st.Suspended()
+		if !fenced && !suspended && (!meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionReady) || st.Phase != v1alpha1.PhaseReady) {
+			bad = append(bad, fmt.Sprintf("environment %s is neither Ready, suspended nor fenced: phase %q, fence %q", env.Name, st.Phase, st.FenceState))
 		}
 		if c := claimsOf[env.Name]; len(c) != 1 || st.PVC == nil || c[0].UID != st.PVC.UID {
 			bad = append(bad, fmt.Sprintf("environment %s: %d workspace claims, recorded %v", env.Name, len(c), st.PVC))
@@ -74,9 +75,11 @@ func (s *system) sweep(ctx context.Context) []string {
 		switch {
 		case len(ps) > 1:
 			bad = append(bad, fmt.Sprintf("environment %s: %d executor Pods", env.Name, len(ps)))
+		case len(ps) == 1 && suspended:
+			bad = append(bad, fmt.Sprintf("environment %s is suspended with an executor Pod", env.Name))
 		case len(ps) == 1 && (st.Pod == nil || st.Pod.UID != ps[0].UID):
 			bad = append(bad, fmt.Sprintf("environment %s: Pod %s is not the one recorded (%v)", env.Name, ps[0].UID, st.Pod))
-		case len(ps) == 0 && !fenced:
+		case len(ps) == 0 && !fenced && !suspended:
 			bad = append(bad, fmt.Sprintf("environment %s is Ready without an executor Pod", env.Name))
 		}
 		for _, r := range st.References {

@@ -49,6 +49,8 @@ type system struct {
 	api, control []*faultproxy.Proxy
 
 	leader atomic.Pointer[string] // the ready controller's listen address
+	// started is the System once Start returned, for the watch that runs during Start.
+	started atomic.Pointer[devsystem.System]
 	// halt stops the supervisor and the watches, before the system stops for good.
 	halt context.CancelFunc
 
@@ -59,9 +61,14 @@ type system struct {
 	podUIDs  map[string]bool // every executor Pod this system had
 }
 
-// startSystem starts the system in fresh namespaces; env is added to the controllers'
-// environment.
-func startSystem(t *testing.T, env ...string) *system {
+// options shape a system: controllerEnv is added to the controllers' environment,
+// gatewayArgs to the gateways' flags.
+type options struct {
+	controllerEnv, gatewayArgs []string
+}
+
+// startSystem starts the system in fresh namespaces.
+func startSystem(t *testing.T, o options) *system {
 	t.Helper()
 	c := clustertest.Cluster(t)
 	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
@@ -96,7 +103,8 @@ func startSystem(t *testing.T, env ...string) *system {
 		t.Cleanup(ctl.Close)
 		s.api, s.control = append(s.api, api), append(s.control, ctl)
 	}
-	verbose := []string{"--log-format", "text", "--log-level", "debug"}
+	// Profiling lets the soak collect garbage before it reads a process's heap.
+	verbose := []string{"--log-format", "text", "--log-level", "debug", "--profiling"}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	t.Cleanup(cancel)
 	go s.watchLeader(ctx)
@@ -107,8 +115,8 @@ func startSystem(t *testing.T, env ...string) *system {
 		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(100)),
 		ControllerArgs: append([]string{"--lease-duration", leaseDuration.String(), "--renew-deadline", renewDeadline.String(),
 			"--retry-period", retryPeriod.String(), "--resync-period", resyncPeriod.String()}, verbose...),
-		ControllerEnv: env,
-		GatewayArgs:   append(verbose, "--view-freshness-bound", viewFreshnessBound.String()),
+		ControllerEnv: o.controllerEnv,
+		GatewayArgs:   append(append(verbose, "--view-freshness-bound", viewFreshnessBound.String()), o.gatewayArgs...),
 		GatewayArgsFor: func(i int) []string {
 			return []string{"--kubeconfig", kubeconfigs[i], "--controller-address", s.control[i].Addr()}
 		},
@@ -125,6 +133,7 @@ func startSystem(t *testing.T, env ...string) *system {
 		t.Fatal(err)
 	}
 	s.System, s.halt = sys, cancel
+	s.started.Store(sys)
 	go s.supervise(ctx)
 	return s
 }
@@ -133,8 +142,8 @@ func startSystem(t *testing.T, env ...string) *system {
 // selects only the ready (leading) replica.
 func (s *system) watchLeader(ctx context.Context) {
 	for ctx.Err() == nil {
-		if s.System != nil {
-			controllers, _ := s.Processes()
+		if sys := s.started.Load(); sys != nil {
+			controllers, _ := sys.Processes()
 			addr := ""
 			for _, p := range controllers {
 				if p.Exited() == nil && p.Ready(ctx) {

@@ -50,6 +50,10 @@ type workload struct {
 	wrong []string
 	// stats counts operations by kind and outcome.
 	stats map[string]int
+	// eager agents skip their idle pauses; pace, when set, is waited on before each step
+	// (the soak's rate).
+	eager bool
+	pace  func(context.Context)
 }
 
 func newWorkload(sys *system) *workload {
@@ -125,6 +129,9 @@ func (a *agent) loop(ctx context.Context, prepared *sync.WaitGroup, start <-chan
 }
 
 func (a *agent) step(ctx context.Context) {
+	if a.w.pace != nil {
+		a.w.pace(ctx)
+	}
 	switch {
 	case a.env == nil:
 		a.ensure(ctx)
@@ -145,7 +152,11 @@ func (a *agent) step(ctx context.Context) {
 			a.data(ctx, a.stale[a.rng.IntN(len(a.stale))])
 		case r < 17:
 			a.ensure(ctx)
-		default:
+		case r == 17 && a.rng.IntN(4) == 0:
+			a.lifecycle(ctx, history.Suspend)
+		case r == 18 && a.rng.IntN(4) == 0:
+			a.lifecycle(ctx, history.Resume)
+		case !a.w.eager:
 			sleep(ctx, time.Duration(a.rng.IntN(300))*time.Millisecond)
 		}
 		return
@@ -159,7 +170,7 @@ func (a *agent) step(ctx context.Context) {
 		a.release(ctx)
 	case r < 17 && len(a.stale) > 0:
 		a.data(ctx, a.stale[a.rng.IntN(len(a.stale))])
-	default:
+	case !a.w.eager:
 		sleep(ctx, time.Duration(a.rng.IntN(200))*time.Millisecond)
 	}
 }
@@ -330,6 +341,26 @@ func (a *agent) release(ctx context.Context) {
 	_, err := a.api[gw].ReleaseRun(c, &executionv1.ReleaseRunRequest{OperationId: opID(), RunGrant: a.run.grant, Environment: a.env})
 	a.done(p, history.Release, heard(err))
 	a.dropRun() // released or not, the agent stops using it as its own
+}
+
+// lifecycle suspends or resumes the binding's environment, as its owner. A suspension is
+// refused while a claim is held; a suspended environment resumes on the next Acquire too.
+func (a *agent) lifecycle(ctx context.Context, kind history.Kind) {
+	gw := a.gateway()
+	p := a.call(kind, gw, history.Input{})
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	target := &executionv1.ReferenceTarget{Owner: owner, Environment: a.env, BindingId: a.binding}
+	var err error
+	if kind == history.Suspend {
+		_, err = a.api[gw].SuspendEnvironment(c, &executionv1.SuspendEnvironmentRequest{OperationId: opID(), Target: target})
+	} else {
+		_, err = a.api[gw].ResumeEnvironment(c, &executionv1.ResumeEnvironmentRequest{OperationId: opID(), Target: target})
+	}
+	a.done(p, kind, heard(err))
+	if err == nil && kind == history.Suspend {
+		a.envGrant = nil // every grant died with the suspension
+	}
 }
 
 // data is one data call with claim k: a write (overwrite or compare-and-swap on what the

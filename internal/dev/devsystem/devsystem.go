@@ -444,6 +444,16 @@ func (p *Process) Metric(ctx context.Context, prefix string) (float64, error) {
 	return total, nil
 }
 
+// CollectGarbage runs a garbage collection in the process (its heap profile with gc=1), so
+// that the heap its metrics report next is what is live. It needs --profiling.
+func (p *Process) CollectGarbage(ctx context.Context) error {
+	_, code, err := p.get(ctx, "/debug/pprof/heap?gc=1")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("devsystem: %s /debug/pprof/heap answered %d (is --profiling on?)", p.Name, code)
+	}
+	return err
+}
+
 func (p *Process) get(ctx context.Context, path string) (string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()

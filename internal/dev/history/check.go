@@ -12,7 +12,7 @@ import (
 
 // checkTimeout bounds one model's search; a history it cannot decide in time is reported
 // as undecided, which a caller counts as a failure.
-const checkTimeout = 2 * time.Minute
+const checkTimeout = 5 * time.Minute
 
 // contextOps is how many linearized operations a violation's report shows before the
 // operation that could not be placed.

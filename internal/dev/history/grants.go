@@ -17,10 +17,13 @@ const expirySlack = time.Second
 // maxReported bounds the violations Grants describes.
 const maxReported = 8
 
+// ends reports whether an operation of kind ends whatever claim is current.
+func ends(kind Kind) bool { return kind == Revoke || kind == Replace || kind == Suspend }
+
 // Grants checks which claim each data call that was admitted (answered ok, a
 // compare-and-swap mismatch, or a file absent: the helper ran it) used: the claim had not
 // ended, as far as the history proves it, when the call was made. A claim is proven ended
-// by an answered Release of it, an Acquire of another claim or a Revoke or Replace called
+// by an answered Release of it, an Acquire of another claim or a Revoke, Replace or Suspend called
 // after it was granted, and by its expiry. A call through the gateway that answered the end
 // must come before that answer; through another gateway, within bound of it (that gateway
 // observes the change through its watch: the view freshness bound and the watch's delay).
@@ -51,7 +54,7 @@ func Grants(ops []porcupine.Operation, bound time.Duration) Verdict {
 			acquires = append(acquires, op)
 		case (in.Kind == Write || in.Kind == Read) && (out.Result == OK || out.Result == Mismatch || out.Result == Absent):
 			data = append(data, op)
-		case in.Kind == Release && out.Result == OK, (in.Kind == Revoke || in.Kind == Replace) && out.Result == OK:
+		case in.Kind == Release && out.Result == OK, ends(in.Kind) && out.Result == OK:
 			enders = append(enders, op)
 		}
 	}
@@ -75,7 +78,7 @@ func Grants(ops []porcupine.Operation, bound time.Duration) Verdict {
 			switch {
 			case in.Kind == Release && in.Claim == claim,
 				in.Kind == Acquire && op.Output.(Output).Claim != claim && after,
-				(in.Kind == Revoke || in.Kind == Replace) && after:
+				ends(in.Kind) && after:
 				g.ends = append(g.ends, end{at: op.Return, gateway: in.Gateway, by: op})
 			}
 		}

@@ -30,10 +30,15 @@ const (
 	Revoke
 	// Replace starts a new executor and ends the claim (an administrator).
 	Replace
+	// Suspend stops the executor, keeps the workspace and revokes every grant (the owner;
+	// refused while a claim is held). A later Acquire or Resume brings it back.
+	Suspend
+	// Resume brings a suspended environment back (the owner).
+	Resume
 )
 
 var kindNames = [...]string{Ensure: "ensure", Acquire: "acquire", Renew: "renew", Release: "release",
-	Write: "write", Read: "read", Revoke: "revoke", Replace: "replace"}
+	Write: "write", Read: "read", Revoke: "revoke", Replace: "replace", Suspend: "suspend", Resume: "resume"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -184,11 +189,16 @@ func stepEnvironment(s environment, in Input, out Output) []any {
 			return nil
 		}
 		return []any{s.end()}
-	case Revoke, Replace:
+	case Revoke, Replace, Suspend:
 		if out.Result != OK {
 			return nil
 		}
 		return []any{s.end()}
+	case Resume:
+		if out.Result != OK {
+			return nil
+		}
+		return same
 	case Write:
 		switch out.Result {
 		case OK:
@@ -231,7 +241,7 @@ func applied(s environment, in Input) (environment, bool) {
 		if s.claim == in.Claim {
 			return s.end(), true
 		}
-	case Revoke, Replace:
+	case Revoke, Replace, Suspend:
 		return s.end(), true
 	case Write:
 		if !in.CAS || s.files[in.Path] == in.Expect {

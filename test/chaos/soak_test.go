@@ -1,0 +1,263 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devsystem"
+	"github.com/execplane/execplane/internal/dev/history"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+)
+
+// The soak's shape.
+const (
+	soakEnv = "EXECPLANE_SOAK_DURATION" // how long the paced load runs (default 60s; make soak: 30m)
+	// soakAgents per binding: enough to keep the system busy when they run unpaced.
+	soakAgents = 4
+	// warmUp opens everything a steady load holds (environments, helper sessions,
+	// connections) before the baseline; capacityWindow measures the unpaced rate.
+	warmUp         = 10 * time.Second
+	capacityWindow = 20 * time.Second
+	// loadShare of the measured capacity is the soak's rate.
+	loadShare = 0.8
+	// sessionIdle is the gateways' --session-idle: short, so that every helper session
+	// (13 goroutines each) has closed when the figures are read, before and after.
+	sessionIdle = 5 * time.Second
+	// settle is the quiet before each measurement: the load's calls and streams end and
+	// the idle sessions close (a claim left held costs a process nothing).
+	settle = 3*sessionIdle + 5*time.Second
+)
+
+// resource is one figure of a process that must come back after the load.
+type resource struct {
+	name   string
+	metric string
+	// slack is the least absolute difference allowed, for small figures (10 % of 20
+	// descriptors is two).
+	slack float64
+}
+
+var resources = []resource{
+	{"goroutines", "go_goroutines", 5},
+	{"open fds", "process_open_fds", 3},
+	{"heap MiB", "go_memstats_heap_alloc_bytes", 2 << 20},
+}
+
+// tolerance is how far a figure may end from its baseline.
+const tolerance = 0.10
+
+// usage is a process's figures at one time, each the least of three readings after a
+// garbage collection (a reading taken while a stray timer fires is not the steady state).
+type usage map[string]float64
+
+func measure(ctx context.Context, p *devsystem.Process) (usage, error) {
+	u := usage{}
+	for range 3 {
+		if err := p.CollectGarbage(ctx); err != nil {
+			return nil, err
+		}
+		for _, r := range resources {
+			v, err := p.Metric(ctx, r.metric+" ")
+			if err != nil {
+				return nil, err
+			}
+			if old, ok := u[r.name]; !ok || v < old {
+				u[r.name] = v
+			}
+		}
+		sleep(ctx, time.Second)
+	}
+	return u, nil
+}
+
+// measured are the processes the soak compares: both gateways and the leading controller.
+func measured(s *system) []*devsystem.Process {
+	lead, _ := leading(s)
+	_, gateways := s.Processes()
+	return append(gateways, lead)
+}
+
+// The soak: a paced load at 80 % of the measured capacity with network faults (none that
+// kills or pauses a controller or gateway) for EXECPLANE_SOAK_DURATION; then every history
+// checks and every sweep settles as in TestChaos, and each gateway's and the leading
+// controller's goroutines, open descriptors and live heap are back within 10 % of where
+// they stood before the load.
+func TestSoak(t *testing.T) {
+	b := budgetFromEnv(t)
+	b.duration, b.agents = time.Minute, soakAgents
+	if v := os.Getenv(soakEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s: %v", soakEnv, err)
+		}
+		b.duration = d
+	}
+	sys := startSystem(t, options{gatewayArgs: []string{"--session-idle", sessionIdle.String()}})
+	w := newWorkload(sys)
+	w.eager = true
+	var agents []*agent
+	for i := range b.bindings * b.agents {
+		agents = append(agents, w.agent(t, i, b.seed, fmt.Sprintf("soak-%d", i%b.bindings)))
+	}
+	adm := w.admin(t, len(agents), b.seed)
+	began := time.Now()
+
+	// Warm up and measure the capacity: the agents unpaced.
+	var prepared sync.WaitGroup
+	prepared.Add(len(agents))
+	start := make(chan struct{})
+	go func() { prepared.Wait(); close(start) }()
+	load, stopLoad := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Go(func() { a.loop(load, &prepared, start) })
+	}
+	select {
+	case <-start:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the agents never got their environments")
+	}
+	sleep(t.Context(), warmUp)
+	before := len(w.rec.Operations())
+	sleep(t.Context(), capacityWindow)
+	capacity := float64(len(w.rec.Operations())-before) / capacityWindow.Seconds()
+	stopLoad()
+	wg.Wait()
+
+	// The baseline, once the warm-up's calls have ended.
+	sleep(t.Context(), settle)
+	procs := measured(sys)
+	if procs[len(procs)-1] == nil {
+		t.Fatal("no leading controller to measure")
+	}
+	baseline := map[*devsystem.Process]usage{}
+	for _, p := range procs {
+		u, err := measure(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		baseline[p] = u
+	}
+
+	// The paced load with faults.
+	rate := loadShare * capacity
+	tokens := make(chan struct{})
+	pacer, stopPacer := context.WithCancel(t.Context())
+	go func() {
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+		for {
+			select {
+			case <-pacer.Done():
+				return
+			case <-tick.C:
+				select {
+				case tokens <- struct{}{}:
+				default: // the agents are behind: the rate is a ceiling, not a debt
+				}
+			}
+		}
+	}()
+	w.pace = func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+		case <-tokens:
+		}
+	}
+	loadStart, soakOps := time.Now(), len(w.rec.Operations())
+	load, stopLoad = context.WithTimeout(t.Context(), b.duration)
+	defer stopLoad()
+	immediate := make(chan struct{})
+	close(immediate)
+	var noPrep sync.WaitGroup
+	noPrep.Add(len(agents))
+	for _, a := range agents {
+		wg.Go(func() { a.loop(load, &noPrep, immediate) })
+	}
+	wg.Go(func() {
+		adm.loop(load, func() map[string]*executionv1.EnvironmentRef { return ensured(agents) })
+	})
+	sched := newScheduler(sys, b.seed, soakFaults)
+	wg.Go(func() { sched.run(load, began) })
+	wg.Wait()
+	stopPacer()
+	achieved := float64(len(w.rec.Operations())-soakOps) / time.Since(loadStart).Seconds()
+
+	// After: the same processes, once the load's calls have ended.
+	sys.ready(t, 2*time.Minute)
+	sleep(t.Context(), settle)
+	var table strings.Builder
+	var drift []string
+	fmt.Fprintf(&table, "%-12s %-12s %10s %10s\n", "process", "figure", "before", "after")
+	for _, p := range procs {
+		if p.Exited() != nil {
+			drift = append(drift, fmt.Sprintf("%s ended during the soak: nothing to compare", p.Name))
+			continue
+		}
+		after, err := measure(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resources {
+			b, a := baseline[p][r.name], after[r.name]
+			scale := 1.0
+			if strings.HasSuffix(r.name, "MiB") {
+				scale = 1 << 20
+			}
+			fmt.Fprintf(&table, "%-12s %-12s %10.1f %10.1f\n", p.Name, r.name, b/scale, a/scale)
+			if diff := a - b; diff > max(tolerance*b, r.slack) || -diff > max(tolerance*b, r.slack) {
+				drift = append(drift, fmt.Sprintf("%s %s: %.1f before, %.1f after", p.Name, r.name, b/scale, a/scale))
+			}
+		}
+	}
+
+	// The histories and the sweeps, as after any chaos run.
+	ops := w.rec.Operations()
+	verdicts := history.Check(ops, staleBound, sys.dir)
+	var unsettled []string
+	if !clustertest.Poll(2*resyncPeriod, func() bool { unsettled = sys.sweep(t.Context()); return len(unsettled) == 0 }) {
+		unsettled = sys.sweep(t.Context())
+	}
+	w.mu.Lock()
+	stats := maps.Clone(w.stats)
+	wrong := slices.Clone(w.wrong)
+	w.mu.Unlock()
+	o := outcome{verdicts: verdicts, unsettled: unsettled, wrong: wrong, operations: len(ops)}
+	o.report = fmt.Sprintf("soak: capacity %.1f ops/s (%d agents unpaced for %s), paced at %.0f %% = %.1f ops/s, achieved %.1f ops/s for %s\n%s",
+		capacity, len(agents), capacityWindow, loadShare*100, rate, achieved, b.duration, table.String()) +
+		report(b, time.Since(began), o, stats, sched, sys)
+	for _, d := range drift {
+		o.report += "  resource drift: " + d + "\n"
+	}
+	t.Log("\n" + o.report)
+	if path := os.Getenv(reportEnv); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+			fmt.Fprintf(f, "%s\n%s\n", t.Name(), o.report)
+			f.Close()
+		}
+	}
+	for _, v := range verdicts {
+		if v.Result != porcupine.Ok {
+			t.Errorf("seed %d: the %s history is %s", b.seed, v.Model, v.Result)
+		}
+	}
+	if len(unsettled)+len(wrong) > 0 {
+		t.Errorf("seed %d: %d unsettled, %d wrong answers", b.seed, len(unsettled), len(wrong))
+	}
+	if len(drift) > 0 {
+		t.Errorf("seed %d: resources did not come back: %s", b.seed, strings.Join(drift, "; "))
+	}
+	if achieved < 0.5*rate {
+		t.Errorf("the soak held %.1f ops/s, under half its rate %.1f", achieved, rate)
+	}
+}
