@@ -106,6 +106,7 @@ test: build lint verify vuln node-packages npm-packages python-packages ## Lint,
 # a minute; make chaos for CHAOS_DURATION, make soak for SOAK_DURATION, replaying CHAOS_SEED
 # when given. Their reports go to CHAOS_REPORT.
 CHAOS_DURATION ?= 10m
+CHAOS_OPS      ?= 100000
 SOAK_DURATION  ?= 30m
 CHAOS_SEED     ?=
 CHAOS_REPORT   ?= $(CURDIR)/.cache/chaos-report.txt
@@ -118,9 +119,9 @@ soak: build ## The soak: SOAK_DURATION (default 30m) of load at 80 % of the meas
 	  $(GO) test -race -count=1 -v -timeout 4h -run 'TestSoak$$' ./test/chaos/
 
 .PHONY: chaos
-chaos: build ## The fault suite with a long budget: CHAOS_DURATION (default 10m) of clients and seeded faults; CHAOS_SEED=<n> replays a run (docs/chaos.md).
+chaos: build ## The fault suite with a long budget: CHAOS_DURATION (default 10m) or CHAOS_OPS operations of clients and seeded faults; CHAOS_SEED=<n> replays a run (docs/chaos.md).
 	@mkdir -p .cache
-	EXECPLANE_CHAOS_DURATION=$(CHAOS_DURATION) EXECPLANE_CHAOS_SEED=$(CHAOS_SEED) EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) \
+	EXECPLANE_CHAOS_DURATION=$(CHAOS_DURATION) EXECPLANE_CHAOS_OPS=$(CHAOS_OPS) EXECPLANE_CHAOS_SEED=$(CHAOS_SEED) EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) \
 	  EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -v -timeout 4h -run 'TestChaos$$' ./test/chaos/
 

@@ -57,7 +57,7 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 			env.Status.ActiveRun = &executionv1alpha1.RunClaim{
 				BindingID: in.Grant.BindingID, RunID: in.RunID, ClaimID: claimID,
 				Epoch: env.Status.Epoch, GrantGeneration: env.Status.GrantGeneration, ClientHash: client,
-				AcquiredAt: now, ExpiresAt: metav1.NewTime(now.Add(ttl)),
+				AcquiredAt: now, ExpiresAt: claimExpiry(now, ttl),
 			}
 			env.Status.LastRunActivityAt = &now
 			r.Run = env.Status.ActiveRun
@@ -74,6 +74,13 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 		return nil, s.resumeForRun(ctx, in, visible, err)
 	}
 	return r, err
+}
+
+// claimExpiry is a claim's expiry ttl after now, to the second: the resource stores times to
+// the second, and the expiry the holder is told must be the one every later check reads —
+// a finer one promised the holder up to a second that the next AcquireRun did not honour.
+func claimExpiry(now metav1.Time, ttl time.Duration) metav1.Time {
+	return metav1.NewTime(now.Add(ttl).Truncate(time.Second))
 }
 
 // resumeForRun answers an AcquireRun refused as not ready: when the environment is suspended
@@ -139,7 +146,7 @@ func (s *Store) RenewRun(ctx context.Context, in RenewRunInput) (*Result, error)
 			if err := authority.ValidateRunClaim(env, in.Grant, now.Time); err != nil {
 				return false, err
 			}
-			env.Status.ActiveRun.ExpiresAt = metav1.NewTime(now.Add(ttl))
+			env.Status.ActiveRun.ExpiresAt = claimExpiry(now, ttl)
 			env.Status.LastRunActivityAt = &now
 			r.Run = env.Status.ActiveRun
 			return true, nil

@@ -552,3 +552,29 @@ func TestCommitOfAPublishedReferenceAnswersIt(t *testing.T) {
 		t.Fatal("the second commit wrote")
 	}
 }
+
+// Found by the soak (test/chaos TestSoak, 30 minutes): the expiry answered to a claim's
+// holder had nanoseconds, the resource keeps seconds, so for up to a second before the
+// expiry the holder was told, another run's AcquireRun found the claim lapsed and took it —
+// two holders. The expiry answered is the expiry stored, after acquire and after renew.
+func TestClaimExpiryAnsweredIsTheOneStored(t *testing.T) {
+	f := newFixture(t, options{reconcile: true})
+	env := f.waitReady(t, f.ensure(t, agentA, alice, "conv-exp").Environment.Name)
+	r := ref(env)
+	got, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(),
+		Grant: authority.GrantClaims{BindingID: "conv-exp", Environment: r}, Environment: r, RunID: "run-1", TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored := f.get(t, env.Name).Status.ActiveRun.ExpiresAt; !got.Run.ExpiresAt.Equal(&stored) || got.Run.ExpiresAt.Nanosecond() != 0 {
+		t.Fatalf("acquire answered expiry %s, stored %s", got.Run.ExpiresAt.Format(time.RFC3339Nano), stored.Format(time.RFC3339Nano))
+	}
+	grant := authority.GrantClaims{BindingID: "conv-exp", Environment: r, Epoch: uint64(got.Run.Epoch), RunID: "run-1", ClaimID: got.Run.ClaimID}
+	renewed, err := f.store.RenewRun(f.ctx, store.RenewRunInput{Caller: agentA, OperationID: opID(), Grant: grant, Environment: r, TTL: 45 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored := f.get(t, env.Name).Status.ActiveRun.ExpiresAt; !renewed.Run.ExpiresAt.Equal(&stored) || renewed.Run.ExpiresAt.Nanosecond() != 0 {
+		t.Fatalf("renew answered expiry %s, stored %s", renewed.Run.ExpiresAt.Format(time.RFC3339Nano), stored.Format(time.RFC3339Nano))
+	}
+}

@@ -24,6 +24,7 @@ import (
 const (
 	seedEnv     = "EXECPLANE_CHAOS_SEED"     // replays a run: its faults and its clients' choices
 	durationEnv = "EXECPLANE_CHAOS_DURATION" // how long the clients and faults run (default 75s)
+	opsEnv      = "EXECPLANE_CHAOS_OPS"      // the most operations a run records (default 100000)
 	reportEnv   = "EXECPLANE_CHAOS_REPORT"   // a file the report is appended to
 )
 
@@ -38,11 +39,20 @@ type budget struct {
 	bindings int
 	agents   int // per binding
 	faults   bool
+	// maxOps ends the run early once that many operations were recorded.
+	maxOps int
 }
 
 func budgetFromEnv(t *testing.T) budget {
 	t.Helper()
-	b := budget{seed: uint64(time.Now().UnixNano()), duration: 75 * time.Second, bindings: 3, agents: 3, faults: true}
+	b := budget{seed: uint64(time.Now().UnixNano()), duration: 75 * time.Second, bindings: 3, agents: 3, faults: true, maxOps: 100000}
+	if v := os.Getenv(opsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s: %q is not a positive count", opsEnv, v)
+		}
+		b.maxOps = n
+	}
 	if v := os.Getenv(seedEnv); v != "" {
 		seed, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -78,6 +88,7 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(t.Context(), b.duration)
 	defer cancel()
+	go bounded(ctx, cancel, w.rec, b.maxOps)
 	var agents []*agent
 	for i := range b.bindings * b.agents {
 		agents = append(agents, w.agent(t, i, b.seed, fmt.Sprintf("chaos-%d", i%b.bindings)))
@@ -140,6 +151,17 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 		}
 	}
 	return o
+}
+
+// bounded ends a run (cancel) once rec holds maxOps operations.
+func bounded(ctx context.Context, cancel context.CancelFunc, rec *history.Recorder, maxOps int) {
+	for ctx.Err() == nil {
+		if rec.Len() >= maxOps {
+			cancel()
+			return
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
 }
 
 // ensured is every binding's environment as its agents know it.

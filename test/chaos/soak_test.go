@@ -177,6 +177,7 @@ func TestSoak(t *testing.T) {
 	loadStart, soakOps := time.Now(), len(w.rec.Operations())
 	load, stopLoad = context.WithTimeout(t.Context(), b.duration)
 	defer stopLoad()
+	go bounded(load, stopLoad, w.rec, soakOps+b.maxOps)
 	immediate := make(chan struct{})
 	close(immediate)
 	var noPrep sync.WaitGroup

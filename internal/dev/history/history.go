@@ -62,6 +62,13 @@ func (p *Pending) Done(out Output) {
 // neverReturned is the return time of an operation whose outcome is unknown.
 const neverReturned = int64(1) << 62
 
+// Len is how many operations were recorded.
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ops)
+}
+
 // Operations returns a copy of what was recorded.
 func (r *Recorder) Operations() []porcupine.Operation {
 	r.mu.Lock()
