@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
@@ -45,7 +46,7 @@ const (
 	controlDrain = 5 * time.Second
 )
 
-func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer) (*grpc.Server, error) {
+func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer, logger hclog.Logger) (*grpc.Server, error) {
 	auth, err := security.NewPeerAuthenticator(manager.Current)
 	if err != nil {
 		return nil, err
@@ -58,7 +59,7 @@ func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer
 		grpc.Creds(security.NewServerCredentials(manager.Current, nil)),
 		grpc.ConnectionTimeout(security.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(controlMaxMessage),
-		grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor(func(err error) error { return apierror.Status(err, "") })),
+		grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor(func(err error) error { return apierror.Status(err, "") }), control.Recovering(logger)),
 	)
 	controlv1.RegisterControlServiceServer(s, srv)
 	return s, nil
@@ -125,7 +126,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	grpcServer, err := newGRPCServer(manager, controlServer)
+	grpcServer, err := newGRPCServer(manager, controlServer, logger)
 	if err != nil {
 		return err
 	}
