@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -80,6 +81,34 @@ func measure(ctx context.Context, p *devsystem.Process) (usage, error) {
 	return u, nil
 }
 
+// grownStacks names the stacks a process holds more goroutines in after the load than
+// before (within the bound or not: a fixed cost is worth knowing by name), most first, each
+// by its innermost frame that is not the runtime's and its outermost frames (what started
+// the goroutine).
+func grownStacks(proc string, before, after map[string]int) []string {
+	const shown, outer = 8, 3
+	type growth struct {
+		stack string
+		n     int
+	}
+	var g []growth
+	for stack, n := range after {
+		if d := n - before[stack]; d > 0 {
+			g = append(g, growth{stack, d})
+		}
+	}
+	slices.SortFunc(g, func(a, b growth) int { return cmp.Or(b.n-a.n, strings.Compare(a.stack, b.stack)) })
+	var out []string
+	for _, x := range g[:min(len(g), shown)] {
+		fs := slices.DeleteFunc(strings.Split(x.stack, " < "), func(f string) bool { return strings.HasPrefix(f, "runtime.") })
+		if len(fs) > outer+1 {
+			fs = append([]string{fs[0], "…"}, fs[len(fs)-outer:]...)
+		}
+		out = append(out, fmt.Sprintf("%s +%d %s", proc, x.n, strings.Join(fs, " < ")))
+	}
+	return out
+}
+
 // measured are the processes the soak compares: both gateways and the leading controller.
 func measured(s *system) []*devsystem.Process {
 	lead, _ := leading(s)
@@ -141,12 +170,16 @@ func TestSoak(t *testing.T) {
 		t.Fatal("no leading controller to measure")
 	}
 	baseline := map[*devsystem.Process]usage{}
+	stacks := map[*devsystem.Process]map[string]int{}
 	for _, p := range procs {
 		u, err := measure(t.Context(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		baseline[p] = u
+		if stacks[p], err = p.Goroutines(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The paced load with faults.
@@ -198,7 +231,7 @@ func TestSoak(t *testing.T) {
 	sys.ready(t, 2*time.Minute)
 	sleep(t.Context(), settle)
 	var table strings.Builder
-	var drift []string
+	var drift, grown []string
 	fmt.Fprintf(&table, "%-12s %-12s %10s %10s\n", "process", "figure", "before", "after")
 	for _, p := range procs {
 		if p.Exited() != nil {
@@ -220,6 +253,11 @@ func TestSoak(t *testing.T) {
 				drift = append(drift, fmt.Sprintf("%s %s: %.1f before, %.1f after", p.Name, r.name, b/scale, a/scale))
 			}
 		}
+		now, err := p.Goroutines(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		grown = append(grown, grownStacks(p.Name, stacks[p], now)...)
 	}
 
 	// The histories and the sweeps, as after any chaos run.
@@ -239,6 +277,9 @@ func TestSoak(t *testing.T) {
 		report(b, time.Since(began), o, stats, sched, sys)
 	for _, d := range drift {
 		o.report += "  resource drift: " + d + "\n"
+	}
+	for _, g := range grown {
+		o.report += "  goroutines grown: " + g + "\n"
 	}
 	t.Log("\n" + o.report)
 	if path := os.Getenv(reportEnv); path != "" {

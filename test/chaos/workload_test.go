@@ -104,6 +104,10 @@ func (w *workload) agent(t *testing.T, id int, seed uint64, binding string) *age
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
+		// Connected now, not at its first call: the soak's baseline holds the connections
+		// the load will use (a connection opened later is the workload's cost, not the
+		// gateway's growth — 3 goroutines and a descriptor per gateway).
+		conn.Connect()
 		a.api = append(a.api, executionv1grpc.NewExecutionProviderServiceClient(conn))
 	}
 	return a
@@ -532,6 +536,10 @@ func (w *workload) admin(t *testing.T, id int, seed uint64) *admin {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
+		// Connected now, not at its first call: the soak's baseline holds the connections
+		// the load will use (a connection opened later is the workload's cost, not the
+		// gateway's growth — 3 goroutines and a descriptor per gateway).
+		conn.Connect()
 		a.api = append(a.api, executionv1grpc.NewExecutionProviderServiceClient(conn))
 	}
 	return a

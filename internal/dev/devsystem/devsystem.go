@@ -454,6 +454,42 @@ func (p *Process) CollectGarbage(ctx context.Context) error {
 	return err
 }
 
+// Goroutines returns the process's goroutines counted by stack (the functions of each
+// stack, innermost first, joined by " < "), from its goroutine profile. It needs
+// --profiling. Two readings' difference names what a leak holds.
+func (p *Process) Goroutines(ctx context.Context) (map[string]int, error) {
+	body, code, err := p.get(ctx, "/debug/pprof/goroutine?debug=1")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("devsystem: %s /debug/pprof/goroutine answered %d (is --profiling on?)", p.Name, code)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ParseGoroutines(body), nil
+}
+
+// ParseGoroutines reads a goroutine profile in its debug=1 text form: blocks of a count line
+// ("3 @ 0x… 0x…") and frame lines ("#\t0x…\tpkg.fn+0x…\tfile:line").
+func ParseGoroutines(profile string) map[string]int {
+	out := map[string]int{}
+	for block := range strings.SplitSeq(profile, "\n\n") {
+		var n int
+		var frames []string
+		for line := range strings.SplitSeq(strings.TrimSpace(block), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[1] == "@" {
+				n, _ = strconv.Atoi(f[0])
+			} else if len(f) >= 3 && f[0] == "#" {
+				fn, _, _ := strings.Cut(f[2], "+0x")
+				frames = append(frames, fn)
+			}
+		}
+		if n > 0 && len(frames) > 0 {
+			out[strings.Join(frames, " < ")] += n
+		}
+	}
+	return out
+}
+
 func (p *Process) get(ctx context.Context, path string) (string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
