@@ -37,6 +37,9 @@ const (
 	// still take effect: its deadline, the longest a write the API server accepted may wait
 	// for etcd (a pause lasts 3 s), and margin. Later would be a violation.
 	effectBound = callTimeout + 7*time.Second
+	// retryFor is how long an agent asks again for an outcome it could not learn: longer
+	// than most partitions and pauses the scheduler injects.
+	retryFor = 20 * time.Second
 )
 
 var owner = &executionv1.Owner{Issuer: "https://chaos.example", Subject: "workload"}
@@ -278,11 +281,22 @@ func (a *agent) acquire(ctx context.Context) {
 	a.writes++
 	run := fmt.Sprintf("a%d-%d", a.id, a.writes)
 	p := a.call(history.Acquire, gw, history.Input{Run: run})
-	c, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	resp, err := a.api[gw].AcquireRun(c, &executionv1.AcquireRunRequest{OperationId: opID(), EnvironmentGrant: a.envGrant,
-		Environment: a.env, RunId: run, Ttl: durationpb.New(runTTL)})
+	req := &executionv1.AcquireRunRequest{OperationId: opID(), EnvironmentGrant: a.envGrant,
+		Environment: a.env, RunId: run, Ttl: durationpb.New(runTTL)}
+	resp, err := a.acquireOnce(ctx, gw, req)
 	out := heard(err)
+	// An outcome it could not learn is mostly asked again under the same operation id, as
+	// the SDKs do: the server replays the first outcome or acts once. The rest stay unknown,
+	// so that the checker still weighs both branches — but not a burst of them for every
+	// partition, which the search cannot decide in a long run.
+	if out.Result == history.Unknown && a.rng.IntN(4) != 0 {
+		for deadline := time.Now().Add(retryFor); out.Result == history.Unknown && ctx.Err() == nil && time.Now().Before(deadline); {
+			sleep(ctx, time.Duration(200+a.rng.IntN(300))*time.Millisecond)
+			p.Retry()
+			resp, err = a.acquireOnce(ctx, gw, req)
+			out = heard(err)
+		}
+	}
 	if err == nil {
 		rc := resp.GetRun()
 		out.Claim, out.Epoch, out.Expires = rc.GetClaimId(), rc.GetEpoch(), a.w.rec.At(rc.GetExpiresAt().AsTime())
@@ -290,6 +304,12 @@ func (a *agent) acquire(ctx context.Context) {
 	}
 	a.done(p, history.Acquire, out)
 	a.refused(ctx, err)
+}
+
+func (a *agent) acquireOnce(ctx context.Context, gw int, req *executionv1.AcquireRunRequest) (*executionv1.AcquireRunResponse, error) {
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return a.api[gw].AcquireRun(c, req)
 }
 
 // refused reacts to a refusal: a grant that no longer holds is dropped (the environment

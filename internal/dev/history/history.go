@@ -41,17 +41,25 @@ func (r *Recorder) Call(client int, in Input) *Pending {
 type Pending struct {
 	r  *Recorder
 	op porcupine.Operation
+	// last is when the operation was last sent again under its operation id (Retry).
+	last int64
 }
 
+// Retry notes that the operation is sent again under its operation id, as a client does
+// with an outcome it could not learn: the server replays the first outcome or acts once.
+// The operation keeps its first call; an outcome still unknown after it may take effect
+// until the effect bound after the last attempt.
+func (p *Pending) Retry() { p.last = p.r.Now() }
+
 // Done records the operation's outcome. An Unknown outcome is recorded as returning at the
-// recorder's effect bound after its call (never, without one): it may take effect at any
-// time until then.
+// recorder's effect bound after its call, or its last retry (never, without a bound): it
+// may take effect at any time until then.
 func (p *Pending) Done(out Output) {
 	p.op.Output, p.op.Return = out, p.r.Now()
 	if out.Result == Unknown {
 		p.op.Return = neverReturned
 		if p.r.effect > 0 {
-			p.op.Return = p.op.Call + int64(p.r.effect)
+			p.op.Return = max(p.op.Call, p.last) + int64(p.r.effect)
 		}
 	}
 	p.r.mu.Lock()
