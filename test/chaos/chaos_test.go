@@ -113,13 +113,22 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 	wg.Wait()
 	elapsed := time.Since(began)
 
-	// After the last fault healed: the system recovers, the agents' pending references are
-	// published, and the cluster settles.
+	// After the last fault healed: the system recovers, and the run is checked.
 	sys.ready(t, 2*time.Minute)
-	finish, stop := context.WithTimeout(t.Context(), 30*time.Second)
+	return finish(t, b, w, agents, sched, elapsed, "")
+}
+
+// finish checks a run whose system is ready again: the agents' pending references are
+// published, every history is checked (and saved), the sweeps are polled until they hold,
+// the system stops and the node is searched for processes left. The report — preface,
+// then the run's — is logged and appended to the report file.
+func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *scheduler, elapsed time.Duration, preface string) outcome {
+	t.Helper()
+	sys := w.sys
+	commit, stop := context.WithTimeout(t.Context(), 30*time.Second)
 	for _, a := range agents {
-		for a.env != nil && a.uncommitted && finish.Err() == nil {
-			a.commit(finish)
+		for a.env != nil && a.uncommitted && commit.Err() == nil {
+			a.commit(commit)
 		}
 	}
 	stop()
@@ -142,7 +151,7 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 	o.wrong = append([]string(nil), w.wrong...)
 	stats := maps.Clone(w.stats)
 	w.mu.Unlock()
-	o.report = report(b, elapsed, o, stats, sched, sys)
+	o.report = preface + report(b, elapsed, o, stats, sched, sys)
 	t.Log("\n" + o.report)
 	if path := os.Getenv(reportEnv); path != "" {
 		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
@@ -151,6 +160,19 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 		}
 	}
 	return o
+}
+
+// fail reports every check of o that did not hold.
+func (o outcome) fail(t *testing.T, seed uint64) {
+	t.Helper()
+	for _, v := range o.verdicts {
+		if v.Result != porcupine.Ok {
+			t.Errorf("seed %d: the %s history is %s", seed, v.Model, v.Result)
+		}
+	}
+	if len(o.unsettled)+len(o.left)+len(o.wrong) > 0 {
+		t.Errorf("seed %d: %d unsettled, %d processes left, %d wrong answers", seed, len(o.unsettled), len(o.left), len(o.wrong))
+	}
 }
 
 // bounded ends a run (cancel) once rec holds maxOps operations.
@@ -228,14 +250,7 @@ func report(b budget, elapsed time.Duration, o outcome, stats map[string]int, sc
 func TestChaos(t *testing.T) {
 	b := budgetFromEnv(t)
 	o := run(t, b)
-	for _, v := range o.verdicts {
-		if v.Result != porcupine.Ok {
-			t.Errorf("seed %d: the %s history is %s", b.seed, v.Model, v.Result)
-		}
-	}
-	if len(o.unsettled)+len(o.left)+len(o.wrong) > 0 {
-		t.Errorf("seed %d: %d unsettled, %d processes left, %d wrong answers", b.seed, len(o.unsettled), len(o.left), len(o.wrong))
-	}
+	o.fail(t, b.seed)
 	// The run must have exercised what it checks: claims taken and files written on every
 	// binding, and faults injected.
 	if o.operations < 100*b.bindings {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -12,11 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
-	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/dev/devsystem"
-	"github.com/execplane/execplane/internal/dev/history"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
@@ -117,10 +112,10 @@ func measured(s *system) []*devsystem.Process {
 }
 
 // The soak: a paced load at 80 % of the measured capacity with network faults (none that
-// kills or pauses a controller or gateway) for EXECPLANE_SOAK_DURATION; then every history
-// checks and every sweep settles as in TestChaos, and each gateway's and the leading
-// controller's goroutines, open descriptors and live heap are back within 10 % of where
-// they stood before the load.
+// kills or pauses a controller or gateway) for EXECPLANE_SOAK_DURATION; then each gateway's
+// and the leading controller's goroutines, open descriptors and live heap are back within
+// 10 % of where they stood before the load, and the run is checked as a chaos run is (every
+// history, every sweep, no process left on the node).
 func TestSoak(t *testing.T) {
 	b := budgetFromEnv(t)
 	b.duration, b.agents = time.Minute, soakAgents
@@ -260,42 +255,16 @@ func TestSoak(t *testing.T) {
 		grown = append(grown, grownStacks(p.Name, stacks[p], now)...)
 	}
 
-	// The histories and the sweeps, as after any chaos run.
-	ops := w.rec.Operations()
-	verdicts := history.Check(ops, staleBound, sys.dir)
-	var unsettled []string
-	if !clustertest.Poll(2*resyncPeriod, func() bool { unsettled = sys.sweep(t.Context()); return len(unsettled) == 0 }) {
-		unsettled = sys.sweep(t.Context())
-	}
-	w.mu.Lock()
-	stats := maps.Clone(w.stats)
-	wrong := slices.Clone(w.wrong)
-	w.mu.Unlock()
-	o := outcome{verdicts: verdicts, unsettled: unsettled, wrong: wrong, operations: len(ops)}
-	o.report = fmt.Sprintf("soak: capacity %.1f ops/s (%d agents unpaced for %s), paced at %.0f %% = %.1f ops/s, achieved %.1f ops/s for %s\n%s",
-		capacity, len(agents), capacityWindow, loadShare*100, rate, achieved, b.duration, table.String()) +
-		report(b, time.Since(began), o, stats, sched, sys)
+	// The histories, the sweeps and the node, as after any chaos run.
+	preface := fmt.Sprintf("soak: capacity %.1f ops/s (%d agents unpaced for %s), paced at %.0f %% = %.1f ops/s, achieved %.1f ops/s for %s\n%s",
+		capacity, len(agents), capacityWindow, loadShare*100, rate, achieved, b.duration, table.String())
 	for _, d := range drift {
-		o.report += "  resource drift: " + d + "\n"
+		preface += "  resource drift: " + d + "\n"
 	}
 	for _, g := range grown {
-		o.report += "  goroutines grown: " + g + "\n"
+		preface += "  goroutines grown: " + g + "\n"
 	}
-	t.Log("\n" + o.report)
-	if path := os.Getenv(reportEnv); path != "" {
-		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-			fmt.Fprintf(f, "%s\n%s\n", t.Name(), o.report)
-			f.Close()
-		}
-	}
-	for _, v := range verdicts {
-		if v.Result != porcupine.Ok {
-			t.Errorf("seed %d: the %s history is %s", b.seed, v.Model, v.Result)
-		}
-	}
-	if len(unsettled)+len(wrong) > 0 {
-		t.Errorf("seed %d: %d unsettled, %d wrong answers", b.seed, len(unsettled), len(wrong))
-	}
+	finish(t, b, w, agents, sched, time.Since(began), preface).fail(t, b.seed)
 	if len(drift) > 0 {
 		t.Errorf("seed %d: resources did not come back: %s", b.seed, strings.Join(drift, "; "))
 	}
