@@ -119,7 +119,7 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 }
 
 // finish checks a run whose system is ready again: the agents' pending references are
-// published, every history is checked (and saved), the sweeps are polled until they hold,
+// published, every history is saved and checked, the sweeps are polled until they hold,
 // the system stops and the node is searched for processes left. The report — preface,
 // then the run's — is logged and appended to the report file.
 func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *scheduler, elapsed time.Duration, preface string) outcome {
@@ -135,10 +135,10 @@ func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *schedul
 	var o outcome
 	ops := w.rec.Operations()
 	o.operations = len(ops)
-	o.verdicts = history.Check(ops, staleBound, sys.dir)
 	if err := history.Save(ops, filepath.Join(sys.dir, "history.json")); err != nil {
 		t.Error(err)
 	}
+	o.verdicts = history.Check(ops, staleBound, sys.dir)
 	if !clustertest.Poll(2*resyncPeriod, func() bool { o.unsettled = sys.sweep(t.Context()); return len(o.unsettled) == 0 }) {
 		o.unsettled = sys.sweep(t.Context())
 	}

@@ -98,7 +98,7 @@ func violation(model porcupine.Model, ops []porcupine.Operation, info porcupine.
 		slices.SortFunc(rest, func(a, b porcupine.Operation) int { return int(a.Return - b.Return) })
 		first := rest[0]
 		var b strings.Builder
-		fmt.Fprintf(&b, "%d of %d operations of %s in a legal order; the last of them:\n", len(longest), len(part), first.Input.(Input).Binding)
+		fmt.Fprintf(&b, "%d of %d operations of %s in a legal order; the last of them:\n", len(longest), len(part), objectOf(first.Input.(Input)))
 		for _, op := range longest[max(0, len(longest)-contextOps):] {
 			fmt.Fprintf(&b, "  %s\n", line(model, op))
 		}

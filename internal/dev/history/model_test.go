@@ -1,11 +1,13 @@
 package history
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/google/go-cmp/cmp"
 )
 
 const bound = 3 * time.Second
@@ -166,6 +168,31 @@ func TestGrants(t *testing.T) {
 	}
 }
 
+// An environment is checked object by object: its claim and each file apart, in the
+// order each first appears, every operation in exactly one part.
+func TestEnvironmentPartitionsByObject(t *testing.T) {
+	ops := h{}.
+		op(0, 0, 10, acquire("r1"), held("c1", 1)).
+		op(0, 20, 30, write("c1", 1, "x"), ok).
+		op(1, 25, -1, read("c1", 0), Output{}).
+		op(0, 40, 50, release("c1"), ok).
+		op(1, 60, 70, read("c1", 1), saw("x"))
+	ops[4].Input = Input{Kind: Read, Binding: "other", Path: 1, Claim: "c9", Called: ops[4].Call}
+	var got [][]string
+	for _, part := range Environment().Partition(ops) {
+		var kinds []string
+		for _, op := range part {
+			in := op.Input.(Input)
+			kinds = append(kinds, fmt.Sprintf("%s %s %d", in.Binding, in.Kind, in.Path))
+		}
+		got = append(got, kinds)
+	}
+	want := [][]string{{"b acquire 0", "b release 0"}, {"b write 1"}, {"b read 0"}, {"other read 1"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parts (-want +got):\n%s", diff)
+	}
+}
+
 // A violation's report names the operation that cannot be placed and what preceded it.
 func TestCheckReportsTheViolation(t *testing.T) {
 	ops := h{}.
@@ -178,7 +205,7 @@ func TestCheckReportsTheViolation(t *testing.T) {
 	if env.Result != porcupine.Illegal || env.Operations != 3 {
 		t.Fatalf("%+v", env)
 	}
-	for _, want := range []string{"2 of 3 operations of b", "write b@gw0 claim c1 file0 := \"x\" → ok", "then none of these can follow:\n  client 1 [40ms, 50ms] acquire b@gw0 run r2 → ok claim c2 epoch 2"} {
+	for _, want := range []string{"1 of 2 operations of b's claim", "acquire b@gw0 run r1 → ok claim c1 epoch 1", "then none of these can follow:\n  client 1 [40ms, 50ms] acquire b@gw0 run r2 → ok claim c2 epoch 2"} {
 		if !strings.Contains(env.Violation, want) {
 			t.Errorf("the report lacks %q:\n%s", want, env.Violation)
 		}
