@@ -278,10 +278,9 @@ func byBinding(history []porcupine.Operation) [][]porcupine.Operation {
 // claim (Acquire, Renew, Release, Revoke, Replace, Suspend, Resume) or one file (Write,
 // Read). No operation acts on two of them in the model — which claim a data call used is
 // Grants' check — so by locality (Herlihy and Wing: a history is linearizable when each
-// object's history is) each is checked alone. The search then never multiplies one
-// object's undecided outcomes (an Acquire whose answer was lost) by another's states: a
-// soak's history of 54,514 operations with 1,387 unknown acquires was left undecided after
-// five minutes when an environment was checked whole.
+// object's history is) each is checked alone: one object's undecided outcomes never
+// multiply the states the search carries for another's, and a violation's report shows
+// only the object's own operations.
 func byObject(history []porcupine.Operation) [][]porcupine.Operation {
 	return partition(history, objectOf)
 }
