@@ -3,8 +3,6 @@ package control
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -21,25 +19,18 @@ import (
 // locks a handler holds are released by its deferred calls while the panic unwinds.
 func Recovering(log hclog.Logger) grpc.UnaryServerInterceptor {
 	log = log.Named("control")
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			r := recover()
-			if r == nil {
-				return
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := apierror.Recovered(func() (any, error) { return handler(ctx, req) })
+		if !errors.Is(err, apierror.ErrPanic) {
+			return resp, err
+		}
+		rid := ""
+		if c, ok := req.(interface{ GetCaller() *controlv1.Caller }); ok {
+			if id := c.GetCaller().GetRequestId(); len(id) <= maxRequestID && printable(id) {
+				rid = id
 			}
-			rid := ""
-			if c, ok := req.(interface{ GetCaller() *controlv1.Caller }); ok {
-				if id := c.GetCaller().GetRequestId(); len(id) <= maxRequestID && printable(id) {
-					rid = id
-				}
-			}
-			log.Error("control call panicked", logging.KeyRPC, info.FullMethod, logging.KeyRequestID, rid,
-				logging.KeyError, fmt.Sprintf("%v\n%s", r, debug.Stack()))
-			resp, err = nil, apierror.Status(errPanic, rid)
-		}()
-		return handler(ctx, req)
+		}
+		log.Error("control call panicked", logging.KeyRPC, info.FullMethod, logging.KeyRequestID, rid, logging.KeyError, err)
+		return nil, apierror.Status(err, rid)
 	}
 }
-
-// errPanic is outside the vocabulary on purpose: it answers INTERNAL with a generic message.
-var errPanic = errors.New("control handler panicked")

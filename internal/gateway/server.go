@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -199,7 +197,7 @@ func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	}
 	defer cancel()
 	defer release()
-	resp, err = recovered(func() (any, error) { return handler(ctx, req) })
+	resp, err = apierror.Recovered(func() (any, error) { return handler(ctx, req) })
 	if err != nil {
 		return nil, e.finish(ctx, info.FullMethod, start, err)
 	}
@@ -214,22 +212,8 @@ func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	}
 	defer cancel()
 	defer release()
-	_, err = recovered(func() (any, error) { return nil, handler(srv, &callStream{ServerStream: ss, ctx: ctx}) })
+	_, err = apierror.Recovered(func() (any, error) { return nil, handler(srv, &callStream{ServerStream: ss, ctx: ctx}) })
 	return e.finish(ctx, info.FullMethod, start, err)
-}
-
-// errPanic: a handler panicked; the stack goes to the log only.
-var errPanic = errors.New("handler panic")
-
-// recovered runs call, turning a panic into an internal error (logged with its stack by
-// finish through the error's text, never sent to the caller).
-func recovered(call func() (any, error)) (resp any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			resp, err = nil, fmt.Errorf("%w: %v\n%s", errPanic, r, debug.Stack())
-		}
-	}()
-	return call()
 }
 
 // callStream is a server stream with the call's context.
