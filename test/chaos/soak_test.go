@@ -76,12 +76,22 @@ func measure(ctx context.Context, p *devsystem.Process) (usage, error) {
 	return u, nil
 }
 
-// grownStacks names the stacks a process holds more goroutines in after the load than
-// before (within the bound or not: a fixed cost is worth knowing by name), most first, each
-// by its innermost frame that is not the runtime's and its outermost frames (what started
-// the goroutine).
+// grownStacks names, when a process holds more goroutines after the load than before
+// (within the bound or not: a fixed cost is worth knowing by name), the stacks that grew,
+// most first, each by its innermost frame that is not the runtime's and its outermost
+// frames (what started the goroutine). With the total unchanged nothing is named: a stack
+// that grew then replaced one that shrank (a watch re-established by another path).
 func grownStacks(proc string, before, after map[string]int) []string {
 	const shown, outer = 8, 3
+	total := func(m map[string]int) (n int) {
+		for _, c := range m {
+			n += c
+		}
+		return n
+	}
+	if total(after) <= total(before) {
+		return nil
+	}
 	type growth struct {
 		stack string
 		n     int

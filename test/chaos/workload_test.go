@@ -289,12 +289,15 @@ func (a *agent) acquire(ctx context.Context) {
 	// the SDKs do: the server replays the first outcome or acts once. The rest stay unknown,
 	// so that the checker still weighs both branches — but not a burst of them for every
 	// partition, which the search cannot decide in a long run.
+	// A retry that never reached a gateway (it was down) tells nothing of the first attempt:
+	// the outcome stays unknown, not refused.
 	if out.Result == history.Unknown && a.rng.IntN(4) != 0 {
 		for deadline := time.Now().Add(retryFor); out.Result == history.Unknown && ctx.Err() == nil && time.Now().Before(deadline); {
 			sleep(ctx, time.Duration(200+a.rng.IntN(300))*time.Millisecond)
 			p.Retry()
-			resp, err = a.acquireOnce(ctx, gw, req)
-			out = heard(err)
+			if r, e := a.acquireOnce(ctx, gw, req); !neverSent(e) {
+				resp, err, out = r, e, heard(e)
+			}
 		}
 	}
 	if err == nil {
@@ -524,8 +527,7 @@ func heard(err error) history.Output {
 	}
 	switch status.Code(err) {
 	case codes.Unavailable:
-		if strings.Contains(status.Convert(err).Message(), "connect: connection refused") {
-			// No connection to the gateway (killed, not yet restarted): never sent.
+		if neverSent(err) {
 			return history.Output{Result: history.Refused, Reason: "connection refused"}
 		}
 		return history.Output{Result: history.Unknown, Reason: reason}
@@ -533,6 +535,12 @@ func heard(err error) history.Output {
 		return history.Output{Result: history.Unknown, Reason: reason}
 	}
 	return history.Output{Result: history.Refused, Reason: reason}
+}
+
+// neverSent: the call found no connection to its gateway (killed, not yet restarted), so it
+// never reached it.
+func neverSent(err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "connect: connection refused")
 }
 
 // admin revokes or replaces a random environment now and then, as an operator would.
