@@ -327,14 +327,17 @@ func (p *Sessions) leastRecent() *pooled {
 }
 
 // forget removes a session from the pool once it has closed, for whatever reason.
+// The close is counted before the session leaves the pool here, so with no other call on
+// the pool a closed session is counted by the time the pool no longer holds it. (A new call
+// may take a closed session out first, and a drain takes them all.)
 func (p *Sessions) forget(key sessionKey, s *session.Session) {
 	<-s.Done()
+	p.cfg.Metrics.sessionClosed(s.Reason(), s.Served())
 	p.mu.Lock()
 	if cur := p.open[key]; cur != nil && cur.s == s {
 		delete(p.open, key)
 	}
 	p.mu.Unlock()
-	p.cfg.Metrics.sessionClosed(s.Reason(), s.Served())
 }
 
 // perExec reports whether calls to pod go one exec per operation: its helper does not

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -143,11 +144,23 @@ func TestSessionHostileHelpers(t *testing.T) {
 			// Every session it opened closes (the mute one after its grace).
 			clustertest.Eventually(t, 5*time.Second, "the hostile session closed", func() bool { return p.Open() == 0 })
 			if closed := testutil.ToFloat64(m.sessions.closed.WithLabelValues(string(wantReason))); closed < 1 {
-				t.Fatalf("no session closed as %q", wantReason)
+				t.Fatalf("no session closed as %q; closed: %s", wantReason, closedByReason(m))
 			}
 			t.Logf("%s: %v after %s; sessions opened %v", name, err, elapsed.Round(time.Millisecond), testutil.ToFloat64(m.sessions.opened))
 		})
 	}
+}
+
+// closedByReason lists the sessions closed, by reason, for a failure's message.
+func closedByReason(m *Metrics) string {
+	var out []string
+	for _, r := range []session.Reason{session.ReasonViolation, session.ReasonSilent, session.ReasonStuck, session.ReasonBroken,
+		session.ReasonIdle, session.ReasonEvicted, session.ReasonView, session.ReasonPod, session.ReasonDrain} {
+		if n := testutil.ToFloat64(m.sessions.closed.WithLabelValues(string(r))); n > 0 {
+			out = append(out, fmt.Sprintf("%s %v", r, n))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // sessionHelpers are this machine's session helper processes (a KWOK executor's helper is

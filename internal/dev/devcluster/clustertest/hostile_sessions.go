@@ -18,6 +18,11 @@ const OldHelperPath = "/execplane/old-helper"
 // silent one is found out within a few tenths of a second.
 const hostileHeartbeatMillis = 100
 
+// muteHeartbeatMillis is the mute helper's: it beats every 50 ms, twenty times an interval,
+// so only a stall of three seconds reads as silence — not a loaded machine's pause of a few
+// tenths between a beat and the gateway — and it is closed as stuck, as its name says.
+const muteHeartbeatMillis = 1000
+
 // HostileSessions are hostile helpers in session mode, by name (HostileDir + name): each
 // answers the gateway's hello with a valid ready, takes some of what follows, then breaks
 // the protocol the way its name says. Run without --session they break the per-exec
@@ -36,15 +41,18 @@ var HostileSessions = map[string]string{
 	// Never answers and never beats: silent.
 	"session-silent": readyThen("exec sleep 3600"),
 	// Beats, but never answers: the caller's deadline, then the session's grace.
-	"session-mute": readyThen("while :; do " + printFrame(&helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{}}}) + "; sleep 0.05; done"),
+	"session-mute": readyEvery(muteHeartbeatMillis, "while :; do "+printFrame(&helperv1.Frame{Frame: &helperv1.Frame_Heartbeat{Heartbeat: &helperv1.Heartbeat{}}})+"; sleep 0.05; done"),
 }
 
 // readyThen is a script that answers the hello (it writes the ready first, then takes the
 // hello and the start of a request from stdin) and goes on with rest.
-func readyThen(rest string) string {
+func readyThen(rest string) string { return readyEvery(hostileHeartbeatMillis, rest) }
+
+// readyEvery is readyThen with a heartbeat of heartbeatMillis agreed.
+func readyEvery(heartbeatMillis uint64, rest string) string {
 	ready := &helperv1.Frame{Frame: &helperv1.Frame_Ready{Ready: &helperv1.SessionReady{
 		Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_2, MaxInFlight: 1,
-		ChunkBytes: protocol.MinChunkBytes, HeartbeatMillis: hostileHeartbeatMillis,
+		ChunkBytes: protocol.MinChunkBytes, HeartbeatMillis: heartbeatMillis,
 	}}}
 	return printFrame(ready) + "; head -c 40 >/dev/null; " + rest
 }
