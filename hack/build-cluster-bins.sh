@@ -10,17 +10,8 @@
 # interrupted build is never mistaken for a finished one.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-# The cluster's binaries are loopback-only test fixtures, not the product: they are built
-# with the machine's own Go (the project's code uses the patched toolchain the Makefile
-# names), so that a toolchain bump does not cost a 20-minute rebuild of the cache.
-export GOTOOLCHAIN=${EXECPLANE_CLUSTER_GOTOOLCHAIN:-local}
-# Run from `go test` under a switched toolchain (the Makefile's), go has put that toolchain
-# first in PATH: drop it, so that "the machine's own Go" — and the cache key — is the same
-# from a test as from make.
-PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v '/golang.org/toolchain@' | paste -sd: -)
-K8S_VERSION=v1.37.2
+. "$ROOT/hack/fixture-go.sh"
 key=$(cat "$ROOT"/hack/{k8s,etcd,kwok}-tools/go.{mod,sum} | sha256sum | cut -c1-12)
-CACHE=${CLUSTER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/execplane}
 BIN=$CACHE/cluster-$K8S_VERSION-$(go env GOVERSION)-$key
 if [ -f "$BIN/.complete" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$BIN"

@@ -11,15 +11,9 @@
 # binaries 67 s, the kubelet 34 s.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-export GOTOOLCHAIN=${EXECPLANE_CLUSTER_GOTOOLCHAIN:-local}
-# Run from `go test` under a switched toolchain (the Makefile's), go has put that toolchain
-# first in PATH: drop it, so that "the machine's own Go" — and the cache key — is the same
-# from a test as from make.
-PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v '/golang.org/toolchain@' | paste -sd: -)
-K8S_VERSION=v1.37.2
+. "$ROOT/hack/fixture-go.sh"
 CONTAINERD_VERSION=$(cd "$ROOT/hack/containerd-tools" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 key=$(cat "$ROOT"/hack/{containerd,kubelet}-tools/go.{mod,sum} | sha256sum | cut -c1-12)
-CACHE=${CLUSTER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/execplane}
 BIN=$CACHE/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-$(go env GOVERSION)-$key
 if [ -f "$BIN/.complete" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$BIN"

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -144,23 +144,12 @@ func TestSessionHostileHelpers(t *testing.T) {
 			// Every session it opened closes (the mute one after its grace).
 			clustertest.Eventually(t, 5*time.Second, "the hostile session closed", func() bool { return p.Open() == 0 })
 			if closed := testutil.ToFloat64(m.sessions.closed.WithLabelValues(string(wantReason))); closed < 1 {
-				t.Fatalf("no session closed as %q; closed: %s", wantReason, closedByReason(m))
+				closed, _ := testutil.CollectAndFormat(m.sessions.closed, expfmt.TypeTextPlain, "execplane_gateway_sessions_closed_total")
+				t.Fatalf("no session closed as %q; closed:\n%s", wantReason, closed)
 			}
 			t.Logf("%s: %v after %s; sessions opened %v", name, err, elapsed.Round(time.Millisecond), testutil.ToFloat64(m.sessions.opened))
 		})
 	}
-}
-
-// closedByReason lists the sessions closed, by reason, for a failure's message.
-func closedByReason(m *Metrics) string {
-	var out []string
-	for _, r := range []session.Reason{session.ReasonViolation, session.ReasonSilent, session.ReasonStuck, session.ReasonBroken,
-		session.ReasonIdle, session.ReasonEvicted, session.ReasonView, session.ReasonPod, session.ReasonDrain} {
-		if n := testutil.ToFloat64(m.sessions.closed.WithLabelValues(string(r))); n > 0 {
-			out = append(out, fmt.Sprintf("%s %v", r, n))
-		}
-	}
-	return strings.Join(out, ", ")
 }
 
 // sessionHelpers are this machine's session helper processes (a KWOK executor's helper is
