@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/internal/gateway"
+	"github.com/execplane/execplane/internal/podexec"
 )
 
 // rawExec is the baseline: a plain client-go remotecommand exec into the executor Pod —
@@ -30,7 +30,7 @@ func (r rawExec) run(ctx context.Context, stdin []byte, argv ...string) ([]byte,
 	opts := &corev1.PodExecOptions{Container: executor.ContainerName, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true}
 	url := r.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(r.namespace).Name(r.pod).SubResource("exec").
 		VersionedParams(opts, scheme.ParameterCodec).URL()
-	exec, err := gateway.StreamExecutor(r.rest, url)
+	exec, err := podexec.StreamExecutor(r.rest, url)
 	if err != nil {
 		return nil, err
 	}

@@ -426,7 +426,7 @@ func report(w io.Writer, o options, results []nodeResult) {
 			continue
 		}
 		fmt.Fprintf(w, "\n| idle sessions held by the gateway's pool (%s node) | sessions | goroutines per session | heap in use per session | resident memory per session |\n|---|---|---|---|---|\n", r.node)
-		fmt.Fprintf(w, "| gateway.Sessions over gateway.PodExecutor (client-go WebSocket exec), a process of its own | %d | %.1f | %.1f KiB | %.1f KiB |\n", r.idle.N, r.idle.Goroutines, r.idle.HeapBytes/1024, r.idle.RSSBytes/1024)
+		fmt.Fprintf(w, "| podexec.Pool over podexec.Exec (client-go WebSocket exec), a process of its own | %d | %.1f | %.1f KiB | %.1f KiB |\n", r.idle.N, r.idle.Goroutines, r.idle.HeapBytes/1024, r.idle.RSSBytes/1024)
 	}
 	reportDurable(w, results)
 	for _, r := range results {

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
-	"github.com/execplane/execplane/internal/gateway"
 	"github.com/execplane/execplane/internal/kube"
+	"github.com/execplane/execplane/internal/podexec"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/client"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -268,7 +268,7 @@ func holdIdleSessions(args []string) error {
 	if err != nil {
 		return err
 	}
-	pe, err := gateway.NewPodExecutor(gateway.PodExecutorConfig{HelperPath: devcluster.HelperImagePath}, clients.REST, *ns)
+	pe, err := podexec.NewExec(podexec.ExecConfig{HelperPath: devcluster.HelperImagePath}, clients.REST, *ns)
 	if err != nil {
 		return err
 	}
@@ -281,14 +281,14 @@ func holdIdleSessions(args []string) error {
 				Conditions: []metav1.Condition{{Type: executionv1alpha1.ConditionReady, Status: metav1.ConditionTrue}}},
 		}
 	}
-	pool := gateway.NewSessions(gateway.SessionsConfig{Idle: time.Hour}, pe, lookup)
+	pool := podexec.NewPool(podexec.PoolConfig{Idle: time.Hour}, pe, lookup)
 	defer pool.Drain()
 	op := &helperv1.Request{Limits: &helperv1.Limits{MaxFileBytes: 1 << 20, MaxCommandBytes: 1 << 16, MaxCommandMillis: 10_000},
 		Operation: &helperv1.Request_File{File: &executionv1.FileOperation{Operation: &executionv1.FileOperation_Stat{Stat: &executionv1.StatFile{Path: []byte(".")}}}}}
 	ctx := context.Background()
 	// One session first, so that what every process holds once (the client, the
 	// transport's caches) is in the baseline.
-	if _, err := pool.Execute(ctx, gateway.TargetOf(lookup("warm")), op, 1<<20); err != nil {
+	if _, err := pool.Execute(ctx, podexec.TargetOf(lookup("warm")), op, 1<<20); err != nil {
 		return err
 	}
 	var m0, m1 runtime.MemStats
@@ -296,7 +296,7 @@ func holdIdleSessions(args []string) error {
 	runtime.ReadMemStats(&m0)
 	g0, rss0 := runtime.NumGoroutine(), rss()
 	for i := range *n {
-		if _, err := pool.Execute(ctx, gateway.TargetOf(lookup(fmt.Sprintf("idle-%d", i))), op, 1<<20); err != nil {
+		if _, err := pool.Execute(ctx, podexec.TargetOf(lookup(fmt.Sprintf("idle-%d", i))), op, 1<<20); err != nil {
 			return fmt.Errorf("session %d: %w", i, err)
 		}
 	}

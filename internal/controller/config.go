@@ -5,9 +5,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/startup"
 )
 
 // Bounds on the controller's tunables.
@@ -38,22 +37,18 @@ const (
 	minResync = time.Minute
 )
 
-// Config is the controller's configuration, from flags.
+// server is what tells the controller's startup from the gateway's.
+var server = startup.Server{
+	Name: "controller", Listens: "the internal control API (mTLS)", NamespaceHolds: "the Lease and the high-water ConfigMap",
+	ExecutorsHold: "the environments, executor Pods and workspace claims", MaxKubeQPS: maxKubeQPS, RaiseMark: true,
+}
+
+// Config is the controller's configuration, from flags: the servers' shared ones and its own.
+// Apart from the control plane's namespace, the executor namespace keeps the controller's Pod
+// writes (and so a Pod it could be tricked into creating) away from the control plane's
+// Secrets.
 type Config struct {
-	// ListenAddress serves the internal control.v1 API to gateways (mTLS).
-	ListenAddress string
-	// DiagnosticsAddress serves /livez, /readyz and /metrics.
-	DiagnosticsAddress string
-	// Profiling serves Go's runtime profiles under /debug/pprof/ on the diagnostics address.
-	Profiling bool
-	// Namespace is the control plane's own: the Lease and the high-water ConfigMap.
-	Namespace string
-	// ExecutorNamespace holds the environments, their executor Pods and workspace claims;
-	// empty means Namespace. Apart from it, the controller's Pod writes (and so a Pod it could
-	// be tricked into creating) never reach the control plane's Secrets.
-	ExecutorNamespace string
-	// Kubeconfig is empty in a cluster.
-	Kubeconfig string
+	startup.Config
 	// LeaseName is the coordination.k8s.io Lease used for leader election.
 	LeaseName string
 	// Identity names this replica in the Lease; defaults to the host name.
@@ -62,12 +57,6 @@ type Config struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
-	// SecurityManifest is the security-material manifest.
-	SecurityManifest string
-	// HighWaterConfigMap records the security material's high-water mark.
-	HighWaterConfigMap string
-	// ProfilesFile is the operator's profiles YAML.
-	ProfilesFile string
 	// GatewayIdentities may call the control API (client identities in the security
 	// material's policy).
 	GatewayIdentities []string
@@ -75,84 +64,49 @@ type Config struct {
 	ExecutorServiceAccount string
 	// Workers is the number of concurrent reconcile workers.
 	Workers int
-	// KubeQPS and KubeBurst are the client-side rate limit towards the API server.
-	KubeQPS   float64
-	KubeBurst int
 	// ResyncPeriod is the informers' periodic resync.
 	ResyncPeriod time.Duration
-	// Log configures the process's logger.
-	Log logging.Options
 }
 
 // DefaultConfig returns the configuration the Helm chart's defaults render.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
-	return Config{
-		ListenAddress:          ":9443",
-		DiagnosticsAddress:     ":9091",
+	c := Config{
+		Config:                 startup.Defaults(server),
 		LeaseName:              "execplane-controller",
 		Identity:               host,
 		LeaseDuration:          15 * time.Second,
 		RenewDeadline:          10 * time.Second,
 		RetryPeriod:            2 * time.Second,
-		SecurityManifest:       "/etc/execplane/security/manifest.yaml",
-		HighWaterConfigMap:     "execplane-security-high-water",
-		ProfilesFile:           "/etc/execplane/profiles/profiles.yaml",
 		ExecutorServiceAccount: "execplane-executor",
 		Workers:                defaultWorkers,
-		KubeQPS:                defaultKubeQPS,
-		KubeBurst:              defaultKubeBurst,
 		ResyncPeriod:           10 * time.Minute,
-		Log:                    logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}
+	c.ListenAddress, c.DiagnosticsAddress = ":9443", ":9091"
+	c.KubeQPS, c.KubeBurst = defaultKubeQPS, defaultKubeBurst
+	return c
 }
 
 // RegisterFlags binds every field to a flag on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "address of the internal control API (mTLS)")
-	fs.StringVar(&c.DiagnosticsAddress, "diagnostics-address", c.DiagnosticsAddress, "address of /livez, /readyz and /metrics")
-	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's runtime profiles under /debug/pprof/ on the diagnostics address (off: the port has no authentication)")
-	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "the control plane's namespace: the Lease and the high-water ConfigMap (required)")
-	fs.StringVar(&c.ExecutorNamespace, "executor-namespace", c.ExecutorNamespace, "namespace of the environments, executor Pods and workspace claims (default: --namespace)")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; empty in a cluster")
+	c.Config.RegisterFlags(fs)
 	fs.StringVar(&c.LeaseName, "lease-name", c.LeaseName, "leader election Lease")
 	fs.StringVar(&c.Identity, "identity", c.Identity, "this replica's identity in the Lease (default: host name)")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", c.LeaseDuration, "leader election lease duration")
 	fs.DurationVar(&c.RenewDeadline, "renew-deadline", c.RenewDeadline, "leader election renew deadline")
 	fs.DurationVar(&c.RetryPeriod, "retry-period", c.RetryPeriod, "leader election retry period")
-	fs.StringVar(&c.SecurityManifest, "security-manifest", c.SecurityManifest, "security material manifest")
-	fs.StringVar(&c.HighWaterConfigMap, "high-water-configmap", c.HighWaterConfigMap, "ConfigMap holding the security material's high-water mark")
 	fs.Func("gateway-identity", "a gateway's client identity (URI SAN) allowed to call the control API; repeat for several", func(v string) error {
 		c.GatewayIdentities = append(c.GatewayIdentities, v)
 		return nil
 	})
-	fs.StringVar(&c.ProfilesFile, "profiles", c.ProfilesFile, "profiles YAML file")
 	fs.StringVar(&c.ExecutorServiceAccount, "executor-service-account", c.ExecutorServiceAccount, "ServiceAccount of executor Pods (no token is mounted)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "concurrent reconcile workers")
-	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second)")
-	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "informer resync period")
-	c.Log.RegisterFlags(fs)
-}
-
-// Executors is the namespace of the environments and their executor Pods.
-func (c Config) Executors() string {
-	if c.ExecutorNamespace != "" {
-		return c.ExecutorNamespace
-	}
-	return c.Namespace
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	var p cli.Problems
-	p.Address("listen-address", c.ListenAddress)
-	p.Address("diagnostics-address", c.DiagnosticsAddress)
-	if c.ListenAddress != "" && c.ListenAddress == c.DiagnosticsAddress {
-		p.Addf("diagnostics-address", "must differ from --listen-address")
-	}
-	p.Required("namespace", c.Namespace)
-	p.AbsolutePath("kubeconfig", c.Kubeconfig, true)
+	p := c.Config.Problems()
 	p.Required("lease-name", c.LeaseName)
 	p.Required("identity", c.Identity)
 	p.DurationBetween("lease-duration", c.LeaseDuration, time.Second, maxLeaseDuration)
@@ -162,9 +116,6 @@ func (c Config) Validate() error {
 	if c.RetryPeriod <= 0 || float64(c.RenewDeadline) <= leaseJitter*float64(c.RetryPeriod) {
 		p.Addf("retry-period", "%s must be positive and --renew-deadline must exceed %.1f times it", c.RetryPeriod, leaseJitter)
 	}
-	p.AbsolutePath("security-manifest", c.SecurityManifest, false)
-	p.Required("high-water-configmap", c.HighWaterConfigMap)
-	p.AbsolutePath("profiles", c.ProfilesFile, false)
 	p.Required("executor-service-account", c.ExecutorServiceAccount)
 	if len(c.GatewayIdentities) == 0 {
 		p.Addf("gateway-identity", "at least one is required: nothing could call the control API")
@@ -175,17 +126,8 @@ func (c Config) Validate() error {
 		}
 	}
 	p.IntBetween("workers", c.Workers, 1, maxWorkers)
-	if c.KubeQPS < 1 || c.KubeQPS > maxKubeQPS {
-		p.Addf("kube-api-qps", "%v must be between 1 and %d", c.KubeQPS, maxKubeQPS)
-	}
-	if c.KubeBurst < int(c.KubeQPS) || c.KubeBurst > 2*maxKubeQPS {
-		p.Addf("kube-api-burst", "%d must be at least --kube-api-qps and at most %d", c.KubeBurst, 2*maxKubeQPS)
-	}
 	if c.ResyncPeriod != 0 && c.ResyncPeriod < minResync {
 		p.Addf("resync-period", "%s is below %s (0 disables resync)", c.ResyncPeriod, minResync)
-	}
-	if err := c.Log.Validate(); err != nil {
-		p.Addf("log-format", "%v", err)
 	}
 	return p.Err()
 }

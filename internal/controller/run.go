@@ -4,26 +4,20 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/control"
-	"github.com/execplane/execplane/internal/diagnostics"
 	"github.com/execplane/execplane/internal/failpoint"
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/version"
+	"github.com/execplane/execplane/internal/startup"
 	"github.com/execplane/execplane/pkg/apierror"
-	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 )
@@ -65,17 +59,6 @@ func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer
 	return s, nil
 }
 
-// stopGRPC drains in-flight calls, then cuts what is left.
-func stopGRPC(s *grpc.Server) {
-	done := make(chan struct{})
-	go func() { s.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(controlDrain):
-		s.Stop()
-	}
-}
-
 // Run is the controller's entry point: it campaigns for the Lease and, while it leads,
 // reconciles environments, serves the control API through the store and reports ready once
 // its caches are synced.
@@ -83,37 +66,12 @@ func stopGRPC(s *grpc.Server) {
 // never keeps acting on authority it no longer holds: the kubelet restarts it as a follower.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := DefaultConfig()
-	if done, err := cli.Load("controller", &cfg, args, stdout, stderr); done {
+	proc, err := startup.Begin(&cfg, args, stdout, stderr)
+	if proc == nil {
 		return err
 	}
-	cfg.Log.Name = "controller"
-	cfg.Log.Output = stderr
-	logger, err := logging.New(cfg.Log)
-	if err != nil {
-		return err
-	}
-	logging.RouteKlog(logger)
-	requests := kube.RequestsCounter("execplane_controller")
-	clients, err := kube.NewClients(kube.ClientOptions{
-		Kubeconfig: cfg.Kubeconfig, UserAgent: "execplane-controller/" + version.Get().Version,
-		QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst, Requests: requests,
-	})
-	if err != nil {
-		return err
-	}
-	client, execClient := clients.Kube, clients.Execution
-	profiles, err := profile.LoadProfiles(cfg.ProfilesFile)
-	if err != nil {
-		return err
-	}
-	if profiles, err = profiles.WithExecutorServiceAccount(cfg.ExecutorServiceAccount); err != nil {
-		return err
-	}
-
-	manager, err := security.NewManager(security.ManagerConfig{
-		ManifestPath: cfg.SecurityManifest, Namespace: cfg.Namespace, HighWaterConfigMap: cfg.HighWaterConfigMap, RaiseMark: true,
-		Kube: client, Logger: logger,
-	})
+	logger, client, execClient := proc.Logger, proc.Clients.Kube, proc.Clients.Execution
+	profiles, err := proc.Profiles.WithExecutorServiceAccount(cfg.ExecutorServiceAccount)
 	if err != nil {
 		return err
 	}
@@ -122,26 +80,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, id := range cfg.GatewayIdentities {
 		gateways = append(gateways, security.ClientIdentity(id))
 	}
-	controlServer, err := control.NewServer(control.Config{Store: ledger.Load, Current: manager.Current, Gateways: gateways, Logger: logger})
+	controlServer, err := control.NewServer(control.Config{Store: ledger.Load, Current: proc.Security.Current, Gateways: gateways, Logger: logger})
 	if err != nil {
 		return err
 	}
-	grpcServer, err := newGRPCServer(manager, controlServer, logger)
+	grpcServer, err := newGRPCServer(proc.Security, controlServer, logger)
 	if err != nil {
-		return err
-	}
-	listener, err := net.Listen("tcp", cfg.ListenAddress)
-	if err != nil {
-		return err
-	}
-	if listener, err = security.HandshakeDeadlineListener(listener, security.HandshakeTimeout); err != nil {
 		return err
 	}
 
 	var leading, synced atomic.Bool
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	leaderGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	proc.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "execplane_controller_leader",
 		Help: "1 while this replica holds the leader Lease.",
 	}, func() float64 {
@@ -149,22 +98,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return 1
 		}
 		return 0
-	})
-	registry.MustRegister(leaderGauge, requests)
-	poolMetrics := NewPoolMetrics(registry)
-	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: func() string {
-		switch {
-		case !manager.Ready():
-			return reasonNoMaterial
-		case !leading.Load():
-			return reasonNotLeader
-		case !synced.Load():
-			return reasonNotSynced
-		}
-		return ""
-	}, Profiling: cfg.Profiling}, registry)
+	}))
+	poolMetrics := NewPoolMetrics(proc.Registry)
 	election := kube.Election{
-		Client: clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
+		Client: proc.Clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 		Lead: func(ctx context.Context) {
 			leading.Store(true)
@@ -201,34 +138,26 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		},
 		OnNewLeader: func(identity string) { logger.Info("leader observed", logging.KeyLeader, identity) },
 	}
-	// The first server to fail ends the election, and the election's end ends the servers:
-	// they outlive it so that on shutdown the Lease is released before the probes and the
-	// control API go away.
-	g, ctx := errgroup.WithContext(ctx)
-	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	g.Go(func() error { return diag.Serve(serving) })
-	g.Go(func() error { manager.Run(serving); return nil })
-	g.Go(func() error {
-		// ErrServerStopped: the servers were stopped before Serve began, so nothing failed.
-		if err := grpcServer.Serve(listener); !errors.Is(err, grpc.ErrServerStopped) {
-			return err
-		}
-		return nil
+	err = proc.Serve(ctx, startup.Serving{
+		GRPC: grpcServer, Grace: controlDrain, Log: []any{logging.KeyReplica, cfg.Identity},
+		Ready: func() string {
+			switch {
+			case !proc.Security.Ready():
+				return reasonNoMaterial
+			case !leading.Load():
+				return reasonNotLeader
+			case !synced.Load():
+				return reasonNotSynced
+			}
+			return ""
+		},
+		// The election is the work the servers outlive: on shutdown the Lease is released
+		// before the probes and the control API go away.
+		Work: func(ctx context.Context) error {
+			defer leading.Store(false)
+			return kube.RunElection(ctx, election)
+		},
 	})
-	g.Go(func() error {
-		<-serving.Done()
-		stopGRPC(grpcServer)
-		return nil
-	})
-
-	logger.Info("starting", logging.KeyVersion, version.Get().Version, logging.KeyNamespace, cfg.Namespace, logging.KeyExecutors, cfg.Executors(), logging.KeyReplica, cfg.Identity)
-	g.Go(func() error {
-		defer stopServing()
-		defer leading.Store(false)
-		return kube.RunElection(ctx, election)
-	})
-	err = g.Wait()
 	if errors.Is(err, kube.ErrLeadershipLost) {
 		logger.Error("leadership lost: exiting so that a restart rejoins as a follower")
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -56,7 +57,7 @@ func newCommandID() string {
 // executor produced and is not trusted.
 func (h *Handler) durable(ctx context.Context, a *admitted, d *helperv1.Durable) (*helperv1.DurableResult, error) {
 	if err := protocol.ValidateDurable(d, protocol.DurableLimitsOf(a.limits)); err != nil {
-		return nil, helperError(err)
+		return nil, podexec.HelperError(err)
 	}
 	resp, err := h.execute(ctx, a, &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_Durable{Durable: d}}, durableCap(d))
 	if err != nil {
@@ -67,10 +68,10 @@ func (h *Handler) durable(ctx context.Context, a *admitted, d *helperv1.Durable)
 	}
 	res := resp.GetDurable()
 	if res == nil {
-		return nil, fmt.Errorf("%w: another kind of result than a durable command's", ErrProtocol)
+		return nil, fmt.Errorf("%w: another kind of result than a durable command's", podexec.ErrProtocol)
 	}
 	if err := checkDurable(d, res); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: %v", podexec.ErrProtocol, err)
 	}
 	return res, nil
 }
@@ -184,7 +185,7 @@ func checkInfo(c *executionv1.CommandInfo) error {
 	if (c.GetState() == executionv1.CommandState_COMMAND_STATE_RUNNING) != (c.GetResult() == nil) {
 		return errors.New("a running command with a result, or an ended one without")
 	}
-	c.Message = sanitize(c.GetMessage(), maxHelperMessage)
+	c.Message = podexec.Printable(c.GetMessage())
 	return nil
 }
 
@@ -193,7 +194,7 @@ func (h *Handler) startDurable(ctx context.Context, a *admitted, spec *execution
 	if id == "" {
 		id = newCommandID()
 	} else if err := protocol.ValidateCommandID(id); err != nil {
-		return nil, helperError(err)
+		return nil, podexec.HelperError(err)
 	}
 	st := &helperv1.DurableStart{CommandId: id, Command: spec, RunId: a.claims.RunID, Epoch: a.claims.Epoch, Detached: detach}
 	if !detach {
@@ -266,7 +267,7 @@ func (h *Handler) cancelAttached(a *admitted, info *executionv1.CommandInfo) {
 func (h *Handler) WatchCommand(in *executionv1.WatchCommandRequest, stream grpc.ServerStreamingServer[executionv1.CommandEvent]) error {
 	ctx := stream.Context()
 	if err := protocol.ValidateCommandID(in.GetCommandId()); err != nil {
-		return helperError(err)
+		return podexec.HelperError(err)
 	}
 	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {

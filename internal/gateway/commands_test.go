@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/execplane/execplane/internal/podexec"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -67,7 +68,7 @@ func TestCheckDurableRefusesWhatNoHelperAnswers(t *testing.T) {
 	if err := checkDurable(start, &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{info}}); err != nil {
 		t.Fatal(err)
 	}
-	if len(info.Message) > maxHelperMessage || strings.ContainsAny(info.Message, "\x00\x1b") {
+	if len(info.Message) > podexec.MaxHelperMessage || strings.ContainsAny(info.Message, "\x00\x1b") {
 		t.Fatalf("the message reaches the caller as %q", info.Message)
 	}
 }

@@ -4,9 +4,9 @@ import (
 	"flag"
 	"time"
 
-	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
+	"github.com/execplane/execplane/internal/startup"
 )
 
 // Bounds on the gateway's tunables. Values outside them are configuration errors.
@@ -25,7 +25,7 @@ const (
 	// maxShutdownGrace bounds how long a draining replica can delay a rollout.
 	maxShutdownGrace = 10 * time.Minute
 	// maxKubeQPS bounds the client-side rate limit: every data operation is one pods/exec
-	// request, so the gateway's default is higher than the controller's.
+	// request, so the gateway's ceiling is higher than the controller's.
 	maxKubeQPS = 5000
 	// maxEnvironmentCalls bounds --max-environment-calls: more concurrent helpers than this
 	// in one executor Pod is a fork bomb by configuration.
@@ -37,27 +37,15 @@ const (
 	maxSessions = 65536
 )
 
-// Config is the gateway's configuration, from flags.
+// server is what tells the gateway's startup from the controller's.
+var server = startup.Server{
+	Name: "gateway", Listens: "the public gRPC API (mTLS)", NamespaceHolds: "the high-water ConfigMap",
+	ExecutorsHold: "the environments and executor Pods", MaxKubeQPS: maxKubeQPS,
+}
+
+// Config is the gateway's configuration, from flags: the servers' shared ones and its own.
 type Config struct {
-	// ListenAddress serves the public gRPC API (mTLS).
-	ListenAddress string
-	// DiagnosticsAddress serves /livez, /readyz and /metrics (plain HTTP, cluster-internal).
-	DiagnosticsAddress string
-	// Profiling serves Go's runtime profiles under /debug/pprof/ on the diagnostics address.
-	Profiling bool
-	// Namespace is the control plane's own: the high-water ConfigMap.
-	Namespace string
-	// ExecutorNamespace holds the ExecutionEnvironments and executor Pods, the only place
-	// the gateway may exec; empty means Namespace.
-	ExecutorNamespace string
-	// Kubeconfig is empty in a cluster (in-cluster config is used).
-	Kubeconfig string
-	// SecurityManifest is the security-material manifest (docs/security.md).
-	SecurityManifest string
-	// HighWaterConfigMap records the security material's high-water mark.
-	HighWaterConfigMap string
-	// ProfilesFile is the operator's profiles YAML.
-	ProfilesFile string
+	startup.Config
 	// ControllerAddress is the controller leader's Service (host:port).
 	ControllerAddress string
 	// ControllerServerName is the name expected in the controller's certificate; empty
@@ -80,9 +68,6 @@ type Config struct {
 	MaxRPCDeadline time.Duration
 	// ShutdownGrace is how long in-flight calls may drain on shutdown.
 	ShutdownGrace time.Duration
-	// KubeQPS and KubeBurst are the client-side rate limit towards the API server.
-	KubeQPS   float64
-	KubeBurst int
 	// FreshnessBound is how long the environment view may go unproven before grant-authorised
 	// calls answer UNAVAILABLE and the gateway reports not ready (Environments).
 	FreshnessBound time.Duration
@@ -94,18 +79,12 @@ type Config struct {
 	SessionIdle        time.Duration
 	MaxSessions        int
 	SessionMaxInFlight int
-	// Log configures the process's logger.
-	Log logging.Options
 }
 
 // DefaultConfig returns the configuration the Helm chart's defaults render.
 func DefaultConfig() Config {
-	return Config{
-		ListenAddress:       ":8443",
-		DiagnosticsAddress:  ":9090",
-		SecurityManifest:    "/etc/execplane/security/manifest.yaml",
-		HighWaterConfigMap:  "execplane-security-high-water",
-		ProfilesFile:        "/etc/execplane/profiles/profiles.yaml",
+	c := Config{
+		Config:              startup.Defaults(server),
 		ControllerCert:      "/etc/execplane/control/tls.crt",
 		ControllerKey:       "/etc/execplane/control/tls.key",
 		ControllerCA:        "/etc/execplane/control/ca.crt",
@@ -116,28 +95,20 @@ func DefaultConfig() Config {
 		MaxMessageBytes:     32 << 20,
 		MaxRPCDeadline:      time.Hour,
 		ShutdownGrace:       30 * time.Second,
-		KubeQPS:             500,
-		KubeBurst:           1000,
 		FreshnessBound:      DefaultFreshnessBound,
 		Sessions:            true,
-		SessionIdle:         DefaultSessionIdle,
-		MaxSessions:         DefaultMaxSessions,
+		SessionIdle:         podexec.DefaultIdle,
+		MaxSessions:         podexec.DefaultMaxSessions,
 		SessionMaxInFlight:  protocol.DefaultMaxInFlight,
-		Log:                 logging.Options{Format: logging.FormatJSON, Level: "info"},
 	}
+	c.ListenAddress, c.DiagnosticsAddress = ":8443", ":9090"
+	c.KubeQPS, c.KubeBurst = 500, 1000
+	return c
 }
 
 // RegisterFlags binds every field to a flag on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.ListenAddress, "listen-address", c.ListenAddress, "address of the public gRPC API (mTLS)")
-	fs.StringVar(&c.DiagnosticsAddress, "diagnostics-address", c.DiagnosticsAddress, "address of /livez, /readyz and /metrics")
-	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve Go's runtime profiles under /debug/pprof/ on the diagnostics address (off: the port has no authentication)")
-	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "the control plane's namespace: the high-water ConfigMap (required)")
-	fs.StringVar(&c.ExecutorNamespace, "executor-namespace", c.ExecutorNamespace, "namespace of the environments and executor Pods (default: --namespace)")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; empty in a cluster")
-	fs.StringVar(&c.SecurityManifest, "security-manifest", c.SecurityManifest, "security material manifest")
-	fs.StringVar(&c.HighWaterConfigMap, "high-water-configmap", c.HighWaterConfigMap, "ConfigMap holding the security material's high-water mark")
-	fs.StringVar(&c.ProfilesFile, "profiles", c.ProfilesFile, "profiles YAML file")
+	c.Config.RegisterFlags(fs)
 	fs.StringVar(&c.ControllerAddress, "controller-address", c.ControllerAddress, "controller leader Service, host:port (required)")
 	fs.StringVar(&c.ControllerServerName, "controller-server-name", c.ControllerServerName, "name in the controller's certificate; default: host of --controller-address")
 	fs.StringVar(&c.ControllerCert, "controller-client-cert", c.ControllerCert, "client certificate (PEM) for the control API")
@@ -150,37 +121,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest gRPC message received or sent")
 	fs.DurationVar(&c.MaxRPCDeadline, "max-rpc-deadline", c.MaxRPCDeadline, "cap on any call's deadline")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "drain time for in-flight calls on shutdown")
-	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second; one per data operation)")
-	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	fs.DurationVar(&c.FreshnessBound, "view-freshness-bound", c.FreshnessBound, "longest time the environment view may go unproven current (one probe read per second) before grant-authorised calls answer UNAVAILABLE")
 	fs.BoolVar(&c.Sessions, "sessions", c.Sessions, "keep one exec stream open per executor Pod and send it many requests; false: one exec per operation")
 	fs.DurationVar(&c.SessionIdle, "session-idle", c.SessionIdle, "close a session unused this long")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "open sessions on this replica (the least recently used closes beyond it)")
 	fs.IntVar(&c.SessionMaxInFlight, "session-max-in-flight", c.SessionMaxInFlight, "requests in flight on one session (more wait)")
-	c.Log.RegisterFlags(fs)
-}
-
-// Executors is the namespace of the environments and their executor Pods.
-func (c Config) Executors() string {
-	if c.ExecutorNamespace != "" {
-		return c.ExecutorNamespace
-	}
-	return c.Namespace
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	var p cli.Problems
-	p.Address("listen-address", c.ListenAddress)
-	p.Address("diagnostics-address", c.DiagnosticsAddress)
-	if c.ListenAddress != "" && c.ListenAddress == c.DiagnosticsAddress {
-		p.Addf("diagnostics-address", "must differ from --listen-address")
-	}
-	p.Required("namespace", c.Namespace)
-	p.AbsolutePath("kubeconfig", c.Kubeconfig, true)
-	p.AbsolutePath("security-manifest", c.SecurityManifest, false)
-	p.Required("high-water-configmap", c.HighWaterConfigMap)
-	p.AbsolutePath("profiles", c.ProfilesFile, false)
+	p := c.Config.Problems()
 	p.Address("controller-address", c.ControllerAddress)
 	p.AbsolutePath("controller-client-cert", c.ControllerCert, false)
 	p.AbsolutePath("controller-client-key", c.ControllerKey, false)
@@ -196,17 +146,8 @@ func (c Config) Validate() error {
 	p.DurationBetween("max-rpc-deadline", c.MaxRPCDeadline, time.Second, MaxRPCDeadline)
 	p.DurationBetween("shutdown-grace", c.ShutdownGrace, 0, maxShutdownGrace)
 	p.DurationBetween("view-freshness-bound", c.FreshnessBound, MinFreshnessBound, MaxFreshnessBound)
-	if c.KubeQPS < 1 || c.KubeQPS > maxKubeQPS {
-		p.Addf("kube-api-qps", "%v must be between 1 and %d", c.KubeQPS, maxKubeQPS)
-	}
-	if c.KubeBurst < int(c.KubeQPS) || c.KubeBurst > 2*maxKubeQPS {
-		p.Addf("kube-api-burst", "%d must be at least --kube-api-qps and at most %d", c.KubeBurst, 2*maxKubeQPS)
-	}
 	p.DurationBetween("session-idle", c.SessionIdle, time.Second, maxSessionIdle)
 	p.IntBetween("max-sessions", c.MaxSessions, 1, maxSessions)
 	p.IntBetween("session-max-in-flight", c.SessionMaxInFlight, 1, protocol.MaxInFlightCeiling)
-	if err := c.Log.Validate(); err != nil {
-		p.Addf("log-format", "%v", err)
-	}
 	return p.Err()
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/pkg/apierror"
@@ -25,9 +25,6 @@ import (
 
 // Bounds of the data plane.
 const (
-	// maxHelperMessage bounds what of a helper's error text reaches the caller; the text is
-	// the executor's, so it is also reduced to printable ASCII.
-	maxHelperMessage = 256
 	// commandSlack is how much longer than its timeout a command call may take: the helper's
 	// kill, reaping and response, plus the exec round trip.
 	commandSlack = 10 * time.Second
@@ -42,14 +39,14 @@ func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*exe
 		err = file.Validate()
 	}
 	if err != nil {
-		return nil, helperError(err)
+		return nil, podexec.HelperError(err)
 	}
 	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {
 		return nil, err
 	}
 	if err := file.WithinLimits(a.limits); err != nil {
-		return nil, helperError(err)
+		return nil, podexec.HelperError(err)
 	}
 	var resp *helperv1.Response
 	if w := op.GetWrite(); len(w.GetContent()) > protocol.DefaultChunkBytes {
@@ -62,7 +59,7 @@ func (h *Handler) Files(ctx context.Context, in *executionv1.FilesRequest) (*exe
 	}
 	res := resp.GetFile()
 	if !file.Matches(res) {
-		return nil, fmt.Errorf("%w: a result of another kind than the operation", ErrProtocol)
+		return nil, fmt.Errorf("%w: a result of another kind than the operation", podexec.ErrProtocol)
 	}
 	return &executionv1.FilesResponse{Result: res}, nil
 }
@@ -99,7 +96,7 @@ func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommand
 		return nil, fmt.Errorf("%w: command: required", apierror.ErrInvalidArgument)
 	}
 	if err := protocol.ValidateWorkingDirectory(spec.GetWorkingDirectory()); err != nil {
-		return nil, helperError(err)
+		return nil, podexec.HelperError(err)
 	}
 	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {
@@ -107,7 +104,7 @@ func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommand
 	}
 	_, timeout, err := protocol.ValidateCommand(spec, protocol.CommandLimitsOf(a.limits))
 	if err != nil {
-		return nil, helperError(err)
+		return nil, podexec.HelperError(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+commandSlack)
 	defer cancel()
@@ -117,7 +114,7 @@ func (h *Handler) StartCommand(ctx context.Context, in *executionv1.StartCommand
 	}
 	res := resp.GetCommand()
 	if res == nil {
-		return nil, fmt.Errorf("%w: a file result for a command", ErrProtocol)
+		return nil, fmt.Errorf("%w: a file result for a command", podexec.ErrProtocol)
 	}
 	return &executionv1.StartCommandResponse{Result: res}, nil
 }
@@ -240,7 +237,7 @@ func (h *Handler) execute(ctx context.Context, a *admitted, req *helperv1.Reques
 }
 
 // run is execute through run: the Executor's Execute, or a call with a body.
-func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, run executeFunc) (*helperv1.Response, error) {
+func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, run podexec.ExecuteFunc) (*helperv1.Response, error) {
 	env := a.env
 	release, err := h.calls.acquire(env.UID)
 	if err != nil {
@@ -251,17 +248,17 @@ func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, r
 	req.RequestId = RequestID(ctx)
 	ctx, stop := h.fenced(ctx, env, a.claims)
 	defer stop()
-	resp, err := run(ctx, TargetOf(env), req, responseCap)
+	resp, err := run(ctx, podexec.TargetOf(env), req, responseCap)
 	if err != nil && errors.Is(context.Cause(ctx), errAuthorityLost) {
 		h.cfg.Metrics.executor(outcomeUnknown)
 		return nil, errAuthorityLost
 	}
 	switch {
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, podexec.ErrOutcomeUnknown):
 		h.cfg.Metrics.executor(outcomeUnknown)
 		h.log.Warn("executor stream broke", logging.KeyRequestID, req.RequestId, logging.KeyEnvironment, env.Name, logging.KeyError, err)
 		return nil, err
-	case errors.Is(err, ErrProtocol):
+	case errors.Is(err, podexec.ErrProtocol):
 		h.cfg.Metrics.executor(outcomeProtocol)
 		h.log.Error("executor protocol violation", logging.KeyRequestID, req.RequestId, logging.KeyEnvironment, env.Name, logging.KeyPod, env.Status.Pod.Name, logging.KeyError, err)
 		return nil, err
@@ -269,55 +266,10 @@ func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, r
 		h.cfg.Metrics.executor(outcomeError)
 		return nil, err
 	}
-	if e := resp.GetError(); e != nil {
+	if err := podexec.Refused(resp); err != nil {
 		h.cfg.Metrics.executor(outcomeRefused)
-		return nil, helperError(&protocol.Error{Code: e.GetCode(), Msg: e.GetMessage()})
+		return nil, err
 	}
 	h.cfg.Metrics.executor(outcomeOK)
 	return resp, nil
-}
-
-// helperCodes translates the helper's refusals into the API's vocabulary. A code outside
-// the table (INTERNAL, UNSUPPORTED_VERSION, or an unknown value from a replaced helper) is an
-// internal error.
-var helperCodes = map[helperv1.ErrorCode]error{
-	helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT:    apierror.ErrInvalidArgument,
-	helperv1.ErrorCode_ERROR_CODE_NOT_FOUND:           apierror.ErrNotFound,
-	helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS:      apierror.ErrAlreadyExists,
-	helperv1.ErrorCode_ERROR_CODE_VERSION_MISMATCH:    apierror.ErrVersionMismatch,
-	helperv1.ErrorCode_ERROR_CODE_PATH_ESCAPE:         apierror.ErrPathEscape,
-	helperv1.ErrorCode_ERROR_CODE_PERMISSION_DENIED:   apierror.ErrPermissionDenied,
-	helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED:  apierror.ErrLimitExceeded,
-	helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE:          apierror.ErrWrongType,
-	helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE:         apierror.ErrNotReady,
-	helperv1.ErrorCode_ERROR_CODE_OUTCOME_UNKNOWN:     apierror.ErrOutcomeUnknown,
-	helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION: nil,
-	helperv1.ErrorCode_ERROR_CODE_INTERNAL:            nil,
-}
-
-// helperError translates a helper refusal (remote, or the shared validation run locally).
-// The message is the executor's, so it is cut and reduced to printable ASCII.
-func helperError(err error) error {
-	var coded *protocol.Error
-	if !errors.As(err, &coded) {
-		return err
-	}
-	sentinel := helperCodes[coded.Code]
-	if sentinel == nil {
-		return fmt.Errorf("%w: the helper failed: code %d", ErrProtocol, coded.Code)
-	}
-	return fmt.Errorf("%w: %s", sentinel, sanitize(err.Error(), maxHelperMessage))
-}
-
-// sanitize keeps at most limit bytes of s, each printable ASCII (others become '?').
-func sanitize(s string, limit int) string {
-	var b strings.Builder
-	for i := 0; i < len(s) && b.Len() < limit; i++ {
-		if c := s[i]; c >= 0x20 && c < 0x7f {
-			b.WriteByte(c)
-		} else {
-			b.WriteByte('?')
-		}
-	}
-	return b.String()
 }

@@ -12,7 +12,7 @@
 //   - "Not yours" and "absent" answer identically.
 //   - The data path writes nothing to the API server; everything the executor answers is
 //     size-capped and strictly decoded, and its text is sanitised before it reaches a caller.
-//   - A helper session (Sessions) is bound to the executor Pod and the epoch and grant
+//   - A helper session (podexec.Pool) is bound to the executor Pod and the epoch and grant
 //     generation it was opened under, and closes when the view shows any of them move; it
 //     carries only requests the handler admitted.
 //   - Tokens, keys and file contents are never logged.

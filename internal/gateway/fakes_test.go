@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/podexec"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/grant"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
@@ -86,7 +87,7 @@ func (f *fakeEnvironments) Await(ctx context.Context, name string, wait time.Dur
 
 // execCall is one call the executor received.
 type execCall struct {
-	Pod         PodRef
+	Pod         podexec.PodRef
 	Request     *helperv1.Request
 	ResponseCap int
 	// Deadline is the call context's deadline (zero when it has none).
@@ -104,7 +105,7 @@ type fakeExecutor struct {
 
 func newFakeExecutor() *fakeExecutor { return &fakeExecutor{entered: make(chan struct{}, 64)} }
 
-func (f *fakeExecutor) Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+func (f *fakeExecutor) Execute(ctx context.Context, t podexec.Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 	deadline, _ := ctx.Deadline()
 	f.mu.Lock()
 	f.calls = append(f.calls, execCall{Pod: t.Pod, Request: proto.CloneOf(req), ResponseCap: responseCap, Deadline: deadline})

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
@@ -36,9 +37,9 @@ type EnvironmentSource interface {
 	Fresh() error
 }
 
-// Executor runs one helper request at its target's executor Pod (Sessions in production).
+// Executor runs one helper request at its target's executor Pod (podexec.Pool in production).
 type Executor interface {
-	Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
+	Execute(ctx context.Context, t podexec.Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
 }
 
 // Backend is what the Handler serves from.

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/pkg/apierror"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
@@ -260,7 +261,7 @@ func writeOp(path string, content []byte) *executionv1.FileOperation {
 // sentFile is what the executor must receive for op.
 func sentFile(op *executionv1.FileOperation, responseCap int) execCall {
 	return execCall{
-		Pod: PodRef{Name: testPod, UID: testPodUID},
+		Pod: podexec.PodRef{Name: testPod, UID: testPodUID},
 		Request: &helperv1.Request{
 			Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: testReqID, Limits: profileLimits,
 			Operation: &helperv1.Request_File{File: op},
@@ -311,7 +312,7 @@ var (
 	hostileHelperText   = "\x1b[2Jopen: caf\u00e9\n" + strings.Repeat("x", 400) + "TAIL"
 	sanitisedHelperText = func() string {
 		s := "?[2Jopen: caf???"
-		return s + strings.Repeat("x", maxHelperMessage-len(s))
+		return s + strings.Repeat("x", podexec.MaxHelperMessage-len(s))
 	}()
 )
 
@@ -353,11 +354,11 @@ func filesCases() []filesCase {
 		{name: "command result for a file operation", op: statOp("a.txt"), setup: setup{exec: answers(&helperv1.Response{RequestId: testReqID,
 			Outcome: &helperv1.Response_Command{Command: &executionv1.CommandResult{}}})},
 			want: internal, msg: internalMessage, execs: 1},
-		{name: "executor protocol violation", op: statOp("a.txt"), setup: setup{exec: fails(fmt.Errorf("%w: frame over the cap", ErrProtocol))},
+		{name: "executor protocol violation", op: statOp("a.txt"), setup: setup{exec: fails(fmt.Errorf("%w: frame over the cap", podexec.ErrProtocol))},
 			want: internal, msg: internalMessage, execs: 1},
-		{name: "executor breaks mid-call", op: writeOp("a.txt", []byte("x")), setup: setup{exec: fails(fmt.Errorf("%w: read tcp 10.0.0.1:443: connection reset", ErrOutcomeUnknown))},
+		{name: "executor breaks mid-call", op: writeOp("a.txt", []byte("x")), setup: setup{exec: fails(fmt.Errorf("%w: read tcp 10.0.0.1:443: connection reset", podexec.ErrOutcomeUnknown))},
 			want: unknown, msg: apierror.ErrOutcomeUnknown.Error(), execs: 1},
-		{name: "executor unreachable", op: statOp("a.txt"), setup: setup{exec: fails(fmt.Errorf("%w: dial https://10.0.0.1:6443: refused", ErrExecutorUnreachable))},
+		{name: "executor unreachable", op: statOp("a.txt"), setup: setup{exec: fails(fmt.Errorf("%w: dial https://10.0.0.1:6443: refused", podexec.ErrExecutorUnreachable))},
 			want: unavailable, msg: apierror.ErrExecutorUnreachable.Error(), execs: 1},
 		{name: "executor fails otherwise", op: statOp("a.txt"), setup: setup{exec: fails(errors.New(`pods "xenv-a-executor" is forbidden: secret detail`))},
 			want: internal, msg: internalMessage, execs: 1},
@@ -368,7 +369,7 @@ func filesCases() []filesCase {
 		{name: "environment deleted during the call", op: writeOp("a.txt", []byte("x")), setup: setup{exec: func(ctx context.Context, w *world, req *helperv1.Request) (*helperv1.Response, error) {
 			w.envs.set(testEnv, nil)
 			<-ctx.Done()
-			return nil, fmt.Errorf("%w: stream closed", ErrOutcomeUnknown)
+			return nil, fmt.Errorf("%w: stream closed", podexec.ErrOutcomeUnknown)
 		}}, want: unknown, execs: 1},
 		{name: "helper text sanitised and cut", op: statOp("a.txt"), setup: setup{exec: helperRefuses(helperv1.ErrorCode_ERROR_CODE_NOT_FOUND, hostileHelperText)},
 			want: notFound, msg: "not found: " + sanitisedHelperText, execs: 1},
@@ -507,9 +508,9 @@ func commandCases() []commandCase {
 			want: notFound, msg: "not found: chdir: no such file or directory", execs: 1},
 		{name: "helper fails", spec: argv("true"), setup: setup{exec: helperRefuses(helperv1.ErrorCode_ERROR_CODE_INTERNAL, "fork: secret")},
 			want: internal, msg: internalMessage, execs: 1},
-		{name: "executor breaks mid-call", spec: argv("true"), setup: setup{exec: fails(fmt.Errorf("%w: EOF", ErrOutcomeUnknown))},
+		{name: "executor breaks mid-call", spec: argv("true"), setup: setup{exec: fails(fmt.Errorf("%w: EOF", podexec.ErrOutcomeUnknown))},
 			want: unknown, msg: apierror.ErrOutcomeUnknown.Error(), execs: 1},
-		{name: "executor unreachable", spec: argv("true"), setup: setup{exec: fails(fmt.Errorf("%w: upgrade refused", ErrExecutorUnreachable))},
+		{name: "executor unreachable", spec: argv("true"), setup: setup{exec: fails(fmt.Errorf("%w: upgrade refused", podexec.ErrExecutorUnreachable))},
 			want: unavailable, msg: apierror.ErrExecutorUnreachable.Error(), execs: 1},
 		{name: "claim released during the command", spec: argv("sleep", "60"), setup: setup{exec: duringCall(func(e *v1alpha1.ExecutionEnvironment) { e.Status.ActiveRun = nil })},
 			want: unknown, msg: apierror.ErrOutcomeUnknown.Error(), execs: 1},
@@ -547,7 +548,7 @@ func TestHandlerStartCommand(t *testing.T) {
 				return
 			}
 			want := []execCall{{
-				Pod: PodRef{Name: testPod, UID: testPodUID},
+				Pod: podexec.PodRef{Name: testPod, UID: testPodUID},
 				Request: &helperv1.Request{
 					Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: testReqID, Limits: profileLimits,
 					Operation: &helperv1.Request_Command{Command: c.spec},

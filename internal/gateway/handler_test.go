@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/apierror"
 	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
@@ -285,7 +286,7 @@ func newWorld(t *testing.T, k *keys, s setup) *world {
 	t.Helper()
 	// Every goroutine a call starts (the fencing watch, the executor's) ends with it.
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before, spdyShutdown) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	env := readyEnv()
 	if s.env != nil {
 		s.env(env)
@@ -408,13 +409,13 @@ func fails(err error) func(context.Context, *world, *helperv1.Request) (*helperv
 }
 
 // duringCall changes the environment while the command runs, then waits for the gateway to
-// close the stream (as PodExecutor does when its context ends).
+// close the stream (as podexec.Exec does when its context ends).
 func duringCall(edit func(*v1alpha1.ExecutionEnvironment)) func(context.Context, *world, *helperv1.Request) (*helperv1.Response, error) {
 	return func(ctx context.Context, w *world, _ *helperv1.Request) (*helperv1.Response, error) {
 		w.edit(edit)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: stream closed", ErrOutcomeUnknown)
+			return nil, fmt.Errorf("%w: stream closed", podexec.ErrOutcomeUnknown)
 		case <-time.After(10 * time.Second):
 			return nil, errors.New("the gateway did not close the stream when the claim ended")
 		}

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/execplane/execplane/internal/security"
-	"github.com/execplane/execplane/internal/session"
 )
 
 // Metrics are the gateway's Prometheus metrics. Every label comes from a bounded set: the
@@ -20,14 +19,6 @@ type Metrics struct {
 	handshakes    *prometheus.CounterVec
 	observation   prometheus.Histogram
 	executorCalls *prometheus.CounterVec
-	sessions      sessionMetrics
-}
-
-// sessionMetrics are the session pool's (docs/sessions.md).
-type sessionMetrics struct {
-	opened, requests, avoided prometheus.Counter
-	closed                    *prometheus.CounterVec
-	perSession                prometheus.Histogram
 }
 
 // methods are the RPC names used as labels; anything else is "unknown".
@@ -79,26 +70,7 @@ func NewMetrics(reg prometheus.Registerer, limiter func() security.LimiterStats)
 			Name: "execplane_gateway_executor_calls_total", Help: "Helper invocations through pods/exec, by outcome.",
 		}, []string{"outcome"}),
 	}
-	m.sessions = sessionMetrics{
-		opened: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "execplane_gateway_sessions_opened_total", Help: "Helper sessions opened (each one pods/exec upgrade).",
-		}),
-		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "execplane_gateway_sessions_closed_total", Help: "Helper sessions closed, by reason (idle, view, pod, drain, violation, broken, silent, stuck, evicted).",
-		}, []string{"reason"}),
-		requests: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "execplane_gateway_session_requests_total", Help: "Helper requests answered over sessions.",
-		}),
-		avoided: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "execplane_gateway_exec_upgrades_avoided_total", Help: "Helper requests served over a session already open: pods/exec upgrades not made.",
-		}),
-		perSession: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "execplane_gateway_session_requests", Help: "Requests answered per session, observed when it closes.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
-		}),
-	}
-	reg.MustRegister(m.rpcs, m.duration, m.refusals, m.handshakes, m.observation, m.executorCalls,
-		m.sessions.opened, m.sessions.closed, m.sessions.requests, m.sessions.avoided, m.sessions.perSession)
+	reg.MustRegister(m.rpcs, m.duration, m.refusals, m.handshakes, m.observation, m.executorCalls)
 	if limiter != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "execplane_gateway_inflight_rpcs", Help: "RPCs admitted and still running.",
@@ -144,29 +116,5 @@ const (
 func (m *Metrics) executor(outcome string) {
 	if m != nil {
 		m.executorCalls.WithLabelValues(outcome).Inc()
-	}
-}
-
-func (m *Metrics) sessionOpened() {
-	if m != nil {
-		m.sessions.opened.Inc()
-	}
-}
-
-// sessionRequest counts a request answered on a session; all but a session's first avoided
-// an exec upgrade (the first paid for the session's).
-func (m *Metrics) sessionRequest(first bool) {
-	if m != nil {
-		m.sessions.requests.Inc()
-		if !first {
-			m.sessions.avoided.Inc()
-		}
-	}
-}
-
-func (m *Metrics) sessionClosed(r session.Reason, served uint64) {
-	if m != nil {
-		m.sessions.closed.WithLabelValues(string(r)).Inc()
-		m.sessions.perSession.Observe(float64(served))
 	}
 }

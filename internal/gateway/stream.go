@@ -7,8 +7,8 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/pkg/apierror"
@@ -22,74 +22,18 @@ import (
 const MaxStreamPiece = 1 << 20
 
 // BodyExecutor is an Executor that can also carry a call's content as a body, forwarded as
-// it goes (Sessions). Without one, the handler sends whole requests (Whole).
+// it goes (podexec.Pool). Without one, the handler sends whole requests (podexec.Whole).
 type BodyExecutor interface {
-	Stream(ctx context.Context, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error)
-}
-
-// executeFunc is Executor.Execute.
-type executeFunc func(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
-
-// Whole performs a call with a body through execute as one whole request: a write's body
-// gathered first (at most req.body_bytes, bounded by the file limit), a read's content
-// handed to the Download at the end. The response is as Stream's: a read's content empty.
-func Whole(ctx context.Context, execute executeFunc, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
-	req = proto.CloneOf(req)
-	if tr.Upload != nil {
-		write := req.GetFile().GetWrite()
-		if write == nil {
-			return nil, fmt.Errorf("%w: a body is the content of a write", apierror.ErrInvalidArgument)
-		}
-		content, err := gather(req.GetBodyBytes(), tr.Upload)
-		if err != nil {
-			return nil, err
-		}
-		write.Content = content
-	}
-	req.BodyBytes, req.BodyResponse = 0, false
-	resp, err := execute(ctx, t, req, responseCap)
-	if err != nil || tr.Download == nil {
-		return resp, err
-	}
-	if read := resp.GetFile().GetRead(); read != nil && len(read.GetContent()) > 0 {
-		content := read.GetContent()
-		read.Content = nil
-		if err := tr.Download(content); err != nil {
-			return nil, err
-		}
-	}
-	return resp, nil
-}
-
-// gather reads exactly size bytes of a body.
-func gather(size uint64, next func() ([]byte, error)) ([]byte, error) {
-	content := make([]byte, 0, size)
-	for {
-		piece, err := next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if uint64(len(piece)) > size-uint64(len(content)) {
-			return nil, fmt.Errorf("%w: more than %d bytes", session.ErrBodySize, size)
-		}
-		content = append(content, piece...)
-	}
-	if uint64(len(content)) != size {
-		return nil, fmt.Errorf("%w: %d of %d bytes", session.ErrBodySize, len(content), size)
-	}
-	return content, nil
+	Stream(ctx context.Context, t podexec.Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error)
 }
 
 // stream runs a call with a body: over the Executor's bodies when it has them.
 func (h *Handler) stream(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
-	run := func(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	run := func(ctx context.Context, t podexec.Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 		if be, ok := h.b.Executor.(BodyExecutor); ok {
 			return be.Stream(ctx, t, req, responseCap, tr)
 		}
-		return Whole(ctx, h.b.Executor.Execute, t, req, responseCap, tr)
+		return podexec.Whole(ctx, h.b.Executor.Execute, t, req, responseCap, tr)
 	}
 	resp, err := h.run(ctx, a, req, responseCap, run)
 	if errors.Is(err, session.ErrBodySize) {
@@ -124,7 +68,7 @@ func (h *Handler) WriteFileStream(stream grpc.ClientStreamingServer[executionv1.
 		err = file.Validate()
 	}
 	if err != nil {
-		return helperError(err)
+		return podexec.HelperError(err)
 	}
 	a, err := h.admit(ctx, first.GetRunGrant(), first.GetEnvironment())
 	if err != nil {
@@ -132,7 +76,7 @@ func (h *Handler) WriteFileStream(stream grpc.ClientStreamingServer[executionv1.
 	}
 	size := first.GetSize()
 	if size > a.limits.GetMaxFileBytes() {
-		return helperError(protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "write of %d bytes exceeds the profile's max_file_bytes %d", size, a.limits.GetMaxFileBytes()))
+		return podexec.HelperError(protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED, "write of %d bytes exceeds the profile's max_file_bytes %d", size, a.limits.GetMaxFileBytes()))
 	}
 	pending := first.GetContent()
 	next := func() ([]byte, error) {
@@ -171,7 +115,7 @@ func (h *Handler) WriteFileStream(stream grpc.ClientStreamingServer[executionv1.
 	}
 	res := resp.GetFile()
 	if !file.Matches(res) {
-		return fmt.Errorf("%w: a result of another kind than the operation", ErrProtocol)
+		return fmt.Errorf("%w: a result of another kind than the operation", podexec.ErrProtocol)
 	}
 	return stream.SendAndClose(&executionv1.WriteFileStreamResponse{Result: res.GetWrite()})
 }
@@ -189,14 +133,14 @@ func (h *Handler) ReadFileStream(in *executionv1.ReadFileStreamRequest, stream g
 		err = file.Validate()
 	}
 	if err != nil {
-		return helperError(err)
+		return podexec.HelperError(err)
 	}
 	a, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
 	if err != nil {
 		return err
 	}
 	if err := file.WithinLimits(a.limits); err != nil {
-		return helperError(err)
+		return podexec.HelperError(err)
 	}
 	send := func(content []byte) error {
 		for len(content) > 0 {
@@ -215,7 +159,7 @@ func (h *Handler) ReadFileStream(in *executionv1.ReadFileStreamRequest, stream g
 	}
 	res := resp.GetFile()
 	if !file.Matches(res) || len(res.GetRead().GetContent()) > 0 {
-		return fmt.Errorf("%w: a result of another kind than the operation", ErrProtocol)
+		return fmt.Errorf("%w: a result of another kind than the operation", podexec.ErrProtocol)
 	}
 	return stream.Send(&executionv1.ReadFileStreamResponse{Result: res.GetRead()})
 }

@@ -1,4 +1,4 @@
-package gateway
+package podexec
 
 import (
 	"context"
@@ -131,10 +131,10 @@ func (v *poolView) editNamed(name string, f func(*v1alpha1.ExecutionEnvironment)
 func (v *poolView) target() Target { return TargetOf(v.lookup(testEnv)) }
 
 // pool starts a pool over o and the view, following it until the test ends.
-func pool(t *testing.T, cfg SessionsConfig, o *opener, v *poolView) *Sessions {
+func pool(t *testing.T, cfg PoolConfig, o *opener, v *poolView) *Pool {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
-	p := newSessions(cfg, o, v.lookup)
+	p := newPool(cfg, o, v.lookup)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx, v.changes); close(done) }()
@@ -177,7 +177,7 @@ func workspaceWith(t *testing.T, files map[string]string) string {
 }
 
 // awaitSessions polls until the pool holds n sessions.
-func awaitSessions(t *testing.T, p *Sessions, n int) {
+func awaitSessions(t *testing.T, p *Pool, n int) {
 	t.Helper()
 	clustertest.Eventually(t, 5*time.Second, fmt.Sprintf("the pool holding %d sessions", n), func() bool { return p.Open() == n })
 }
@@ -185,7 +185,7 @@ func awaitSessions(t *testing.T, p *Sessions, n int) {
 func TestSessionsOpenOneSessionPerPodLazily(t *testing.T) {
 	o := &opener{root: workspaceWith(t, map[string]string{"a": "alpha"})}
 	v := newPoolView()
-	p := pool(t, SessionsConfig{}, o, v)
+	p := pool(t, PoolConfig{}, o, v)
 	if opens, _ := o.counts(); opens != 0 || p.Open() != 0 {
 		t.Fatal("a session was opened before any call")
 	}
@@ -224,7 +224,7 @@ func TestSessionsCloseWhenTheViewMoves(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := &opener{root: workspaceWith(t, map[string]string{"a": "alpha"})}
 			v := newPoolView()
-			p := pool(t, SessionsConfig{}, o, v)
+			p := pool(t, PoolConfig{}, o, v)
 			old := v.target()
 			if _, err := p.Execute(context.Background(), old, poolRead("a"), 1<<20); err != nil {
 				t.Fatal(err)
@@ -248,7 +248,7 @@ func TestSessionsNeverCarryACallOfAnOlderView(t *testing.T) {
 	root := workspaceWith(t, map[string]string{"a": "alpha"})
 	o := &opener{root: root}
 	v := newPoolView()
-	p := pool(t, SessionsConfig{}, o, v)
+	p := pool(t, PoolConfig{}, o, v)
 	stale := v.target()
 	// The newer view opens its session first (the view moved, a new claim's call came).
 	v.edit(func(e *v1alpha1.ExecutionEnvironment) { e.Status.Epoch++ })
@@ -270,7 +270,7 @@ func TestSessionsNeverCarryACallOfAnOlderView(t *testing.T) {
 func TestSessionsDriveAHelperWithoutSessionsOneExecPerOperation(t *testing.T) {
 	o := &opener{unsupported: true}
 	v := newPoolView()
-	p := pool(t, SessionsConfig{}, o, v)
+	p := pool(t, PoolConfig{}, o, v)
 	for range 3 {
 		if _, err := p.Execute(context.Background(), v.target(), poolRead("a"), 1<<20); err != nil {
 			t.Fatal(err)
@@ -284,14 +284,14 @@ func TestSessionsDriveAHelperWithoutSessionsOneExecPerOperation(t *testing.T) {
 func TestSessionsDisabledAndDrained(t *testing.T) {
 	o := &opener{root: workspaceWith(t, map[string]string{"a": "alpha"})}
 	v := newPoolView()
-	off := pool(t, SessionsConfig{Disabled: true}, o, v)
+	off := pool(t, PoolConfig{Disabled: true}, o, v)
 	if _, err := off.Execute(context.Background(), v.target(), poolRead("a"), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if opens, perExec := o.counts(); opens != 0 || perExec != 1 {
 		t.Fatalf("disabled: opens %d, single execs %d", opens, perExec)
 	}
-	on := pool(t, SessionsConfig{}, o, v)
+	on := pool(t, PoolConfig{}, o, v)
 	if _, err := on.Execute(context.Background(), v.target(), poolRead("a"), 1<<20); err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestSessionsRetryOnlyWhatCannotActTwice(t *testing.T) {
 	t.Run("a read is sent again on a new session", func(t *testing.T) {
 		o := &opener{serve: breakOnFirst(root)}
 		v := newPoolView()
-		p := pool(t, SessionsConfig{}, o, v)
+		p := pool(t, PoolConfig{}, o, v)
 		resp, err := p.Execute(context.Background(), v.target(), poolRead("a"), 1<<20)
 		if err != nil || string(resp.GetFile().GetRead().GetContent()) != "alpha" {
 			t.Fatalf("%v %v", resp, err)
@@ -343,7 +343,7 @@ func TestSessionsRetryOnlyWhatCannotActTwice(t *testing.T) {
 	t.Run("a write's outcome is unknown", func(t *testing.T) {
 		o := &opener{serve: breakOnFirst(root)}
 		v := newPoolView()
-		p := pool(t, SessionsConfig{}, o, v)
+		p := pool(t, PoolConfig{}, o, v)
 		_, err := p.Execute(context.Background(), v.target(), poolWrite("b", "x"), 1<<20)
 		if !errors.Is(err, ErrOutcomeUnknown) {
 			t.Fatalf("want an unknown outcome, got %v", err)
@@ -363,7 +363,7 @@ func TestSessionsCloseIdleAndLeastRecentlyUsed(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		o := &opener{root: root}
 		v := newPoolView()
-		p := pool(t, SessionsConfig{Idle: 200 * time.Millisecond}, o, v)
+		p := pool(t, PoolConfig{Idle: 200 * time.Millisecond}, o, v)
 		if _, err := p.Execute(context.Background(), v.target(), poolRead("a"), 1<<20); err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestSessionsCloseIdleAndLeastRecentlyUsed(t *testing.T) {
 	t.Run("evicted", func(t *testing.T) {
 		o := &opener{root: root}
 		v := newPoolView()
-		p := pool(t, SessionsConfig{Max: 2}, o, v)
+		p := pool(t, PoolConfig{Max: 2}, o, v)
 		var sessions []*session.Session
 		for i := range 3 {
 			name := testEnv + string(rune('a'+i)) // three environments' sessions
@@ -417,7 +417,7 @@ func TestSessionsKeepEnvironmentsApart(t *testing.T) {
 		targets = append(targets, TargetOf(v.lookup(name)))
 	}
 	o := &opener{roots: roots}
-	p := pool(t, SessionsConfig{}, o, v)
+	p := pool(t, PoolConfig{}, o, v)
 	var g errgroup.Group
 	for i := range 40 {
 		tg := targets[i%2]

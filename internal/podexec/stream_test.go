@@ -1,4 +1,4 @@
-package gateway
+package podexec
 
 import (
 	"bytes"
@@ -88,7 +88,7 @@ func TestStreamWritesAndReadsContentAsBodies(t *testing.T) {
 	root := workspaceWith(t, nil)
 	o := &opener{root: root}
 	v := newPoolView()
-	p := pool(t, SessionsConfig{}, o, v)
+	p := pool(t, PoolConfig{}, o, v)
 	content := random(t, 3<<20+17)
 	var pulled int
 	resp, err := p.Stream(context.Background(), v.target(), bodyWrite("d/big", executionv1.WriteMode_WRITE_MODE_CREATE_ONLY, len(content)), 1<<20,
@@ -123,7 +123,7 @@ func TestStreamRefusedWriteStopsItsBody(t *testing.T) {
 	root := workspaceWith(t, map[string]string{"taken": "old"})
 	o := &opener{root: root}
 	v := newPoolView()
-	p := pool(t, SessionsConfig{}, o, v)
+	p := pool(t, PoolConfig{}, o, v)
 	content := random(t, 6<<20)
 	var pulled int
 	blocked := make(chan struct{})
@@ -195,7 +195,7 @@ func TestStreamBodyEndingShortWritesNothing(t *testing.T) {
 			root := workspaceWith(t, nil)
 			o := &opener{root: root}
 			v := newPoolView()
-			p := pool(t, SessionsConfig{}, o, v)
+			p := pool(t, PoolConfig{}, o, v)
 			content := random(t, 1<<20)
 			_, err := p.Stream(context.Background(), v.target(), bodyWrite("new/dir/f", executionv1.WriteMode_WRITE_MODE_OVERWRITE, len(content)), 1<<20,
 				session.Transfer{Upload: c.upload(content)})

@@ -1,4 +1,4 @@
-package gateway
+package podexec
 
 import (
 	"bytes"
@@ -45,8 +45,8 @@ var (
 // caller): the helper writes nothing there in normal operation.
 const stderrCap = 4 << 10
 
-// PodExecutorConfig configures a PodExecutor.
-type PodExecutorConfig struct {
+// ExecConfig configures a Exec.
+type ExecConfig struct {
 	// HelperPath is the helper's absolute path inside executor containers (fixed argv).
 	HelperPath string
 	// Container is the executor container (default executor.ContainerName).
@@ -59,17 +59,17 @@ type PodRef struct {
 	UID  types.UID
 }
 
-// PodExecutor runs one helper invocation in an executor Pod through pods/exec: WebSocket,
+// Exec runs one helper invocation in an executor Pod through pods/exec: WebSocket,
 // falling back to SPDY only when the upgrade itself failed (so a command never runs twice).
-type PodExecutor struct {
-	cfg       PodExecutorConfig
+type Exec struct {
+	cfg       ExecConfig
 	rest      *rest.Config
 	kube      kubernetes.Interface
 	namespace string
 }
 
-// NewPodExecutor returns a PodExecutor; it refuses a relative helper path.
-func NewPodExecutor(cfg PodExecutorConfig, restCfg *rest.Config, namespace string) (*PodExecutor, error) {
+// NewExec returns a Exec; it refuses a relative helper path.
+func NewExec(cfg ExecConfig, restCfg *rest.Config, namespace string) (*Exec, error) {
 	if cfg.HelperPath == "" || cfg.HelperPath[0] != '/' || restCfg == nil || namespace == "" {
 		return nil, errors.New("pod executor: an absolute helper path, a REST config and a namespace are required")
 	}
@@ -80,7 +80,7 @@ func NewPodExecutor(cfg PodExecutorConfig, restCfg *rest.Config, namespace strin
 	if err != nil {
 		return nil, err
 	}
-	return &PodExecutor{cfg: cfg, rest: restCfg, kube: kube, namespace: namespace}, nil
+	return &Exec{cfg: cfg, rest: restCfg, kube: kube, namespace: namespace}, nil
 }
 
 // StreamExecutor returns the executor of one pods/exec call to url: WebSocket, falling back
@@ -103,7 +103,7 @@ func StreamExecutor(cfg *rest.Config, url *url.URL) (remotecommand.Executor, err
 // responseCap bytes per frame (the caller derives it from the profile's limits). The call
 // ends when ctx does: the stream is closed, and the helper, seeing stdin end, kills what it
 // runs.
-func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+func (e *Exec) Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 	if responseCap <= 0 || responseCap > protocol.MaxResponseBytes {
 		responseCap = protocol.MaxResponseBytes
 	}
@@ -183,7 +183,7 @@ func (e *PodExecutor) Execute(ctx context.Context, pod PodRef, req *helperv1.Req
 // lives until the session closes, whatever becomes of ctx (which bounds only the opening).
 // A helper that refused the flag (it exited without a frame) is session.ErrUnsupported; a
 // stream that could not be opened is ErrExecutorUnreachable.
-func (e *PodExecutor) openSession(ctx context.Context, pod PodRef, cfg session.Config) (*session.Session, error) {
+func (e *Exec) openSession(ctx context.Context, pod PodRef, cfg session.Config) (*session.Session, error) {
 	if err := e.checkPod(ctx, pod); err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func (e *PodExecutor) openSession(ctx context.Context, pod PodRef, cfg session.C
 // Terminal starts the helper with --terminal in pod and sends it req, a TerminalOpen (see
 // TerminalExecutor). The stream lives until ctx ends or the terminal does. A stream that
 // never took the request is ErrExecutorUnreachable: nothing ran.
-func (e *PodExecutor) Terminal(ctx context.Context, pod PodRef, req *helperv1.Request) (*TerminalConn, error) {
+func (e *Exec) Terminal(ctx context.Context, pod PodRef, req *helperv1.Request) (*Terminal, error) {
 	if err := e.checkPod(ctx, pod); err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func (e *PodExecutor) Terminal(ctx context.Context, pod PodRef, req *helperv1.Re
 		stdinR.Close() // ends a write still waiting for the transport
 		ended <- err
 	}()
-	c := &TerminalConn{in: stdinW, out: stdoutR, abort: abort, ended: ended}
+	c := &Terminal{in: stdinW, out: stdoutR, abort: abort, ended: ended}
 	// The transport reads stdin only once the stream is up: a request it did not take
 	// proves that nothing ran.
 	if _, err := stdinW.Write(first.Bytes()); err != nil {
@@ -260,7 +260,7 @@ const terminalFlag = "--terminal"
 
 // helperExec is the executor of one pods/exec call starting the helper in pod with flags
 // (fixed argv), its stdin, stdout and stderr streamed.
-func (e *PodExecutor) helperExec(pod PodRef, flags ...string) (remotecommand.Executor, error) {
+func (e *Exec) helperExec(pod PodRef, flags ...string) (remotecommand.Executor, error) {
 	opts := &corev1.PodExecOptions{Container: e.cfg.Container, Command: append([]string{e.cfg.HelperPath}, flags...), Stdin: true, Stdout: true, Stderr: true}
 	url := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.namespace).Name(pod.Name).SubResource("exec").
 		VersionedParams(opts, scheme.ParameterCodec).URL()
@@ -286,7 +286,7 @@ func killedBySignal(status int) bool { return status > signalExitBase && status 
 // ErrExecutorUnreachable (retryable: the controller records what happened, and the retry is
 // judged by that). The read is served from the API server's watch cache (resourceVersion
 // "0"): a read, never an etcd round trip or a write, on the data path.
-func (e *PodExecutor) checkPod(ctx context.Context, pod PodRef) error {
+func (e *Exec) checkPod(ctx context.Context, pod PodRef) error {
 	p, err := e.kube.CoreV1().Pods(e.namespace).Get(ctx, pod.Name, metav1.GetOptions{ResourceVersion: "0"})
 	switch {
 	case apierrors.IsNotFound(err):

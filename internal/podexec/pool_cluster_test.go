@@ -1,4 +1,4 @@
-package gateway
+package podexec
 
 import (
 	"bytes"
@@ -29,18 +29,18 @@ import (
 
 // clusterPool is a session pool over pods/exec into a KWOK executor Pod, with a view that
 // always shows the Pod as the environment's.
-func clusterPool(t *testing.T, helperPath string, cfg SessionsConfig) (*Sessions, Target, *Metrics) {
+func clusterPool(t *testing.T, helperPath string, cfg PoolConfig) (*Pool, Target, *Metrics) {
 	t.Helper()
 	ns, pod := executorPod(t)
-	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: helperPath}, clustertest.Cluster(t).RESTConfig(), ns)
+	e, err := NewExec(ExecConfig{HelperPath: helperPath}, clustertest.Cluster(t).RESTConfig(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := readyEnv()
 	env.Status.Pod = &v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
 	env.ObjectMeta = metav1.ObjectMeta{Name: testEnv, UID: env.UID}
-	cfg.Metrics = NewMetrics(prometheus.NewRegistry(), nil)
-	p := NewSessions(cfg, e, func(string) *v1alpha1.ExecutionEnvironment { return env })
+	cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	p := NewPool(cfg, e, func(string) *v1alpha1.ExecutionEnvironment { return env })
 	t.Cleanup(p.Drain)
 	return p, TargetOf(env), cfg.Metrics
 }
@@ -57,7 +57,7 @@ func commandRequest(script string) *helperv1.Request {
 // The real helper over one session through pods/exec: many operations, a 5 MiB transfer
 // each way, commands, one exec upgrade.
 func TestSessionOverPodsExec(t *testing.T) {
-	p, target, m := clusterPool(t, realHelper, SessionsConfig{})
+	p, target, m := clusterPool(t, realHelper, PoolConfig{})
 	ctx := clustertest.Context(t, time.Minute)
 	content := make([]byte, 5<<20)
 	_, _ = rand.Read(content)
@@ -79,17 +79,17 @@ func TestSessionOverPodsExec(t *testing.T) {
 			t.Fatalf("command %d: %v %v", i, resp, err)
 		}
 	}
-	if opened, served := testutil.ToFloat64(m.sessions.opened), testutil.ToFloat64(m.sessions.requests); opened != 1 || served != 22 {
+	if opened, served := testutil.ToFloat64(m.opened), testutil.ToFloat64(m.requests); opened != 1 || served != 22 {
 		t.Fatalf("%v sessions opened for %v requests", opened, served)
 	}
-	if avoided := testutil.ToFloat64(m.sessions.avoided); avoided != 21 {
+	if avoided := testutil.ToFloat64(m.avoided); avoided != 21 {
 		t.Fatalf("%v exec upgrades avoided, want 21", avoided)
 	}
 }
 
 // A helper from before sessions refuses the flag: its Pod is driven one exec per operation.
 func TestSessionFallsBackToOneExecPerOperation(t *testing.T) {
-	p, target, m := clusterPool(t, clustertest.OldHelperPath, SessionsConfig{})
+	p, target, m := clusterPool(t, clustertest.OldHelperPath, PoolConfig{})
 	ctx := clustertest.Context(t, time.Minute)
 	for i := range 3 {
 		w := fileRequest("", &executionv1.FileOperation{Operation: &executionv1.FileOperation_Write{Write: &executionv1.WriteFile{
@@ -98,7 +98,7 @@ func TestSessionFallsBackToOneExecPerOperation(t *testing.T) {
 			t.Fatalf("write %d: %v %v", i, resp, err)
 		}
 	}
-	if opened := testutil.ToFloat64(m.sessions.opened); opened != 0 || p.Open() != 0 || !p.perExec(target.Pod.UID) {
+	if opened := testutil.ToFloat64(m.opened); opened != 0 || p.Open() != 0 || !p.perExec(target.Pod.UID) {
 		t.Fatalf("sessions opened %v, open %d", opened, p.Open())
 	}
 }
@@ -108,7 +108,7 @@ func TestSessionFallsBackToOneExecPerOperation(t *testing.T) {
 func TestSessionHostileHelpers(t *testing.T) {
 	for name := range clustertest.HostileSessions {
 		t.Run(name, func(t *testing.T) {
-			p, target, m := clusterPool(t, hostileDir+name, SessionsConfig{Session: session.Config{AbandonGrace: time.Second}})
+			p, target, m := clusterPool(t, hostileDir+name, PoolConfig{Session: session.Config{AbandonGrace: time.Second}})
 			ctx := clustertest.Context(t, 2*time.Second)
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
@@ -143,11 +143,11 @@ func TestSessionHostileHelpers(t *testing.T) {
 			}
 			// Every session it opened closes (the mute one after its grace).
 			clustertest.Eventually(t, 5*time.Second, "the hostile session closed", func() bool { return p.Open() == 0 })
-			if closed := testutil.ToFloat64(m.sessions.closed.WithLabelValues(string(wantReason))); closed < 1 {
-				closed, _ := testutil.CollectAndFormat(m.sessions.closed, expfmt.TypeTextPlain, "execplane_gateway_sessions_closed_total")
+			if closed := testutil.ToFloat64(m.closed.WithLabelValues(string(wantReason))); closed < 1 {
+				closed, _ := testutil.CollectAndFormat(m.closed, expfmt.TypeTextPlain, "execplane_gateway_sessions_closed_total")
 				t.Fatalf("no session closed as %q; closed:\n%s", wantReason, closed)
 			}
-			t.Logf("%s: %v after %s; sessions opened %v", name, err, elapsed.Round(time.Millisecond), testutil.ToFloat64(m.sessions.opened))
+			t.Logf("%s: %v after %s; sessions opened %v", name, err, elapsed.Round(time.Millisecond), testutil.ToFloat64(m.opened))
 		})
 	}
 }
@@ -195,7 +195,7 @@ func descendsFromUs(pid int) bool {
 // The session's helper killed by SIGKILL mid-command: the call's outcome is unknown, and the
 // next call opens a new session.
 func TestSessionHelperKilledMidOperation(t *testing.T) {
-	p, target, m := clusterPool(t, realHelper, SessionsConfig{})
+	p, target, m := clusterPool(t, realHelper, PoolConfig{})
 	ctx := clustertest.Context(t, time.Minute)
 	if _, err := p.Execute(ctx, target, commandRequest("true"), 1<<20); err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestSessionHelperKilledMidOperation(t *testing.T) {
 		done <- err
 	}()
 	clustertest.Eventually(t, 10*time.Second, "the command started", func() bool {
-		return testutil.ToFloat64(m.sessions.requests) >= 1 && len(process.Children(helpers[0])) > 0
+		return testutil.ToFloat64(m.requests) >= 1 && len(process.Children(helpers[0])) > 0
 	})
 	if err := syscall.Kill(helpers[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestSessionHelperKilledMidOperation(t *testing.T) {
 	if _, err := p.Execute(ctx, target, commandRequest("true"), 1<<20); err != nil {
 		t.Fatalf("the next call: %v", err)
 	}
-	if opened := testutil.ToFloat64(m.sessions.opened); opened != 2 {
+	if opened := testutil.ToFloat64(m.opened); opened != 2 {
 		t.Fatalf("sessions opened %v, want 2", opened)
 	}
 }

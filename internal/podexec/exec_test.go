@@ -1,4 +1,4 @@
-package gateway
+package podexec
 
 import (
 	"errors"
@@ -77,7 +77,7 @@ func fileRequest(id string, op *executionv1.FileOperation) *helperv1.Request {
 // command that reads the file.
 func TestExecuteRealHelper(t *testing.T) {
 	ns, pod := executorPod(t)
-	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
+	e, err := NewExec(ExecConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestExecuteRealHelper(t *testing.T) {
 // anything: it is ErrExecutorUnreachable (retryable), never an unknown outcome.
 func TestExecuteRefusedUpgradeRanNothing(t *testing.T) {
 	ns, pod := executorPod(t)
-	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper, Container: "no-such-container"}, clustertest.Cluster(t).RESTConfig(), ns)
+	e, err := NewExec(ExecConfig{HelperPath: realHelper, Container: "no-such-container"}, clustertest.Cluster(t).RESTConfig(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestExecuteRefusedUpgradeRanNothing(t *testing.T) {
 // and the write it was sent did not happen.
 func TestExecuteOnlyIntoTheRecordedPod(t *testing.T) {
 	ns, pod := executorPod(t)
-	e, err := NewPodExecutor(PodExecutorConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
+	e, err := NewExec(ExecConfig{HelperPath: realHelper}, clustertest.Cluster(t).RESTConfig(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestExecuteHostileHelpers(t *testing.T) {
 	ns, pod := executorPod(t)
 	for name := range clustertest.Hostile {
 		t.Run(name, func(t *testing.T) {
-			e, err := NewPodExecutor(PodExecutorConfig{HelperPath: hostileDir + name}, clustertest.Cluster(t).RESTConfig(), ns)
+			e, err := NewExec(ExecConfig{HelperPath: hostileDir + name}, clustertest.Cluster(t).RESTConfig(), ns)
 			if err != nil {
 				t.Fatal(err)
 			}

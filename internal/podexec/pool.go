@@ -1,4 +1,4 @@
-package gateway
+package podexec
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 
 // Bounds of the session pool (docs/sessions.md).
 const (
-	// DefaultSessionIdle closes a session unused this long: an agent's turn has pauses of
+	// DefaultIdle closes a session unused this long: an agent's turn has pauses of
 	// seconds, a minute covers them; an idle session costs a stream and a few goroutines.
-	DefaultSessionIdle = 60 * time.Second
+	DefaultIdle = 60 * time.Second
 	// DefaultMaxSessions bounds the sessions one gateway holds; beyond it the least recently
 	// used closes. An idle session holds about 280 KiB and 13 goroutines in the gateway,
 	// nearly all of it client-go's WebSocket stream (docs/benchmarks.md): 1024 of them are
@@ -60,11 +60,11 @@ func TargetOf(env *executionv1alpha1.ExecutionEnvironment) Target {
 	return t
 }
 
-// SessionsConfig configures the pool.
-type SessionsConfig struct {
+// PoolConfig configures the pool.
+type PoolConfig struct {
 	// Disabled drives every call one exec per operation.
 	Disabled bool
-	// Idle closes a session unused this long (DefaultSessionIdle).
+	// Idle closes a session unused this long (DefaultIdle).
 	Idle time.Duration
 	// Max bounds the open sessions (DefaultMaxSessions).
 	Max int
@@ -74,13 +74,13 @@ type SessionsConfig struct {
 	Metrics *Metrics
 }
 
-// sessionOpener opens sessions and runs single execs: the PodExecutor.
+// sessionOpener opens sessions and runs single execs: the Exec.
 type sessionOpener interface {
 	openSession(ctx context.Context, pod PodRef, cfg session.Config) (*session.Session, error)
 	Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
 }
 
-// Sessions is the gateway's Executor: each call goes over a session to its target's executor
+// Pool is the gateway's Executor: each call goes over a session to its target's executor
 // Pod — at most one per (environment, Pod UID), opened by the first call — or, for a helper
 // that does not speak sessions (or with sessions disabled), one exec per operation.
 //
@@ -89,8 +89,8 @@ type sessionOpener interface {
 // environment unusable or gone, the session closes (its helper kills what it runs), so no
 // request of a superseded run or a revoked grant reaches the Pod through it. It authorises
 // nothing itself: every call was admitted before it gets here.
-type Sessions struct {
-	cfg     SessionsConfig
+type Pool struct {
+	cfg     PoolConfig
 	exec    sessionOpener
 	lookup  func(name string) *executionv1alpha1.ExecutionEnvironment
 	opening singleflight.Group
@@ -112,15 +112,15 @@ type pooled struct {
 	target Target
 }
 
-// NewSessions returns the pool over exec. lookup reads this gateway's view of an
+// NewPool returns the pool over exec. lookup reads this gateway's view of an
 // environment (nil when absent).
-func NewSessions(cfg SessionsConfig, exec *PodExecutor, lookup func(string) *executionv1alpha1.ExecutionEnvironment) *Sessions {
-	return newSessions(cfg, exec, lookup)
+func NewPool(cfg PoolConfig, exec *Exec, lookup func(string) *executionv1alpha1.ExecutionEnvironment) *Pool {
+	return newPool(cfg, exec, lookup)
 }
 
-func newSessions(cfg SessionsConfig, exec sessionOpener, lookup func(string) *executionv1alpha1.ExecutionEnvironment) *Sessions {
+func newPool(cfg PoolConfig, exec sessionOpener, lookup func(string) *executionv1alpha1.ExecutionEnvironment) *Pool {
 	if cfg.Idle <= 0 {
-		cfg.Idle = DefaultSessionIdle
+		cfg.Idle = DefaultIdle
 	}
 	if cfg.Max <= 0 {
 		cfg.Max = DefaultMaxSessions
@@ -128,11 +128,11 @@ func newSessions(cfg SessionsConfig, exec sessionOpener, lookup func(string) *ex
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Sessions{cfg: cfg, exec: exec, lookup: lookup, open: map[sessionKey]*pooled{}, unsupported: map[types.UID]bool{}}
+	return &Pool{cfg: cfg, exec: exec, lookup: lookup, open: map[sessionKey]*pooled{}, unsupported: map[types.UID]bool{}}
 }
 
 // Execute runs req at t and returns the helper's response (see Executor).
-func (p *Sessions) Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+func (p *Pool) Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 	if p.cfg.Disabled || p.perExec(t.Pod.UID) {
 		return p.exec.Execute(ctx, t.Pod, req, responseCap)
 	}
@@ -164,7 +164,7 @@ func (p *Sessions) Execute(ctx context.Context, t Target, req *helperv1.Request,
 // exec per operation, or a session helper without them — gets the whole request. A write
 // is not retried (its body is the caller's, consumed as it went); a read is, once, as long
 // as none of its content reached the caller.
-func (p *Sessions) Stream(ctx context.Context, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
+func (p *Pool) Stream(ctx context.Context, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
 	perExec := func(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 		return p.exec.Execute(ctx, t.Pod, req, responseCap)
 	}
@@ -227,7 +227,7 @@ func sessionError(err error) error {
 var errSupersededView = fmt.Errorf("%w: the environment's epoch or grant generation moved while the call was admitted", apierror.ErrStaleEpoch)
 
 // session returns the open session for t, opening it when there is none.
-func (p *Sessions) session(ctx context.Context, t Target) (*session.Session, error) {
+func (p *Pool) session(ctx context.Context, t Target) (*session.Session, error) {
 	key := sessionKey{env: t.EnvironmentUID, pod: t.Pod.UID}
 	p.mu.Lock()
 	if cur := p.open[key]; cur != nil && cur.s.Reason() != "" {
@@ -273,7 +273,7 @@ func (p *Sessions) session(ctx context.Context, t Target) (*session.Session, err
 }
 
 // dial opens a session for t and adds it to the pool.
-func (p *Sessions) dial(t Target) (*session.Session, error) {
+func (p *Pool) dial(t Target) (*session.Session, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), sessionOpenTimeout)
 	defer cancel()
 	s, err := p.exec.openSession(ctx, t.Pod, p.cfg.Session)
@@ -314,7 +314,7 @@ func (p *Sessions) dial(t Target) (*session.Session, error) {
 }
 
 // leastRecent removes and returns the least recently used session. The caller holds mu.
-func (p *Sessions) leastRecent() *pooled {
+func (p *Pool) leastRecent() *pooled {
 	var oldKey sessionKey
 	var old *pooled
 	for k, c := range p.open {
@@ -330,7 +330,7 @@ func (p *Sessions) leastRecent() *pooled {
 // The close is counted before the session leaves the pool here, so with no other call on
 // the pool a closed session is counted by the time the pool no longer holds it. (A new call
 // may take a closed session out first, and a drain takes them all.)
-func (p *Sessions) forget(key sessionKey, s *session.Session) {
+func (p *Pool) forget(key sessionKey, s *session.Session) {
 	<-s.Done()
 	p.cfg.Metrics.sessionClosed(s.Reason(), s.Served())
 	p.mu.Lock()
@@ -342,13 +342,13 @@ func (p *Sessions) forget(key sessionKey, s *session.Session) {
 
 // perExec reports whether calls to pod go one exec per operation: its helper does not
 // speak sessions, or the pool has drained.
-func (p *Sessions) perExec(pod types.UID) bool {
+func (p *Pool) perExec(pod types.UID) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.drained || p.unsupported[pod]
 }
 
-func (p *Sessions) markUnsupported(pod types.UID) {
+func (p *Pool) markUnsupported(pod types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.unsupported) >= unsupportedMemory {
@@ -371,7 +371,7 @@ func reasonFor(t Target, env *executionv1alpha1.ExecutionEnvironment) session.Re
 }
 
 // check closes the session of key if the view has moved away from it.
-func (p *Sessions) check(key sessionKey) {
+func (p *Pool) check(key sessionKey) {
 	p.mu.Lock()
 	cur := p.open[key]
 	p.mu.Unlock()
@@ -385,7 +385,7 @@ func (p *Sessions) check(key sessionKey) {
 
 // Run follows the view until ctx ends, closing the sessions it supersedes and the idle
 // ones. changes yields after every change of the view.
-func (p *Sessions) Run(ctx context.Context, changes func() <-chan struct{}) {
+func (p *Pool) Run(ctx context.Context, changes func() <-chan struct{}) {
 	idle := time.NewTicker(p.cfg.Idle / 4)
 	defer idle.Stop()
 	for {
@@ -403,7 +403,7 @@ func (p *Sessions) Run(ctx context.Context, changes func() <-chan struct{}) {
 
 // sweep closes what the view supersedes and, with idle, what has not been used within the
 // idle bound.
-func (p *Sessions) sweep(idle bool) {
+func (p *Pool) sweep(idle bool) {
 	p.mu.Lock()
 	all := make([]*pooled, 0, len(p.open))
 	for _, c := range p.open {
@@ -421,7 +421,7 @@ func (p *Sessions) sweep(idle bool) {
 
 // Drain closes every session: the gateway has stopped serving, once its in-flight calls
 // ended. A call after it goes one exec per operation.
-func (p *Sessions) Drain() {
+func (p *Pool) Drain() {
 	p.mu.Lock()
 	all := p.open
 	p.open = map[sessionKey]*pooled{}
@@ -433,7 +433,7 @@ func (p *Sessions) Drain() {
 }
 
 // Open counts the open sessions.
-func (p *Sessions) Open() int {
+func (p *Pool) Open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.open)
