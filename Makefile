@@ -19,7 +19,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X github.com/execplane/execplane/internal/version.Version=$(VERSION) \
              -X github.com/execplane/execplane/internal/version.Commit=$(COMMIT)
-BINARIES  := gateway controller execctl helper
+BINARIES  := gateway controller execctl execplane-dev helper
 GO_TEST_FLAGS ?=
 # Builds the cluster binaries on first use (cached by version) and prints their directory.
 CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
@@ -35,11 +35,12 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/gateway, bin/controller, bin/execctl and a static bin/helper.
+build: ## Build bin/gateway, bin/controller, bin/execctl, bin/execplane-dev (the local stack) and a static bin/helper.
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/gateway ./cmd/gateway
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/controller ./cmd/controller
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execctl ./cmd/execctl
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execplane-dev ./cmd/execplane-dev
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/helper ./cmd/helper
 
 .PHONY: generate
@@ -158,13 +159,13 @@ node-bins: ## Build the real node's containerd, shim, ctr and kubelet (once; cac
 cluster-bins: ## Build the local cluster's pinned binaries (once; cached by version).
 	@hack/build-cluster-bins.sh
 
-# The development stack of make demo / cluster-up (execctl dev; docs/quickstart.md). Executors
-# run on the real node (containerd + runc + a kubelet; needs root); DEV_NODE=kwok keeps them
-# on the fake nodes, for machines without the runtime.
+# The development stack of make demo / cluster-up (bin/execplane-dev; docs/quickstart.md).
+# Executors run on the real node (containerd + runc + a kubelet; needs root); DEV_NODE=kwok
+# keeps them on the fake nodes, for machines without the runtime.
 DEV_STATE ?= .state/dev
 DEV_NODE  ?= real
 DEV_UP = EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(if $(filter real,$(DEV_NODE)),EXECPLANE_NODE_BIN=$(NODE_BIN)) \
-  bin/execctl dev up --state-dir $(DEV_STATE) --node $(DEV_NODE) --helper bin/helper --pause bin/pause
+  bin/execplane-dev up --state-dir $(DEV_STATE) --node $(DEV_NODE) --helper bin/helper --pause bin/pause
 DEV_PREREQS = build bin/pause $(if $(filter real,$(DEV_NODE)),node-packages)
 
 # The real node's sandbox process, for the local stack's pause image (static, like the helper).
@@ -178,22 +179,22 @@ cluster-up: $(DEV_PREREQS) ## Start the local cluster alone in the background (K
 
 .PHONY: cluster-down
 cluster-down: ## Stop what cluster-up or demo started.
-	@bin/execctl dev down --state-dir $(DEV_STATE)
+	@bin/execplane-dev down --state-dir $(DEV_STATE)
 
 .PHONY: demo
 demo: $(DEV_PREREQS) ## Build, start the local cluster (executors on its real node; DEV_NODE=kwok: on fake nodes) with a controller and a gateway, and walk a client through a session.
 	@$(DEV_UP) --controller bin/controller --gateway bin/gateway
-	@bin/execctl dev demo --state-dir $(DEV_STATE)
+	@bin/execplane-dev demo --state-dir $(DEV_STATE)
 	@echo
 	@echo "The stack keeps running. Try it by hand:"
 	@echo "  source $(DEV_STATE)/caller.env      # EXECPLANE_ADDRESS, _CA, _CERT, _KEY; KUBECONFIG"
-	@echo "  bin/execctl dev demo                # the walkthrough again"
-	@echo "  kubectl get executionenvironments -A   # kubectl: bin/execctl dev status"
+	@echo "  bin/execplane-dev demo              # the walkthrough again"
+	@echo "  kubectl get executionenvironments -A   # kubectl: bin/execplane-dev status"
 	@echo "Stop it with: make demo-down"
 
 .PHONY: demo-down
 demo-down: ## Stop everything make demo started.
-	@bin/execctl dev down --state-dir $(DEV_STATE)
+	@bin/execplane-dev down --state-dir $(DEV_STATE)
 
 .PHONY: clean
 clean: ## Remove build output (the cached cluster binaries are kept; see docs/development.md).

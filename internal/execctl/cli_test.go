@@ -388,24 +388,6 @@ func TestEnsureWaitProgress(t *testing.T) {
 	}
 }
 
-func TestDevBundle(t *testing.T) {
-	h := &harness{env: map[string]string{}, state: "/nonexistent"}
-	dir := filepath.Join(t.TempDir(), "bundle")
-	out, stderr, code := h.execctl(t, "dev", "bundle", dir, "--client", "ci:attest", "--dns-name", "gw.example")
-	if code != 0 || !strings.Contains(out, "spiffe://execplane.test/client/ci") {
-		t.Fatalf("exit %d\n%s%s", code, out, stderr)
-	}
-	if fi, err := os.Stat(filepath.Join(dir, "ca.key")); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("the CA key: %v %v", fi, err)
-	}
-	if _, _, code := h.execctl(t, "dev", "bundle", dir); code != cli.ExitFailure {
-		t.Fatalf("a bundle over an existing one: exit %d", code)
-	}
-	if _, _, code := h.execctl(t, "dev", "bundle", dir+"2", "--client", "x:root"); code != cli.ExitUsage {
-		t.Fatalf("an unknown capability: exit %d", code)
-	}
-}
-
 func TestRunStateIsPrivate(t *testing.T) {
 	h := newHarness(t)
 	if _, stderr, code := h.execctl(t, "run", "acquire", "conv-1", "xenv-0123456789abcdef0123", "--revision", "5f0e1a1e-0000-4000-8000-000000000001", "--run-id", "r"); code != 0 {

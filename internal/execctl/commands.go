@@ -86,7 +86,7 @@ func runLeaf(ctx context.Context, cfg Config, g *group, l *leaf, args []string, 
 	// -o may also follow the command, where scripts tend to put it.
 	fs.StringVar(&in.cfg.Output, "o", in.cfg.Output, "output format: table or json")
 	fs.Usage = func() { leafUsage(fs, name, l, stderr) }
-	if err := cli.ParseFlags(fs, interspersed(fs, args)); err != nil {
+	if err := cli.ParseFlags(fs, cli.Interspersed(fs, args)); err != nil {
 		return err
 	}
 	if err := in.cfg.Validate(); err != nil {
@@ -98,38 +98,6 @@ func runLeaf(ctx context.Context, cfg Config, g *group, l *leaf, args []string, 
 		return cli.Usagef("%s: want arguments %s, got %d", name, l.args, len(in.args))
 	}
 	return run()
-}
-
-// interspersed lets flags follow positional arguments (`fs cat ENV path -o json` reads
-// naturally), up to a "--" after which everything is an argument.
-func interspersed(fs *flag.FlagSet, args []string) []string {
-	var flags, positional []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			positional = append(positional, args[i+1:]...)
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			positional = append(positional, a)
-			continue
-		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) {
-			i++
-			flags = append(flags, args[i])
-		}
-	}
-	return append(append(flags, "--"), positional...)
-}
-
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
 }
 
 func leafUsage(fs *flag.FlagSet, name string, l *leaf, w io.Writer) {

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/execplane/execplane/internal/cli"
-	"github.com/execplane/execplane/internal/dev/devstack"
 	"github.com/execplane/execplane/internal/version"
 )
 
@@ -45,8 +44,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return nil
 	case "version":
 		return runVersion(cfg, rest, stdout)
-	case "dev":
-		return runDev(ctx, rest, stdout, stderr)
 	}
 	for _, g := range groups {
 		if g.name != name {
@@ -84,8 +81,7 @@ Commands:
 	for _, g := range groups {
 		fmt.Fprintf(&b, "  %-10s %s\n", g.name, g.summary)
 	}
-	b.WriteString(`  dev        the local development stack: up, down, status, demo; bundle (development security material)
-  version    print the client's version
+	b.WriteString(`  version    print the client's version
   help       show this help
 
 A session by hand (after 'make demo': source .state/dev/caller.env):
@@ -109,29 +105,6 @@ Global flags:
 	fmt.Fprint(w, b.String())
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-}
-
-// devCommands are execctl dev's subcommands run by devstack.
-var devCommands = map[string]bool{"up": true, "down": true, "status": true, "serve": true}
-
-// runDev runs `execctl dev <command> [flags]` (or, as the detached daemon re-runs itself,
-// `execctl dev [flags] serve`).
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" {
-		args = []string{"-h"}
-	}
-	switch args[0] {
-	case "demo":
-		return runDemo(ctx, args[1:], stdout)
-	case "bundle":
-		return runBundle(args[1:], stdout, stderr)
-	case "host":
-		return runHost(ctx, args[1:], stdout, stderr)
-	}
-	if devCommands[args[0]] {
-		args = append(args[1:len(args):len(args)], args[0])
-	}
-	return devstack.RunCommand(ctx, []string{"dev"}, args, stdout, stderr)
 }
 
 func runVersion(cfg Config, args []string, stdout io.Writer) error {

@@ -1,5 +1,5 @@
 // Package demo_test runs the stack `make demo` starts, as a user would, on each kind of node:
-// it starts clusters of its own (execctl dev up), so it keeps none in the package.
+// it starts clusters of its own (execplane-dev up), so it keeps none in the package.
 package demo_test
 
 import (
@@ -21,7 +21,7 @@ import (
 	"github.com/execplane/execplane/internal/executor"
 )
 
-var controllerBin, gatewayBin, execctlBin, helperBin, pauseBin string
+var controllerBin, gatewayBin, execctlBin, devBin, helperBin, pauseBin string
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -37,9 +37,10 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	controllerBin, gatewayBin, execctlBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway"), filepath.Join(dir, "execctl")
+	devBin = filepath.Join(dir, "execplane-dev")
 	helperBin, pauseBin = filepath.Join(dir, "helper"), filepath.Join(dir, "pause")
 	for _, b := range []struct{ out, pkg string }{
-		{controllerBin, "./cmd/controller"}, {gatewayBin, "./cmd/gateway"}, {execctlBin, "./cmd/execctl"},
+		{controllerBin, "./cmd/controller"}, {gatewayBin, "./cmd/gateway"}, {execctlBin, "./cmd/execctl"}, {devBin, "./cmd/execplane-dev"},
 	} {
 		if err := clustertest.GoBuild("../..", b.out, b.pkg, "-race"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -60,13 +61,13 @@ func run(m *testing.M) int {
 // node lock while another test package holds it (a few minutes).
 const upTimeout = 15 * time.Minute
 
-// The stack `make demo` starts, on the real node (its default) and on the fake nodes: `execctl
-// dev up` with the controller and gateway binaries brings up a cluster of its own and
-// execplane on it in the background, `execctl dev demo` walks a real client through the
-// session, a command in a new environment runs as the profile's user (the real node's
-// container: 65532; the fake node: this machine's user, the helper a local process),
-// `execctl dev down` leaves nothing running — on the real node, the machine as it was — and
-// a new stack in the same directory starts afresh.
+// The stack `make demo` starts, on the real node (its default) and on the fake nodes:
+// `execplane-dev up` with the controller and gateway binaries brings up a cluster of its own
+// and execplane on it in the background, `execplane-dev demo` walks a real client through the
+// session, a command in a new environment run by hand with execctl runs as the profile's user
+// (the real node's container: 65532; the fake node: this machine's user, the helper a local
+// process), `execplane-dev down` leaves nothing running — on the real node, the machine as it
+// was — and a new stack in the same directory starts afresh.
 func TestDemoStack(t *testing.T) {
 	for _, node := range []string{devstack.NodeReal, devstack.NodeKWOK} {
 		t.Run(node, func(t *testing.T) {
@@ -81,7 +82,7 @@ func TestDemoStack(t *testing.T) {
 			demoStack(t, node)
 			if node == devstack.NodeReal {
 				if d := idleSnapshot(t).Diff(before); len(d) > 0 {
-					t.Fatalf("after dev down the machine is not as before:\n  %s", strings.Join(d, "\n  "))
+					t.Fatalf("after execplane-dev down the machine is not as before:\n  %s", strings.Join(d, "\n  "))
 				}
 			}
 		})
@@ -106,13 +107,13 @@ func idleSnapshot(t *testing.T) devcluster.HostState {
 
 func demoStack(t *testing.T, node string) {
 	state := filepath.Join(t.TempDir(), "dev")
-	execctl := func(timeout time.Duration, args ...string) string {
+	dev := func(timeout time.Duration, args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(clustertest.Context(t, timeout), execctlBin, args...)
+		cmd := exec.CommandContext(clustertest.Context(t, timeout), devBin, args...)
 		cmd.Dir = "../.."
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("execctl %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("execplane-dev %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		return string(out)
 	}
@@ -121,11 +122,11 @@ func demoStack(t *testing.T, node string) {
 			log, _ := os.ReadFile(filepath.Join(state, "devstack.log"))
 			t.Logf("--- devstack log ---\n%s", log)
 		}
-		_ = exec.Command(execctlBin, "dev", "down", "--state-dir", state).Run()
+		_ = exec.Command(devBin, "down", "--state-dir", state).Run()
 	}()
-	upArgs := []string{"dev", "up", "--state-dir", state, "--node", node, "--helper", helperBin, "--pause", pauseBin,
+	upArgs := []string{"up", "--state-dir", state, "--node", node, "--helper", helperBin, "--pause", pauseBin,
 		"--controller", controllerBin, "--gateway", gatewayBin}
-	up := execctl(upTimeout, upArgs...)
+	up := dev(upTimeout, upArgs...)
 	if !strings.Contains(up, "source "+filepath.Join(state, "caller.env")) {
 		t.Fatalf("up did not say how to reach the stack:\n%s", up)
 	}
@@ -133,10 +134,10 @@ func demoStack(t *testing.T, node string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again := execctl(time.Minute, upArgs...); !strings.Contains(again, "already running") {
+	if again := dev(time.Minute, upArgs...); !strings.Contains(again, "already running") {
 		t.Fatalf("a second up:\n%s", again)
 	}
-	demo := execctl(3*time.Minute, "dev", "demo", "--state-dir", state)
+	demo := dev(3*time.Minute, "demo", "--state-dir", state)
 	for _, want := range []string{"10/10 delete the retired environment", `"HELLO FROM AN EXECPLANE WORKSPACE\n"`, "done in"} {
 		if !strings.Contains(demo, want) {
 			t.Fatalf("the walkthrough lacks %q:\n%s", want, demo)
@@ -165,15 +166,15 @@ id=$(echo "$out" | awk 'NR==2 {print $1}'); rev=$(echo "$out" | awk 'NR==2 {prin
 	if got := strings.TrimSpace(string(out)); got != want {
 		t.Fatalf("execctl exec ENV -- id -u printed %q, want %s", got, want)
 	}
-	if down := execctl(time.Minute, "dev", "down", "--state-dir", state); !strings.Contains(down, "stopped") {
+	if down := dev(time.Minute, "down", "--state-dir", state); !strings.Contains(down, "stopped") {
 		t.Fatalf("down:\n%s", down)
 	}
 	// A second stack in the same directory starts afresh (new material, no stale state).
-	execctl(upTimeout, upArgs...)
-	if again := execctl(3*time.Minute, "dev", "demo", "--state-dir", state); !strings.Contains(again, "done in") {
+	dev(upTimeout, upArgs...)
+	if again := dev(3*time.Minute, "demo", "--state-dir", state); !strings.Contains(again, "done in") {
 		t.Fatalf("the walkthrough on a second stack:\n%s", again)
 	}
-	execctl(time.Minute, "dev", "down", "--state-dir", state)
+	dev(time.Minute, "down", "--state-dir", state)
 	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,14 @@
 // Package layout_test keeps the package layout honest: the import arrows docs/architecture.md
 // draws are the real ones, nothing under pkg/ imports internal/, the gateway links neither
-// the store nor the helper's rooms, and production never imports development rooms.
+// the store nor the helper's rooms, production never imports development rooms and the
+// caller's CLI (cmd/execctl) links none.
 package layout_test
 
 import (
 	"bufio"
 	"bytes"
 	"flag"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,20 +107,32 @@ func TestGatewayLinksNeitherStoreNorHelperRooms(t *testing.T) {
 	}
 }
 
-// devCommands are the production packages allowed to import development rooms: execctl's
-// `dev` commands run the local stack of make demo (docs/quickstart.md).
-var devCommands = map[string]bool{"internal/execctl": true}
-
 func TestProductionImportsNoDevelopmentRoom(t *testing.T) {
 	g := graph(t)
 	for p, ds := range g {
-		if apart(p) || devCommands[p] {
+		if apart(p) {
 			continue
 		}
 		for _, d := range ds {
 			if apart(d) && !strings.HasPrefix(d, "pkg/generated") {
 				t.Errorf("%s imports %s", p, d)
 			}
+		}
+	}
+}
+
+// The CLI callers and operators install links nothing of the development stack (that is
+// execplane-dev's, cmd/execplane-dev). cmd stands apart, so the test above does not see
+// cmd/execctl's own imports: this walks everything the binary links.
+func TestCallerCLILinksNoDevelopmentRoom(t *testing.T) {
+	g := graph(t)
+	const cli = "cmd/execctl"
+	if _, ok := g[cli]; !ok {
+		t.Fatalf("go list found no %s", cli)
+	}
+	for _, d := range slices.Sorted(maps.Keys(deps(g, cli))) {
+		if d == "internal/dev" || strings.HasPrefix(d, "internal/dev/") {
+			t.Errorf("%s reaches %s", cli, d)
 		}
 	}
 }

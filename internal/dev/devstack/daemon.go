@@ -128,7 +128,7 @@ func LoadInfo(stateDir string) (Info, error) {
 	var info Info
 	data, err := os.ReadFile(filepath.Join(stateDir, InfoFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return info, fmt.Errorf("no stack is running in %s (start one with: execctl dev up, or make demo)", stateDir)
+		return info, fmt.Errorf("no stack is running in %s (start one with: %s up, or make demo)", stateDir, command)
 	}
 	if err != nil {
 		return info, err
@@ -139,11 +139,17 @@ func LoadInfo(stateDir string) (Info, error) {
 	return info, nil
 }
 
-// RunCommand is the entry point of `execctl dev` (prefix ["dev"]): `up` starts a stack that
-// keeps running in the background, `down` stops it, `status` reports it, `serve` runs one in
-// the foreground until interrupted.
-func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet(strings.Join(prefix, " "), flag.ContinueOnError)
+// command is the binary that runs these commands (cmd/execplane-dev): the usage and the
+// messages name it.
+const command = "execplane-dev"
+
+// RunCommand is the entry point of `execplane-dev [flags] up|down|status|serve`: `up` starts
+// a stack that keeps running in the background, `down` stops it, `status` reports it, `serve`
+// runs one in the foreground until interrupted. `up` re-executes the running binary
+// (os.Executable) with args' flags and `--state-dir DIR serve`, so that binary must hand such
+// arguments back to RunCommand.
+func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options
 	fs.StringVar(&o.StateDir, "state-dir", ".state/dev", "directory for the stack's state, logs, kubeconfig and development keys")
@@ -155,7 +161,7 @@ func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Wr
 	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
 	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/crds", "directory of the CRD manifests")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: execctl %[1]s up|down|status [flags]\n       execctl %[1]s demo [--state-dir DIR]\n       execctl %[1]s bundle [flags] DIR   (a development security bundle)\n       execctl %[1]s host [--against FILE]   (what the real node changes on this machine)\n\n", strings.Join(prefix, " "))
+		fmt.Fprintf(stderr, "usage: %[1]s up|down|status [flags]\n       %[1]s demo [--state-dir DIR]\n       %[1]s bundle [flags] DIR   (a development security bundle)\n       %[1]s host [--against FILE]   (what the real node changes on this machine)\n\n", command)
 		fmt.Fprintln(stderr, "Starts the local Kubernetes cluster (and, with --controller and --gateway, execplane on it)")
 		fmt.Fprintln(stderr, "in the background; `make demo` does this with the binaries of `make build`, then runs")
 		fmt.Fprintln(stderr, "`demo`: a real client walked through ensure, acquire, files, a command, release, retire")
@@ -201,7 +207,7 @@ func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Wr
 	case "serve":
 		return serve(ctx, o, stderr)
 	case "up":
-		return up(ctx, o, append(append([]string(nil), prefix...), withoutCommand(args)...), stdout, stderr)
+		return up(ctx, o, withoutCommand(args), stdout, stderr)
 	case "down":
 		return down(o.StateDir, stdout)
 	case "status":
@@ -214,7 +220,9 @@ func RunCommand(ctx context.Context, prefix, args []string, stdout, stderr io.Wr
 // serve runs a stack in the foreground until ctx ends or a process of it exits.
 func serve(ctx context.Context, o Options, stderr io.Writer) error {
 	logf := func(f string, a ...any) { fmt.Fprintf(stderr, time.Now().Format("15:04:05 ")+f+"\n", a...) }
-	// A stack starts afresh: new development material, no runs of an earlier stack.
+	// A stack starts afresh: new development material, no runs of an earlier stack (the
+	// directory "execctl" is the caller's execctl's EXECPLANE_STATE_DIR, where it keeps the
+	// runs it holds; the shell files name it).
 	for _, f := range []string{readyFile, InfoFile, "system", "execctl", "caller.env", "admin.env"} {
 		if err := os.RemoveAll(filepath.Join(o.StateDir, f)); err != nil {
 			return err

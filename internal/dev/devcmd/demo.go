@@ -1,4 +1,4 @@
-package execctl
+package devcmd
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 // demoTimeout bounds the whole walkthrough (a warm environment is ready in about a second).
 const demoTimeout = 3 * time.Minute
 
-// runDemo walks a real client through a session against the stack of `execctl dev up`:
+// runDemo walks a real client through a session against the stack of `execplane-dev up`:
 // ensure → wait Ready → acquire → write → run → read → release → retire → delete-retired.
 func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("execctl dev demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("execplane-dev demo", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	stateDir := fs.String("state-dir", ".state/dev", "the stack's state directory (execctl dev up)")
+	stateDir := fs.String("state-dir", ".state/dev", "the stack's state directory (execplane-dev up)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}

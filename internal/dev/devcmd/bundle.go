@@ -1,4 +1,4 @@
-package execctl
+package devcmd
 
 import (
 	"flag"
@@ -15,7 +15,7 @@ import (
 // administrator, the gateway's identity towards the controller, an Ed25519 grant key and the
 // manifest naming them — for trying execplane outside `make demo`, never for production.
 func runBundle(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("execctl dev bundle", flag.ContinueOnError)
+	fs := flag.NewFlagSet("execplane-dev bundle", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var dns, ips, clients multi
 	fs.Var(&dns, "dns-name", "another server certificate DNS name beside localhost (repeatable)")
@@ -23,10 +23,10 @@ func runBundle(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&clients, "client", "another client NAME[:attest][:admin] (repeatable): attest may attest owners, admin administers")
 	validity := fs.Duration("validity", devbundle.DefaultValidity, "certificate lifetime (at most 90 days)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: execctl dev bundle [flags] DIR\n\nWrites a development security bundle into DIR (new or empty): CA, server and client\ncertificates, a grant key and the manifest. Development only: the CA key is in DIR.\n\nExample:\n  execctl dev bundle ./bundle --dns-name gateway.local --client ci:attest\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: execplane-dev bundle [flags] DIR\n\nWrites a development security bundle into DIR (new or empty): CA, server and client\ncertificates, a grant key and the manifest. Development only: the CA key is in DIR.\n\nExample:\n  execplane-dev bundle ./bundle --dns-name gateway.local --client ci:attest\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := cli.ParseFlags(fs, interspersed(fs, args)); err != nil {
+	if err := cli.ParseFlags(fs, cli.Interspersed(fs, args)); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

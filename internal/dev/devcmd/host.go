@@ -1,4 +1,4 @@
-package execctl
+package devcmd
 
 import (
 	"context"
@@ -15,17 +15,17 @@ import (
 	"github.com/execplane/execplane/internal/dev/devcluster"
 )
 
-// runHost runs `execctl dev host`: the machine's state as the local cluster's real node
+// runHost runs `execplane-dev host`: the machine's state as the local cluster's real node
 // changes it (kernel settings, addresses, links, mounts, cgroups, directories, node processes,
 // firewall rules), read while no real node runs; with --against, the differences from a
 // state saved earlier.
 func runHost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("execctl dev host", flag.ContinueOnError)
+	fs := flag.NewFlagSet("execplane-dev host", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	against := fs.String("against", "", "a state saved earlier by execctl dev host: print what differs, and fail when anything does")
+	against := fs.String("against", "", "a state saved earlier by execplane-dev host: print what differs, and fail when anything does")
 	wait := fs.Duration("wait", 0, "how long to wait for a running real node (make demo's, a test's) to stop; 0 fails at once")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: execctl dev host [--against FILE] [--wait D]\n\nPrints, as JSON, what of this machine the local cluster's real node changes, read under\nthe machine's real-node lock (so while no real node runs). With --against, compares with a\nstate saved earlier and fails when the machine differs.\n\nExample:\n  execctl dev host > before.json && make test && execctl dev host --against before.json\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: execplane-dev host [--against FILE] [--wait D]\n\nPrints, as JSON, what of this machine the local cluster's real node changes, read under\nthe machine's real-node lock (so while no real node runs). With --against, compares with a\nstate saved earlier and fails when the machine differs.\n\nExample:\n  execplane-dev host > before.json && make test && execplane-dev host --against before.json\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {

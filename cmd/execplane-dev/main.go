@@ -1,0 +1,11 @@
+// Command execplane-dev runs the local development stack of make demo and its tools: the
+// stack's up, down and status, the demo walkthrough, development security bundles and the
+// real node's host check. See internal/dev/devcmd.
+package main
+
+import (
+	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/dev/devcmd"
+)
+
+func main() { cli.Main(devcmd.Run) }
