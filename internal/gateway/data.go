@@ -12,7 +12,6 @@ import (
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
-	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/authority"
@@ -82,7 +81,7 @@ func (h *Handler) writeAsBody(ctx context.Context, a *admitted, w *executionv1.W
 		return piece, nil
 	}
 	req := &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_File{File: op}, BodyBytes: uint64(len(content))}
-	return h.stream(ctx, a, req, responseCap, session.Transfer{Upload: next})
+	return h.stream(ctx, a, req, responseCap, podexec.Transfer{Upload: next})
 }
 
 // StartCommand implements ExecutionProviderService: one foreground command, answered when it

@@ -10,7 +10,6 @@ import (
 
 	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
-	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
@@ -24,11 +23,11 @@ const MaxStreamPiece = 1 << 20
 // BodyExecutor is an Executor that can also carry a call's content as a body, forwarded as
 // it goes (podexec.Pool). Without one, the handler sends whole requests (podexec.Whole).
 type BodyExecutor interface {
-	Stream(ctx context.Context, t podexec.Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error)
+	Stream(ctx context.Context, t podexec.Target, req *helperv1.Request, responseCap int, tr podexec.Transfer) (*helperv1.Response, error)
 }
 
 // stream runs a call with a body: over the Executor's bodies when it has them.
-func (h *Handler) stream(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
+func (h *Handler) stream(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, tr podexec.Transfer) (*helperv1.Response, error) {
 	run := func(ctx context.Context, t podexec.Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 		if be, ok := h.b.Executor.(BodyExecutor); ok {
 			return be.Stream(ctx, t, req, responseCap, tr)
@@ -36,7 +35,7 @@ func (h *Handler) stream(ctx context.Context, a *admitted, req *helperv1.Request
 		return podexec.Whole(ctx, h.b.Executor.Execute, t, req, responseCap, tr)
 	}
 	resp, err := h.run(ctx, a, req, responseCap, run)
-	if errors.Is(err, session.ErrBodySize) {
+	if errors.Is(err, podexec.ErrBodySize) {
 		return nil, fmt.Errorf("%w: the content is not the size announced (%v): nothing was written", apierror.ErrInvalidArgument, err)
 	}
 	return resp, err
@@ -108,7 +107,7 @@ func (h *Handler) WriteFileStream(stream grpc.ClientStreamingServer[executionv1.
 		}
 		resp, err = h.execute(ctx, a, req, file.ResponseCap(a.limits))
 	} else {
-		resp, err = h.stream(ctx, a, req, file.ResponseCap(a.limits), session.Transfer{Upload: next})
+		resp, err = h.stream(ctx, a, req, file.ResponseCap(a.limits), podexec.Transfer{Upload: next})
 	}
 	if err != nil {
 		return err
@@ -153,7 +152,7 @@ func (h *Handler) ReadFileStream(in *executionv1.ReadFileStreamRequest, stream g
 		return nil
 	}
 	req := &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_File{File: op}, BodyResponse: true}
-	resp, err := h.stream(ctx, a, req, file.ResponseCap(a.limits), session.Transfer{Download: send})
+	resp, err := h.stream(ctx, a, req, file.ResponseCap(a.limits), podexec.Transfer{Download: send})
 	if err != nil {
 		return err
 	}

@@ -68,3 +68,10 @@ func gather(size uint64, next func() ([]byte, error)) ([]byte, error) {
 	}
 	return content, nil
 }
+
+// Transfer is a call's body, carried as it goes (session.Transfer): the handlers hand one to
+// Pool.Stream or Whole without reaching into the session themselves.
+type Transfer = session.Transfer
+
+// ErrBodySize: a body was not the size its request announced; nothing was written.
+var ErrBodySize = session.ErrBodySize
