@@ -8,5 +8,5 @@
 //     taken from the gateway, so a gateway cannot widen a client's rights.
 //   - A replica that does not lead answers UNAVAILABLE (retryable) without touching the
 //     ledger.
-//   - Errors pass through the one error map (internal/apierror).
+//   - Errors pass through the one error map (pkg/apierror).
 package control

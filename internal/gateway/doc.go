@@ -6,7 +6,7 @@
 // Invariants:
 //   - No handler runs without the edge interceptor's admission: an authenticated identity in
 //     the current policy, within its limits. The Handler refuses a context without a client.
-//   - Every outcome is translated once, by internal/apierror, in the edge interceptor.
+//   - Every outcome is translated once, by pkg/apierror, in the edge interceptor.
 //   - Grants are verified against the informer view of the environment, never trusted for
 //     what they claim; a view older than a grant is waited for (bounded), never guessed.
 //   - "Not yours" and "absent" answer identically.

@@ -73,7 +73,7 @@ type HandlerConfig struct {
 // Handler implements execution.v1 ExecutionProviderService. It expects every call to have
 // passed the server's interceptors: the context carries the authenticated client
 // (security.ClientFromContext) and a request id. It returns plain errors; the server's
-// interceptor translates them once (internal/apierror).
+// interceptor translates them once (pkg/apierror).
 type Handler struct {
 	executionv1grpc.UnimplementedExecutionProviderServiceServer
 	cfg HandlerConfig
