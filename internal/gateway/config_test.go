@@ -51,7 +51,7 @@ func TestValidateRefusesEachBadField(t *testing.T) {
 		{"negative grace", "--shutdown-grace", func(c *Config) { c.ShutdownGrace = -time.Second }},
 		{"freshness bound under two probe periods", "--view-freshness-bound", func(c *Config) { c.FreshnessBound = time.Second }},
 		{"freshness bound too long", "--view-freshness-bound", func(c *Config) { c.FreshnessBound = 2 * time.Minute }},
-		{"bad log level", "--log-format", func(c *Config) { c.Log.Level = "verbose" }},
+		{"bad log level", "--log-level", func(c *Config) { c.Log.Level = "verbose" }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

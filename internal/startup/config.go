@@ -108,14 +108,19 @@ func (c Config) Problems() *cli.Problems {
 	p.AbsolutePath("security-manifest", c.SecurityManifest, false)
 	p.Required("high-water-configmap", c.HighWaterConfigMap)
 	p.AbsolutePath("profiles", c.ProfilesFile, false)
-	if c.KubeQPS < 1 || c.KubeQPS > c.server.MaxKubeQPS {
+	// Written so that NaN fails: every comparison with it is false.
+	if !(c.KubeQPS >= 1 && c.KubeQPS <= c.server.MaxKubeQPS) {
 		p.Addf("kube-api-qps", "%v must be between 1 and %v", c.KubeQPS, c.server.MaxKubeQPS)
 	}
-	if c.KubeBurst < int(c.KubeQPS) || float64(c.KubeBurst) > 2*c.server.MaxKubeQPS {
+	if !(float64(c.KubeBurst) >= c.KubeQPS && float64(c.KubeBurst) <= 2*c.server.MaxKubeQPS) {
 		p.Addf("kube-api-burst", "%d must be at least --kube-api-qps and at most %v", c.KubeBurst, 2*c.server.MaxKubeQPS)
 	}
-	if err := c.Log.Validate(); err != nil {
+	// Each flag named for its own problem.
+	if err := (logging.Options{Format: c.Log.Format}).Validate(); err != nil {
 		p.Addf("log-format", "%v", err)
+	}
+	if err := (logging.Options{Level: c.Log.Level}).Validate(); err != nil {
+		p.Addf("log-level", "%v", err)
 	}
 	return &p
 }

@@ -160,7 +160,14 @@ func (p *Process) Serve(ctx context.Context, s Serving) error {
 	return err
 }
 
-// drain lets in-flight calls end for at most grace, then cuts what is left.
+// cutReturn bounds how long the handlers of calls cut at the end of the grace may take to
+// return: their contexts are cancelled, so they normally return at once, and what the server
+// does after the drain (the gateway closes its sessions) should come after them; a handler
+// that ignores its context must not hold the process forever.
+const cutReturn = 5 * time.Second
+
+// drain lets in-flight calls end for at most grace, then cuts what is left and waits (at
+// most cutReturn) for their handlers to return.
 func drain(s *grpc.Server, grace time.Duration) {
 	done := make(chan struct{})
 	go func() { s.GracefulStop(); close(done) }()
@@ -168,5 +175,9 @@ func drain(s *grpc.Server, grace time.Duration) {
 	case <-done:
 	case <-time.After(grace):
 		s.Stop()
+		select {
+		case <-done:
+		case <-time.After(cutReturn):
+		}
 	}
 }
