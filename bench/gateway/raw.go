@@ -16,7 +16,7 @@ import (
 )
 
 // rawExec is the baseline: a plain client-go remotecommand exec into the executor Pod —
-// the same WebSocket-with-SPDY-fallback executor the gateway's PodExecutor uses — with no
+// the same WebSocket-with-SPDY-fallback executor the gateway's podexec.Exec uses — with no
 // gateway, no grant and no helper.
 type rawExec struct {
 	rest      *rest.Config

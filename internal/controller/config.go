@@ -37,8 +37,8 @@ const (
 	minResync = time.Minute
 )
 
-// server is what tells the controller's startup from the gateway's.
-var server = startup.Server{
+// role is what tells the controller's startup from the gateway's.
+var role = startup.Server{
 	Name: "controller", Listens: "the internal control API (mTLS)", NamespaceHolds: "the Lease and the high-water ConfigMap",
 	ExecutorsHold: "the environments, executor Pods and workspace claims", MaxKubeQPS: maxKubeQPS, RaiseMark: true,
 }
@@ -72,7 +72,7 @@ type Config struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	c := Config{
-		Config:                 startup.Defaults(server),
+		Config:                 startup.Defaults(role),
 		LeaseName:              "execplane-controller",
 		Identity:               host,
 		LeaseDuration:          15 * time.Second,

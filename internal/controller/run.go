@@ -70,6 +70,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if proc == nil {
 		return err
 	}
+	defer proc.Close()
 	logger, client, execClient := proc.Logger, proc.Clients.Kube, proc.Clients.Execution
 	profiles, err := proc.Profiles.WithExecutorServiceAccount(cfg.ExecutorServiceAccount)
 	if err != nil {

@@ -309,6 +309,7 @@ func TestGolden(t *testing.T) {
 		{"run-release", []string{"run", "release", env}, 0},
 		{"fs-after-release", []string{"fs", "ls", env}, ExitNotFound},
 		{"unknown-command", []string{"fs", "frobnicate"}, cli.ExitUsage},
+		{"dev-moved", []string{"dev", "up", "--node", "kwok"}, cli.ExitUsage},
 	}
 	var all strings.Builder
 	for _, s := range steps {

@@ -44,6 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return nil
 	case "version":
 		return runVersion(cfg, rest, stdout)
+	case "dev":
+		// Scripts written for an earlier execctl learn where the command went.
+		return cli.Usagef("the development stack's commands moved to their own binary: execplane-dev %s (make build)", strings.Join(rest, " "))
 	}
 	for _, g := range groups {
 		if g.name != name {

@@ -37,10 +37,11 @@ const (
 	maxSessions = 65536
 )
 
-// server is what tells the gateway's startup from the controller's.
-var server = startup.Server{
+// role is what tells the gateway's startup from the controller's.
+var role = startup.Server{
 	Name: "gateway", Listens: "the public gRPC API (mTLS)", NamespaceHolds: "the high-water ConfigMap",
-	ExecutorsHold: "the environments and executor Pods", MaxKubeQPS: maxKubeQPS,
+	ExecutorsHold: "the environments and executor Pods, the only place the gateway may exec", MaxKubeQPS: maxKubeQPS,
+	KubeQPSUse: "; one per data operation",
 }
 
 // Config is the gateway's configuration, from flags: the servers' shared ones and its own.
@@ -84,7 +85,7 @@ type Config struct {
 // DefaultConfig returns the configuration the Helm chart's defaults render.
 func DefaultConfig() Config {
 	c := Config{
-		Config:              startup.Defaults(server),
+		Config:              startup.Defaults(role),
 		ControllerCert:      "/etc/execplane/control/tls.crt",
 		ControllerKey:       "/etc/execplane/control/tls.key",
 		ControllerCA:        "/etc/execplane/control/ca.crt",

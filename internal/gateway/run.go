@@ -31,6 +31,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if proc == nil {
 		return err
 	}
+	defer proc.Close()
 	control, closeControl, err := DialControl(cfg.ControllerAddress, ControlFiles{
 		CertFile: cfg.ControllerCert, KeyFile: cfg.ControllerKey, CAFile: cfg.ControllerCA, ServerName: cfg.ControllerServerName,
 	})

@@ -80,7 +80,7 @@ func startTerminal(t *testing.T, root string, req *helperv1.Request) *terminal {
 	go func() {
 		for {
 			var f helperv1.Frame
-			// The gateway's bound on a frame of terminal mode (TerminalConn.Next).
+			// The gateway's bound on a frame of terminal mode (podexec.Terminal.Next).
 			if err := protocol.ReadFrame(stdout, &f, protocol.MaxTerminalFrameBytes); err != nil {
 				d.readErr = err
 				close(d.frames)

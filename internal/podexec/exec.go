@@ -45,7 +45,7 @@ var (
 // caller): the helper writes nothing there in normal operation.
 const stderrCap = 4 << 10
 
-// ExecConfig configures a Exec.
+// ExecConfig configures an Exec.
 type ExecConfig struct {
 	// HelperPath is the helper's absolute path inside executor containers (fixed argv).
 	HelperPath string
@@ -68,7 +68,7 @@ type Exec struct {
 	namespace string
 }
 
-// NewExec returns a Exec; it refuses a relative helper path.
+// NewExec returns an Exec; it refuses a relative helper path.
 func NewExec(cfg ExecConfig, restCfg *rest.Config, namespace string) (*Exec, error) {
 	if cfg.HelperPath == "" || cfg.HelperPath[0] != '/' || restCfg == nil || namespace == "" {
 		return nil, errors.New("pod executor: an absolute helper path, a REST config and a namespace are required")
@@ -220,8 +220,8 @@ func (e *Exec) openSession(ctx context.Context, pod PodRef, cfg session.Config) 
 	return s, err
 }
 
-// Terminal starts the helper with --terminal in pod and sends it req, a TerminalOpen (see
-// TerminalExecutor). The stream lives until ctx ends or the terminal does. A stream that
+// Terminal starts the helper with --terminal in pod and sends it req, a TerminalOpen. The
+// stream lives until ctx ends or the terminal does. A stream that
 // never took the request is ErrExecutorUnreachable: nothing ran.
 func (e *Exec) Terminal(ctx context.Context, pod PodRef, req *helperv1.Request) (*Terminal, error) {
 	if err := e.checkPod(ctx, pod); err != nil {

@@ -80,9 +80,10 @@ type sessionOpener interface {
 	Execute(ctx context.Context, pod PodRef, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
 }
 
-// Pool is the gateway's Executor: each call goes over a session to its target's executor
-// Pod — at most one per (environment, Pod UID), opened by the first call — or, for a helper
-// that does not speak sessions (or with sessions disabled), one exec per operation.
+// Pool is what the gateway's handlers execute through: each call goes over a session to its
+// target's executor Pod — at most one per (environment, Pod UID), opened by the first call —
+// or, for a helper that does not speak sessions (or with sessions disabled), one exec per
+// operation.
 //
 // A session is bound to the view it was opened under: when this gateway's view of its
 // environment shows another epoch, grant generation, UID or executor Pod, or the
@@ -131,7 +132,8 @@ func newPool(cfg PoolConfig, exec sessionOpener, lookup func(string) *executionv
 	return &Pool{cfg: cfg, exec: exec, lookup: lookup, open: map[sessionKey]*pooled{}, unsupported: map[types.UID]bool{}}
 }
 
-// Execute runs req at t and returns the helper's response (see Executor).
+// Execute runs req, a call admitted under the view t records, at t's Pod and returns the
+// helper's response.
 func (p *Pool) Execute(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 	if p.cfg.Disabled || p.perExec(t.Pod.UID) {
 		return p.exec.Execute(ctx, t.Pod, req, responseCap)
@@ -160,10 +162,10 @@ func (p *Pool) Execute(ctx context.Context, t Target, req *helperv1.Request, res
 	}
 }
 
-// Stream runs a call with a body at t (see BodyExecutor). A helper without bodies — one
-// exec per operation, or a session helper without them — gets the whole request. A write
-// is not retried (its body is the caller's, consumed as it went); a read is, once, as long
-// as none of its content reached the caller.
+// Stream runs a call with a body at t, its content carried as it goes. A helper without
+// bodies — one exec per operation, or a session helper without them — gets the whole
+// request. A write is not retried (its body is the caller's, consumed as it went); a read
+// is, once, as long as none of its content reached the caller.
 func (p *Pool) Stream(ctx context.Context, t Target, req *helperv1.Request, responseCap int, tr session.Transfer) (*helperv1.Response, error) {
 	perExec := func(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
 		return p.exec.Execute(ctx, t.Pod, req, responseCap)

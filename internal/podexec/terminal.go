@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/execplane/execplane/internal/protocol"
@@ -21,13 +20,13 @@ import (
 // image): it refused the flag before it read anything, so nothing ran.
 var ErrNoTerminals = fmt.Errorf("%w: the executor's helper has no terminals (an older helper image)", apierror.ErrUnimplemented)
 
-// terminalOpener is the Exec's side of TerminalExecutor.
+// terminalOpener is the Exec's side of Pool.Terminal.
 type terminalOpener interface {
 	Terminal(ctx context.Context, pod PodRef, req *helperv1.Request) (*Terminal, error)
 }
 
-// Terminal opens a terminal at t (one exec, the helper in terminal mode, req — a TerminalOpen — sent): never over a session, whose
-// requests are answered once, but on an exec of its own.
+// Terminal opens a terminal at t — one exec, the helper in terminal mode, req (a
+// TerminalOpen) sent — never over a session, whose requests are answered once.
 func (p *Pool) Terminal(ctx context.Context, t Target, req *helperv1.Request) (*Terminal, error) {
 	o, ok := p.exec.(terminalOpener)
 	if !ok {
@@ -52,7 +51,7 @@ type Terminal struct {
 
 // Send writes one frame of the caller's (a checked TerminalInput) to the helper; it
 // fails once the terminal has ended.
-func (c *Terminal) Send(m proto.Message) error {
+func (c *Terminal) Send(m *helperv1.TerminalInput) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return protocol.WriteFrame(c.in, m, protocol.MaxTerminalFrameBytes)

@@ -13,7 +13,7 @@ import (
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
 
-// ExecuteFunc runs one whole helper request at t (Pool.Execute, or a handler's Executor).
+// ExecuteFunc runs one whole helper request at t (Pool.Execute, or any executor of whole requests).
 type ExecuteFunc func(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error)
 
 // Whole performs a call with a body through execute as one whole request: a write's body

@@ -20,6 +20,8 @@ type Server struct {
 	ExecutorsHold string
 	// MaxKubeQPS bounds --kube-api-qps (and twice it --kube-api-burst).
 	MaxKubeQPS float64
+	// KubeQPSUse says what the server's API requests are, for --kube-api-qps's help.
+	KubeQPSUse string
 	// RaiseMark: this server raises the security material's high-water mark (the controller);
 	// the other only reads it.
 	RaiseMark bool
@@ -35,8 +37,9 @@ type Config struct {
 	Profiling bool
 	// Namespace is the control plane's own (the high-water ConfigMap; the controller's Lease).
 	Namespace string
-	// ExecutorNamespace holds the ExecutionEnvironments, executor Pods and workspace claims;
-	// empty means Namespace.
+	// ExecutorNamespace holds the ExecutionEnvironments, executor Pods and workspace claims:
+	// the only place the gateway may exec and the controller may create Pods; empty means
+	// Namespace.
 	ExecutorNamespace string
 	// Kubeconfig is empty in a cluster (in-cluster config is used).
 	Kubeconfig string
@@ -78,7 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SecurityManifest, "security-manifest", c.SecurityManifest, "security material manifest")
 	fs.StringVar(&c.HighWaterConfigMap, "high-water-configmap", c.HighWaterConfigMap, "ConfigMap holding the security material's high-water mark")
 	fs.StringVar(&c.ProfilesFile, "profiles", c.ProfilesFile, "profiles YAML file")
-	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second)")
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "client-side rate limit towards the API server (requests per second"+c.server.KubeQPSUse+")")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "client-side burst towards the API server")
 	c.Log.RegisterFlags(fs)
 }

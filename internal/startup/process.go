@@ -63,6 +63,9 @@ func Begin(cfg Loadable, args []string, stdout, stderr io.Writer) (*Process, err
 // nothing until Serve.
 func Open(cfg Config, stderr io.Writer) (*Process, error) {
 	s := cfg.server
+	if s.Name == "" || s.MaxKubeQPS <= 0 {
+		return nil, errors.New("startup: a Config made by Defaults is required (it names its server)")
+	}
 	cfg.Log.Name, cfg.Log.Output = s.Name, stderr
 	logger, err := logging.New(cfg.Log)
 	if err != nil {
@@ -99,6 +102,12 @@ func Open(cfg Config, stderr io.Writer) (*Process, error) {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), requests)
 	return &Process{cfg: cfg, Logger: logger, Clients: clients, Profiles: profiles, Security: manager, Registry: registry, Listener: listener}, nil
+}
+
+// Close releases what Open took and Serve has not: the listener. A server defers it once
+// opened, for the errors on its way to Serve; after Serve it is a no-op.
+func (p *Process) Close() {
+	_ = p.Listener.Close() // after Serve, already closed by the stop
 }
 
 // Serving is what a server serves once opened.

@@ -278,7 +278,7 @@ func TestGatewayIsRefusedExecIntoTheControlPlane(t *testing.T) {
 	exec := func(namespace, pod string) (string, error) {
 		req := gateway.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: "main", Command: []string{"echo", "reached"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-		ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String()) // as the gateway does (internal/gateway/podexec.go)
+		ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String()) // as the gateway does (internal/podexec/exec.go)
 		if err != nil {
 			return "", err
 		}

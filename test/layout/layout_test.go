@@ -121,18 +121,24 @@ func TestProductionImportsNoDevelopmentRoom(t *testing.T) {
 	}
 }
 
-// The CLI callers and operators install links nothing of the development stack (that is
-// execplane-dev's, cmd/execplane-dev). cmd stands apart, so the test above does not see
-// cmd/execctl's own imports: this walks everything the binary links.
+// The binaries operators and callers install — execctl, the gateway, the controller, the
+// helper — link nothing of the development stack (that is execplane-dev's). cmd stands
+// apart, so the test above does not see a main's own imports: this walks everything each
+// binary links.
 func TestCallerCLILinksNoDevelopmentRoom(t *testing.T) {
 	g := graph(t)
-	const cli = "cmd/execctl"
-	if _, ok := g[cli]; !ok {
-		t.Fatalf("go list found no %s", cli)
+	if _, ok := g["cmd/execctl"]; !ok {
+		t.Fatal("go list found no cmd/execctl")
 	}
-	for _, d := range slices.Sorted(maps.Keys(deps(g, cli))) {
-		if d == "internal/dev" || strings.HasPrefix(d, "internal/dev/") {
-			t.Errorf("%s reaches %s", cli, d)
+	// Every installed binary: all of cmd/ but the development stack's own.
+	for p := range g {
+		if !strings.HasPrefix(p, "cmd/") || p == "cmd/execplane-dev" {
+			continue
+		}
+		for _, d := range slices.Sorted(maps.Keys(deps(g, p))) {
+			if d == "internal/dev" || strings.HasPrefix(d, "internal/dev/") {
+				t.Errorf("%s reaches %s", p, d)
+			}
 		}
 	}
 }
