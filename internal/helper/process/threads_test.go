@@ -68,7 +68,12 @@ func TestReservedThreadsAreReused(t *testing.T) {
 		unix.Close(p[0])
 		unix.Close(p[1])
 	}
-	if during > reserved {
+	// One thread of slack: on a loaded machine (make test runs many test binaries at once)
+	// the runtime can start an M for its own work — a GC worker's or a timer's goroutine
+	// running while the reads hold the reserve — which is not a read's. Without reuse each
+	// of the reads would start one.
+	const slack = 1
+	if during > reserved+slack {
 		t.Fatalf("%d blocking reads started %d new threads beyond the %d reserved", len(fds), during-reserved, reserved)
 	}
 }
