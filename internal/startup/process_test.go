@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,8 +33,6 @@ const (
 	serveDeadline = 2 * time.Second
 	// callDeadline bounds one RPC of the test's client.
 	callDeadline = time.Second
-	// pollInterval is how often a condition is checked while waiting for it.
-	pollInterval = 5 * time.Millisecond
 )
 
 // holdMethod is a unary method that blocks until the test releases it or its context ends.
@@ -169,18 +169,6 @@ func refused(addr string) bool {
 	return false
 }
 
-// eventually polls cond until it holds or serveDeadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(serveDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", serveDeadline, what)
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
 // await waits for ch to close, at most serveDeadline.
 func await(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
@@ -286,7 +274,7 @@ func TestServeDrainsWithinGraceOnCancel(t *testing.T) {
 
 			cancel()
 			await(t, "Stopping", stopping)
-			eventually(t, "the listener to close", func() bool { return refused(addr) })
+			clustertest.Eventually(t, serveDeadline, "the listener to close", func() bool { return refused(addr) })
 			log.add("drain began: listener closed")
 			if tc.release {
 				close(h.release)
