@@ -182,12 +182,8 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 		return err
 	}
 	c.realNode = n
-	if stale, err := readLedger(); err == nil {
-		c.opts.Logf("devcluster: undoing what a real node of pid %d left on this machine", stale.PID)
-		if err := stale.undo(); err != nil {
-			return err
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	// Again under a held lock: a child given it may have died with its node up since.
+	if err := undoLeftovers(c.opts.Logf); err != nil {
 		return err
 	}
 	if n.before, err = SnapshotHost(); err != nil {

@@ -194,10 +194,10 @@ func realNodeOwner(dir string) error {
 }
 
 // A run killed with its real node up leaves containers, mounts, the address, the bridge and
-// the changed kernel settings behind; the next start finds its ledger and undoes all of it
-// before it starts, and its own stop leaves the machine as it was before either. The test
-// holds the machine's lock throughout (the killed owner ran under it), so that no other real
-// node cleans up in between.
+// the changed kernel settings behind; the next taker of the machine's lock (a start, a
+// test's "before", execplane-dev host) finds its ledger and undoes all of it, so the machine
+// is as before the killed run at once, and the next node's stop leaves it so again. The test
+// holds the lock while the owner runs (the killed owner ran under it).
 func TestRealNodeCrashIsCleanedUpByTheNextStart(t *testing.T) {
 	node := realNodeOptions(t)
 	ctx := clustertest.Context(t, realNodeStartTimeout)
@@ -239,6 +239,9 @@ func TestRealNodeCrashIsCleanedUpByTheNextStart(t *testing.T) {
 		t.Fatalf("the killed run left nothing to clean up (the test proves nothing): %v", left)
 	}
 	t.Logf("left by the killed run:\n  %s", strings.Join(left, "\n  "))
+	node.HeldLock.Release()
+	node.HeldLock = lockRealNode(t, ctx)
+	requireUnchanged(t, before)
 	c := startWithRealNode(t, ctx, keptDir(t), node)
 	if n, err := c.Kube().CoreV1().Nodes().Get(ctx, devcluster.RealNodeName, metav1.GetOptions{}); err != nil || n.Name == "" {
 		t.Fatalf("real node after the cleanup: %v", err)

@@ -161,7 +161,11 @@ func lockFile(ctx context.Context, path string, logf func(string, ...any)) (*nod
 // a node on purpose and proves the next start cleans up (RealNodeOptions.HeldLock).
 type RealNodeLock struct{ l *nodeLock }
 
-// LockRealNode takes the machine's real-node lock, waiting while a real node runs.
+// LockRealNode takes the machine's real-node lock, waiting while a real node runs, and
+// undoes what a real node that ended without stopping left recorded in its ledger: every
+// real node runs under the lock, so holding it proves that ledger's owner is gone. The
+// machine the caller then reads is the machine without a real node (make test's packages
+// run side by side: one's killed daemon must not become another's "before").
 func LockRealNode(ctx context.Context, logf func(string, ...any)) (*RealNodeLock, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -170,7 +174,25 @@ func LockRealNode(ctx context.Context, logf func(string, ...any)) (*RealNodeLock
 	if err != nil {
 		return nil, err
 	}
+	if err := undoLeftovers(logf); err != nil {
+		l.release()
+		return nil, err
+	}
 	return &RealNodeLock{l: l}, nil
+}
+
+// undoLeftovers undoes the changes a ledger records, if there is one: called under the lock,
+// whose holder alone runs a real node, so the ledger's owner has ended.
+func undoLeftovers(logf func(string, ...any)) error {
+	stale, err := readLedger()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	logf("devcluster: undoing what a real node of pid %d left on this machine", stale.PID)
+	return stale.undo()
 }
 
 // RealNodeLockFrom is the lock held through f, an inherited descriptor of the lock file
