@@ -450,6 +450,10 @@ func (a *agent) read(ctx context.Context, k *claim, path int) {
 	case err == nil:
 		r := resp.GetResult().GetRead()
 		out.Value = string(r.GetContent())
+		if uint64(len(r.GetContent())) != r.GetInfo().GetSize() {
+			a.w.fault("client %d: a read of %s via gw%d answered %d bytes of a file of %d (version %s)", a.id, fileName(path), gw,
+				len(r.GetContent()), r.GetInfo().GetSize(), r.GetInfo().GetVersion())
+		}
 		a.seen[path] = file{content: out.Value, version: r.GetInfo().GetVersion()}
 	case apierror.Reason(err) == "NOT_FOUND" && strings.Contains(status.Convert(err).Message(), "no such file or directory"):
 		out.Result = history.Absent // the helper's answer (an absent environment's says otherwise)
@@ -465,12 +469,13 @@ func (a *agent) read(ctx context.Context, k *claim, path int) {
 // plane, judged by the same model.
 func (a *agent) command(ctx context.Context, k *claim, path int) {
 	gw := a.gateway()
-	p := a.call(history.Read, gw, history.Input{Claim: k.id, Path: path})
+	p := a.call(history.Read, gw, history.Input{Claim: k.id, Path: path, Via: "a command"})
 	c, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	name := string(fileName(path))
+	id := opID()
 	stream, err := a.api[gw].RunCommand(c, &executionv1.RunCommandRequest{RunGrant: k.grant, Environment: a.env,
-		CommandId: opID(), Command: &executionv1.CommandSpec{
+		CommandId: id, Command: &executionv1.CommandSpec{
 			Program: &executionv1.CommandSpec_Shell{Shell: "if [ -e " + name + " ]; then cat " + name + "; else echo absent >&2; exit 3; fi"},
 			Timeout: durationpb.New(5 * time.Second)}})
 	var stdout, stderr strings.Builder
@@ -500,6 +505,11 @@ func (a *agent) command(ctx context.Context, k *claim, path int) {
 	case result == nil:
 		out.Result = history.Unknown // a stream that ended without an end: not a promise kept
 		a.w.fault("client %d: a command's stream ended without its result", a.id)
+	case result.GetStdout().GetTotalBytes() != uint64(stdout.Len()) || result.GetStderr().GetTotalBytes() != uint64(stderr.Len()):
+		// The stream must carry all of a small output: what the result counts.
+		out.Result = history.Unknown
+		a.w.fault("client %d: command %s via gw%d streamed %d+%d bytes of output, its result counts %d+%d (%s)", a.id, id, gw,
+			stdout.Len(), stderr.Len(), result.GetStdout().GetTotalBytes(), result.GetStderr().GetTotalBytes(), result.GetState())
 	case result.GetState() == executionv1.CommandState_COMMAND_STATE_SUCCEEDED:
 		out.Value = stdout.String()
 	case result.GetExitCode() == 3 && stderr.String() == "absent\n":

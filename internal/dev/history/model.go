@@ -93,6 +93,9 @@ type Input struct {
 	Value  string
 	CAS    bool
 	Expect string
+	// Via names the path of the data plane a Read took when it is not the file API (a
+	// command that prints the file): for the report, never for the model.
+	Via string
 }
 
 // Output is what the client heard.
@@ -338,6 +341,9 @@ func describe(input, output any) string {
 	}
 	if in.Kind == Read {
 		fmt.Fprintf(&b, " file%d", in.Path)
+		if in.Via != "" {
+			fmt.Fprintf(&b, " by %s", in.Via)
+		}
 	}
 	fmt.Fprintf(&b, " → %s", out.Result)
 	switch {
