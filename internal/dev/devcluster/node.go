@@ -182,7 +182,8 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 		return err
 	}
 	c.realNode = n
-	// Again under a held lock: a child given it may have died with its node up since.
+	// Under the lock: taken just now, or held by the caller since LockRealNode (which undid
+	// what it found then) and perhaps lent to a child that died with its node up since.
 	if err := undoLeftovers(c.opts.Logf); err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ func runHost(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	against := fs.String("against", "", "a state saved earlier by execplane-dev host: print what differs, and fail when anything does")
 	wait := fs.Duration("wait", 0, "how long to wait for a running real node (make demo's, a test's) to stop; 0 fails at once")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: execplane-dev host [--against FILE] [--wait D]\n\nPrints, as JSON, what of this machine the local cluster's real node changes, read under\nthe machine's real-node lock (so while no real node runs). With --against, compares with a\nstate saved earlier and fails when the machine differs.\n\nExample:\n  execplane-dev host > before.json && make test && execplane-dev host --against before.json\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: execplane-dev host [--against FILE] [--wait D]\n\nPrints, as JSON, what of this machine the local cluster's real node changes, read under\nthe machine's real-node lock (so while no real node runs; what a crashed one left is\nundone first). With --against, compares with a state saved earlier and fails when the\nmachine differs.\n\nExample:\n  execplane-dev host > before.json && make test && execplane-dev host --against before.json\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {
