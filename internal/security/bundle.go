@@ -22,13 +22,21 @@ import (
 // name the generation and digest only, never key material.
 type Bundle struct {
 	generation uint64
-	digest     string
-	dir        string
+	// digest covers the manifest and the pinned files: what the high-water mark records.
+	digest string
+	// content covers every file, a renewable server certificate and key included: two
+	// bundles with the same content are the same material.
+	content string
+	dir     string
 
 	serverCert tls.Certificate
-	clientCAs  []*x509.Certificate
-	clientPool *x509.CertPool
-	policies   *Policies
+	// renewable: the server certificate is renewable in place (serverCertificate.renewal);
+	// leafWindows are the validity windows of its verified chains to the pinned issuers.
+	renewable   bool
+	leafWindows []validityWindow
+	clientCAs   []*x509.Certificate
+	clientPool  *x509.CertPool
+	policies    *Policies
 
 	keys      *grant.KeySet
 	verifier  *grant.Verifier
@@ -63,9 +71,11 @@ type GrantSettings struct {
 // meanwhile; a snapshot removed mid-read fails the load, and the caller retries.
 //
 // What is checked (docs/security.md): the manifest's own rules (ParseManifest); each file is
-// a regular file within its size cap and matches its pin in fileDigests; the server key
-// matches the certificate, whose leaf is valid now, no CA, has the serverAuth usage and a
-// SAN, with a chain in order; the client CA bundle is non-empty, CAs only, one valid now;
+// a regular file within its size cap and matches its pin in fileDigests (a renewable server
+// certificate and its key have none); the server key matches the certificate, whose leaf is
+// valid now, no CA, has the serverAuth usage and a SAN, with a chain in order; a renewable
+// leaf also chains to its pinned issuers at now and carries exactly the names the manifest
+// lists; the client CA bundle is non-empty, CAs only, one valid now;
 // the grant keys parse, the private half matches the public one, the key set is well-formed
 // for pkg/grant and its signing key verifies now; the grant lifetimes are within pkg/grant's
 // bounds; the client identities are canonical and unique and the policies consistent.
@@ -101,7 +111,14 @@ func LoadBundle(manifestPath string, now time.Time) (*Bundle, error) {
 	if err := p.Err(ErrInvalidBundle); err != nil {
 		return nil, err
 	}
-	b.digest = bundleDigest(manifest, files)
+	pinned := make(map[string][]byte, len(files))
+	for _, f := range m.files() {
+		if data, ok := files[f.name]; ok && f.pinned {
+			pinned[f.name] = data
+		}
+	}
+	b.digest = bundleDigest(manifest, pinned)
+	b.content = bundleDigest(manifest, files)
 	return b, nil
 }
 
@@ -118,7 +135,7 @@ func readFiles(root *os.Root, m *Manifest, p *problem.List) map[string][]byte {
 			p.AddAt(f.field, err)
 			continue
 		}
-		if pin := m.FileDigests[f.name]; validFileDigest(pin) && FileDigest(data) != pin {
+		if pin := m.FileDigests[f.name]; f.pinned && validFileDigest(pin) && FileDigest(data) != pin {
 			p.Add(f.field, "content does not match its pin in fileDigests: the file and the manifest "+
 				"belong to different generations (a torn bundle)")
 		}
@@ -131,11 +148,21 @@ func readFiles(root *os.Root, m *Manifest, p *problem.List) map[string][]byte {
 func (b *Bundle) build(m *Manifest, files map[string][]byte, now time.Time, p *problem.List) {
 	certPEM, haveCert := files[m.ServerCertificate.CertFile]
 	keyPEM, haveKey := files[m.ServerCertificate.KeyFile]
+	var serverOK bool
 	if haveCert && haveKey {
-		b.serverCert, _ = checkServerCertificate(p, certPEM, keyPEM, now)
+		b.serverCert, serverOK = checkServerCertificate(p, certPEM, keyPEM, now)
+	}
+	if r := m.ServerCertificate.Renewal; r != nil {
+		b.renewable = true
+		if data, ok := files[r.IssuerCABundle]; ok {
+			issuers, issuersOK := checkCABundle(p, "serverCertificate.renewal.issuerCABundle", data, now)
+			if serverOK && issuersOK {
+				b.leafWindows = checkRenewal(p, r, b.serverCert, issuers, now)
+			}
+		}
 	}
 	if data, ok := files[m.ClientCABundle]; ok {
-		b.clientCAs, _ = checkClientCAs(p, data, now)
+		b.clientCAs, _ = checkCABundle(p, "clientCABundle", data, now)
 		b.clientPool = x509.NewCertPool()
 		for _, c := range b.clientCAs {
 			b.clientPool.AddCert(c)
@@ -230,9 +257,25 @@ func (b *Bundle) buildGrants(m *Manifest, files map[string][]byte, now time.Time
 // Generation is the manifest's generation.
 func (b *Bundle) Generation() uint64 { return b.generation }
 
-// Digest is the full-bundle digest: "sha256:" and 64 lowercase hex digits over the manifest
-// and every file it names (bundleDigest documents the construction).
+// Digest is the bundle digest the high-water mark records: "sha256:" and 64 lowercase hex
+// digits over the manifest and every file it pins (bundleDigest documents the
+// construction). A renewable server certificate and its key are not pinned and not in it:
+// they are identified by ServerLeaf. Without serverCertificate.renewal every file is pinned
+// and this is the digest of the whole bundle.
 func (b *Bundle) Digest() string { return b.digest }
+
+// ServerLeaf identifies the server certificate when it is renewable in place
+// (serverCertificate.renewal); ok is false otherwise, when Digest covers it.
+func (b *Bundle) ServerLeaf() (leaf ServerLeaf, ok bool) {
+	if !b.renewable || b.serverCert.Leaf == nil {
+		return ServerLeaf{}, false
+	}
+	return ServerLeaf{NotBefore: b.serverCert.Leaf.NotBefore, Digest: FileDigest(b.serverCert.Leaf.Raw)}, true
+}
+
+// sameMaterial reports whether b and o hold the same bytes in every file, a renewable
+// server certificate and key included.
+func (b *Bundle) sameMaterial(o *Bundle) bool { return b.content == o.content }
 
 // Dir is the directory the bundle was read from, after symbolic links were resolved (in a
 // projected volume, the snapshot directory). For logs.

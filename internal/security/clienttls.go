@@ -25,7 +25,24 @@ type ClientFiles struct {
 
 // LoadClientTLSConfig reads files (each within its size cap; certificates and keys strictly
 // PEM) and returns ClientTLSConfig's configuration. Errors name the file, never its content.
+//
+// The files are read one after the other. When they come from one Secret in a volume that
+// the kubelet updates (cert-manager's tls.crt, tls.key and ca.crt, renewed in place with a
+// new key every time), a read may straddle its ..data swap and pair the new certificate with
+// the old key. A mismatched pair is therefore read once more before it is reported: the swap
+// is atomic, so the second read sees one snapshot unless a second swap follows at once.
 func LoadClientTLSConfig(files ClientFiles) (*tls.Config, error) {
+	cfg, err := loadClientTLSConfig(files)
+	if errors.Is(err, errKeyMismatch) {
+		cfg, err = loadClientTLSConfig(files)
+	}
+	return cfg, err
+}
+
+// errKeyMismatch marks a key that does not match its certificate (or does not parse).
+var errKeyMismatch = errors.New("the key does not match the certificate or does not parse")
+
+func loadClientTLSConfig(files ClientFiles) (*tls.Config, error) {
 	var errs []error
 	read := func(name string, limit int64) []byte {
 		if name == "" {
@@ -59,7 +76,7 @@ func LoadClientTLSConfig(files ClientFiles) (*tls.Config, error) {
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s does not match %s or does not parse", ErrInvalidConfig, files.KeyFile, files.CertFile)
+		return nil, fmt.Errorf("%w: %s does not match %s or does not parse: %w", ErrInvalidConfig, files.KeyFile, files.CertFile, errKeyMismatch)
 	}
 	roots := x509.NewCertPool()
 	for _, c := range cas {

@@ -17,8 +17,14 @@
 //     chain is built; every file is read within a cap, checked before decoding; every bound
 //     is a named constant (limits.go) with its reason.
 //   - All or nothing. LoadBundle returns a bundle only if the manifest and every file it
-//     names validate together, every file matching its pin, and reports every problem at
-//     once. A Bundle is immutable; a reload builds a new one.
+//     names validate together, every file matching its pin — but for a server certificate
+//     the manifest makes renewable, which instead must chain to its pinned issuers and
+//     carry exactly the manifest's names — and reports every problem at once. A Bundle is
+//     immutable; a reload builds a new one.
+//   - Never older. A generation never goes down, the same generation never changes its
+//     pinned content, and a renewable server certificate is only ever replaced by a newer
+//     one (a later notBefore), within a generation and across generations
+//     (CheckTransition; the high-water mark records it for restarted replicas).
 //   - Authenticate before reserving. The RPC limiter never reserves capacity for an
 //     unauthenticated caller, never waits, and keeps per-client state only for identities
 //     with calls in flight.

@@ -33,7 +33,13 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	res, err := devbundle.Generate(filepath.Join(t.TempDir(), "bundle"), devbundle.Options{})
+	return newFixtureWith(t, devbundle.Options{})
+}
+
+// newFixtureWith is newFixture with the generator's options.
+func newFixtureWith(t testing.TB, opts devbundle.Options) *fixture {
+	t.Helper()
+	res, err := devbundle.Generate(filepath.Join(t.TempDir(), "bundle"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +85,15 @@ func (f *fixture) writeManifest() {
 	f.write(devbundle.ManifestFile, data)
 }
 
-// repin recomputes every pin from the files on disk and writes the manifest.
+// repin recomputes every pin from the files on disk and writes the manifest (a renewable
+// server certificate and key have none).
 func (f *fixture) repin() {
 	f.t.Helper()
 	f.m.FileDigests = map[string]string{}
 	for _, ref := range f.m.files() {
-		f.m.FileDigests[ref.name] = FileDigest(f.read(ref.name))
+		if ref.pinned {
+			f.m.FileDigests[ref.name] = FileDigest(f.read(ref.name))
+		}
 	}
 	f.writeManifest()
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/pkg/problem"
 
 	"github.com/hashicorp/go-hclog"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +27,11 @@ const (
 	// the kubelet's own projected-volume sync period is a minute, so a second adds nothing
 	// noticeable to a rotation and costs one small file read.
 	DefaultPollInterval = time.Second
+	// RefusedRetryInterval is how long refused material that has not changed waits before it
+	// is judged again. Some refusals pass with time alone: a certificate renewed by a CA whose
+	// clock runs a few seconds ahead is not valid yet when it arrives. Judging it again a
+	// little later, rather than on every poll, logs a lasting refusal twice a minute at most.
+	RefusedRetryInterval = 30 * time.Second
 	// acceptTimeout bounds one raise of the high-water mark.
 	acceptTimeout = 10 * time.Second
 )
@@ -57,7 +63,9 @@ type ManagerConfig struct {
 // bundle only after it passed full validation, the transition rules and the high-water mark
 // (raised by compare-and-swap), keeps serving the last good bundle while a newer one is
 // refused, and fails closed — not ready, every RPC Unavailable — when no valid unexpired
-// bundle is published or the mark is unavailable.
+// bundle is published or the mark is unavailable. A server certificate renewed in place
+// (serverCertificate.renewal) is a new bundle of the same generation: every poll also reads
+// the certificate and key, and the newer leaf is published once the mark records it.
 type Manager struct {
 	cfg  ManagerConfig
 	mark *highwater.Store
@@ -65,9 +73,16 @@ type Manager struct {
 
 	current atomic.Pointer[Bundle]
 
-	mu        sync.Mutex
-	lastSeen  [sha256.Size]byte // the manifest bytes last attempted, to skip unchanged polls
-	lastError error
+	mu sync.Mutex
+	// lastSeen: the manifest and renewable files last attempted, to skip unchanged polls.
+	lastSeen [sha256.Size]byte
+	// renewable: the renewable files (server certificate and key) of the manifest whose
+	// SHA-256 is renewableOf. They change without the manifest, so every poll reads them too.
+	renewable   []fileRef
+	renewableOf [sha256.Size]byte
+	lastError   error
+	// retryAt: when unchanged material refused while a bundle is published is judged again.
+	retryAt time.Time
 	// pending: the last attempt waits for the mark (a reader whose material is newer than
 	// the mark, or the mark unavailable); it is retried when the mark changes (pendingAt is
 	// the mark's resourceVersion then), not on every poll.
@@ -136,18 +151,23 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 	if err != nil {
 		return m.refuse(fmt.Errorf("%w: read manifest: %v", ErrUnavailable, err))
 	}
-	seen := sha256.Sum256(manifest)
+	seen := m.fingerprint(manifest)
 	cur := m.current.Load()
-	if !force && seen == m.lastSeen && (!m.pending || m.markResourceVersion() == m.pendingAt) && (cur != nil || m.lastError == nil || m.pending) {
+	now := m.cfg.Now()
+	// Skip a poll when nothing changed: not the material, not the mark a pending attempt
+	// waits for, and no refusal of a published bundle's successor is due to be judged again.
+	// With nothing published, a refused attempt is retried on every poll.
+	unchanged := seen == m.lastSeen && (!m.pending || m.markResourceVersion() == m.pendingAt)
+	settled := m.lastError == nil || m.pending || (cur != nil && now.Before(m.retryAt))
+	if !force && unchanged && settled {
 		return m.lastError
 	}
 	m.lastSeen, m.pending = seen, false
-	now := m.cfg.Now()
 	next, err := LoadBundle(m.cfg.ManifestPath, now)
 	if err != nil {
 		return m.refuse(err)
 	}
-	if cur != nil && cur.Digest() == next.Digest() {
+	if cur != nil && cur.sameMaterial(next) {
 		m.lastError = nil
 		return nil
 	}
@@ -159,6 +179,9 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 	// The mark is raised only now, after full validation; the bundle is published only
 	// after the mark accepted it (a writer) or names it (a reader).
 	offer := highwater.Offer{Generation: next.Generation(), Digest: next.Digest(), Keys: next.KeySet()}
+	if leaf, ok := next.ServerLeaf(); ok {
+		offer.Leaf = &highwater.Leaf{NotBefore: leaf.NotBefore, Digest: leaf.Digest}
+	}
 	if m.cfg.RaiseMark {
 		actx, cancel := context.WithTimeout(ctx, acceptTimeout)
 		defer cancel()
@@ -195,7 +218,43 @@ func (m *Manager) markResourceVersion() string {
 	return mark.ResourceVersion
 }
 
+// fingerprint is what a poll compares with the last attempt: the manifest and, when its
+// server certificate is renewable, the certificate and key files, which change without it.
+// A file that cannot be read counts by its error. Called with mu held.
+func (m *Manager) fingerprint(manifest []byte) [sha256.Size]byte {
+	of := sha256.Sum256(manifest)
+	if of != m.renewableOf {
+		m.renewableOf, m.renewable = of, nil
+		var p problem.List
+		if parsed := parseManifest(manifest, &p); parsed != nil && parsed.ServerCertificate.Renewal != nil {
+			for _, f := range parsed.files() {
+				if !f.pinned && checkFilePath(f.name) == nil {
+					m.renewable = append(m.renewable, f)
+				}
+			}
+		}
+	}
+	if len(m.renewable) == 0 {
+		return of
+	}
+	h := sha256.New()
+	h.Write(of[:])
+	dir := filepath.Dir(m.cfg.ManifestPath)
+	for _, f := range m.renewable {
+		data, err := readFileCapped(filepath.Join(dir, f.name), f.limit)
+		if err != nil {
+			data = []byte("error: " + err.Error())
+		}
+		sum := sha256.Sum256(data)
+		h.Write(sum[:])
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
 func (m *Manager) refuse(err error) error {
+	m.retryAt = m.cfg.Now().Add(RefusedRetryInterval)
 	m.lastError = err
 	m.log.Warn("security material refused", logging.KeyError, err)
 	return err

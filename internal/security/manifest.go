@@ -36,9 +36,10 @@ type Manifest struct {
 	GrantLifetimes GrantLifetimes `json:"grantLifetimes"`
 	// Clients is the client policy.
 	Clients []ClientEntry `json:"clients"`
-	// FileDigests pins every file named above: file name → "sha256:" and 64 lowercase hex
-	// digits of its content. It must name exactly the files referenced. It is what makes a
-	// torn bundle (a file updated without the manifest, or the reverse) fail validation.
+	// FileDigests pins every file named above but a renewable server certificate and its key:
+	// file name → "sha256:" and 64 lowercase hex digits of its content. It must name exactly
+	// those files. It is what makes a torn bundle (a file updated without the manifest, or
+	// the reverse) fail validation.
 	FileDigests map[string]string `json:"fileDigests"`
 	// grantsOK records that validation found no problem with the grant settings.
 	grantsOK bool
@@ -49,6 +50,24 @@ type ServerCertificateFiles struct {
 	// CertFile is the chain, leaf first; KeyFile the leaf's private key.
 	CertFile string `json:"certFile"`
 	KeyFile  string `json:"keyFile"`
+	// Renewal, when set, makes the certificate renewable in place (docs/security.md
+	// "Renewal in place"): CertFile and KeyFile are not pinned, and a new leaf replaces the
+	// current one within a generation when it chains to the pinned issuers, carries exactly
+	// these names, is valid and is newer (a later notBefore) than every leaf accepted before.
+	Renewal *ServerCertificateRenewal `json:"renewal,omitempty"`
+}
+
+// ServerCertificateRenewal is what a renewable server certificate must keep across its
+// renewals: the CAs it is issued by and its exact identity.
+type ServerCertificateRenewal struct {
+	// IssuerCABundle names a PEM file of CA certificates (pinned) that the leaf must chain to,
+	// with the intermediates of CertFile, for the serverAuth usage.
+	IssuerCABundle string `json:"issuerCABundle"`
+	// DNSNames, IPAddresses and URIs are the leaf's subject alternative names, exactly:
+	// a leaf with one more or one fewer is refused. Email SANs are refused.
+	DNSNames    []string `json:"dnsNames,omitempty"`
+	IPAddresses []string `json:"ipAddresses,omitempty"`
+	URIs        []string `json:"uris,omitempty"`
 }
 
 // GrantKeyEntry is one grant key in the manifest.
@@ -142,24 +161,30 @@ func parseManifest(data []byte, p *problem.List) *Manifest {
 	return &m
 }
 
-// fileRef is a file the manifest names: where (its field path), which file and its cap.
+// fileRef is a file the manifest names: where (its field path), which file, its cap, and
+// whether fileDigests pins it (every file but a renewable server certificate and its key).
 type fileRef struct {
-	field string
-	name  string
-	limit int64
+	field  string
+	name   string
+	limit  int64
+	pinned bool
 }
 
 // files lists every file the manifest names, in manifest order, skipping empty names.
 func (m *Manifest) files() []fileRef {
+	renewable := m.ServerCertificate.Renewal != nil
 	refs := []fileRef{
-		{"serverCertificate.certFile", m.ServerCertificate.CertFile, MaxCertificateFileBytes},
-		{"serverCertificate.keyFile", m.ServerCertificate.KeyFile, MaxKeyFileBytes},
-		{"clientCABundle", m.ClientCABundle, MaxCABundleBytes},
+		{"serverCertificate.certFile", m.ServerCertificate.CertFile, MaxCertificateFileBytes, !renewable},
+		{"serverCertificate.keyFile", m.ServerCertificate.KeyFile, MaxKeyFileBytes, !renewable},
 	}
+	if renewable {
+		refs = append(refs, fileRef{"serverCertificate.renewal.issuerCABundle", m.ServerCertificate.Renewal.IssuerCABundle, MaxCABundleBytes, true})
+	}
+	refs = append(refs, fileRef{"clientCABundle", m.ClientCABundle, MaxCABundleBytes, true})
 	for i, k := range m.GrantKeys {
-		refs = append(refs, fileRef{fmt.Sprintf("grantKeys[%d].publicKeyFile", i), k.PublicKeyFile, MaxKeyFileBytes})
+		refs = append(refs, fileRef{fmt.Sprintf("grantKeys[%d].publicKeyFile", i), k.PublicKeyFile, MaxKeyFileBytes, true})
 		if k.PrivateKeyFile != "" {
-			refs = append(refs, fileRef{fmt.Sprintf("grantKeys[%d].privateKeyFile", i), k.PrivateKeyFile, MaxKeyFileBytes})
+			refs = append(refs, fileRef{fmt.Sprintf("grantKeys[%d].privateKeyFile", i), k.PrivateKeyFile, MaxKeyFileBytes, true})
 		}
 	}
 	out := refs[:0]
@@ -207,23 +232,29 @@ func (m *Manifest) validateFiles(p *problem.List) {
 	if m.ClientCABundle == "" {
 		p.Add("clientCABundle", "is required")
 	}
-	referenced := map[string]string{}
+	if r := m.ServerCertificate.Renewal; r != nil {
+		r.validate(p)
+	}
+	referenced := map[string]fileRef{}
 	for _, f := range m.files() {
 		if err := checkFilePath(f.name); err != nil {
 			p.Add(f.field, "%v", err)
 			continue
 		}
 		if first, dup := referenced[f.name]; dup {
-			p.Add(f.field, "names the same file as %s; every file has one role", first)
+			p.Add(f.field, "names the same file as %s; every file has one role", first.field)
 			continue
 		}
-		referenced[f.name] = f.field
+		referenced[f.name] = f
 	}
-	for name, field := range referenced {
+	for name, f := range referenced {
 		d, ok := m.FileDigests[name]
 		switch {
+		case !f.pinned && ok:
+			p.Add("fileDigests", "pins %s (%s), which is renewable (serverCertificate.renewal) and must not be pinned", quoteName(name), f.field)
+		case !f.pinned:
 		case !ok:
-			p.Add("fileDigests", "has no digest for %s (%s)", quoteName(name), field)
+			p.Add("fileDigests", "has no digest for %s (%s)", quoteName(name), f.field)
 		case !validFileDigest(d):
 			p.Add("fileDigests["+quoteName(name)+"]", `must be "sha256:" and 64 lowercase hex digits`)
 		}

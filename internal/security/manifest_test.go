@@ -199,6 +199,7 @@ func TestParseManifestOversized(t *testing.T) {
 // same (decoding is deterministic and loses nothing).
 func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(validManifest))
+	f.Add([]byte(validRenewableManifest))
 	f.Add([]byte("version: 1\n---\n"))
 	f.Add([]byte("{version: 1, Version: 2, generation: 1e3}"))
 	f.Add([]byte("generation: &a 7\nversion: *a\n"))
@@ -220,7 +221,13 @@ func FuzzParseManifest(f *testing.F) {
 				signing++
 			}
 		}
-		if signing != 1 || len(m.Clients) == 0 || len(m.FileDigests) != len(m.files()) {
+		pinned := 0
+		for _, f := range m.files() {
+			if f.pinned {
+				pinned++
+			}
+		}
+		if signing != 1 || len(m.Clients) == 0 || len(m.FileDigests) != pinned {
 			t.Fatalf("accepted an inconsistent manifest: %+v", m)
 		}
 		for _, c := range m.Clients {
@@ -251,6 +258,15 @@ func normalised(m *Manifest) Manifest {
 		if len(out.Clients[i].AdministratorFor) == 0 {
 			out.Clients[i].AdministratorFor = nil
 		}
+	}
+	if r := m.ServerCertificate.Renewal; r != nil {
+		n := *r
+		for _, l := range []*[]string{&n.DNSNames, &n.IPAddresses, &n.URIs} {
+			if len(*l) == 0 {
+				*l = nil
+			}
+		}
+		out.ServerCertificate.Renewal = &n
 	}
 	return out
 }

@@ -182,13 +182,13 @@ func checkServerCertificate(p *problem.List, certPEM, keyPEM []byte, now time.Ti
 	return cert, ok
 }
 
-// checkClientCAs validates the client CA bundle: 1..MaxClientCAs certificates, each a CA
-// (basic constraints) whose key usage, when present, allows certificate signing, with an
-// accepted key; at least one valid at now. CAs that have expired are tolerated (they verify
-// nothing), so that a bundle does not become invalid merely because an old CA, kept for a
-// rotation, ran out.
-func checkClientCAs(p *problem.List, data []byte, now time.Time) ([]*x509.Certificate, bool) {
-	const at = "clientCABundle"
+// checkCABundle validates a CA bundle (the client CA bundle, a renewable server
+// certificate's issuers), reporting problems at the field path at: 1..MaxClientCAs
+// certificates, each a CA (basic constraints) whose key usage, when present, allows
+// certificate signing, with an accepted key; at least one valid at now. CAs that have
+// expired are tolerated (they verify nothing), so that a bundle does not become invalid
+// merely because an old CA, kept for a rotation, ran out.
+func checkCABundle(p *problem.List, at string, data []byte, now time.Time) ([]*x509.Certificate, bool) {
 	cas, err := parseCertificates(data, MaxClientCAs)
 	if err != nil {
 		p.Add(at, "%v", err)

@@ -36,13 +36,16 @@ const (
 
 // File names written into the bundle directory.
 const (
-	ManifestFile    = "manifest.yaml"
-	CACertFile      = "ca.crt"
-	CAKeyFile       = "ca.key"
-	ServerCertFile  = "server.crt"
-	ServerKeyFile   = "server.key"
-	GrantPublicFile = "grant-" + GrantKeyID + ".pub"
-	GrantKeyFile    = "grant-" + GrantKeyID + ".key"
+	ManifestFile   = "manifest.yaml"
+	CACertFile     = "ca.crt"
+	CAKeyFile      = "ca.key"
+	ServerCertFile = "server.crt"
+	ServerKeyFile  = "server.key"
+	// ServerIssuerFile is the renewable server certificate's pinned issuer bundle (a copy of
+	// the CA certificate), written only with Options.RenewableServer.
+	ServerIssuerFile = "server-issuer.crt"
+	GrantPublicFile  = "grant-" + GrantKeyID + ".pub"
+	GrantKeyFile     = "grant-" + GrantKeyID + ".key"
 )
 
 // File modes: private keys are readable by their owner only.
@@ -70,6 +73,14 @@ type Options struct {
 	Generation uint64
 	// Validity of every certificate; zero means DefaultValidity; at most MaxValidity.
 	Validity time.Duration
+	// ServerValidity, when set, is the server certificate's own validity, at most Validity:
+	// a short-lived leaf under a longer-lived CA, as cert-manager issues them.
+	ServerValidity time.Duration
+	// RenewableServer marks the server certificate renewable in place in the manifest
+	// (serverCertificate.renewal: its issuer pinned as ServerIssuerFile, its names listed,
+	// the certificate and key not pinned), so Result.IssueServer's certificates may replace
+	// it without a new generation.
+	RenewableServer bool
 	// Now is the generation time; zero means time.Now().
 	Now time.Time
 	// Extra are more clients beside the three built in, for tests of authorisation (other
@@ -107,6 +118,11 @@ type Result struct {
 	CACert, CAKey string
 	// ServerCert and ServerKey serve the gateway and the controller.
 	ServerCert, ServerKey string
+	// ServerDNSNames and ServerIPAddresses are the server certificate's names (IssueServer
+	// issues for them). ServerIssuer is the pinned issuer file, with Options.RenewableServer.
+	ServerDNSNames    []string
+	ServerIPAddresses []net.IP
+	ServerIssuer      string
 	// GrantKeyID names the Ed25519 grant signing key in GrantPublicKey / GrantPrivateKey.
 	GrantKeyID                      string
 	GrantPublicKey, GrantPrivateKey string
@@ -152,6 +168,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Validity < 0 || o.Validity > MaxValidity {
 		return o, fmt.Errorf("devbundle: validity must be positive and at most %s", MaxValidity)
 	}
+	if o.ServerValidity == 0 {
+		o.ServerValidity = o.Validity
+	}
+	if o.ServerValidity < 0 || o.ServerValidity > o.Validity {
+		return o, errors.New("devbundle: the server validity must be positive and at most the validity")
+	}
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
@@ -195,14 +217,17 @@ func (g *generator) run() (*Result, error) {
 	if r.CAKey, err = g.write(CAKeyFile, caKey, keyMode); err != nil {
 		return nil, err
 	}
-	server := LeafSpec{
-		CommonName:  "execplane server",
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    append([]string{"localhost"}, o.DNSNames...),
-		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, o.IPAddresses...),
-	}
-	if r.ServerCert, r.ServerKey, err = g.issue(ca, "server", server); err != nil {
+	r.ServerDNSNames = append([]string{"localhost"}, o.DNSNames...)
+	r.ServerIPAddresses = append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, o.IPAddresses...)
+	server := serverSpec(r)
+	server.NotBefore, server.NotAfter = o.Now.Add(-backdate), o.Now.Add(o.ServerValidity)
+	if r.ServerCert, r.ServerKey, err = g.issueSpec(ca, "server", server); err != nil {
 		return nil, err
+	}
+	if o.RenewableServer {
+		if r.ServerIssuer, err = g.write(ServerIssuerFile, CertificatePEM(ca.Certificate), publicMode); err != nil {
+			return nil, err
+		}
 	}
 	clients := []struct {
 		name string
@@ -247,6 +272,11 @@ func (g *generator) run() (*Result, error) {
 // issue issues a leaf valid for the bundle's validity and writes name.crt and name.key.
 func (g *generator) issue(ca *CA, name string, spec LeafSpec) (certPath, keyPath string, err error) {
 	spec.NotBefore, spec.NotAfter = g.opts.Now.Add(-backdate), g.opts.Now.Add(g.opts.Validity)
+	return g.issueSpec(ca, name, spec)
+}
+
+// issueSpec issues a leaf as spec says and writes name.crt and name.key.
+func (g *generator) issueSpec(ca *CA, name string, spec LeafSpec) (certPath, keyPath string, err error) {
 	cert, key, err := ca.Issue(spec)
 	if err != nil {
 		return "", "", err

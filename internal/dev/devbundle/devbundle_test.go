@@ -157,3 +157,75 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 	}
 	return cert
 }
+
+// A renewable bundle names its issuer and the server's names instead of pinning the server
+// certificate, and IssueServer issues what cert-manager writes on a renewal: the same CA
+// and names, the validity asked for, a new key every time. Written over the bundle's files,
+// a newer one loads at the same generation.
+func TestGenerateRenewableServer(t *testing.T) {
+	now := time.Now()
+	dir := filepath.Join(t.TempDir(), "bundle")
+	r, err := devbundle.Generate(dir, devbundle.Options{RenewableServer: true, ServerValidity: time.Hour, Now: now,
+		DNSNames: []string{"Gateway.execplane.svc"}, IPAddresses: []net.IP{net.ParseIP("10.0.0.7")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(r.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"renewal:", `issuerCABundle: "server-issuer.crt"`, `"gateway.execplane.svc"`, `"10.0.0.7"`, `"::1"`} {
+		if !strings.Contains(string(manifest), want) {
+			t.Errorf("manifest lacks %s:\n%s", want, manifest)
+		}
+	}
+	if strings.Contains(string(manifest), `"server.crt": "sha256:`) || strings.Contains(string(manifest), `"server.key": "sha256:`) {
+		t.Errorf("a renewable certificate is pinned:\n%s", manifest)
+	}
+	first, err := security.LoadBundle(r.Manifest, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := first.ServerCertificate().Leaf
+	if got := leaf.NotAfter.Sub(leaf.NotBefore); got != time.Hour+5*time.Minute {
+		t.Fatalf("server validity %s", got)
+	}
+	if ca := readCert(t, r.CACert); !ca.NotAfter.After(now.Add(6 * 24 * time.Hour)) {
+		t.Fatalf("the CA lasts until %v", ca.NotAfter)
+	}
+
+	later := now.Add(40 * time.Minute)
+	certPEM, keyPEM, err := r.IssueServer(later, later.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, keyAgain, err := r.IssueServer(later, later.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(keyPEM) == string(keyAgain) || string(certPEM) == string(again) {
+		t.Fatal("two renewals share a key or a certificate")
+	}
+	if err := os.WriteFile(r.ServerCert, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.ServerKey, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := security.LoadBundle(r.Manifest, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := security.CheckTransition(first, renewed, later); err != nil || renewed.Generation() != first.Generation() {
+		t.Fatalf("a renewal at generation %d: %v", renewed.Generation(), err)
+	}
+	if _, _, err := r.IssueServer(later, later); err == nil {
+		t.Fatal("an empty validity was issued")
+	}
+	if _, err := devbundle.Generate(filepath.Join(t.TempDir(), "b"), devbundle.Options{Validity: time.Hour, ServerValidity: 2 * time.Hour}); err == nil {
+		t.Fatal("a server certificate outliving its CA was generated")
+	}
+	if _, err := devbundle.LoadCA(r.ServerCert, r.ServerKey); err == nil {
+		t.Fatal("LoadCA accepted a leaf")
+	}
+}

@@ -12,5 +12,9 @@
 //     target directory must be new or empty, so nothing is ever overwritten.
 //   - The manifest is written last, so an interrupted run leaves no loadable bundle.
 //   - Every certificate's validity starts a few minutes in the past (clock skew between
-//     the generating and the loading machine) and lasts Options.Validity.
+//     the generating and the loading machine) and lasts Options.Validity (the server's
+//     Options.ServerValidity when set).
+//   - With Options.RenewableServer the manifest makes the server certificate renewable in
+//     place, and Result.IssueServer issues what cert-manager would write on a renewal (same
+//     CA and names, a new key, the validity asked for): tests renew, or roll back, with it.
 package devbundle

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -17,7 +18,25 @@ func (g *generator) manifest(r *Result) []byte {
 	line("# execplane development security bundle, generated %s. For development only.", o.Now.UTC().Format(time.RFC3339))
 	line("version: 1")
 	line("generation: %d", o.Generation)
-	line("serverCertificate: {certFile: %s, keyFile: %s}", q(ServerCertFile), q(ServerKeyFile))
+	pinned := []string{ServerCertFile, ServerKeyFile, CACertFile, GrantPublicFile, GrantKeyFile}
+	if o.RenewableServer {
+		// Renewable in place: the issuer and the names are fixed, the certificate and key not
+		// pinned (docs/security.md "Renewal in place").
+		line("serverCertificate:")
+		line("  certFile: %s", q(ServerCertFile))
+		line("  keyFile: %s", q(ServerKeyFile))
+		line("  renewal:")
+		line("    issuerCABundle: %s", q(ServerIssuerFile))
+		line("    dnsNames: [%s]", qList(r.ServerDNSNames, strings.ToLower))
+		ips := make([]string, len(r.ServerIPAddresses))
+		for i, ip := range r.ServerIPAddresses {
+			ips[i] = ip.String()
+		}
+		line("    ipAddresses: [%s]", qList(ips, nil))
+		pinned = []string{ServerIssuerFile, CACertFile, GrantPublicFile, GrantKeyFile}
+	} else {
+		line("serverCertificate: {certFile: %s, keyFile: %s}", q(ServerCertFile), q(ServerKeyFile))
+	}
 	line("clientCABundle: %s", q(CACertFile))
 	line("grantKeys:")
 	line("  - id: %s", q(GrantKeyID))
@@ -46,10 +65,22 @@ func (g *generator) manifest(r *Result) []byte {
 		}
 	}
 	line("fileDigests:")
-	for _, name := range []string{ServerCertFile, ServerKeyFile, CACertFile, GrantPublicFile, GrantKeyFile} {
+	for _, name := range pinned {
 		line("  %s: %s", q(name), q(digest(g.files[name])))
 	}
 	return b.Bytes()
+}
+
+// qList quotes each of ss (mapped by f when set) and joins them for a YAML flow sequence.
+func qList(ss []string, f func(string) string) string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		if f != nil {
+			s = f(s)
+		}
+		out[i] = q(s)
+	}
+	return strings.Join(out, ", ")
 }
 
 // q quotes s as a JSON string, a valid YAML double-quoted scalar.

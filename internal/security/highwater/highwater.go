@@ -1,13 +1,20 @@
 // Package highwater keeps the security material's high-water mark: the highest generation
-// accepted, the digest of that generation's whole bundle and its grant-key set, stored in a
-// ConfigMap and raised only by compare-and-swap.
+// accepted, the digest of that generation's bundle, its grant-key set and the newest
+// renewable server certificate accepted, stored in a ConfigMap and raised only by
+// compare-and-swap.
 //
 // Invariants:
 //   - The mark only rises. Accept refuses a lower generation (rollback), the same
-//     generation with another digest (drift) and a key set that may not follow the recorded
-//     one (grant.CheckRotation), and is a resourceVersion compare-and-swap, so two replicas
-//     raising at once cannot both win with different bundles. Because the key set is
-//     recorded, a replica that restarts refuses exactly the rotations a running one refuses.
+//     generation with another digest (drift), a key set that may not follow the recorded
+//     one (grant.CheckRotation) and a renewable server certificate older than the recorded
+//     one (a renewal is newer), and is a resourceVersion compare-and-swap, so two replicas
+//     raising at once cannot both win with different bundles. Because the key set and the
+//     certificate are recorded, a replica that restarts refuses exactly what a running one
+//     refuses.
+//   - Every key a version of this package added is optional when read (grantKeys,
+//     serverLeaf): a mark written by an older version reads as recording none, and the next
+//     accepted bundle records it. An older version that raises the mark rewrites only the
+//     keys it knows and leaves the others as they were.
 //   - Only writers (the controller) raise the mark; readers (gateways) Admit only the
 //     bundle it names, and wait while it names an older one.
 //   - The mark is watched, never read per request: Current answers from the last observed
@@ -74,6 +81,9 @@ type Mark struct {
 	// Keys is the accepted bundle's grant-key set; nil for generation 0 and for a mark
 	// recorded before key sets were (then the next raise records one).
 	Keys *grant.KeySet
+	// Leaf is the newest renewable server certificate accepted, whatever the generation;
+	// nil when none was (or the mark predates the record).
+	Leaf *Leaf
 	// ResourceVersion is the ConfigMap's, for compare-and-swap.
 	ResourceVersion string
 }
@@ -81,8 +91,12 @@ type Mark struct {
 // Offer is a fully validated bundle offered to the mark.
 type Offer struct {
 	Generation uint64
-	Digest     string
-	Keys       *grant.KeySet
+	// Digest covers the manifest and every pinned file (security.Bundle.Digest).
+	Digest string
+	Keys   *grant.KeySet
+	// Leaf is the bundle's server certificate when it is renewable in place (not pinned,
+	// so not in Digest); nil otherwise.
+	Leaf *Leaf
 }
 
 // Store watches and raises the mark in one ConfigMap.
@@ -172,13 +186,17 @@ func parse(cm *corev1.ConfigMap) (Mark, error) {
 	if err != nil || (gen == 0 && keys != nil) {
 		return Mark{}, fmt.Errorf("%w: malformed %s", ErrUnavailable, KeyGrantKeys)
 	}
-	return Mark{Generation: gen, Digest: digest, Keys: keys, ResourceVersion: cm.ResourceVersion}, nil
+	leaf, err := decodeLeaf(cm.Data[KeyServerLeaf])
+	if err != nil || (gen == 0 && leaf != nil) {
+		return Mark{}, fmt.Errorf("%w: malformed %s", ErrUnavailable, KeyServerLeaf)
+	}
+	return Mark{Generation: gen, Digest: digest, Keys: keys, Leaf: leaf, ResourceVersion: cm.ResourceVersion}, nil
 }
 
 // Check decides whether a validated bundle may be published against mark m at now: it
-// returns write=true when the mark must be written first (raised, or its key set recorded),
-// and ErrRollback, ErrDrift or ErrUnsafeRotation when the bundle must be refused. A pure
-// function: the policy in one place.
+// returns write=true when the mark must be written first (raised, its key set recorded, or
+// a renewed server certificate recorded), and ErrRollback, ErrDrift or ErrUnsafeRotation
+// when the bundle must be refused. A pure function: the policy in one place.
 func Check(m Mark, o Offer, now time.Time) (write bool, err error) {
 	switch {
 	case o.Generation < m.Generation:
@@ -186,13 +204,21 @@ func Check(m Mark, o Offer, now time.Time) (write bool, err error) {
 	case o.Generation == m.Generation && o.Digest != m.Digest:
 		return false, fmt.Errorf("%w (generation %d)", ErrDrift, o.Generation)
 	case o.Generation == m.Generation:
-		// The same bundle (the digest covers every file, the keys included); record its key
-		// set if this mark predates key sets.
-		return m.Keys == nil && o.Keys != nil, nil
+		// The same bundle but for a renewable server certificate (the digest covers every
+		// pinned file, the keys included): record its key set if this mark predates key
+		// sets, and its certificate if it is a renewal.
+		renewed, err := checkLeaf(m.Leaf, o.Leaf)
+		if err != nil {
+			return false, err
+		}
+		return renewed || (m.Keys == nil && o.Keys != nil), nil
 	case m.Keys != nil:
 		if err := grant.CheckRotation(m.Keys, o.Keys, now); err != nil {
 			return false, fmt.Errorf("%w (generation %d after %d): %w", ErrUnsafeRotation, o.Generation, m.Generation, err)
 		}
+	}
+	if _, err := checkLeaf(m.Leaf, o.Leaf); err != nil {
+		return false, fmt.Errorf("generation %d after %d: %w", o.Generation, m.Generation, err)
 	}
 	return true, nil
 }
@@ -207,6 +233,15 @@ func (s *Store) Accept(ctx context.Context, o Offer, now time.Time) error {
 	keys, err := encodeKeys(o.Keys)
 	if err != nil {
 		return fmt.Errorf("high-water: encode the key set: %w", err)
+	}
+	var leaf string
+	if o.Leaf != nil {
+		if o.Leaf.NotBefore.IsZero() || !digestPattern.MatchString(o.Leaf.Digest) {
+			return fmt.Errorf("high-water: refusing a server certificate without notBefore or with digest %q", o.Leaf.Digest)
+		}
+		if leaf, err = encodeLeaf(o.Leaf); err != nil {
+			return fmt.Errorf("high-water: encode the server certificate: %w", err)
+		}
 	}
 	for range maxRaiseAttempts {
 		// Read through the API rather than the cache: a raise must start from the newest mark.
@@ -232,6 +267,11 @@ func (s *Store) Accept(ctx context.Context, o Offer, now time.Time) error {
 		next.Data[KeyGeneration] = strconv.FormatUint(o.Generation, 10)
 		next.Data[KeyDigest] = o.Digest
 		next.Data[KeyGrantKeys] = keys
+		if leaf != "" {
+			// Only ever newer (Check): a bundle whose certificate is pinned leaves the
+			// record of the newest renewable one in place, for later renewals to follow.
+			next.Data[KeyServerLeaf] = leaf
+		}
 		// Update carries the read resourceVersion: a concurrent raise makes it conflict.
 		if _, err := s.kube.CoreV1().ConfigMaps(s.namespace).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
 			if apierrors.IsConflict(err) {
@@ -245,8 +285,9 @@ func (s *Store) Accept(ctx context.Context, o Offer, now time.Time) error {
 }
 
 // Admit decides, for a reader, whether a validated bundle may be published now: only the
-// bundle the observed mark names (ErrPending while the mark is older, ErrRollback or
-// ErrDrift when the bundle is older or another). It writes nothing and reads the watch.
+// bundle the observed mark names (ErrPending while the mark is older, its generation or its
+// renewable server certificate; ErrRollback or ErrDrift when the bundle is older or
+// another). It writes nothing and reads the watch.
 func (s *Store) Admit(o Offer) error {
 	m, err := s.Current()
 	switch {
@@ -255,8 +296,13 @@ func (s *Store) Admit(o Offer) error {
 	case o.Generation > m.Generation:
 		return fmt.Errorf("%w: generation %d, the mark is at %d", ErrPending, o.Generation, m.Generation)
 	}
-	_, err = Check(m, o, time.Time{}) // not newer: no rotation rule applies, only rollback and drift
-	return err
+	if _, err = Check(m, o, time.Time{}); err != nil { // not newer: no rotation rule applies
+		return err
+	}
+	if renewed, _ := checkLeaf(m.Leaf, o.Leaf); renewed {
+		return fmt.Errorf("%w: a server certificate renewed in generation %d, not recorded by the mark yet", ErrPending, o.Generation)
+	}
+	return nil
 }
 
 // WaitObserved waits until the watched mark is at least generation, or ctx ends.

@@ -65,17 +65,17 @@ func TestCheck(t *testing.T) {
 		write   bool
 		wantErr error
 	}{
-		{"rollback", m, Offer{4, digestOf('a'), keySet(t, a)}, false, ErrRollback},
-		{"drift", m, Offer{5, digestOf('b'), keySet(t, a)}, false, ErrDrift},
-		{"the same bundle", m, Offer{5, digestOf('a'), keySet(t, a)}, false, nil},
-		{"newer, same keys", m, Offer{6, digestOf('c'), keySet(t, a)}, true, nil},
-		{"newer, a key published verify-only", m, Offer{6, digestOf('c'), keySet(t, a, b)}, true, nil},
-		{"newer, a new key signs at once", m, Offer{6, digestOf('c'), keySet(t, as(a, grant.KeyRetired, retired), fresh)}, false, ErrUnsafeRotation},
-		{"newer, the signing key dropped", m, Offer{6, digestOf('c'), keySet(t, as(b, grant.KeySigning, time.Time{}))}, false, ErrUnsafeRotation},
+		{"rollback", m, Offer{Generation: 4, Digest: digestOf('a'), Keys: keySet(t, a)}, false, ErrRollback},
+		{"drift", m, Offer{Generation: 5, Digest: digestOf('b'), Keys: keySet(t, a)}, false, ErrDrift},
+		{"the same bundle", m, Offer{Generation: 5, Digest: digestOf('a'), Keys: keySet(t, a)}, false, nil},
+		{"newer, same keys", m, Offer{Generation: 6, Digest: digestOf('c'), Keys: keySet(t, a)}, true, nil},
+		{"newer, a key published verify-only", m, Offer{Generation: 6, Digest: digestOf('c'), Keys: keySet(t, a, b)}, true, nil},
+		{"newer, a new key signs at once", m, Offer{Generation: 6, Digest: digestOf('c'), Keys: keySet(t, as(a, grant.KeyRetired, retired), fresh)}, false, ErrUnsafeRotation},
+		{"newer, the signing key dropped", m, Offer{Generation: 6, Digest: digestOf('c'), Keys: keySet(t, as(b, grant.KeySigning, time.Time{}))}, false, ErrUnsafeRotation},
 		{"a published key switches in", Mark{Generation: 5, Digest: digestOf('a'), Keys: keySet(t, a, b)},
-			Offer{6, digestOf('c'), keySet(t, as(a, grant.KeyRetired, retired), as(b, grant.KeySigning, time.Time{}))}, true, nil},
-		{"a first bundle: any valid set", Mark{}, Offer{1, digestOf('c'), keySet(t, fresh)}, true, nil},
-		{"a mark without keys records them", Mark{Generation: 5, Digest: digestOf('a')}, Offer{5, digestOf('a'), keySet(t, a)}, true, nil},
+			Offer{Generation: 6, Digest: digestOf('c'), Keys: keySet(t, as(a, grant.KeyRetired, retired), as(b, grant.KeySigning, time.Time{}))}, true, nil},
+		{"a first bundle: any valid set", Mark{}, Offer{Generation: 1, Digest: digestOf('c'), Keys: keySet(t, fresh)}, true, nil},
+		{"a mark without keys records them", Mark{Generation: 5, Digest: digestOf('a')}, Offer{Generation: 5, Digest: digestOf('a'), Keys: keySet(t, a)}, true, nil},
 	}
 	for _, tc := range cases {
 		write, err := Check(tc.mark, tc.offer, t0)
@@ -144,19 +144,19 @@ func TestAcceptRaisesAndRefusesRollbackAndDrift(t *testing.T) {
 	s, ctx := setup(t, map[string]string{KeyGeneration: "0", KeyDigest: ""})
 	waitFor(t, s, func(m Mark, err error) bool { return err == nil })
 	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
-	if err := s.Accept(ctx, Offer{3, digestOf('a'), keys}, t0); err != nil {
+	if err := s.Accept(ctx, Offer{Generation: 3, Digest: digestOf('a'), Keys: keys}, t0); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, s, func(m Mark, err error) bool {
 		return err == nil && m.Generation == 3 && m.Digest == digestOf('a') && m.Keys != nil
 	})
-	if err := s.Accept(ctx, Offer{3, digestOf('a'), keys}, t0); err != nil {
+	if err := s.Accept(ctx, Offer{Generation: 3, Digest: digestOf('a'), Keys: keys}, t0); err != nil {
 		t.Fatalf("re-accepting the current bundle: %v", err)
 	}
-	if err := s.Accept(ctx, Offer{2, digestOf('f'), keys}, t0); !errors.Is(err, ErrRollback) {
+	if err := s.Accept(ctx, Offer{Generation: 2, Digest: digestOf('f'), Keys: keys}, t0); !errors.Is(err, ErrRollback) {
 		t.Fatalf("rollback: %v", err)
 	}
-	if err := s.Accept(ctx, Offer{3, digestOf('b'), keys}, t0); !errors.Is(err, ErrDrift) {
+	if err := s.Accept(ctx, Offer{Generation: 3, Digest: digestOf('b'), Keys: keys}, t0); !errors.Is(err, ErrDrift) {
 		t.Fatalf("drift: %v", err)
 	}
 	if m, _ := s.Current(); m.Generation != 3 || m.Digest != digestOf('a') {
@@ -171,12 +171,12 @@ func TestAcceptChecksRotationAgainstTheRecordedKeys(t *testing.T) {
 	s, ctx := setup(t, map[string]string{KeyGeneration: "0", KeyDigest: ""})
 	waitFor(t, s, func(m Mark, err error) bool { return err == nil })
 	a := key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{})
-	if err := s.Accept(ctx, Offer{1, digestOf('a'), keySet(t, a)}, t0); err != nil {
+	if err := s.Accept(ctx, Offer{Generation: 1, Digest: digestOf('a'), Keys: keySet(t, a)}, t0); err != nil {
 		t.Fatal(err)
 	}
 	restarted := New(s.kube, s.namespace, s.name)
 	unsafe := keySet(t, as(a, grant.KeyRetired, t0.Add(grant.RetirementDelay)), key(t, "b", grant.KeySigning, t0, time.Time{}))
-	if err := restarted.Accept(ctx, Offer{2, digestOf('b'), unsafe}, t0); !errors.Is(err, ErrUnsafeRotation) {
+	if err := restarted.Accept(ctx, Offer{Generation: 2, Digest: digestOf('b'), Keys: unsafe}, t0); !errors.Is(err, ErrUnsafeRotation) {
 		t.Fatalf("a new key signing at once, offered to a fresh Store: %v", err)
 	}
 	cm, err := s.kube.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
@@ -187,7 +187,7 @@ func TestAcceptChecksRotationAgainstTheRecordedKeys(t *testing.T) {
 		t.Fatalf("the refusal moved the mark: %v", cm.Data)
 	}
 	published := keySet(t, a, key(t, "b", grant.KeyVerifyOnly, t0, time.Time{}))
-	if err := restarted.Accept(ctx, Offer{2, digestOf('c'), published}, t0); err != nil {
+	if err := restarted.Accept(ctx, Offer{Generation: 2, Digest: digestOf('c'), Keys: published}, t0); err != nil {
 		t.Fatalf("a key published verify-only: %v", err)
 	}
 }
@@ -207,10 +207,10 @@ func TestAdmitReadsAndNeverWrites(t *testing.T) {
 		offer Offer
 		want  error
 	}{
-		{Offer{3, digestOf('a'), keys}, nil},
-		{Offer{4, digestOf('b'), keys}, ErrPending},
-		{Offer{2, digestOf('c'), keys}, ErrRollback},
-		{Offer{3, digestOf('d'), keys}, ErrDrift},
+		{Offer{Generation: 3, Digest: digestOf('a'), Keys: keys}, nil},
+		{Offer{Generation: 4, Digest: digestOf('b'), Keys: keys}, ErrPending},
+		{Offer{Generation: 2, Digest: digestOf('c'), Keys: keys}, ErrRollback},
+		{Offer{Generation: 3, Digest: digestOf('d'), Keys: keys}, ErrDrift},
 	}
 	for _, tc := range cases {
 		if err := s.Admit(tc.offer); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
@@ -236,7 +236,10 @@ func TestConcurrentRaises(t *testing.T) {
 	errs := make([]error, 2)
 	for i, st := range []*Store{s, other} {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = st.Accept(ctx, Offer{2, digestOf('a'), keys}, t0) }()
+		go func() {
+			defer wg.Done()
+			errs[i] = st.Accept(ctx, Offer{Generation: 2, Digest: digestOf('a'), Keys: keys}, t0)
+		}()
 	}
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil {
@@ -245,7 +248,10 @@ func TestConcurrentRaises(t *testing.T) {
 	for i, d := range []byte{'b', 'c'} {
 		wg.Add(1)
 		st := []*Store{s, other}[i]
-		go func() { defer wg.Done(); errs[i] = st.Accept(ctx, Offer{3, digestOf(d), keys}, t0) }()
+		go func() {
+			defer wg.Done()
+			errs[i] = st.Accept(ctx, Offer{Generation: 3, Digest: digestOf(d), Keys: keys}, t0)
+		}()
 	}
 	wg.Wait()
 	wins := 0
@@ -268,7 +274,7 @@ func TestAbsentOrDeletedOrMalformedMarkFailsClosed(t *testing.T) {
 		return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "not found")
 	})
 	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
-	if err := s.Accept(ctx, Offer{1, digestOf('a'), keys}, t0); !errors.Is(err, ErrUnavailable) {
+	if err := s.Accept(ctx, Offer{Generation: 1, Digest: digestOf('a'), Keys: keys}, t0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("accept without a mark: %v", err)
 	}
 
@@ -288,7 +294,152 @@ func TestAbsentOrDeletedOrMalformedMarkFailsClosed(t *testing.T) {
 	waitFor(t, s3, func(_ Mark, err error) bool {
 		return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "malformed")
 	})
-	if err := s3.Accept(ctx3, Offer{9, digestOf('a'), keys}, t0); !errors.Is(err, ErrUnavailable) {
+	if err := s3.Accept(ctx3, Offer{Generation: 9, Digest: digestOf('a'), Keys: keys}, t0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("accept over a malformed mark: %v", err)
+	}
+}
+
+// leafAt is a recorded renewable server certificate issued at t0+d, told apart by c.
+func leafAt(d time.Duration, c byte) *Leaf { return &Leaf{NotBefore: t0.Add(d), Digest: digestOf(c)} }
+
+// A renewable server certificate is ordered by its notBefore: the same generation admits the
+// recorded certificate and records a newer one; an older one is a rollback, within a
+// generation and across generations.
+func TestCheckServerLeaf(t *testing.T) {
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	m := Mark{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}
+	offer := func(gen uint64, digest byte, leaf *Leaf) Offer {
+		return Offer{Generation: gen, Digest: digestOf(digest), Keys: keys, Leaf: leaf}
+	}
+	cases := []struct {
+		name    string
+		mark    Mark
+		offer   Offer
+		write   bool
+		wantErr error
+	}{
+		{"the recorded certificate", m, offer(5, 'a', leafAt(0, '1')), false, nil},
+		{"a renewal: newer, same generation", m, offer(5, 'a', leafAt(time.Minute, '2')), true, nil},
+		{"an older certificate, same generation", m, offer(5, 'a', leafAt(-time.Minute, '0')), false, ErrRollback},
+		{"another certificate of the same instant", m, offer(5, 'a', leafAt(0, '9')), false, ErrDrift},
+		{"a renewal with other pinned content", m, offer(5, 'b', leafAt(time.Minute, '2')), false, ErrDrift},
+		{"an older certificate, newer generation", m, offer(6, 'c', leafAt(-time.Minute, '0')), false, ErrRollback},
+		{"a newer certificate, newer generation", m, offer(6, 'c', leafAt(time.Minute, '2')), true, nil},
+		{"the recorded certificate, newer generation", m, offer(6, 'c', leafAt(0, '1')), true, nil},
+		{"a pinned certificate ignores the record", m, offer(6, 'c', nil), true, nil},
+		{"a mark without a record records one", Mark{Generation: 5, Digest: digestOf('a'), Keys: keys}, offer(5, 'a', leafAt(-time.Hour, '0')), true, nil},
+	}
+	for _, tc := range cases {
+		write, err := Check(tc.mark, tc.offer, t0)
+		if write != tc.write || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+			t.Errorf("%s: Check = %v, %v; want %v, %v", tc.name, write, err, tc.write, tc.wantErr)
+		}
+	}
+}
+
+// A reader admits a renewable certificate only once a writer recorded it: a newer one waits
+// (ErrPending) — a writer must record it first, so that a restarted replica refuses what is
+// older — and an older one is refused. No cluster: the observed mark is set directly.
+func TestAdmitServerLeaf(t *testing.T) {
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	s := New(nil, "ns", "mark")
+	s.set(Mark{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}, nil)
+	cases := []struct {
+		leaf *Leaf
+		want error
+	}{
+		{leafAt(0, '1'), nil},
+		{leafAt(time.Minute, '2'), ErrPending},
+		{leafAt(-time.Minute, '0'), ErrRollback},
+		{nil, nil},
+	}
+	for _, tc := range cases {
+		err := s.Admit(Offer{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: tc.leaf})
+		if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+			t.Errorf("Admit(%+v) = %v, want %v", tc.leaf, err, tc.want)
+		}
+	}
+	s.set(Mark{Generation: 5, Digest: digestOf('a'), Keys: keys}, nil)
+	if err := s.Admit(Offer{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}); !errors.Is(err, ErrPending) {
+		t.Errorf("a certificate no writer recorded yet: %v", err)
+	}
+}
+
+// The mark's wire format stays readable both ways: a mark written before server
+// certificates were recorded reads as recording none; the record round-trips; a malformed
+// record fails closed like a malformed key set.
+func TestParseServerLeaf(t *testing.T) {
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	enc, err := encodeKeys(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := func(extra map[string]string) *corev1.ConfigMap {
+		data := map[string]string{KeyGeneration: "4", KeyDigest: digestOf('a'), KeyGrantKeys: enc}
+		for k, v := range extra {
+			data[k] = v
+		}
+		return &corev1.ConfigMap{Data: data}
+	}
+	older, err := parse(cm(nil))
+	if err != nil || older.Leaf != nil || older.Generation != 4 {
+		t.Fatalf("a mark without %s: %+v, %v", KeyServerLeaf, older, err)
+	}
+	rec, err := encodeLeaf(leafAt(time.Minute, '1'))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"notBefore":"2026-11-01T12:01:00Z","sha256":"` + digestOf('1') + `"}`; rec != want {
+		t.Fatalf("recorded form %s, want %s", rec, want)
+	}
+	got, err := parse(cm(map[string]string{KeyServerLeaf: rec}))
+	if err != nil || got.Leaf == nil || !got.Leaf.NotBefore.Equal(t0.Add(time.Minute)) || got.Leaf.Digest != digestOf('1') {
+		t.Fatalf("round trip: %+v, %v", got.Leaf, err)
+	}
+	for _, bad := range []string{"{", "[]", "{}", `{"notBefore":"2026-11-01T12:01:00Z"}`, `{"sha256":"` + digestOf('1') + `"}`,
+		`{"notBefore":"2026-11-01T12:01:00Z","sha256":"sha256:AB"}`, rec + "{}", strings.Replace(rec, `"sha256"`, `"other":1,"sha256"`, 1),
+		`{"notBefore":"yesterday","sha256":"` + digestOf('1') + `"}`, strings.Repeat(" ", maxLeafBytes+1)} {
+		if _, err := parse(cm(map[string]string{KeyServerLeaf: bad})); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "malformed "+KeyServerLeaf) {
+			t.Errorf("parse with %s %q: %v", KeyServerLeaf, bad, err)
+		}
+	}
+	initial := Initial("ns", "mark")
+	initial.Data[KeyServerLeaf] = rec
+	if _, err := parse(initial); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("generation 0 with a recorded certificate: %v", err)
+	}
+}
+
+// Accept records a renewal within a generation and keeps the record across a generation
+// whose certificate is pinned; a restarted Store refuses an older certificate from it.
+func TestAcceptRecordsServerLeaf(t *testing.T) {
+	s, ctx := setup(t, map[string]string{KeyGeneration: "0", KeyDigest: ""})
+	waitFor(t, s, func(m Mark, err error) bool { return err == nil })
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	steps := []struct {
+		offer Offer
+		want  error
+	}{
+		{Offer{Generation: 1, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}, nil},
+		{Offer{Generation: 1, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(time.Minute, '2')}, nil},
+		{Offer{Generation: 1, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}, ErrRollback},
+		{Offer{Generation: 2, Digest: digestOf('b'), Keys: keys}, nil},
+	}
+	for i, step := range steps {
+		if err := s.Accept(ctx, step.offer, t0); !errors.Is(err, step.want) || (step.want == nil && err != nil) {
+			t.Fatalf("step %d: Accept = %v, want %v", i, err, step.want)
+		}
+	}
+	restarted := New(s.kube, s.namespace, s.name)
+	if err := restarted.Accept(ctx, Offer{Generation: 3, Digest: digestOf('c'), Keys: keys, Leaf: leafAt(0, '1')}, t0); !errors.Is(err, ErrRollback) {
+		t.Fatalf("an older certificate offered to a fresh Store in a later generation: %v", err)
+	}
+	cm, err := s.kube.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := parse(cm)
+	if err != nil || m.Generation != 2 || m.Leaf == nil || m.Leaf.Digest != digestOf('2') {
+		t.Fatalf("mark %+v, %v", m, err)
 	}
 }

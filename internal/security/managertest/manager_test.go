@@ -3,9 +3,11 @@
 package managertest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -49,9 +51,15 @@ func (v *volume) manifest() string { return filepath.Join(v.dir, "manifest.yaml"
 // publish generates a bundle of the given generation into a new snapshot and swaps it in.
 func (v *volume) publish(gen uint64, edit func(dir string)) *devbundle.Result {
 	v.t.Helper()
+	return v.publishWith(devbundle.Options{Generation: gen}, edit)
+}
+
+// publishWith is publish with the generator's options.
+func (v *volume) publishWith(opts devbundle.Options, edit func(dir string)) *devbundle.Result {
+	v.t.Helper()
 	v.n++
 	snap := filepath.Join(v.dir, "..snapshot_"+strings.Repeat("x", v.n))
-	res, err := devbundle.Generate(snap, devbundle.Options{Generation: gen})
+	res, err := devbundle.Generate(snap, opts)
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -80,6 +88,37 @@ func (v *volume) bump(gen uint64) { v.bumpEdit(gen, nil) }
 // bumpEdit is bump with an edit of the manifest text (a policy change).
 func (v *volume) bumpEdit(gen uint64, edit func([]byte) []byte) {
 	v.t.Helper()
+	v.copyEdit(func(name string, data []byte) []byte {
+		if name != "manifest.yaml" {
+			return data
+		}
+		data = regexp.MustCompile(`(?m)^generation: \d+$`).ReplaceAll(data, []byte(fmt.Sprintf("generation: %d", gen)))
+		if edit != nil {
+			data = edit(data)
+		}
+		return data
+	})
+}
+
+// renew publishes a copy of the current snapshot with only the server certificate and key
+// replaced, as cert-manager rewrites tls.crt and tls.key in place: the manifest, and with it
+// the generation, is unchanged.
+func (v *volume) renew(certPEM, keyPEM []byte) {
+	v.t.Helper()
+	v.copyEdit(func(name string, data []byte) []byte {
+		switch name {
+		case devbundle.ServerCertFile:
+			return certPEM
+		case devbundle.ServerKeyFile:
+			return keyPEM
+		}
+		return data
+	})
+}
+
+// copyEdit publishes a copy of the current snapshot, each file passed through edit.
+func (v *volume) copyEdit(edit func(name string, data []byte) []byte) {
+	v.t.Helper()
 	cur, err := filepath.EvalSymlinks(filepath.Join(v.dir, "..data"))
 	must(v.t, err)
 	v.n++
@@ -90,13 +129,7 @@ func (v *volume) bumpEdit(gen uint64, edit func([]byte) []byte) {
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join(cur, e.Name()))
 		must(v.t, err)
-		if e.Name() == "manifest.yaml" {
-			data = regexp.MustCompile(`(?m)^generation: \d+$`).ReplaceAll(data, []byte(fmt.Sprintf("generation: %d", gen)))
-			if edit != nil {
-				data = edit(data)
-			}
-		}
-		must(v.t, os.WriteFile(filepath.Join(snap, e.Name()), data, 0o600))
+		must(v.t, os.WriteFile(filepath.Join(snap, e.Name()), edit(e.Name(), data), 0o600))
 	}
 	tmp := filepath.Join(v.dir, "..data_tmp")
 	must(v.t, os.Symlink(filepath.Base(snap), tmp))
@@ -519,4 +552,63 @@ func TestWriterRetriesARaiseThatFailedTransiently(t *testing.T) {
 		gen, _ := markOf(t, kube, ns)
 		return ok && b.Generation() == 2 && gen == "2"
 	})
+}
+
+// A server certificate renewed in place (cert-manager: same CA and names, a later notBefore,
+// a new key, no new generation) is served by a writer and a reader once the writer recorded
+// it in the real mark; the older certificate written back afterwards is refused by both and
+// by a replica restarted on it, the newer one keeps serving, and the mark is left as it was.
+// Without a cluster, TestManagerRenewalInPlace (internal/security) runs the same rules with
+// handshakes across the old certificate's expiry.
+func TestRenewalInPlaceAgainstTheRealMark(t *testing.T) {
+	kube, ns, _ := setup(t, "0", "")
+	vol := newVolume(t)
+	res := vol.publishWith(devbundle.Options{Generation: 2, RenewableServer: true, ServerValidity: time.Hour}, nil)
+	writer, _ := manager(t, kube, ns, vol.manifest(), nil)
+	gateway := reader(t, kube, ns, vol.manifest(), io.Discard)
+	serving := func(m *security.Manager, certPEM []byte) bool {
+		b, ok := m.Current()
+		return ok && b.Generation() == 2 && bytesEqualLeaf(b, certPEM)
+	}
+	first, err := os.ReadFile(res.ServerCert)
+	must(t, err)
+	eventually(t, "both serve the first certificate", func() bool { return serving(writer, first) && serving(gateway, first) })
+
+	renewedCert, renewedKey, err := res.IssueServer(time.Now(), time.Now().Add(time.Hour))
+	must(t, err)
+	vol.renew(renewedCert, renewedKey)
+	eventually(t, "both serve the renewed certificate", func() bool { return serving(writer, renewedCert) && serving(gateway, renewedCert) })
+	cm, err := kube.CoreV1().ConfigMaps(ns).Get(t.Context(), markName, metav1.GetOptions{})
+	must(t, err)
+	recorded := cm.Data[highwater.KeyServerLeaf]
+	if gen := cm.Data[highwater.KeyGeneration]; gen != "2" || recorded == "" {
+		t.Fatalf("mark after the renewal: %v", cm.Data)
+	}
+
+	firstKey, err := os.ReadFile(res.ServerKey)
+	must(t, err)
+	vol.renew(first, firstKey) // the older certificate written back
+	for _, m := range []*security.Manager{writer, gateway} {
+		if err := m.Reload(t.Context()); !errors.Is(err, security.ErrUnsafeTransition) {
+			t.Fatalf("the older certificate written back: %v", err)
+		}
+		if !serving(m, renewedCert) {
+			t.Fatal("a refused rollback withdrew the renewed certificate")
+		}
+	}
+	restarted, _ := manager(t, kube, ns, vol.manifest(), nil)
+	eventually(t, "a replica restarted on the older certificate refuses it", func() bool {
+		return errors.Is(restarted.CheckReady(), highwater.ErrRollback)
+	})
+	cm, err = kube.CoreV1().ConfigMaps(ns).Get(t.Context(), markName, metav1.GetOptions{})
+	must(t, err)
+	if cm.Data[highwater.KeyServerLeaf] != recorded || cm.Data[highwater.KeyGeneration] != "2" {
+		t.Fatalf("the refusals moved the mark: %v", cm.Data)
+	}
+}
+
+// bytesEqualLeaf reports whether b serves the first certificate of certPEM.
+func bytesEqualLeaf(b *security.Bundle, certPEM []byte) bool {
+	block, _ := pem.Decode(certPEM)
+	return block != nil && bytes.Equal(b.ServerCertificate().Leaf.Raw, block.Bytes)
 }
