@@ -29,10 +29,12 @@ const (
 	// nodeLeaseSeconds is KWOK's node lease duration; without it KWOK creates no Leases and
 	// kube-controller-manager eventually marks the nodes unknown and evicts their Pods.
 	nodeLeaseSeconds = 40
-	// serviceCIDR and podCIDR are private ranges used only inside the apiserver's
-	// allocators; nothing routes to them.
+	// serviceCIDR and podCIDR are private ranges: the apiserver allocates from them, and
+	// only the real node's kube-proxy routes to Service addresses (on that node).
 	serviceCIDR = "10.0.0.0/24"
 	podCIDR     = "10.244.0.0/16"
+	// apiServiceIP is the kubernetes Service's address (the first of serviceCIDR).
+	apiServiceIP = "10.0.0.1"
 )
 
 // Options configure Start.
@@ -70,6 +72,11 @@ type Cluster struct {
 	kubeconfig   string
 	nodeNames    []string
 	realNode     *realNode
+	// apiHost is the address the API server listens on and advertises.
+	apiHost string
+	// registry is the local registry (with the real node); dnsImage CoreDNS's reference.
+	registry *localRegistry
+	dnsImage string
 	// stopBackground ends the in-process controllers (the provisioner).
 	stopBackground context.CancelFunc
 	// StartupTime is how long Start took.
@@ -128,6 +135,16 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.pki, err = generatePKI(filepath.Join(opts.StateDir, "pki")); err != nil {
 		return nil, fmt.Errorf("devcluster: PKI: %w", err)
 	}
+	// The API server listens on loopback; with a real node, on the node's address instead
+	// (on lo, routed nowhere), which Pods reach through their bridge and which it advertises
+	// as the kubernetes Service's endpoint, as a node's API server does.
+	c.apiHost = "127.0.0.1"
+	if opts.RealNode != nil {
+		if err := c.prepareRealNode(ctx); err != nil {
+			return nil, err
+		}
+		c.apiHost = realNodeIP
+	}
 	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
@@ -139,7 +156,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startAPIServer(etcdPort, apiPort); err != nil {
 		return nil, err
 	}
-	opts.Logf("devcluster: kube-apiserver on https://127.0.0.1:%d", apiPort)
+	opts.Logf("devcluster: kube-apiserver on %s", c.apiURL(apiPort))
 	if err := c.waitAPIServer(ctx); err != nil {
 		return nil, err
 	}
@@ -172,12 +189,21 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	if opts.RealNode != nil {
-		if err := c.startRealNode(ctx, apiPort); err != nil {
+		if err := c.startRealNode(ctx, c.apiURL(apiPort)); err != nil {
 			return nil, err
 		}
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
+	}
+	if opts.RealNode != nil && opts.RealNode.ClusterDNS {
+		dir, err := FindDNSBinaries(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c.dnsImage, err = c.startDNS(ctx, dir); err != nil {
+			return nil, err
+		}
 	}
 	c.StartupTime = time.Since(begin)
 	if err := c.writeEnvFile(apiPort, execPort); err != nil {
@@ -191,13 +217,20 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	return c, nil
 }
 
+// apiURL is the API server's URL.
+func (c *Cluster) apiURL(port int) string {
+	return "https://" + net.JoinHostPort(c.apiHost, strconv.Itoa(port))
+}
+
 // Stop stops everything Start started. It is safe to call more than once.
 func (c *Cluster) Stop() error {
 	var errs []error
-	if c.realNode != nil {
-		// First, while the API server still answers the kubelet.
-		errs = append(errs, c.realNode.stop())
-		c.realNode = nil
+	node := c.realNode
+	c.realNode = nil
+	if node != nil {
+		// The node's programs and Pods first, while the API server still answers the
+		// kubelet (and before its Pods' watches hold the API server's shutdown).
+		node.stopRunning()
 	}
 	if c.stopBackground != nil {
 		c.stopBackground()
@@ -214,6 +247,15 @@ func (c *Cluster) Stop() error {
 	if killed := c.procs.stopAll(); len(killed) > 0 {
 		c.opts.Logf("devcluster: killed after %s without exiting on SIGTERM: %v", stopGrace, killed)
 	}
+	if node != nil {
+		// The node's changes to the machine last, once the API server, which listens on the
+		// node's address, has stopped.
+		errs = append(errs, node.stop())
+	}
+	if c.registry != nil {
+		c.registry.stop()
+		c.registry = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -225,6 +267,15 @@ func (c *Cluster) Kube() *kubernetes.Clientset { return c.kube }
 
 // Kubeconfig returns the path of the admin kubeconfig file.
 func (c *Cluster) Kubeconfig() string { return c.kubeconfig }
+
+// RealNodeIP is the real node's address: the API server's with a real node, and the one on
+// which NodePorts answer (in nftables mode, kube-proxy's NodePorts do not answer on
+// loopback).
+func (c *Cluster) RealNodeIP() string { return realNodeIP }
+
+// DNSImage is the reference the real node pulled the cluster DNS server's image by, or ""
+// without cluster DNS (RealNodeOptions.ClusterDNS).
+func (c *Cluster) DNSImage() string { return c.dnsImage }
 
 // HasRealNode reports whether the cluster runs the real node (RealNodeName).
 func (c *Cluster) HasRealNode() bool { return c.realNode != nil }
@@ -265,7 +316,7 @@ func (c *Cluster) startAPIServer(etcdPort, apiPort int) error {
 	p := c.pki
 	if _, err := c.procs.start(c.opts.StateDir, "kube-apiserver", filepath.Join(c.opts.BinDir, "kube-apiserver"),
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--bind-address="+c.apiHost, "--advertise-address="+c.apiHost,
 		"--secure-port="+strconv.Itoa(apiPort), "--cert-dir="+filepath.Join(c.opts.StateDir, "apiserver-certs"),
 		"--tls-cert-file="+p.APIServerCert, "--tls-private-key-file="+p.APIServerKey,
 		"--client-ca-file="+p.CACert,
@@ -275,8 +326,9 @@ func (c *Cluster) startAPIServer(etcdPort, apiPort int) error {
 		"--kubelet-client-certificate="+p.KubeletClientCert, "--kubelet-client-key="+p.KubeletClientKey,
 		"--kubelet-certificate-authority="+p.CACert, "--kubelet-preferred-address-types=InternalIP",
 		"--allow-privileged=false", "--profiling=false",
-		// Required on loopback: the default reconciler refuses a 127.0.0.1 advertise address.
-		"--endpoint-reconciler-type=none"); err != nil {
+		// On loopback the kubernetes Service has no endpoints: the default reconciler refuses
+		// a 127.0.0.1 advertise address, and nothing in the cluster could reach it anyway.
+		"--endpoint-reconciler-type="+map[bool]string{true: "lease", false: "none"}[c.apiHost != "127.0.0.1"]); err != nil {
 		return err
 	}
 	c.kubeconfig = filepath.Join(c.opts.StateDir, "kubeconfig")
@@ -291,7 +343,7 @@ func (c *Cluster) startAPIServer(etcdPort, apiPort int) error {
 		}
 		pem[i] = data
 	}
-	kc.Clusters["devcluster"] = &clientcmdapi.Cluster{Server: fmt.Sprintf("https://127.0.0.1:%d", apiPort), CertificateAuthorityData: pem[0]}
+	kc.Clusters["devcluster"] = &clientcmdapi.Cluster{Server: c.apiURL(apiPort), CertificateAuthorityData: pem[0]}
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: pem[1], ClientKeyData: pem[2]}
 	kc.Contexts["devcluster"] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: "admin", Namespace: "default"}
 	kc.CurrentContext = "devcluster"
@@ -410,8 +462,8 @@ func delayStage(stage string, d time.Duration) (string, error) {
 }
 
 func (c *Cluster) writeEnvFile(apiPort, execPort int) error {
-	env := fmt.Sprintf("KUBECONFIG=%s\nEXECPLANE_CLUSTER_BIN=%s\nAPISERVER=https://127.0.0.1:%d\nNODE_EXEC_PORT=%d\n",
-		c.kubeconfig, c.opts.BinDir, apiPort, execPort)
+	env := fmt.Sprintf("KUBECONFIG=%s\nEXECPLANE_CLUSTER_BIN=%s\nAPISERVER=%s\nNODE_EXEC_PORT=%d\n",
+		c.kubeconfig, c.opts.BinDir, c.apiURL(apiPort), execPort)
 	return os.WriteFile(filepath.Join(c.opts.StateDir, "env"), []byte(env), 0o600)
 }
 

@@ -6,7 +6,9 @@
 // node (containerd, runc and a kubelet) on which Pods run as real containers (node.go).
 //
 // Invariants:
-//   - Every process listens on loopback only, on ports chosen free at start.
+//   - Every process listens on loopback only, on ports chosen free at start — but, with a
+//     real node, the API server and the kubelet listen on the node's address (on lo, routed
+//     nowhere), which the node's Pods reach through their bridge.
 //   - Stop kills exactly the processes Start started (by their own PIDs and process groups),
 //     also when a test fails or is interrupted; nothing is left running.
 //   - The PVC-backed directories the exec endpoint maps are keyed by the bound

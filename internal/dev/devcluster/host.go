@@ -20,12 +20,13 @@ import (
 // HostState is what of the machine those changes touch, so that a stop (or a test) can show
 // that every one was undone.
 
-// hostSysctls are the kernel settings the kubelet (setupKernelTunables) and the CNI bridge
-// plugin may change.
+// hostSysctls are the kernel settings the kubelet (setupKernelTunables), the CNI bridge
+// plugin and the node's network (nodeSysctls) may change.
 var hostSysctls = []string{
 	"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
 	"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
 	"net.ipv4.ip_forward", "net.ipv4.conf.all.forwarding", "net.ipv6.conf.all.forwarding",
+	"net.bridge.bridge-nf-call-iptables",
 }
 
 // hostPaths are directories outside the node's state directory that containerd, libcni or
@@ -41,7 +42,7 @@ var hostPaths = []string{
 const cgroupFS = "/sys/fs/cgroup"
 
 // nodeProgramNames are the commands of the node's processes, containers' runtime included.
-var nodeProgramNames = []string{"containerd", "containerd-shim", "containerd-shim-runc-v2", "kubelet", "runc", "pause"}
+var nodeProgramNames = []string{"containerd", "containerd-shim", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "runc", "pause"}
 
 // HostState is a snapshot of the parts of the machine the real node changes.
 type HostState struct {
@@ -53,6 +54,7 @@ type HostState struct {
 	Cgroups   []string          `json:"cgroups"`   // "hierarchy/name" of every top-level cgroup
 	Processes []string          `json:"processes"` // the commands of running node programs
 	Firewall  string            `json:"firewall"`  // iptables-save and ip6tables-save, rules only
+	Tables    []string          `json:"tables"`    // "family name" of every nftables table
 }
 
 // SnapshotHost reads the machine's HostState.
@@ -114,7 +116,9 @@ func SnapshotHost() (HostState, error) {
 		}
 	}
 	s.Firewall = firewallRules()
-	for _, l := range [][]string{s.Addresses, s.Links, s.Mounts, s.Paths, s.Cgroups, s.Processes} {
+	s.Tables, err = nftTables()
+	errs = append(errs, err)
+	for _, l := range [][]string{s.Addresses, s.Links, s.Mounts, s.Paths, s.Cgroups, s.Processes, s.Tables} {
 		sort.Strings(l)
 	}
 	return s, errors.Join(errs...)
@@ -147,6 +151,7 @@ func (s HostState) Diff(before HostState) []string {
 	set("path", before.Paths, s.Paths)
 	set("cgroup", before.Cgroups, s.Cgroups)
 	set("process", before.Processes, s.Processes)
+	set("nftables table", before.Tables, s.Tables)
 	if before.Firewall != s.Firewall {
 		d = append(d, fmt.Sprintf("firewall rules changed:\n%s\nwere:\n%s", s.Firewall, before.Firewall))
 	}
@@ -172,13 +177,14 @@ func liveProcess(pid string) (string, bool) {
 }
 
 // owned is the part of s that the node recorded in l would have changed: the kernel settings
-// the kubelet sets, the node's address, bridge, mounts and cgroup root, the fixed directories.
+// the node sets, the node's address, bridge, mounts, cgroup root and kube-proxy's nftables
+// tables, the fixed directories.
 // A node's stop compares only that, so that what other programs did to the machine meanwhile
 // (a container runtime's links, a firewall rule) does not fail it; its processes are checked
 // by the sweeps themselves. Tests compare whole snapshots under the lock.
 func (s HostState) owned(l *nodeLedger) HostState {
 	o := HostState{Sysctls: map[string]string{}, Paths: s.Paths}
-	for k := range kubeletSysctls {
+	for k := range nodeSysctls {
 		o.Sysctls[k] = s.Sysctls[k]
 	}
 	keep := func(in []string, f func(string) bool) []string {
@@ -194,6 +200,7 @@ func (s HostState) owned(l *nodeLedger) HostState {
 	o.Links = keep(s.Links, func(n string) bool { return n == l.Bridge })
 	o.Mounts = keep(s.Mounts, l.isOurs)
 	o.Cgroups = keep(s.Cgroups, func(c string) bool { return filepath.Base(c) == l.CgroupRoot })
+	o.Tables = keep(s.Tables, func(t string) bool { return slices.Contains(l.NFTables, t) })
 	return o
 }
 
@@ -289,4 +296,24 @@ func firewallRules() string {
 		}
 	}
 	return b.String()
+}
+
+// nftTables lists the machine's nftables tables as "family name" (nft list tables), or none
+// where nft is not installed.
+func nftTables() ([]string, error) {
+	path, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, nil
+	}
+	out, err := exec.Command(path, "list", "tables").Output()
+	if err != nil {
+		return nil, fmt.Errorf("nft list tables: %w", err)
+	}
+	var tables []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "table" {
+			tables = append(tables, f[1]+" "+f[2])
+		}
+	}
+	return tables, nil
 }

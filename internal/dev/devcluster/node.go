@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,8 +57,16 @@ const (
 	cniBinDir = "/usr/lib/cni"
 	// kubeletPath is the kubelet's PATH: the mount tools it runs, and no iptables, so that it
 	// creates no firewall tables on the machine (its KUBE-FIREWALL chain guards kube-proxy's
-	// route_localnet, and no kube-proxy runs here).
+	// route_localnet, which kube-proxy's nftables mode does not set).
 	kubeletPath = "/usr/bin:/bin"
+	// nftPath is nft (Debian's nftables, make node-packages): kube-proxy's PATH holds it
+	// alone (proxyPathDir), so that kube-proxy touches no iptables tables either.
+	nftPath      = "/usr/sbin/nft"
+	proxyPathDir = "kube-proxy-path"
+	// clusterDNSIP is the cluster DNS Service's address (in serviceCIDR), clusterDomain the
+	// cluster's DNS domain: what the kubelet writes into Pods' resolv.conf.
+	clusterDNSIP  = "10.0.0.10"
+	clusterDomain = "cluster.local"
 	// Deadlines of the node's start, generous for a loaded 2-core machine (measured: the
 	// kubelet registers in ~0.5 s and is Ready in 3–10 s).
 	containerdReadyTimeout = 30 * time.Second
@@ -65,7 +74,10 @@ const (
 )
 
 // nodeBinaries are the programs the real node runs from its bin directory.
-var nodeBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "kubelet"}
+var nodeBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "kubelet", "kube-proxy"}
+
+// proxyTables are the nftables tables kube-proxy creates (nftables mode, both families).
+var proxyTables = []string{"ip kube-proxy", "ip6 kube-proxy"}
 
 // RealNodeOptions configure the real node.
 type RealNodeOptions struct {
@@ -80,6 +92,9 @@ type RealNodeOptions struct {
 	// HeldLock, when set, is the machine's real-node lock, already held by the caller
 	// (LockRealNode): Start uses it instead of taking the lock, and Stop leaves it held.
 	HeldLock *RealNodeLock
+	// ClusterDNS runs the cluster's DNS server (dns.go) on the node: Start returns once it is
+	// Ready. Its binary comes from FindDNSBinaries.
+	ClusterDNS bool
 }
 
 // realNode is the running real node.
@@ -94,6 +109,8 @@ type realNode struct {
 	logf        func(string, ...any)
 	// keepLock leaves the lock held on stop: the caller's (HeldLock).
 	keepLock bool
+	// proxyHealthz is kube-proxy's health URL: 200 once its rules are in place.
+	proxyHealthz string
 }
 
 // FindNodeBinaries returns the directory of the real node's binaries: $EXECPLANE_NODE_BIN
@@ -129,7 +146,7 @@ func FindNodeBinaries(ctx context.Context) (string, error) {
 			missing = append(missing, name)
 		}
 	}
-	for _, p := range []string{runcPath, filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"), filepath.Join(cniBinDir, "loopback")} {
+	for _, p := range []string{runcPath, nftPath, filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"), filepath.Join(cniBinDir, "loopback")} {
 		if _, err := os.Stat(p); err != nil {
 			missing = append(missing, p+" (make node-packages)")
 		}
@@ -141,7 +158,7 @@ func FindNodeBinaries(ctx context.Context) (string, error) {
 }
 
 // RealNodeAvailable reports why this machine cannot run the real node, or nil: it needs
-// root, cgroups and overlayfs.
+// root, cgroups, overlayfs and bridge netfilter.
 func RealNodeAvailable() error {
 	if os.Geteuid() != 0 {
 		return errors.New("the real node needs root")
@@ -153,13 +170,16 @@ func RealNodeAvailable() error {
 	if err != nil || !bytes.Contains(data, []byte("overlay")) {
 		return errors.New("the real node needs overlayfs")
 	}
+	if _, err := os.Stat(sysctlPath("net.bridge.bridge-nf-call-iptables")); err != nil {
+		return errors.New("the real node needs bridge netfilter (modprobe br_netfilter): kube-proxy's rules must see bridged Pod traffic")
+	}
 	return nil
 }
 
-// startRealNode takes the machine's real-node lock, undoes what a crashed run left, records
-// each host change before making it, and starts containerd and a kubelet joined to the API
-// server at apiPort. It returns once the node is registered; waitReady waits for Ready.
-func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
+// prepareRealNode takes the machine's real-node lock, undoes what a crashed run left, and
+// records each host change before making it: the node's address (which the API server then
+// listens on, so that Pods reach it), its cgroup root and the network's kernel settings.
+func (c *Cluster) prepareRealNode(ctx context.Context) (err error) {
 	opts := *c.opts.RealNode
 	if err := RealNodeAvailable(); err != nil {
 		return err
@@ -218,18 +238,39 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 	if err := createCgroup(realNodeCgroupRoot); err != nil {
 		return fmt.Errorf("devcluster: cgroup %s: %w", realNodeCgroupRoot, err)
 	}
-	healthz, err := freePorts(1)
+	for _, k := range networkSysctls {
+		if err := writeSysctl(k, nodeSysctls[k]); err != nil {
+			return fmt.Errorf("devcluster: sysctl %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// startRealNode starts containerd, a kubelet and kube-proxy joined to the API server at
+// apiServer (on the node's address, prepareRealNode). It returns once the node is
+// registered; waitReady waits for Ready and for kube-proxy's rules.
+func (c *Cluster) startRealNode(ctx context.Context, apiServer string) error {
+	n, opts := c.realNode, c.realNode.opts
+	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
 	cfg := nodeConfig{
 		State: n.dir, Logs: n.logDir, Socket: filepath.Join(n.dir, "containerd.sock"), Runc: runcPath, CNIBin: cniBinDir,
-		SandboxImage: opts.SandboxImage, Bridge: realNodeBridge, Subnet: realNodeSubnet, Network: cniNetwork, NodeIP: realNodeIP,
-		CgroupRoot: realNodeCgroupRoot, HealthzPort: healthz[0], ClientCA: c.pki.CACert,
+		SandboxImage: opts.SandboxImage, Bridge: realNodeBridge, Subnet: realNodeSubnet, Network: cniNetwork,
+		NodeName: RealNodeName, NodeIP: realNodeIP, CgroupRoot: realNodeCgroupRoot, HealthzPort: ports[0], ClientCA: c.pki.CACert,
 		ServingCert: c.pki.NodeServingCert, ServingKey: c.pki.NodeServingKey, TaintKey: RealNodeTaint,
-		PodPidsLimit: realNodePodPidsLimit,
+		PodPidsLimit: realNodePodPidsLimit, ClusterDNS: clusterDNSIP, ClusterDomain: clusterDomain,
+		APIServer: apiServer, ProxyKubeconfig: filepath.Join(n.dir, "kube-proxy.kubeconfig"),
+		ProxyHealthzPort: ports[1], ProxyMetricsPort: ports[2],
 	}
-	if err := n.writeConfig(cfg, apiPort, c.pki); err != nil {
+	if err := n.writeConfig(cfg, c.pki); err != nil {
+		return err
+	}
+	if c.registry, err = startRegistry(); err != nil {
+		return err
+	}
+	if err := c.registry.writeHosts(filepath.Join(n.dir, "containerd", "certs.d")); err != nil {
 		return err
 	}
 	if err := n.startContainerd(ctx, cfg.Socket); err != nil {
@@ -238,17 +279,27 @@ func (c *Cluster) startRealNode(ctx context.Context, apiPort int) (err error) {
 	if err := n.importImages(ctx, cfg.Socket); err != nil {
 		return err
 	}
-	_, err = n.procs.startWithPath(n.logDir, "kubelet", kubeletPath, filepath.Join(opts.BinDir, "kubelet"),
+	if _, err := n.procs.startWithPath(n.logDir, "kubelet", kubeletPath, filepath.Join(opts.BinDir, "kubelet"),
 		"--config="+filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig="+filepath.Join(n.dir, "kubelet.kubeconfig"),
 		"--root-dir="+filepath.Join(n.dir, "kubelet"), "--cert-dir="+filepath.Join(n.dir, "kubelet-pki"),
 		"--hostname-override="+RealNodeName, "--node-ip="+realNodeIP,
-		"--node-labels="+RealNodeLabel+"=true", "--v=2")
+		"--node-labels="+RealNodeLabel+"=true", "--v=2"); err != nil {
+		return err
+	}
+	// The ledger names kube-proxy's tables before they exist.
+	n.ledger.NFTables = proxyTables
+	if err := n.ledger.write(); err != nil {
+		return err
+	}
+	n.proxyHealthz = fmt.Sprintf("http://127.0.0.1:%d/healthz", cfg.ProxyHealthzPort)
+	_, err = n.procs.startWithPath(n.logDir, "kube-proxy", filepath.Join(n.dir, proxyPathDir), filepath.Join(opts.BinDir, "kube-proxy"),
+		"--config="+filepath.Join(n.dir, "kube-proxy.yaml"), "--v=2")
 	return err
 }
 
-func (n *realNode) writeConfig(cfg nodeConfig, apiPort int, pki *PKI) error {
+func (n *realNode) writeConfig(cfg nodeConfig, pki *PKI) error {
 	dirs := []string{filepath.Join(n.logDir, "pod-logs")}
-	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "kubelet-pki"} {
+	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "kubelet-pki", proxyPathDir} {
 		dirs = append(dirs, filepath.Join(n.dir, d))
 	}
 	for _, d := range dirs {
@@ -263,6 +314,7 @@ func (n *realNode) writeConfig(cfg nodeConfig, apiPort int, pki *PKI) error {
 		{"containerd/config.toml", func() ([]byte, error) { return render(containerdTemplate, cfg) }},
 		{"cni/net.d/10-execplane.conflist", func() ([]byte, error) { return render(cniTemplate, cfg) }},
 		{"kubelet.yaml", func() ([]byte, error) { return render(kubeletTemplate, cfg) }},
+		{"kube-proxy.yaml", func() ([]byte, error) { return render(kubeProxyTemplate, cfg) }},
 	} {
 		data, err := f.render()
 		if err != nil {
@@ -272,12 +324,24 @@ func (n *realNode) writeConfig(cfg nodeConfig, apiPort int, pki *PKI) error {
 			return err
 		}
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["devcluster"] = &clientcmdapi.Cluster{Server: fmt.Sprintf("https://127.0.0.1:%d", apiPort), CertificateAuthority: pki.CACert}
-	kc.AuthInfos["kubelet"] = &clientcmdapi.AuthInfo{ClientCertificate: pki.NodeClientCert, ClientKey: pki.NodeClientKey}
-	kc.Contexts["devcluster"] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: "kubelet"}
-	kc.CurrentContext = "devcluster"
-	return clientcmd.WriteToFile(*kc, filepath.Join(n.dir, "kubelet.kubeconfig"))
+	// kube-proxy runs nft and nothing else (nftPath).
+	if err := os.Symlink(nftPath, filepath.Join(n.dir, proxyPathDir, "nft")); err != nil {
+		return err
+	}
+	for _, k := range []struct{ file, user, cert, key string }{
+		{"kubelet.kubeconfig", "kubelet", pki.NodeClientCert, pki.NodeClientKey},
+		{"kube-proxy.kubeconfig", "kube-proxy", pki.ProxyClientCert, pki.ProxyClientKey},
+	} {
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["devcluster"] = &clientcmdapi.Cluster{Server: cfg.APIServer, CertificateAuthority: pki.CACert}
+		kc.AuthInfos[k.user] = &clientcmdapi.AuthInfo{ClientCertificate: k.cert, ClientKey: k.key}
+		kc.Contexts["devcluster"] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: k.user}
+		kc.CurrentContext = "devcluster"
+		if err := clientcmd.WriteToFile(*kc, filepath.Join(n.dir, k.file)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (n *realNode) startContainerd(ctx context.Context, socket string) error {
@@ -325,7 +389,31 @@ func (n *realNode) ready(ctx context.Context, c *Cluster) (bool, error) {
 			return false, nil
 		}
 	}
-	return true, nil
+	return n.proxyReady(ctx), nil
+}
+
+// proxyReady reports whether kube-proxy has synced its rules (its healthz answers 200).
+func (n *realNode) proxyReady(ctx context.Context) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.proxyHealthz, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// stopRunning ends the node's programs, then what they leave running (shims, containers).
+// Stop undoes the rest.
+func (n *realNode) stopRunning() {
+	n.procs.stopAll()
+	if n.ledger != nil {
+		_ = killPrograms(n.ledger.BinDir)
+		_ = killCgroup(n.ledger.CgroupRoot)
+	}
 }
 
 // stop ends the node and undoes every host change: the kubelet and containerd, then what

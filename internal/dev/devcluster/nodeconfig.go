@@ -15,11 +15,17 @@ import (
 type nodeConfig struct {
 	State, Logs, Socket, Runc, CNIBin, SandboxImage string
 	Bridge, Subnet, Network                         string
-	NodeIP, CgroupRoot                              string
+	NodeName, NodeIP, CgroupRoot                    string
 	HealthzPort                                     int
 	ClientCA, ServingCert, ServingKey               string
 	TaintKey                                        string
 	PodPidsLimit                                    int
+	// ClusterDNS is the cluster DNS Service's address, ClusterDomain the cluster's domain.
+	ClusterDNS, ClusterDomain string
+	// APIServer is the API server's URL; ProxyKubeconfig kube-proxy's credentials.
+	APIServer, ProxyKubeconfig string
+	// ProxyHealthzPort and ProxyMetricsPort are kube-proxy's loopback ports.
+	ProxyHealthzPort, ProxyMetricsPort int
 }
 
 // containerdTemplate is containerd 2.x's configuration (version 4).
@@ -28,6 +34,7 @@ type nodeConfig struct {
 //   - No imports, NRI off, the opt plugin's directory, runc's state and network namespaces
 //     under the state directory: nothing of containerd's lands in /etc, /opt or /var.
 //   - The CRI streaming server (exec, attach) on loopback, on a free port.
+//   - Registry hosts under the state directory: the local registry's (registry.go).
 var containerdTemplate = template.Must(template.New("containerd").Parse(`version = 4
 root = '{{.State}}/containerd/root'
 state = '{{.State}}/containerd/state'
@@ -46,6 +53,8 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bl
     path = '{{.State}}/containerd/opt'
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '{{.State}}/containerd/certs.d'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = '{{.SandboxImage}}'
   [plugins.'io.containerd.cri.v1.runtime']
@@ -72,9 +81,10 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bl
     stream_server_port = '0'
 `))
 
-// cniTemplate is the Pod network: a bridge without a gateway address, so Pods reach each
-// other on it and nothing else (not the machine, not the API server), and the host's
-// forwarding stays off.
+// cniTemplate is the Pod network, as a node's: a bridge that is the Pods' default gateway to the
+// machine (the API server on the node address, Services through kube-proxy's rules), with
+// hairpin mode so that a Pod reaches itself through a Service. No masquerading: the Pods
+// reach the machine and each other, nothing beyond it (nothing routes 10.88.0.0/24 back).
 var cniTemplate = template.Must(template.New("cni").Parse(`{
   "cniVersion": "1.0.0",
   "name": "{{.Network}}",
@@ -82,7 +92,8 @@ var cniTemplate = template.Must(template.New("cni").Parse(`{
     {
       "type": "bridge",
       "bridge": "{{.Bridge}}",
-      "isGateway": false,
+      "isDefaultGateway": true,
+      "hairpinMode": true,
       "ipMasq": false,
       "ipam": {
         "type": "host-local",
@@ -148,8 +159,34 @@ registerWithTaints:
   value: "true"
   effect: NoSchedule
 resolvConf: /etc/resolv.conf
+clusterDNS: ["{{.ClusterDNS}}"]
+clusterDomain: {{.ClusterDomain}}
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 2s
+`))
+
+// kubeProxyTemplate is kube-proxy's configuration: nftables mode (its rules in tables of
+// its own, ip and ip6 kube-proxy, which the ledger removes), every conntrack setting left
+// as the machine has it (0), its oom_score_adj left alone (this machine's root cannot lower
+// it), its ports on loopback, NodePorts on the node address.
+var kubeProxyTemplate = template.Must(template.New("kube-proxy").Parse(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: {{.ProxyKubeconfig}}
+hostnameOverride: {{.NodeName}}
+clusterCIDR: {{.Subnet}}
+healthzBindAddress: 127.0.0.1:{{.ProxyHealthzPort}}
+metricsBindAddress: 127.0.0.1:{{.ProxyMetricsPort}}
+nodePortAddresses: ["{{.NodeIP}}/32"]
+oomScoreAdj: 0
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
 `))
 
 func render(t *template.Template, c nodeConfig) ([]byte, error) {

@@ -59,6 +59,8 @@ type nodeLedger struct {
 	CgroupRoot string `json:"cgroupRoot"`
 	// CreatedPaths are hostPaths that did not exist before.
 	CreatedPaths []string `json:"createdPaths"`
+	// NFTables are the nftables tables ("family name") kube-proxy creates.
+	NFTables []string `json:"nftables,omitempty"`
 }
 
 func (l *nodeLedger) marshal() ([]byte, error) { return json.MarshalIndent(l, "", "  ") }
@@ -226,13 +228,20 @@ func (l *nodeLock) release() {
 	}
 }
 
-// kubeletSysctls are the kernel settings the kubelet sets (setupKernelTunables), with the
-// value it sets: undo restores a setting only while it still holds that value, so a change
-// another program made meanwhile stays.
-var kubeletSysctls = map[string]string{
+// nodeSysctls are the kernel settings the node changes, with the value it sets: the
+// kubelet's (setupKernelTunables) and the Pod network's — forwarding, for the bridge is the
+// Pods' gateway, and bridged traffic through the firewall, so that kube-proxy's rules see a
+// Pod reaching a Service whose endpoint is on the same bridge. Undo restores a setting only
+// while it still holds that value, so a change another program made meanwhile stays.
+var nodeSysctls = map[string]string{
 	"vm.overcommit_memory": "1", "vm.panic_on_oom": "0", "kernel.panic": "10", "kernel.panic_on_oops": "1",
 	"kernel.keys.root_maxkeys": "1000000", "kernel.keys.root_maxbytes": "25000000",
+	"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1",
 }
+
+// networkSysctls are the settings of nodeSysctls the node writes itself (the kubelet writes
+// the others).
+var networkSysctls = []string{"net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables"}
 
 // undo reverts every change l records, in the reverse order of making them, and removes the
 // ledger. It goes on past failures and reports them all; it is safe to run again.
@@ -255,6 +264,7 @@ func (l *nodeLedger) undo() error {
 			errs = append(errs, run("ip", "link", "delete", l.Bridge))
 		}
 	}
+	errs = append(errs, deleteTables(l.NFTables))
 	if l.Address != "" && hasAddress("lo", l.Address) {
 		errs = append(errs, run("ip", "addr", "delete", l.Address, "dev", "lo"))
 	}
@@ -264,8 +274,8 @@ func (l *nodeLedger) undo() error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		set, byKubelet := kubeletSysctls[k]
-		if now, err := readSysctl(k); err == nil && byKubelet && now == set && now != l.Sysctls[k] {
+		set, byNode := nodeSysctls[k]
+		if now, err := readSysctl(k); err == nil && byNode && now == set && now != l.Sysctls[k] {
 			errs = append(errs, writeSysctl(k, l.Sysctls[k]))
 		}
 	}
@@ -549,4 +559,22 @@ func unmountBeneath(dir string) error {
 		}
 	}
 	return fmt.Errorf("mounts beneath %s remain", dir)
+}
+
+// deleteTables deletes those of tables ("family name") that exist.
+func deleteTables(tables []string) error {
+	if len(tables) == 0 {
+		return nil
+	}
+	now, err := nftTables()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tables {
+		if slices.Contains(now, t) {
+			errs = append(errs, run("nft", append([]string{"delete", "table"}, strings.Fields(t)...)...))
+		}
+	}
+	return errors.Join(errs...)
 }

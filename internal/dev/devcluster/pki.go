@@ -25,7 +25,8 @@ type PKI struct {
 	// CA signs every certificate below and is the client CA of the apiserver and of the
 	// node exec endpoint.
 	CACert, CAKey string
-	// APIServerCert/Key serve the apiserver (127.0.0.1, localhost, kubernetes.default...).
+	// APIServerCert/Key serve the apiserver (127.0.0.1, the real node's address, the
+	// kubernetes Service's, localhost, kubernetes.default...).
 	APIServerCert, APIServerKey string
 	// AdminCert/Key authenticate as system:masters.
 	AdminCert, AdminKey string
@@ -40,6 +41,9 @@ type PKI struct {
 	// address, which the apiserver verifies against the CA.
 	NodeClientCert, NodeClientKey   string
 	NodeServingCert, NodeServingKey string
+	// ProxyClientCert/Key authenticate the real node's kube-proxy (system:kube-proxy, which
+	// the default RBAC binds to system:node-proxier).
+	ProxyClientCert, ProxyClientKey string
 }
 
 // generatePKI writes a fresh CA and every certificate the cluster needs into dir, using the
@@ -64,7 +68,7 @@ func generatePKI(dir string) (*PKI, error) {
 		cert, key *string
 	}{
 		{"apiserver", devbundle.LeafSpec{CommonName: "kube-apiserver", ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			IPAddresses: append(loopback, net.ParseIP("10.0.0.1")),
+			IPAddresses: append(loopback, net.ParseIP(realNodeIP), net.ParseIP(apiServiceIP)),
 			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
 			&p.APIServerCert, &p.APIServerKey},
 		{"admin", devbundle.LeafSpec{CommonName: "admin", Organization: []string{"system:masters"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
@@ -77,6 +81,8 @@ func generatePKI(dir string) (*PKI, error) {
 			&p.NodeClientCert, &p.NodeClientKey},
 		{"node-serving", devbundle.LeafSpec{CommonName: RealNodeName, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP(realNodeIP)}, DNSNames: []string{RealNodeName}},
 			&p.NodeServingCert, &p.NodeServingKey},
+		{"kube-proxy", devbundle.LeafSpec{CommonName: "system:kube-proxy", ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+			&p.ProxyClientCert, &p.ProxyClientKey},
 	}
 	for _, l := range leaves {
 		l.spec.NotBefore, l.spec.NotAfter = now.Add(-time.Minute), now.Add(certLifetime)
