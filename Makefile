@@ -59,6 +59,10 @@ verify: npm-packages ## Fail when generated code is stale or go.mod files are un
 node-packages: ## Install, idempotently, the Debian packages of the local cluster's real node (runc, CNI plugins, busybox-static).
 	@hack/install-node-packages.sh
 
+.PHONY: executor-debs
+executor-debs: ## Download, idempotently, the Debian packages of the executor image (hack/executor-debs.lock, checked by SHA-256, cached by the lock's hash).
+	@hack/executor-debs.sh fetch >/dev/null
+
 .PHONY: python-packages
 python-packages: ## Install, idempotently, the Debian packages of the Python SDK (python3-grpcio, python3-protobuf, python3-pytest, protoc and grpc_python_plugin).
 	@hack/install-python-packages.sh
@@ -96,7 +100,7 @@ FUZZTIME ?= 1m
 FUZZTIME_SHORT ?= 3s
 
 .PHONY: test
-test: build lint verify vuln node-packages npm-packages python-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster; the fault suite with a short budget, its report printed), then each fuzz target briefly.
+test: build lint verify vuln node-packages executor-debs npm-packages python-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster; the fault suite with a short budget, its report printed), then each fuzz target briefly.
 	@mkdir -p .cache && rm -f $(CHAOS_REPORT)
 	EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
