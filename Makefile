@@ -43,6 +43,37 @@ build: ## Build bin/gateway, bin/controller, bin/execctl, bin/execplane-dev (the
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execplane-dev ./cmd/execplane-dev
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/helper ./cmd/helper
 
+# The product images, built in Go without Docker (internal/dev/devimage; docs/deployment.md,
+# "Images"): the gateway, controller and helper static (CGO_ENABLED=0) for each of PLATFORMS
+# under bin/<os>_<arch>/, then one OCI image layout per image under IMAGES_DIR. Reproducible:
+# every timestamp is SOURCE_DATE_EPOCH, the commit's time, so one commit gives the same
+# digests. PLATFORMS=linux/amd64,linux/arm64 gives image indexes (cross-compiled; the example
+# executor's busybox userland is this machine's, so its index holds this platform alone).
+PLATFORMS         ?= linux/$(shell $(GO) env GOARCH)
+IMAGES_DIR        ?= bin/images
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+REGISTRY          ?=
+INSECURE          ?=
+define build-images
+	@for p in $$(tr , ' ' <<< '$(PLATFORMS)'); do \
+	  echo "go build gateway controller helper for $$p (CGO_ENABLED=0) into bin/$${p%%/*}_$${p#*/}"; \
+	  for b in gateway controller helper; do \
+	    CGO_ENABLED=0 GOOS=$${p%%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/$${p%%/*}_$${p#*/}/$$b ./cmd/$$b; \
+	  done; \
+	done
+	@$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execplane-dev ./cmd/execplane-dev
+	@bin/execplane-dev images -bin bin -out $(IMAGES_DIR) -platforms '$(PLATFORMS)' -version '$(VERSION)' -commit '$(COMMIT)' -created '$(SOURCE_DATE_EPOCH)' $(1)
+endef
+
+.PHONY: images
+images: ## Build the gateway, controller, helper and executor images in Go (no Docker) as OCI layouts under bin/images, reproducibly; prints each digest (PLATFORMS=linux/amd64,linux/arm64 for indexes).
+	$(call build-images)
+
+.PHONY: images-push
+images-push: ## make images, then push each image to REGISTRY=host[:port][/prefix] by digest and tag it VERSION (INSECURE=1: plain HTTP; 127.0.0.1 and localhost always are).
+	@if [ -z '$(REGISTRY)' ]; then echo "usage: make images-push REGISTRY=host[:port][/prefix] [INSECURE=1]" >&2; exit 2; fi
+	$(call build-images,-push '$(REGISTRY)' $(if $(filter 1 true yes,$(INSECURE)),-insecure))
+
 .PHONY: generate
 generate: npm-packages ## Regenerate committed code: protobuf Go, deepcopy, CRD YAML, clientset/listers/informers, the Python and TypeScript SDKs' protobuf modules.
 	$(TOOLS) buf generate

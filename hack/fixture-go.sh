@@ -9,5 +9,8 @@ export GOTOOLCHAIN=${EXECPLANE_CLUSTER_GOTOOLCHAIN:-local}
 # first in PATH: drop it, so that "the machine's own Go" — and the cache key — is the same
 # from a test as from make.
 PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v '/golang.org/toolchain@' | paste -sd: -)
+# ... and its GOROOT, which go sets in a test's environment: the machine's go would compile
+# with that toolchain's standard library and refuse the version mismatch.
+unset GOROOT
 K8S_VERSION=v1.37.2
 CACHE=${CLUSTER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/execplane}

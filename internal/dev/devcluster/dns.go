@@ -76,7 +76,7 @@ func dnsImage(binDir string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
-	layer, err := devimage.Layer([]devimage.File{{Path: "/coredns", Mode: 0o555, Content: bin}})
+	layer, err := devimage.Layer([]devimage.File{{Path: "/coredns", Mode: 0o555, Content: bin}}, time.Time{})
 	if err != nil {
 		return nil, err
 	}

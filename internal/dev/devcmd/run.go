@@ -23,6 +23,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runBundle(args[1:], stdout, stderr)
 	case "host":
 		return runHost(ctx, args[1:], stdout, stderr)
+	case "images":
+		return runImages(ctx, args[1:], stdout, stderr)
 	}
 	if stackCommands[args[0]] {
 		args = append(args[1:len(args):len(args)], args[0])

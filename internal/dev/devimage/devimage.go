@@ -11,12 +11,14 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Image references of the local stack (imported into containerd, never pulled).
@@ -33,8 +35,11 @@ const (
 	// HelperPath is where the helper lives in the helper and executor images (the chart's
 	// helperPath default, the Dockerfile's).
 	HelperPath = "/execplane/helper"
-	// User is the executor's non-root identity (executor.RunAsUser/RunAsGroup).
+	// User is the executor's non-root identity (executor.RunAsUser/RunAsGroup), and the
+	// servers'.
 	User = "65532:65532"
+	// nonrootID is User's UID and GID, for the files the non-root user owns.
+	nonrootID = 65532
 	// pauseUser is the sandbox's identity: the conventional "nobody" of pause images.
 	pauseUser = "65535:65535"
 	// Workspace is the executor's working directory (the workspace claim's mount point).
@@ -47,11 +52,20 @@ type File struct {
 	Mode    os.FileMode // permission bits (and os.ModeDir / os.ModeSymlink for the type)
 	Content []byte      // regular files
 	Link    string      // symlinks
+	// UID and GID own the entry: root (0) unless the non-root user must own it.
+	UID, GID int
 }
 
 // Layer builds an uncompressed-tar layer of files (gzip-compressed by the library when
-// written), with every parent directory, sorted, every timestamp zero and owner root.
-func Layer(files []File) (v1.Layer, error) {
+// written), with every parent directory (root's, 0755), sorted, every modification time
+// mtime (the zero time, the dev stack's images', is written as the Unix epoch). Its media
+// type is Docker's, as empty.Image's manifest is (a release's images use OCI's: an executor
+// Userland may be built of either, see Userland).
+func Layer(files []File, mtime time.Time) (v1.Layer, error) {
+	return layer(files, mtime, types.DockerLayer)
+}
+
+func layer(files []File, mtime time.Time, mediaType types.MediaType) (v1.Layer, error) {
 	entries := map[string]File{}
 	for _, f := range files {
 		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
@@ -76,7 +90,7 @@ func Layer(files []File) (v1.Layer, error) {
 	tw := tar.NewWriter(&buf)
 	for _, p := range names {
 		f := entries[p]
-		h := &tar.Header{Name: strings.TrimPrefix(p, "/"), Mode: int64(f.Mode.Perm()), Format: tar.FormatPAX}
+		h := &tar.Header{Name: strings.TrimPrefix(p, "/"), Mode: int64(f.Mode.Perm()), Uid: f.UID, Gid: f.GID, ModTime: mtime, Format: tar.FormatPAX}
 		if f.Mode&os.ModeSticky != 0 {
 			h.Mode |= 0o1000
 		}
@@ -101,26 +115,77 @@ func Layer(files []File) (v1.Layer, error) {
 		return nil, err
 	}
 	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	// Compressed once and kept: the digest, the layout and the push read the same bytes
+	// (ggcr's gzip is deterministic too — compress/gzip, a fixed level, no header time —
+	// so the caching saves time, not reproducibility).
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
+		tarball.WithMediaType(mediaType), tarball.WithCompressedCaching)
 }
 
-// image is a single-layer linux image of this machine's architecture with config c.
-func image(files []File, c v1.Config) (v1.Image, error) {
-	layer, err := Layer(files)
+// stamp is what every layer and configuration of one build carries besides its contents:
+// the time of every file, history entry and configuration (zero in the dev stack's images,
+// the commit's time in a release's), the configuration's labels, and the media types.
+type stamp struct {
+	created time.Time
+	labels  map[string]string
+	// docker gives Docker media types: the dev stack's images, written to a docker-archive,
+	// which stores no manifest (its reader, like containerd's import, makes a Docker one).
+	// Otherwise OCI's.
+	docker bool
+}
+
+// devStamp is the dev stack's images'.
+var devStamp = stamp{docker: true}
+
+// ociScratch is the empty image a release's images start from, with OCI media types.
+var ociScratch = mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+
+// scratch is the empty image an image of st starts from.
+func (st stamp) scratch() v1.Image {
+	if st.docker {
+		return empty.Image
+	}
+	return ociScratch
+}
+
+// withLayer adds a layer of files to img, its history entry saying what it holds.
+func withLayer(img v1.Image, files []File, createdBy string, st stamp) (v1.Image, error) {
+	mediaType := types.OCILayer
+	if st.docker {
+		mediaType = types.DockerLayer
+	}
+	l, err := layer(files, st.created, mediaType)
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
+	return mutate.Append(img, mutate.Addendum{Layer: l, History: v1.History{Created: v1.Time{Time: st.created}, CreatedBy: createdBy}})
+}
+
+// configure sets img's platform, run configuration (with the stamp's labels) and creation
+// time.
+func configure(img v1.Image, p v1.Platform, c v1.Config, st stamp) (v1.Image, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, c
+	if len(st.labels) > 0 {
+		c.Labels = st.labels
+	}
+	cf.OS, cf.Architecture, cf.Variant, cf.Config, cf.Created = p.OS, p.Architecture, p.Variant, c, v1.Time{Time: st.created}
 	return mutate.ConfigFile(img, cf)
+}
+
+// machine is the platform of this machine, the dev stack's images'.
+func machine() v1.Platform { return v1.Platform{OS: "linux", Architecture: runtime.GOARCH} }
+
+// image is a single-layer image of this machine's platform with config c (the dev stack's).
+func image(files []File, createdBy string, c v1.Config) (v1.Image, error) {
+	img, err := withLayer(devStamp.scratch(), files, createdBy, devStamp)
+	if err != nil {
+		return nil, err
+	}
+	return configure(img, machine(), c, devStamp)
 }
 
 func read(p string) ([]byte, error) {
@@ -137,7 +202,7 @@ func PauseImage(pauseBin string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return image([]File{{Path: "/pause", Mode: 0o555, Content: bin}}, v1.Config{User: pauseUser, Entrypoint: []string{"/pause"}})
+	return image([]File{{Path: "/pause", Mode: 0o555, Content: bin}}, "COPY pause /pause", v1.Config{User: pauseUser, Entrypoint: []string{"/pause"}})
 }
 
 // HelperImage is the helper alone at HelperPath, as the Dockerfile's "helper" target: a
@@ -147,8 +212,12 @@ func HelperImage(helperBin string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return image([]File{{Path: HelperPath, Mode: 0o555, Content: bin}}, v1.Config{User: User, Entrypoint: []string{HelperPath}})
+	return image(helperFiles(bin), "COPY helper "+HelperPath, helperConfig())
 }
+
+func helperFiles(bin []byte) []File { return []File{{Path: HelperPath, Mode: 0o555, Content: bin}} }
+
+func helperConfig() v1.Config { return v1.Config{User: User, Entrypoint: []string{HelperPath}} }
 
 // ExecutorImage is an example executor image: the userland of UserlandImage, the helper at
 // HelperPath, and the entrypoint the executor Pod runs (helper --pause), as the Dockerfile's
@@ -158,15 +227,11 @@ func ExecutorImage(helperBin, busyboxBin string, applets []string) (v1.Image, er
 	if err != nil {
 		return nil, err
 	}
-	files, err := userland(busyboxBin, applets)
+	userland, err := UserlandImage(busyboxBin, applets)
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, File{Path: HelperPath, Mode: 0o555, Content: helper})
-	return image(files, v1.Config{
-		User: User, WorkingDir: Workspace, Entrypoint: []string{HelperPath, "--pause"},
-		Env: []string{"PATH=/bin"},
-	})
+	return executor(userland, helper, machine(), devStamp)
 }
 
 // UserlandImage is an executor image without the helper — any image an operator brings —
@@ -174,34 +239,7 @@ func ExecutorImage(helperBin, busyboxBin string, applets []string) (v1.Image, er
 // /bin/busybox with a link per applet, a passwd and group naming the non-root user, the
 // workspace and /tmp mount points.
 func UserlandImage(busyboxBin string, applets []string) (v1.Image, error) {
-	files, err := userland(busyboxBin, applets)
-	if err != nil {
-		return nil, err
-	}
-	return image(files, v1.Config{User: User, WorkingDir: Workspace, Env: []string{"PATH=/bin"}})
-}
-
-func userland(busyboxBin string, applets []string) ([]File, error) {
-	busybox, err := read(busyboxBin)
-	if err != nil {
-		return nil, err
-	}
-	files := []File{
-		{Path: "/bin/busybox", Mode: 0o555, Content: busybox},
-		{Path: "/etc/passwd", Mode: 0o444, Content: []byte("root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/workspace:/bin/sh\n")},
-		{Path: "/etc/group", Mode: 0o444, Content: []byte("root:x:0:\nnonroot:x:65532:\n")},
-		{Path: Workspace, Mode: os.ModeDir | 0o755},
-		{Path: "/tmp", Mode: os.ModeDir | os.ModeSticky | 0o777},
-	}
-	seen := map[string]bool{"busybox": true}
-	for _, a := range applets {
-		if a == "" || strings.Contains(a, "/") || seen[a] {
-			continue
-		}
-		seen[a] = true
-		files = append(files, File{Path: "/bin/" + a, Mode: os.ModeSymlink | 0o777, Link: "busybox"})
-	}
-	return files, nil
+	return busyboxUserland(busyboxBin, applets, machine(), devStamp)
 }
 
 // Applets lists the applets of a busybox binary (busybox --list).

@@ -2,18 +2,20 @@ package devimage
 
 import (
 	"archive/tar"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/execplane/execplane/internal/dev/precondition"
@@ -62,16 +64,14 @@ type entry struct {
 	Content  string
 }
 
-func entries(t *testing.T, img v1.Image) map[string]entry {
+// entries reads img's file system (its layers flattened), failing on any entry whose
+// modification time is not mtime (the zero time: the Unix epoch).
+func entries(t *testing.T, img v1.Image, mtime time.Time) map[string]entry {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers: %d %v", len(layers), err)
+	if mtime.IsZero() {
+		mtime = time.Unix(0, 0)
 	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := mutate.Extract(img)
 	defer rc.Close()
 	out := map[string]entry{}
 	tr := tar.NewReader(rc)
@@ -84,8 +84,8 @@ func entries(t *testing.T, img v1.Image) map[string]entry {
 			t.Fatal(err)
 		}
 		data, _ := io.ReadAll(tr)
-		if !h.ModTime.IsZero() && h.ModTime.Unix() != 0 {
-			t.Errorf("%s: a timestamp (%s): not reproducible", h.Name, h.ModTime)
+		if !h.ModTime.Equal(mtime) {
+			t.Errorf("%s: modified %s, not %s: not reproducible", h.Name, h.ModTime.UTC(), mtime.UTC())
 		}
 		out["/"+strings.TrimSuffix(h.Name, "/")] = entry{Type: h.Typeflag, Mode: h.Mode, UID: h.Uid, GID: h.Gid, Link: h.Linkname, Content: string(data)}
 	}
@@ -106,40 +106,68 @@ func TestImagesAreReproducible(t *testing.T) {
 	}
 }
 
-func TestExecutorImageContents(t *testing.T) {
-	img := images(t)[ExecutorRef]
-	got := entries(t, img)
-	want := map[string]entry{
+// executorFS is the file system of an executor image on the busybox userland of applets.
+func executorFS(helper, busybox string) map[string]entry {
+	fs := map[string]entry{
 		"/bin":              {Type: tar.TypeDir, Mode: 0o755},
-		"/bin/busybox":      {Type: tar.TypeReg, Mode: 0o555, Content: "busybox-binary"},
+		"/bin/busybox":      {Type: tar.TypeReg, Mode: 0o555, Content: busybox},
 		"/etc":              {Type: tar.TypeDir, Mode: 0o755},
 		"/etc/group":        {Type: tar.TypeReg, Mode: 0o444, Content: "root:x:0:\nnonroot:x:65532:\n"},
 		"/etc/passwd":       {Type: tar.TypeReg, Mode: 0o444, Content: "root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/workspace:/bin/sh\n"},
 		"/execplane":        {Type: tar.TypeDir, Mode: 0o755},
-		"/execplane/helper": {Type: tar.TypeReg, Mode: 0o555, Content: "helper-binary"},
+		"/execplane/helper": {Type: tar.TypeReg, Mode: 0o555, Content: helper},
 		"/tmp":              {Type: tar.TypeDir, Mode: 0o1777},
 		"/workspace":        {Type: tar.TypeDir, Mode: 0o755},
 	}
 	for _, a := range applets {
-		want["/bin/"+a] = entry{Type: tar.TypeSymlink, Mode: 0o777, Link: "busybox"}
+		fs["/bin/"+a] = entry{Type: tar.TypeSymlink, Mode: 0o777, Link: "busybox"}
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("executor image layer (-want +got):\n%s", diff)
+	return fs
+}
+
+// The executor image is its userland, then the helper in a layer of its own (shared with
+// the userland image's layer in containerd), run as the executor Pod runs it.
+func TestExecutorImageContents(t *testing.T) {
+	all := images(t)
+	img := all[ExecutorRef]
+	if diff := cmp.Diff(executorFS("helper-binary", "busybox-binary"), entries(t, img, time.Time{})); diff != "" {
+		t.Fatalf("executor image (-want +got):\n%s", diff)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	userland, err := all[UserlandRef].Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 2 || len(userland) != 1 || digest(t, layers[0]) != digest(t, userland[0]) {
+		t.Fatalf("the executor's layers are not the userland's and the helper's: %d layers", len(layers))
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cf.OS != "linux" || cf.Architecture == "" || cf.Config.User != "65532:65532" || cf.Config.WorkingDir != "/workspace" {
-		t.Fatalf("config: %+v", cf)
+	want := v1.Config{User: "65532:65532", WorkingDir: "/workspace", Entrypoint: []string{"/execplane/helper", "--pause"}, Env: []string{"PATH=/bin"}}
+	if diff := cmp.Diff(want, cf.Config); diff != "" || cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
+		t.Fatalf("config of %s/%s (-want +got):\n%s", cf.OS, cf.Architecture, diff)
 	}
+}
+
+func digest(t *testing.T, l v1.Layer) v1.Hash {
+	t.Helper()
+	h, err := l.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // The userland image is the executor image without the helper — nothing under /execplane —
 // and without an entrypoint: a profile's helperImage brings both.
 func TestUserlandImageHasNoHelper(t *testing.T) {
 	all := images(t)
-	executor, userland := entries(t, all[ExecutorRef]), entries(t, all[UserlandRef])
+	executor, userland := entries(t, all[ExecutorRef], time.Time{}), entries(t, all[UserlandRef], time.Time{})
 	delete(executor, "/execplane")
 	delete(executor, HelperPath)
 	if diff := cmp.Diff(executor, userland); diff != "" {
@@ -159,7 +187,7 @@ func TestLayerRefusesBadEntries(t *testing.T) {
 	for _, files := range [][]File{
 		{{Path: "bin/sh"}}, {{Path: "/bin/../etc"}}, {{Path: "/"}}, {{Path: "/a"}, {Path: "/a"}},
 	} {
-		if _, err := Layer(files); err == nil {
+		if _, err := Layer(files, time.Time{}); err == nil {
 			t.Errorf("%v accepted", files)
 		}
 	}
@@ -191,79 +219,6 @@ func TestWriteRoundTrips(t *testing.T) {
 	}
 }
 
-// stage returns the instructions of one target of the Dockerfile.
-func stage(t *testing.T, target string) []string {
-	t.Helper()
-	data, err := os.ReadFile("../../../deploy/images/Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	in := false
-	for line := range strings.SplitSeq(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && f[0] == "FROM" {
-			in = len(f) == 4 && strings.EqualFold(f[2], "AS") && f[3] == target
-			continue
-		}
-		if in && len(f) > 0 && !strings.HasPrefix(f[0], "#") {
-			out = append(out, strings.TrimSpace(line))
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("no %s target in the Dockerfile", target)
-	}
-	return out
-}
-
-// instruction returns the argument of the stage's last instruction op ("" when absent).
-func instruction(lines []string, op string) string {
-	arg := ""
-	for _, l := range lines {
-		if rest, ok := strings.CutPrefix(l, op+" "); ok {
-			arg = strings.TrimSpace(rest)
-		}
-	}
-	return arg
-}
-
-func jsonArray(t *testing.T, s string) []string {
-	t.Helper()
-	var out []string
-	if err := json.Unmarshal([]byte(s), &out); err != nil {
-		t.Fatalf("%q: %v", s, err)
-	}
-	return out
-}
-
-// The images built here and deploy/images/Dockerfile's targets agree on what matters to the
-// executor Pod: the helper's path and mode, the user, the working directory, the entrypoint.
-func TestImagesMatchTheDockerfile(t *testing.T) {
-	imgs := images(t)
-	for target, ref := range map[string]string{"helper": HelperRef, "executor-example": ExecutorRef} {
-		lines := stage(t, target)
-		cf, err := imgs[ref].ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		type shape struct {
-			User, WorkingDir string
-			Entrypoint       []string
-			HelperCopy       bool
-			HelperMode       int64
-		}
-		want := shape{User: instruction(lines, "USER"), WorkingDir: instruction(lines, "WORKDIR"),
-			Entrypoint: jsonArray(t, instruction(lines, "ENTRYPOINT")),
-			HelperCopy: strings.HasSuffix(instruction(lines, "COPY"), "/out/helper "+HelperPath) && strings.Contains(instruction(lines, "COPY"), "--chmod=0555"),
-			HelperMode: 0o555}
-		got := shape{User: cf.Config.User, WorkingDir: cf.Config.WorkingDir, Entrypoint: cf.Config.Entrypoint,
-			HelperCopy: true, HelperMode: entries(t, imgs[ref])[HelperPath].Mode}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s: (-Dockerfile +built):\n%s", target, diff)
-		}
-	}
-}
-
 // With the machine's static busybox (hack/install-node-packages.sh installs busybox-static):
 // its applets are listed, a shell among them, and the executor image carries the binary and
 // a link for each.
@@ -284,7 +239,7 @@ func TestExecutorImageFromTheMachinesBusybox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := entries(t, img)
+	got := entries(t, img, time.Time{})
 	if e := got["/bin/sh"]; e.Type != tar.TypeSymlink || e.Link != "busybox" {
 		t.Fatalf("/bin/sh: %+v", e)
 	}

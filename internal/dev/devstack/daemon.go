@@ -161,7 +161,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
 	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/crds", "directory of the CRD manifests")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %[1]s up|down|status [flags]\n       %[1]s demo [--state-dir DIR]\n       %[1]s bundle [flags] DIR   (a development security bundle)\n       %[1]s host [--against FILE]   (what the real node changes on this machine)\n\n", command)
+		fmt.Fprintf(stderr, "usage: %[1]s up|down|status [flags]\n       %[1]s demo [--state-dir DIR]\n       %[1]s bundle [flags] DIR   (a development security bundle)\n       %[1]s host [--against FILE]   (what the real node changes on this machine)\n       %[1]s images [flags]   (the product images as OCI layouts: make images)\n\n", command)
 		fmt.Fprintln(stderr, "Starts the local Kubernetes cluster (and, with --controller and --gateway, execplane on it)")
 		fmt.Fprintln(stderr, "in the background; `make demo` does this with the binaries of `make build`, then runs")
 		fmt.Fprintln(stderr, "`demo`: a real client walked through ensure, acquire, files, a command, release, retire")
