@@ -2,6 +2,7 @@ package helper_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,14 +130,21 @@ func TestCommandBasics(t *testing.T) {
 // A command inherits no ignored signal from the helper, whatever the helper does with them:
 // `yes | head` ends quietly (yes dies of SIGPIPE, as in any shell), and the command ignores
 // exactly what this test's own process ignores (what the machine's parent processes
-// passed down). Ignored signals survive exec; the helper catches SIGPIPE instead.
+// passed down) but SIGHUP, SIGINT and SIGPIPE, which the helper catches instead so that they
+// reach commands at their default (a test run under nohup ignores SIGHUP; its commands do
+// not). Ignored signals survive exec.
 func TestCommandsStartWithSignalsAtTheirDefault(t *testing.T) {
 	status, err := os.ReadFile("/proc/self/status")
 	must(t, err)
 	var inherited string
 	for _, line := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(line, "SigIgn:") {
-			inherited = line + "\n"
+		if mask, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			ignored, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			must(t, err)
+			for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE} {
+				ignored &^= 1 << (sig - 1)
+			}
+			inherited = fmt.Sprintf("SigIgn:\t%016x\n", ignored)
 		}
 	}
 	root, _ := workspace(t)
