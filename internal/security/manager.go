@@ -239,7 +239,11 @@ func (m *Manager) fingerprint(manifest []byte) [sha256.Size]byte {
 	}
 	h := sha256.New()
 	h.Write(of[:])
+	// Beside the manifest as LoadBundle reads it: through its links (the kubelet's ..data).
 	dir := filepath.Dir(m.cfg.ManifestPath)
+	if resolved, err := filepath.EvalSymlinks(m.cfg.ManifestPath); err == nil {
+		dir = filepath.Dir(resolved)
+	}
 	for _, f := range m.renewable {
 		data, err := readFileCapped(filepath.Join(dir, f.name), f.limit)
 		if err != nil {
