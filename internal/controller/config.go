@@ -3,8 +3,12 @@ package controller
 import (
 	"flag"
 	"os"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/startup"
 )
@@ -66,6 +70,15 @@ type Config struct {
 	Workers int
 	// ResyncPeriod is the informers' periodic resync.
 	ResyncPeriod time.Duration
+	// LeaderService is the selector-less Service in Namespace through which gateways reach
+	// the control API: the leader publishes its own address as the Service's only endpoint
+	// (an EndpointSlice of the same name; docs/controller.md "Reaching the leader"). Empty:
+	// nothing is published, and the gateways are pointed at the leader some other way.
+	LeaderService string
+	// AdvertiseAddress is this replica's Pod IP: the endpoint it publishes while it leads.
+	AdvertiseAddress string
+	// PodName names this replica's Pod in that endpoint (its targetRef); optional.
+	PodName string
 }
 
 // DefaultConfig returns the configuration the Helm chart's defaults render.
@@ -102,6 +115,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExecutorServiceAccount, "executor-service-account", c.ExecutorServiceAccount, "ServiceAccount of executor Pods (no token is mounted)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "concurrent reconcile workers")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "informer resync period")
+	fs.StringVar(&c.LeaderService, "leader-service", c.LeaderService, "selector-less Service of the control API whose only endpoint the leader publishes (an EndpointSlice); empty: publish nothing")
+	fs.StringVar(&c.AdvertiseAddress, "advertise-address", c.AdvertiseAddress, "this replica's Pod IP, published as the Service's endpoint while it leads (required with --leader-service)")
+	fs.StringVar(&c.PodName, "pod-name", c.PodName, "this replica's Pod, named in the published endpoint (optional)")
 }
 
 // Validate reports every problem at once.
@@ -128,6 +144,19 @@ func (c Config) Validate() error {
 	p.IntBetween("workers", c.Workers, 1, maxWorkers)
 	if c.ResyncPeriod != 0 && c.ResyncPeriod < minResync {
 		p.Addf("resync-period", "%s is below %s (0 disables resync)", c.ResyncPeriod, minResync)
+	}
+	if c.LeaderService != "" {
+		if msgs := validation.IsDNS1035Label(c.LeaderService); len(msgs) > 0 {
+			p.Addf("leader-service", "%q is not a Service name: %s", c.LeaderService, strings.Join(msgs, "; "))
+		}
+		if err := kube.CheckEndpointAddress(c.AdvertiseAddress); err != nil {
+			p.Addf("advertise-address", "%v (the Pod IP is required with --leader-service)", err)
+		}
+	}
+	if c.PodName != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.PodName); len(msgs) > 0 {
+			p.Addf("pod-name", "%q is not a Pod name: %s", c.PodName, strings.Join(msgs, "; "))
+		}
 	}
 	return p.Err()
 }

@@ -55,6 +55,11 @@ func TestValidateRefusesEachBadField(t *testing.T) {
 		{"qps zero", "--kube-api-qps", func(c *Config) { c.KubeQPS = 0 }},
 		{"burst below qps", "--kube-api-burst", func(c *Config) { c.KubeBurst = 1 }},
 		{"bad log format", "--log-format", func(c *Config) { c.Log.Format = "logfmt" }},
+		{"leader service not a name", "--leader-service", func(c *Config) { c.LeaderService, c.AdvertiseAddress = "Execplane_Controller", "10.0.0.7" }},
+		{"leader service without address", "--advertise-address", func(c *Config) { c.LeaderService = "execplane-controller" }},
+		{"leader service on loopback", "--advertise-address", func(c *Config) { c.LeaderService, c.AdvertiseAddress = "execplane-controller", "127.0.0.1" }},
+		{"advertise address not an IP", "--advertise-address", func(c *Config) { c.LeaderService, c.AdvertiseAddress = "execplane-controller", "pod.local" }},
+		{"pod name not a name", "--pod-name", func(c *Config) { c.PodName = "Pod_0" }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +70,21 @@ func TestValidateRefusesEachBadField(t *testing.T) {
 				t.Fatalf("want a problem on %s, got %v", tc.field, err)
 			}
 		})
+	}
+}
+
+// The chart's publication of the leader's endpoint: the Service, the Pod IP (IPv4 or IPv6)
+// and the Pod's name; without a Service the address is not needed.
+func TestLeaderServiceNeedsThePodIP(t *testing.T) {
+	for _, addr := range []string{"10.244.1.7", "fd00:10:244::7"} {
+		c := validConfig()
+		c.LeaderService, c.AdvertiseAddress, c.PodName = "execplane-controller", addr, "execplane-controller-6d9f-x2"
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+	if err := validConfig().Validate(); err != nil {
+		t.Errorf("no leader Service: %v", err)
 	}
 }
 

@@ -45,7 +45,7 @@ func controlClient(t *testing.T, material *devbundle.Result, addr string) contro
 func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 	g := newRig(t)
 	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a")
-	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.leads)
 	b := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-b")
 	material := securityMaterial(t, g.c.Kubeconfig(), g.ns)
 	caller := &controlv1.Caller{ClientUri: material.Caller.Identity, RequestId: "failover"}
@@ -80,7 +80,7 @@ func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.Eventually(t, 20*time.Second, "replica-b leads", b.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-b leads", b.leads)
 	next := controlClient(t, material, b.listen)
 	var intents *executionv1.ListReferenceIntentsResponse
 	clustertest.Eventually(t, 20*time.Second, "both intents listed by the new leader", func() bool {
@@ -122,7 +122,7 @@ func TestFailoverBetweenPrepareAndCommit(t *testing.T) {
 func TestThousandEnsuresThroughTheControlAPI(t *testing.T) {
 	g := newRig(t)
 	a := startReplicaWith(t, g.c.Kubeconfig(), g.ns, "replica-a", steadyLease)
-	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.leads)
 	material := securityMaterial(t, g.c.Kubeconfig(), g.ns)
 	client := controlClient(t, material, a.listen)
 	owner := &executionv1.Owner{Issuer: "https://issuer.example", Subject: "alice"}

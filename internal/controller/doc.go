@@ -3,7 +3,9 @@
 // gateways call (the store issue).
 //
 // Invariants (docs/controller.md):
-//   - Only the Lease holder reconciles; a lost Lease makes the process exit. Every status
+//   - Only the Lease holder reconciles and publishes itself as the control API Service's only
+//     endpoint (with --leader-service); a follower never writes. Every replica that can serve
+//     or take over is ready, the follower too. A lost Lease makes the process exit. Every status
 //     write is a compare-and-swap on the resourceVersion the pass read, and a pass writes at
 //     most once, only when the computed status differs.
 //   - A workspace claim or executor Pod is created only when none was ever recorded; an

@@ -185,6 +185,33 @@ func (r *replica) writes(t *testing.T) int {
 	return total
 }
 
+// stateSeries is a series of the replica's execplane_controller_replica_state.
+var stateSeries = regexp.MustCompile(`^execplane_controller_replica_state\{state="([a-z_]+)"\} 1$`)
+
+// state is the replica's state as its metrics say: "leader", "standby", "not_ready", or ""
+// while unreachable.
+func (r *replica) state() string {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + r.diag + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if m := stateSeries.FindStringSubmatch(line); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+// leads reports whether the replica leads and is ready to serve.
+func (r *replica) leads() bool { return r.state() == "leader" }
+
 // ready reports the replica's /readyz status (false while unreachable).
 func (r *replica) ready() bool {
 	c := http.Client{Timeout: 500 * time.Millisecond}
@@ -197,9 +224,10 @@ func (r *replica) ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// Two controller processes: exactly one is ready (the leader). The leader stopped (SIGSTOP)
-// past its lease loses it to the other; resumed, it finds its leadership gone and exits
-// non-zero instead of acting on it. A clean SIGTERM releases the Lease.
+// Two controller processes: exactly one leads, and both are ready — the leader to serve, the
+// follower to take over. The leader stopped (SIGSTOP) past its lease loses it to the other;
+// resumed, it finds its leadership gone and exits non-zero instead of acting on it. A clean
+// SIGTERM releases the Lease.
 func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
@@ -209,12 +237,12 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	}
 	a := startReplica(t, c.Kubeconfig(), ns, "replica-a")
 	b := startReplica(t, c.Kubeconfig(), ns, "replica-b")
-	clustertest.Eventually(t, 20*time.Second, "one replica ready", func() bool { return a.ready() != b.ready() })
+	clustertest.Eventually(t, 20*time.Second, "one replica leads", func() bool { return a.leads() != b.leads() })
 	leader, follower := a, b
-	if b.ready() {
+	if b.leads() {
 		leader, follower = b, a
 	}
-	// Readiness follows the Lease, not a moment: the follower campaigns again and finds the
+	// Leadership follows the Lease, not a moment: the follower campaigns again and finds the
 	// Lease held, and the leader renews it, each seen in the replica's own request count.
 	// Each loop runs one attempt at a time and counts a request as it starts, so two more
 	// mean an attempt that began after this point has finished.
@@ -222,8 +250,8 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	clustertest.Eventually(t, 10*time.Second, "the follower campaigns and the leader renews", func() bool {
 		return follower.requests(t)[leaseReads] >= reads+2 && leader.requests(t)[leaseRenewal] >= renewals+2
 	})
-	if !leader.ready() || follower.ready() {
-		t.Fatal("readiness is not exactly the leader's")
+	if got := []string{leader.state(), follower.state()}; got[0] != "leader" || got[1] != "standby" || !leader.ready() || !follower.ready() {
+		t.Fatalf("states %v, ready %v %v: want a ready leader and a ready standby", got, leader.ready(), follower.ready())
 	}
 	// Only the leader writes: an environment provisioned while both run is the leader's
 	// work alone (each process counts its own API requests; Lease traffic aside).
@@ -244,7 +272,7 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	clustertest.Eventually(t, 15*time.Second, "the follower takes over", follower.ready)
+	clustertest.Eventually(t, 15*time.Second, "the follower takes over", follower.leads)
 	t.Logf("takeover %s after the leader was stopped", time.Since(stopped).Round(10*time.Millisecond))
 	if err := leader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -260,8 +288,8 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the deposed leader kept running after resuming")
 	}
-	if !follower.ready() {
-		t.Fatal("the new leader stopped being ready")
+	if !follower.leads() || !follower.ready() {
+		t.Fatal("the new leader stopped leading or being ready")
 	}
 
 	if err := follower.cmd.Process.Signal(syscall.SIGTERM); err != nil {

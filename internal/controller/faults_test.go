@@ -197,11 +197,11 @@ func TestKilledAtFailpointsConverges(t *testing.T) {
 func TestStaleLeaderWriteFails(t *testing.T) {
 	g := newRig(t)
 	a := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-a", failpoint.Env+"=before-status-write=stop")
-	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-a leads", a.leads)
 	b := startReplica(t, g.c.Kubeconfig(), g.ns, "replica-b")
 	g.create(t, "env")
 	clustertest.Eventually(t, 20*time.Second, "replica-a stops itself before its write", func() bool { return processStopped(a.cmd.Process.Pid) })
-	clustertest.Eventually(t, 20*time.Second, "replica-b leads", b.ready)
+	clustertest.Eventually(t, 20*time.Second, "replica-b leads", b.leads)
 	env := g.waitReady(t, "env")
 	if env.Status.Pod == nil || env.Status.PVC == nil {
 		t.Fatalf("the new leader did not record the objects: %+v", env.Status)

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/execplane/execplane/internal/control"
 	"github.com/execplane/execplane/internal/failpoint"
@@ -22,11 +23,21 @@ import (
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 )
 
-// Readiness reasons: a bounded set, safe for probes and metric labels.
+// Readiness reasons: a bounded set, safe for probes and metric labels. A replica is ready
+// when it can serve or take over: a follower is ready too (docs/controller.md "Readiness").
 const (
-	reasonNotLeader  = "not leader"
-	reasonNotSynced  = "caches not synced"
-	reasonNoMaterial = "security material not ready"
+	reasonNoMaterial   = "security material not ready"
+	reasonNoElection   = "lease not reached"
+	reasonNotSynced    = "caches not synced"
+	reasonNotPublished = "leader endpoint not published"
+)
+
+// The replica's state, execplane_controller_replica_state{state}: ready as the leader, ready
+// as a follower that could take over, or not ready (/readyz says why).
+const (
+	stateLeader   = "leader"
+	stateStandby  = "standby"
+	stateNotReady = "not_ready"
 )
 
 // Bounds of the control API server. Its only clients are gateways, each holding a few
@@ -38,6 +49,16 @@ const (
 	controlMaxMessage = 64 << 10
 	// controlDrain bounds graceful shutdown before in-flight calls are cut.
 	controlDrain = 5 * time.Second
+	// controlMaxConnectionAge ends every gateway connection this often, gracefully (GOAWAY;
+	// the gateway connects again through the Service). Gateways reach the leader through a
+	// Service whose only endpoint the leader publishes, and a connection keeps the Pod it was
+	// made to: one made to a replica that does not lead (a route that went stale, a Pod IP
+	// reused) would answer UNAVAILABLE for as long as it lives. This bounds that.
+	controlMaxConnectionAge = 30 * time.Second
+	// controlMaxConnectionAgeGrace lets the calls in flight on an ended connection finish:
+	// the longest call the leader holds on purpose (an Attach's wait_ready) and a margin for
+	// the work around it.
+	controlMaxConnectionAgeGrace = store.MaxAttachWait + 15*time.Second
 )
 
 func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer, logger hclog.Logger) (*grpc.Server, error) {
@@ -53,6 +74,7 @@ func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer
 		grpc.Creds(security.NewServerCredentials(manager.Current, nil)),
 		grpc.ConnectionTimeout(security.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(controlMaxMessage),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: controlMaxConnectionAge, MaxConnectionAgeGrace: controlMaxConnectionAgeGrace}),
 		grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor(func(err error) error { return apierror.Status(err, "") }), control.Recovering(logger)),
 	)
 	controlv1.RegisterControlServiceServer(s, srv)
@@ -60,8 +82,9 @@ func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer
 }
 
 // Run is the controller's entry point: it campaigns for the Lease and, while it leads,
-// reconciles environments, serves the control API through the store and reports ready once
-// its caches are synced.
+// publishes its own address as the only endpoint of the control API's Service, reconciles
+// environments and serves the control API through the store. It is ready when it can serve
+// or take over (readiness).
 // It returns kube.ErrLeadershipLost (exit 1) when leadership is lost, so that a replica
 // never keeps acting on authority it no longer holds: the kubelet restarts it as a follower.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -90,25 +113,37 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	var leading, synced atomic.Bool
-	proc.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "execplane_controller_leader",
-		Help: "1 while this replica holds the leader Lease.",
-	}, func() float64 {
-		if leading.Load() {
-			return 1
-		}
-		return 0
-	}))
+	ready := &readiness{material: proc.Security.Ready, heardWithin: electionHeardWithin(cfg), publishes: cfg.LeaderService != ""}
+	ready.register(proc.Registry)
+	leading, synced, published := &ready.leading, &ready.synced, &ready.published
 	poolMetrics := NewPoolMetrics(proc.Registry)
 	election := kube.Election{
 		Client: proc.Clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+		Heard: ready.heard,
 		Lead: func(ctx context.Context) {
 			leading.Store(true)
 			defer leading.Store(false)
 			defer synced.Store(false)
 			logger.Info("leading", logging.KeyLeader, cfg.Identity)
+			// The leader's endpoint first: the Service routes the gateways to this replica
+			// while its caches sync (their calls meanwhile are answered UNAVAILABLE and
+			// retried), and it is not ready before the route is.
+			var publishing sync.WaitGroup
+			defer published.Store(false) // after the publisher's end, below
+			defer publishing.Wait()
+			if cfg.LeaderService != "" {
+				endpoint := kube.LeaderEndpoint{
+					Client: client, Namespace: cfg.Namespace, Service: cfg.LeaderService,
+					Address: cfg.AdvertiseAddress, PortName: ControlPortName, Port: listenPort(proc),
+					Pod: cfg.PodName, Published: published.Store, Logger: logger,
+				}
+				publishing.Go(func() {
+					if err := kube.PublishLeaderEndpoint(ctx, endpoint); err != nil {
+						logger.Error("the leader endpoint cannot be published", logging.KeyError, err)
+					}
+				})
+			}
 			// Only the leader reconciles: a follower never acts on an operation the leader
 			// may hold.
 			r, err := NewReconciler(ReconcilerConfig{
@@ -141,17 +176,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	err = proc.Serve(ctx, startup.Serving{
 		GRPC: grpcServer, Grace: controlDrain, Log: []any{logging.KeyReplica, cfg.Identity},
-		Ready: func() string {
-			switch {
-			case !proc.Security.Ready():
-				return reasonNoMaterial
-			case !leading.Load():
-				return reasonNotLeader
-			case !synced.Load():
-				return reasonNotSynced
-			}
-			return ""
-		},
+		Ready: ready.reason,
 		// The election is the work the servers outlive: on shutdown the Lease is released
 		// before the probes and the control API go away.
 		Work: func(ctx context.Context) error {

@@ -1,10 +1,16 @@
 // Package kube wires client-go for the binaries: REST configuration from a kubeconfig or the
-// in-cluster environment, and leader election on a coordination.k8s.io Lease.
+// in-cluster environment, leader election on a coordination.k8s.io Lease, and the leader's
+// publication of its own address as the only endpoint of a selector-less Service
+// (PublishLeaderEndpoint), as kube-apiserver publishes the kubernetes Service's.
 //
 // Invariants:
 //   - Leader election releases the Lease on a clean shutdown (ReleaseOnCancel) so a
 //     successor does not wait out the lease, and reports a loss of leadership as
 //     ErrLeadershipLost: the caller exits rather than keep acting on stale authority.
+//   - The leader's EndpointSlice is written only by the leader, by create or by an update
+//     carrying the resourceVersion read (a compare-and-swap), and never deleted by it: a
+//     successor overwrites it. Only the slices Kubernetes' own controllers left from when
+//     the Service had a selector are deleted, each by its UID.
 //   - Client-side rate limits are explicit named constants, never client-go's silent
 //     defaults (5 QPS), which would throttle a controller with many environments.
 package kube
@@ -167,6 +173,7 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 var resources = map[string]bool{
 	"executionenvironments": true, "pods": true, "persistentvolumeclaims": true, "events": true,
 	"leases": true, "configmaps": true, "selfsubjectaccessreviews": true,
+	"endpointslices": true, "endpoints": true, "services": true,
 }
 
 // resourceOf extracts the resource from an API path: /api/v1/[namespaces/ns/]res/... or
@@ -206,15 +213,56 @@ type Election struct {
 	Lead func(ctx context.Context)
 	// OnNewLeader is told the identity of every new leader (may be nil).
 	OnNewLeader func(identity string)
+	// Heard, if set, is called after every read or write of the Lease that the API server
+	// answered: a follower reads it every retry period, the leader renews it as often, so
+	// its calls say that the election runs and could take over (may be nil).
+	Heard func()
+}
+
+// heardLock is a Lease lock that reports every answered request (Election.Heard).
+type heardLock struct {
+	resourcelock.Interface
+	heard func()
+}
+
+func (l heardLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r, raw, err := l.Interface.Get(ctx)
+	if err == nil {
+		l.heard()
+	}
+	return r, raw, err
+}
+
+func (l heardLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Create(ctx, r)
+	if err == nil {
+		l.heard()
+	}
+	return err
+}
+
+func (l heardLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Update(ctx, r)
+	if err == nil {
+		l.heard()
+	}
+	return err
 }
 
 // RunElection campaigns for the Lease until ctx ends (returning nil after releasing it) or
 // leadership is lost (returning ErrLeadershipLost).
+//
+// Released on a clean stop (ReleaseOnCancel: the holder is cleared and the duration set to a
+// second), the Lease is taken by a follower at its next attempt, at most RetryPeriod ×
+// (1 + leaderelection.JitterFactor) later — not a LeaseDuration later, as after a crash.
 func RunElection(ctx context.Context, e Election) error {
-	lock := &resourcelock.LeaseLock{
+	var lock resourcelock.Interface = &resourcelock.LeaseLock{
 		LeaseMeta:  v1.ObjectMeta{Name: e.LeaseName, Namespace: e.Namespace},
 		Client:     e.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
+	}
+	if e.Heard != nil {
+		lock = heardLock{Interface: lock, heard: e.Heard}
 	}
 	var led atomic.Bool
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{

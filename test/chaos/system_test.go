@@ -138,15 +138,16 @@ func startSystem(t *testing.T, o options) *system {
 	return s
 }
 
-// watchLeader points the control proxies at the ready controller, as the chart's Service
-// selects only the ready (leading) replica.
+// watchLeader points the control proxies at the leading controller, as the chart's Service
+// reaches only the leader (through the endpoint the leader publishes; every replica is
+// ready).
 func (s *system) watchLeader(ctx context.Context) {
 	for ctx.Err() == nil {
 		if sys := s.started.Load(); sys != nil {
 			controllers, _ := sys.Processes()
 			addr := ""
 			for _, p := range controllers {
-				if p.Exited() == nil && p.Ready(ctx) {
+				if p.Exited() == nil && p.Leads(ctx) && p.Ready(ctx) {
 					addr = p.Listen
 					break
 				}
@@ -230,7 +231,7 @@ func (s *system) ready(t *testing.T, d time.Duration) {
 		controllers, gateways := s.Processes()
 		leading := false
 		for _, p := range controllers {
-			leading = leading || (p.Exited() == nil && p.Ready(t.Context()))
+			leading = leading || (p.Exited() == nil && p.Leads(t.Context()) && p.Ready(t.Context()))
 		}
 		for _, g := range gateways {
 			if g.Exited() != nil || !g.Ready(t.Context()) {

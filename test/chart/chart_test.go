@@ -88,7 +88,7 @@ func render(t *testing.T, values ...string) string {
 }
 
 func TestLint(t *testing.T) {
-	for _, values := range [][]string{nil, {production}} {
+	for _, values := range [][]string{nil, {production}, {podValues}} {
 		args := []string{"lint", chartDir, "--strict", "--kube-version", kubeVersion}
 		for _, v := range values {
 			args = append(args, "-f", v)
@@ -101,7 +101,7 @@ func TestLint(t *testing.T) {
 }
 
 func TestTemplateGolden(t *testing.T) {
-	for name, values := range map[string][]string{"default.yaml": nil, "production.yaml": {production}} {
+	for name, values := range map[string][]string{"default.yaml": nil, "production.yaml": {production}, "pod.yaml": {podValues}} {
 		golden.Check(t, filepath.Join("testdata", name), render(t, values...), *update)
 	}
 }
@@ -119,6 +119,26 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"helperPath=relative/helper", "/helperPath"},
 		{"controller.gatewayIdentities[0]=gateway", "/controller/gatewayIdentities/0"},
 		{"profiles.Bad=null", "/profiles"},
+	}
+	// Each Pod metadata and scheduling value of both Deployments, of a wrong type.
+	for _, c := range []string{"controller", "gateway"} {
+		cases = append(cases, []struct{ set, want string }{
+			{c + ".podAnnotations=x", "/" + c + "/podAnnotations': got string, want object"},
+			{c + ".podAnnotations.a=1", "/" + c + "/podAnnotations/a': got number, want string"},
+			{c + ".podLabels=x", "/" + c + "/podLabels': got string, want object"},
+			{c + ".podLabels.a=true", "/" + c + "/podLabels/a': got boolean, want string"},
+			{c + ".priorityClassName=1", "/" + c + "/priorityClassName': got number, want string"},
+			{c + ".priorityClassName=High", "/" + c + "/priorityClassName': 'High' does not match pattern"},
+			{c + ".topologySpreadConstraints=x", "/" + c + "/topologySpreadConstraints': got string, want array"},
+			{c + ".topologySpreadConstraints[0]=x", "/" + c + "/topologySpreadConstraints/0': got string, want object"},
+			{c + ".topologySpreadConstraints[0].maxSkew=1", "/" + c + "/topologySpreadConstraints/0': missing properties 'topologyKey', 'whenUnsatisfiable'"},
+			{c + ".nodeSelector=x", "/" + c + "/nodeSelector': got string, want object"},
+			{c + ".nodeSelector.a=1", "/" + c + "/nodeSelector/a': got number, want string"},
+			{c + ".tolerations=x", "/" + c + "/tolerations': got string, want array"},
+			{c + ".tolerations[0]=x", "/" + c + "/tolerations/0': got string, want object"},
+			{c + ".affinity=x", "/" + c + "/affinity': got string, want object"},
+			{c + ".affinity.podAntiAfinity.a=1", "additional properties 'podAntiAfinity' not allowed"},
+		}...)
 	}
 	for _, tc := range cases {
 		out, err := helm(t, "template", "execplane", chartDir, "--kube-version", kubeVersion, "--set", tc.set)
@@ -231,6 +251,7 @@ func TestRenderedArgsAreAccepted(t *testing.T) {
 			args := make([]string, 0, len(c.Args)+1)
 			for _, a := range c.Args {
 				a = strings.ReplaceAll(a, "$(POD_NAMESPACE)", "execplane")
+				a = strings.ReplaceAll(a, "$(POD_IP)", "10.244.1.7")
 				args = append(args, strings.ReplaceAll(a, "$(POD_NAME)", "execplane-controller-0"))
 			}
 			out, err := exec.Command(bin, append(args, "--check-config")...).CombinedOutput()
@@ -339,10 +360,20 @@ func TestEffectivePermissions(t *testing.T) {
 		} else if out, _ := in.kubectl("auth", "can-i", "create", "pods", "--subresource=exec", "-n", in.executors, as); strings.TrimSpace(out) != "yes" {
 			t.Errorf("the gateway cannot exec into executor Pods: %q", out)
 		}
+		// Endpoints are published in the release namespace only, by the controller only, and
+		// the only slice it may change is the control API Service's (docs/controller.md
+		// "Reaching the leader").
+		denied = append(denied, []string{"create", "endpointslices.discovery.k8s.io", "-n", in.executors},
+			[]string{"update", "endpointslices.discovery.k8s.io/execplane-gateway-x7k2p", "-n", in.release},
+			[]string{"update", "endpoints/execplane-gateway", "-n", in.release})
 		if name != "controller" {
 			// Only the controller writes the high-water mark; gateways read it.
 			denied = append(denied, []string{"create", "pods", "-n", in.executors},
-				[]string{"update", "configmaps/execplane-security-high-water", "-n", in.release})
+				[]string{"update", "configmaps/execplane-security-high-water", "-n", in.release},
+				[]string{"create", "endpointslices.discovery.k8s.io", "-n", in.release},
+				[]string{"update", "endpointslices.discovery.k8s.io/execplane-controller", "-n", in.release})
+		} else if out, _ := in.kubectl("auth", "can-i", "update", "endpointslices.discovery.k8s.io/execplane-controller", "-n", in.release, as); strings.TrimSpace(out) != "yes" {
+			t.Errorf("the controller cannot publish the leader's endpoint: %q", out)
 		}
 		for _, d := range denied {
 			out, err := in.kubectl(append(append([]string{"auth", "can-i"}, d...), as)...)

@@ -192,7 +192,9 @@ func startRendered(t *testing.T, c *devcluster.Cluster, kube kubernetes.Interfac
 		}
 		mounts[m.MountPath] = local
 	}
-	env := map[string]string{"POD_NAMESPACE": ns, "POD_NAME": d.Name + "-0"}
+	// POD_IP: the address the controller publishes while it leads (a documentation address:
+	// nothing dials it here, the gateway is pointed at 127.0.0.1 below).
+	env := map[string]string{"POD_NAMESPACE": ns, "POD_NAME": d.Name + "-0", "POD_IP": "192.0.2.10"}
 	var args []string
 	for _, a := range ctr.Args {
 		for k, v := range env {

@@ -261,8 +261,8 @@ func (s *System) run(p *Process) error {
 	return nil
 }
 
-// WaitReady waits until every gateway and one controller (the leader: the others stand
-// by, not ready) report ready, failing fast when a process exits.
+// WaitReady waits until every gateway and every controller report ready and one controller
+// leads (a standby is ready too: it can take over), failing fast when a process exits.
 func (s *System) WaitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -276,11 +276,10 @@ func (s *System) WaitReady(ctx context.Context, timeout time.Duration) error {
 			if err := p.Exited(); err != nil {
 				return err
 			}
-			if slices.Contains(controllers, p) {
-				leading = leading || p.Ready(ctx)
-				continue
-			}
 			ready = ready && p.Ready(ctx)
+			if ready && slices.Contains(controllers, p) {
+				leading = leading || p.Leads(ctx)
+			}
 		}
 		if ready && leading {
 			return nil
@@ -411,6 +410,13 @@ func (p *Process) closeLog() {
 	if p.log != nil {
 		p.log.Close()
 	}
+}
+
+// Leads reports whether the process is a controller that leads (execplane_controller_leader
+// is 1): every controller replica that can take over is ready, the leader alone leads.
+func (p *Process) Leads(ctx context.Context) bool {
+	v, err := p.Metric(ctx, "execplane_controller_leader ")
+	return err == nil && v == 1
 }
 
 // Ready reports the process's /readyz status.
