@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 )
 
 const (
@@ -443,11 +445,5 @@ func (l sliceLister) List(selector labels.Selector) ([]*discoveryv1.EndpointSlic
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clustertest.Eventually(t, 10*time.Second, what, cond)
 }

@@ -25,6 +25,7 @@ import (
 	ktesting "k8s.io/client-go/testing"
 
 	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/security/highwater"
 )
 
@@ -381,11 +382,5 @@ func renewalHandshake(addr string, cert tls.Certificate, roots *x509.CertPool, n
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clustertest.Eventually(t, 15*time.Second, what, cond)
 }

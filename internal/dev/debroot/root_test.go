@@ -62,7 +62,7 @@ var executorRoot = sync.OnceValues(func() (*Root, error) {
 func needExecutorRoot(t *testing.T) *Root {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("builds the executor image's root from its packages: not in -short")
+		precondition.Missing(t, "builds the executor image's root from its packages: not in -short")
 	}
 	r, err := executorRoot()
 	if errors.Is(err, ErrNotFetched) {

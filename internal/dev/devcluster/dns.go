@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -17,8 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/execplane/execplane/internal/dev/devimage"
 )
@@ -76,22 +73,8 @@ func dnsImage(binDir string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
-	layer, err := devimage.Layer([]devimage.File{{Path: "/coredns", Mode: 0o555, Content: bin}}, time.Time{})
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config = v1.Config{User: fmt.Sprintf("%d:%d", dnsUID, dnsUID), Entrypoint: []string{"/coredns"}}
-	return mutate.ConfigFile(img, cf)
+	return devimage.FilesImage([]devimage.File{{Path: "/coredns", Mode: 0o555, Content: bin}}, "COPY coredns /coredns",
+		v1.Config{User: fmt.Sprintf("%d:%d", dnsUID, dnsUID), Entrypoint: []string{"/coredns"}})
 }
 
 // startDNS pushes CoreDNS's image to the local registry, creates its objects and waits for

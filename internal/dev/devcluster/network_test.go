@@ -40,15 +40,7 @@ func TestRealNodeRoutesServicesAndResolvesTheirNames(t *testing.T) {
 	node := realNodeOptions(t)
 	node.ClusterDNS = true
 	ctx := clustertest.Context(t, realNodeStartTimeout)
-	node.HeldLock = lockRealNode(t, ctx)
-	before := snapshot(t)
-	c := startWithRealNode(t, ctx, keptDir(t), node)
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.Stop()
-		}
-	}()
+	c, stop := startCompared(t, ctx, node)
 	ns, err := c.CreateNamespace(ctx, "net")
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +114,7 @@ func TestRealNodeRoutesServicesAndResolvesTheirNames(t *testing.T) {
 		body, err := httpGet(ctx, nodePortURL)
 		return err == nil && strings.HasPrefix(body, "hello from ")
 	})
-	stopped = true
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	requireUnchanged(t, before)
+	stop()
 }
 
 func httpGet(ctx context.Context, url string) (string, error) {

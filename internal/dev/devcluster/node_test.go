@@ -104,6 +104,32 @@ func snapshot(t *testing.T) devcluster.HostState {
 	return s
 }
 
+// startCompared starts a cluster with the real node under the machine's lock, held from a
+// snapshot before the start to the comparison after stop: the returned stop stops the
+// cluster and fails t unless the machine is as before. A test that ends early stops it too.
+func startCompared(t *testing.T, ctx context.Context, node *devcluster.RealNodeOptions) (*devcluster.Cluster, func()) {
+	t.Helper()
+	// Held from before to after: no other real node (another test package's) runs while the
+	// machine is compared.
+	node.HeldLock = lockRealNode(t, ctx)
+	before := snapshot(t)
+	c := startWithRealNode(t, ctx, keptDir(t), node)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = c.Stop()
+		}
+	})
+	return c, func() {
+		t.Helper()
+		stopped = true
+		if err := c.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		requireUnchanged(t, before)
+	}
+}
+
 func requireUnchanged(t *testing.T, before devcluster.HostState) {
 	t.Helper()
 	if d := snapshot(t).Diff(before); len(d) > 0 {
@@ -119,17 +145,7 @@ func requireUnchanged(t *testing.T, before devcluster.HostState) {
 func TestRealNodeRunsTheExecutorImageAndLeavesTheMachineAsItWas(t *testing.T) {
 	node := realNodeOptions(t)
 	ctx := clustertest.Context(t, realNodeStartTimeout)
-	// Held from before to after: no other real node (another test package's) runs while the
-	// machine is compared.
-	node.HeldLock = lockRealNode(t, ctx)
-	before := snapshot(t)
-	c := startWithRealNode(t, ctx, keptDir(t), node)
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.Stop()
-		}
-	}()
+	c, stop := startCompared(t, ctx, node)
 	ns, err := c.CreateNamespace(ctx, "real")
 	if err != nil {
 		t.Fatal(err)
@@ -148,11 +164,7 @@ func TestRealNodeRunsTheExecutorImageAndLeavesTheMachineAsItWas(t *testing.T) {
 	if r := execIn(t, c, ns, pod.Name, websocket, "", "sh", "-c", "echo kept > /workspace/f && cat /workspace/f"); r.err != nil || r.stdout != "kept\n" {
 		t.Fatalf("write to the workspace: %+v", r)
 	}
-	stopped = true
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	requireUnchanged(t, before)
+	stop()
 }
 
 // crashEnv makes the test binary a real node's owner that a test kills.

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/dev/precondition"
 )
 
 // imageInputs writes stand-ins for the static programs (DIR/linux_<arch>/…, this machine's
@@ -40,7 +41,7 @@ func imageInputs(t *testing.T) (binDir, busybox string) {
 // it prints the pushed references. Bad flags are usage errors, every problem named.
 func TestImages(t *testing.T) {
 	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("no /bin/sh for the stand-in busybox")
+		precondition.Missing(t, "no /bin/sh for the stand-in busybox")
 	}
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of this machine's
 	t.Setenv("SOURCE_DATE_EPOCH", "1796362643")

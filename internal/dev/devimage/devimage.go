@@ -188,6 +188,13 @@ func image(files []File, createdBy string, c v1.Config) (v1.Image, error) {
 	return configure(img, machine(), c, devStamp)
 }
 
+// FilesImage is image for other packages: a single-layer image of this machine's platform
+// holding files, run with c, stamped as the dev stack's images are (the local cluster's DNS
+// server's, internal/dev/devcluster).
+func FilesImage(files []File, createdBy string, c v1.Config) (v1.Image, error) {
+	return image(files, createdBy, c)
+}
+
 func read(p string) ([]byte, error) {
 	data, err := os.ReadFile(p)
 	if err != nil {
