@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
@@ -36,6 +37,16 @@ const (
 	maxHeld = 30 * time.Second
 	// maxControlMessage bounds a control answer (64 references and an environment).
 	maxControlMessage = 4 << 20
+	// controlConnectTimeout bounds one connection attempt to the control API: in the
+	// cluster a TCP and TLS handshake take milliseconds. gRPC's default (20 s) kept calls
+	// waiting on a stopped leader's vanished address for 20 s after its eviction
+	// (test/deploy).
+	controlConnectTimeout = 3 * time.Second
+	// controlReconnectBase and controlReconnectMax bound the wait between connection
+	// attempts (gRPC's default grows to 2 min): a takeover publishes the new leader within
+	// seconds, and the connection should follow within one more.
+	controlReconnectBase = 100 * time.Millisecond
+	controlReconnectMax  = time.Second
 )
 
 // ControlFiles names the gateway's client material for the control API.
@@ -53,6 +64,10 @@ func DialControl(address string, files ControlFiles) (controlv1.ControlServiceCl
 		grpc.WithTransportCredentials(&reloadingCredentials{files: files}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxControlMessage)),
 		grpc.WithChainUnaryInterceptor(retryControl),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: controlReconnectBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: controlReconnectMax},
+			MinConnectTimeout: controlConnectTimeout,
+		}),
 	)
 	if err != nil {
 		return nil, nil, err

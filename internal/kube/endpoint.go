@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -53,6 +54,10 @@ const (
 	// DefaultEndpointResync is how often the leader checks its slice even when no event
 	// says it changed.
 	DefaultEndpointResync = time.Minute
+	// withdrawTimeout bounds the withdrawal when leadership ends (one read, one write): a
+	// stopping replica does not wait on an API server that does not answer; its successor
+	// overwrites the slice anyway.
+	withdrawTimeout = 2 * time.Second
 )
 
 // LeaderEndpoint configures PublishLeaderEndpoint: this replica's address as the only
@@ -302,8 +307,9 @@ func (e LeaderEndpoint) pass(ctx context.Context, lister sliceView) error {
 // until ctx ends, and keeps it so: every change of the Service's slices (a slice edited,
 // deleted or added) and every resync runs a pass that rewrites the slice when it differs
 // and removes the slices Kubernetes' controllers left from when the Service had a selector.
-// A pass that fails is retried with backoff. It never deletes its own slice: a successor
-// overwrites it. Only an invalid configuration is an error.
+// A pass that fails is retried with backoff. When ctx ends it withdraws this replica's
+// endpoint (withdraw) but keeps the slice: a successor overwrites it. Only an invalid
+// configuration is an error.
 func PublishLeaderEndpoint(ctx context.Context, e LeaderEndpoint) error {
 	if err := e.validate(); err != nil {
 		return fmt.Errorf("leader endpoint: %w", err)
@@ -334,6 +340,7 @@ func PublishLeaderEndpoint(ctx context.Context, e LeaderEndpoint) error {
 	lister := slices.Lister().EndpointSlices(e.Namespace)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	defer e.withdraw(context.WithoutCancel(ctx))
 	if !cache.WaitForCacheSync(ctx.Done(), slices.Informer().HasSynced) {
 		return nil
 	}
@@ -359,4 +366,49 @@ func PublishLeaderEndpoint(ctx context.Context, e LeaderEndpoint) error {
 		case <-retry:
 		}
 	}
+}
+
+// withdraw empties the slice if it still names this replica, as it was read (a
+// compare-and-swap: a successor's slice is never touched). Between a leader's end and its
+// successor's publication the Service then has no endpoint, and kube-proxy refuses new
+// connections to it at once, so that the gateways' reconnections fail fast and retry,
+// instead of waiting out a connection timeout against an address about to vanish (which
+// the node's connection tracking keeps sending a connection's retries to).
+func (e LeaderEndpoint) withdraw(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, withdrawTimeout)
+	defer cancel()
+	api := e.Client.DiscoveryV1().EndpointSlices(e.Namespace)
+	have, err := api.Get(ctx, e.Service, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		e.Logger.Warn("withdrawing the leader endpoint: reading the slice failed", logging.KeyError, err)
+		return
+	}
+	if !e.names(have) {
+		return // empty already, or a successor's
+	}
+	next := have.DeepCopy() // keeps its resourceVersion
+	next.Endpoints = nil
+	_, err = api.Update(ctx, next, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		e.Logger.Info("withdrew the leader endpoint", logging.KeyAddress, e.Address, logging.KeyNamespace, e.Namespace)
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// Written since it was read: a successor's publication, left alone.
+	default:
+		e.Logger.Warn("withdrawing the leader endpoint failed", logging.KeyError, err)
+	}
+}
+
+// names reports whether s has this replica's address among its endpoints.
+func (e LeaderEndpoint) names(s *discoveryv1.EndpointSlice) bool {
+	want := netip.MustParseAddr(e.Address).Unmap().String() // validated
+	for _, ep := range s.Endpoints {
+		if slices.Contains(ep.Addresses, want) {
+			return true
+		}
+	}
+	return false
 }

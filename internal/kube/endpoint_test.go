@@ -389,8 +389,42 @@ func TestPublishLeaderEndpointKeepsItsSlice(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the loop outlived its context")
 	}
-	if _, err := s.DiscoveryV1().EndpointSlices(testNamespace).Get(t.Context(), testService, metav1.GetOptions{}); err != nil {
-		t.Errorf("the slice did not outlive the leadership: %v", err)
+	// The leadership over, the slice stays (a successor overwrites it) but names nobody:
+	// new connections to the Service are refused at once rather than sent to this replica.
+	got, err := s.DiscoveryV1().EndpointSlices(testNamespace).Get(t.Context(), testService, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the slice did not outlive the leadership: %v", err)
+	}
+	if len(got.Endpoints) != 0 {
+		t.Errorf("the endpoint was not withdrawn: %+v", got.Endpoints)
+	}
+}
+
+// The withdrawal is a compare-and-swap of this replica's slice: a successor's is left as it
+// is, and so is a slice written between the read and the write.
+func TestWithdrawLeavesASuccessorsSlice(t *testing.T) {
+	s := newAPIServer(selectorless())
+	mine, successor := endpointOf("10.244.1.7", "pod-a"), endpointOf("10.244.1.8", "pod-b")
+	mine.Client, successor.Client = s, s
+	if _, err := successor.publish(t.Context(), nil, selectorless()); err != nil {
+		t.Fatal(err)
+	}
+	s.takeWrites()
+	mine.withdraw(t.Context())
+	if got, w := s.slice(t, testService), s.takeWrites(); !upToDate(got, successor.Slice(selectorless())) || len(w) != 0 {
+		t.Errorf("a successor's slice was changed: %+v (writes %v)", got.Endpoints, w)
+	}
+	// This replica's slice, changed by someone between the read and the write: a conflict,
+	// and nothing more is written.
+	if _, err := mine.publish(t.Context(), s.slice(t, testService), selectorless()); err != nil {
+		t.Fatal(err)
+	}
+	s.PrependReactor("update", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(slicesResource.GroupResource(), testService, errors.New("changed"))
+	})
+	mine.withdraw(t.Context())
+	if got := s.slice(t, testService); !upToDate(got, mine.Slice(selectorless())) {
+		t.Errorf("the slice changed after a conflict: %+v", got.Endpoints)
 	}
 }
 
