@@ -231,6 +231,34 @@ demo: $(DEV_PREREQS) ## Build, start the local cluster (executors on its real no
 demo-down: ## Stop everything make demo started.
 	@bin/execplane-dev down --state-dir $(DEV_STATE)
 
+# make deploy: execplane installed as an operator installs it (internal/dev/devdeploy;
+# docs/deployment.md "Trying the chart on the local cluster"): the images of make images
+# pushed to the local cluster's registry, the chart installed with helm install --wait, two
+# controllers and two gateways as Pods on the real node, the walkthrough through the
+# gateway's NodePort. Not part of make demo.
+DEPLOY_STATE ?= .state/deploy
+
+# helm, pinned in hack/tools/go.mod.
+.PHONY: bin/helm
+bin/helm:
+	@$(GO) build -modfile=hack/tools/go.mod -o bin/helm helm.sh/helm/v3/cmd/helm
+
+.PHONY: deploy
+deploy: build bin/pause bin/helm node-packages images ## Push the images to the local cluster's registry, helm install --wait the chart on its real node (2 controllers, 2 gateways as Pods) and walk a client through the gateway's Service.
+	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) bin/execplane-dev up --state-dir $(DEPLOY_STATE) --node real \
+	  --helper bin/helper --pause bin/pause --chart deploy/helm/execplane --images $(IMAGES_DIR) --helm bin/helm
+	@bin/execplane-dev demo --state-dir $(DEPLOY_STATE)
+	@echo
+	@echo "The release keeps running. Try it by hand:"
+	@echo "  source $(DEPLOY_STATE)/caller.env      # EXECPLANE_ADDRESS (the NodePort), _CA, _CERT, _KEY; KUBECONFIG"
+	@echo "  kubectl -n execplane get pods -o wide"
+	@echo "  bin/helm -n execplane status execplane   # KUBECONFIG from caller.env"
+	@echo "Stop it with: make deploy-down"
+
+.PHONY: deploy-down
+deploy-down: ## Stop everything make deploy started.
+	@bin/execplane-dev down --state-dir $(DEPLOY_STATE)
+
 .PHONY: clean
 clean: ## Remove build output (the cached cluster binaries are kept; see docs/development.md).
 	rm -rf bin .state

@@ -119,6 +119,10 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"helperPath=relative/helper", "/helperPath"},
 		{"controller.gatewayIdentities[0]=gateway", "/controller/gatewayIdentities/0"},
 		{"profiles.Bad=null", "/profiles"},
+		{"image.digests.gateway=latest", "/image/digests/gateway': 'latest' does not match pattern"},
+		{"image.digests.gateway=sha256:ABC", "/image/digests/gateway'"},
+		{"image.digests.helper=sha256:" + strings.Repeat("a", 64), "additional properties 'helper' not allowed"},
+		{"gateway.preStopSleepSeconds=61", "/gateway/preStopSleepSeconds': maximum: got 61, want 60"},
 	}
 	// Each Pod metadata and scheduling value of both Deployments, of a wrong type.
 	for _, c := range []string{"controller", "gateway"} {

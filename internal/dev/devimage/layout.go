@@ -71,3 +71,60 @@ func writeLayout(dir string, b Built) error {
 	}
 	return os.Rename(tmp, final)
 }
+
+// ReadLayouts reads back the images WriteLayouts wrote under dir, one per name, in names'
+// order: each layout's index must name exactly one image or index, by RefNameAnnotation.
+func ReadLayouts(dir string, names ...string) ([]Built, error) {
+	var out []Built
+	for _, n := range names {
+		b, err := readLayout(filepath.Join(dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("devimage: %s layout (make images writes it): %w", n, err)
+		}
+		b.Name = n
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func readLayout(p string) (Built, error) {
+	var b Built
+	top, err := layout.ImageIndexFromPath(p)
+	if err != nil {
+		return b, err
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		return b, err
+	}
+	if len(m.Manifests) != 1 {
+		return b, fmt.Errorf("%d entries in its index.json, want 1", len(m.Manifests))
+	}
+	desc := m.Manifests[0]
+	b.Tag = desc.Annotations[RefNameAnnotation]
+	if b.Tag == "" {
+		return b, errors.New("its index.json names no tag")
+	}
+	if desc.MediaType.IsIndex() {
+		if b.Index, err = top.ImageIndex(desc.Digest); err != nil {
+			return b, err
+		}
+		idx, err := b.Index.IndexManifest()
+		if err != nil {
+			return b, err
+		}
+		for _, d := range idx.Manifests {
+			if d.Platform != nil {
+				b.Platforms = append(b.Platforms, *d.Platform)
+			}
+		}
+		return b, nil
+	}
+	if b.Image, err = top.Image(desc.Digest); err != nil {
+		return b, err
+	}
+	if desc.Platform != nil {
+		b.Platforms = []v1.Platform{*desc.Platform}
+	}
+	return b, nil
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -396,6 +397,23 @@ func TestWriteLayouts(t *testing.T) {
 		if len(leftovers) > 0 {
 			t.Errorf("left behind: %v", leftovers)
 		}
+		// ReadLayouts gives back what was written: names, tags, platforms and digests.
+		names := slices.Sorted(maps.Keys(built))
+		read, err := ReadLayouts(dir, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range read {
+			b := built[names[i]]
+			got, _ := r.Digest()
+			want, _ := b.Digest()
+			if r.Name != names[i] || r.Tag != b.Tag || got != want || r.PlatformList() != b.PlatformList() || (r.Image != nil) != (b.Image != nil) {
+				t.Errorf("read back %s %s %s [%s], want %s %s %s [%s]", r.Name, r.Tag, got, r.PlatformList(), names[i], b.Tag, want, b.PlatformList())
+			}
+		}
+	}
+	if _, err := ReadLayouts(dir, "missing"); err == nil || !strings.Contains(err.Error(), "missing layout") {
+		t.Errorf("a missing layout: %v", err)
 	}
 	other := t.TempDir()
 	keep := filepath.Join(other, "gateway", "keep")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devdeploy"
 	"github.com/execplane/execplane/internal/dev/devimage"
 	"github.com/execplane/execplane/internal/dev/devsystem"
 )
@@ -98,6 +99,11 @@ type Options struct {
 	Controller, Gateway string
 	// CRDs is the directory of the CRD manifests.
 	CRDs string
+	// Chart, when set, installs execplane with this Helm chart instead of running the
+	// controller and the gateway as processes (internal/dev/devdeploy): the images of the
+	// OCI layouts under Images pushed to the cluster's registry, helm at Helm. Only on the
+	// real node, with the cluster's DNS.
+	Chart, Images, Helm string
 }
 
 func (o Options) system() bool { return o.Controller != "" || o.Gateway != "" }
@@ -116,6 +122,8 @@ type Info struct {
 	Profile, Node string
 	// ClusterStartup and SystemStartup are how long each took to become ready.
 	ClusterStartup, SystemStartup string
+	// Chart is the Helm release when execplane was installed with the chart.
+	Chart string `json:",omitempty"`
 }
 
 // Credentials are a client's certificate and key files.
@@ -160,6 +168,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Controller, "controller", "", "controller binary (with --gateway: run execplane on the cluster)")
 	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
 	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/crds", "directory of the CRD manifests")
+	fs.StringVar(&o.Chart, "chart", "", "install execplane with this Helm chart, as Pods on the real node (instead of --controller and --gateway)")
+	fs.StringVar(&o.Images, "images", "bin/images", "with --chart: the OCI layouts of make images, pushed to the cluster's registry")
+	fs.StringVar(&o.Helm, "helm", "", "with --chart: the helm binary")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %[1]s up|down|status [flags]\n       %[1]s demo [--state-dir DIR]\n       %[1]s bundle [flags] DIR   (a development security bundle)\n       %[1]s host [--against FILE]   (what the real node changes on this machine)\n       %[1]s images [flags]   (the product images as OCI layouts: make images)\n\n", command)
 		fmt.Fprintln(stderr, "Starts the local Kubernetes cluster (and, with --controller and --gateway, execplane on it)")
@@ -180,7 +191,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		return err
 	}
-	for _, p := range []*string{&o.Helper, &o.Pause, &o.Controller, &o.Gateway, &o.CRDs} {
+	for _, p := range []*string{&o.Helper, &o.Pause, &o.Controller, &o.Gateway, &o.CRDs, &o.Chart, &o.Images, &o.Helm} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
 				return err
@@ -189,6 +200,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if (o.Controller == "") != (o.Gateway == "") {
 		return cli.Usagef("--controller and --gateway go together")
+	}
+	if o.Chart != "" && (o.system() || o.Node != NodeReal || o.Helm == "") {
+		return cli.Usagef("--chart installs execplane on the real node (--node %s) with --helm, instead of --controller and --gateway", NodeReal)
 	}
 	if o.system() && o.Helper == "" {
 		return cli.Usagef("--helper is required to run execplane (the executors run it)")
@@ -242,7 +256,7 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 		if err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.Helper, Pause: o.Pause, Busybox: devimage.BusyboxPath}); err != nil {
 			return fmt.Errorf("building the real node's images (make node-packages installs busybox-static): %w", err)
 		}
-		copts.RealNode = &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef}
+		copts.RealNode = &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef, ClusterDNS: o.Chart != ""}
 	}
 	c, err := devcluster.Start(ctx, copts)
 	if err != nil {
@@ -271,6 +285,14 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 		info.Profile, info.Node = DemoProfile, o.Node
 		info.SystemStartup = time.Since(start).Round(time.Millisecond).String()
 		logf("execplane ready in %s: gateway %s, namespace %s, executors in %s", info.SystemStartup, info.GatewayAddress, info.Namespace, info.ExecutorNamespace)
+	}
+	if o.Chart != "" {
+		start := time.Now()
+		if err := deploy(ctx, c, o, &info, logf); err != nil {
+			return err
+		}
+		info.SystemStartup = time.Since(start).Round(time.Millisecond).String()
+		logf("execplane installed with helm in %s: gateway %s (NodePort), namespace %s, executors in %s", info.SystemStartup, info.GatewayAddress, info.Namespace, info.ExecutorNamespace)
 	}
 	if err := writeInfo(o.StateDir, info); err != nil {
 		return err
@@ -313,6 +335,36 @@ func startSystem(ctx context.Context, c *devcluster.Cluster, o Options, logf fun
 	return devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, ExecutorNamespace: executors, Dir: filepath.Join(o.StateDir, "system"),
 		ControllerBin: o.Controller, GatewayBin: o.Gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
 		Profiles: []byte(demoProfiles(o.Node)), ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"}})
+}
+
+// deploy installs the chart on the real node (internal/dev/devdeploy) and describes it in
+// info.
+func deploy(ctx context.Context, c *devcluster.Cluster, o Options, info *Info, logf func(string, ...any)) error {
+	images, err := devimage.ReadLayouts(o.Images, "gateway", "controller", "executor")
+	if err != nil {
+		return err
+	}
+	logf("pushing the images of %s and installing %s with helm", o.Images, o.Chart)
+	dir := filepath.Join(o.StateDir, "deploy")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	helmLog, err := os.Create(filepath.Join(o.StateDir, "helm.log"))
+	if err != nil {
+		return err
+	}
+	defer helmLog.Close()
+	d, err := devdeploy.Install(ctx, devdeploy.Options{Cluster: c, Helm: o.Helm, Chart: o.Chart, Dir: dir, Images: images, Log: helmLog})
+	if err != nil {
+		return err
+	}
+	b := d.Bundle
+	info.Namespace, info.ExecutorNamespace = d.Namespace, d.ExecutorNamespace
+	info.GatewayAddress, info.ServerName, info.CAFile = d.GatewayAddress, d.ServerName, b.CACert
+	info.Caller = Credentials{Identity: b.Caller.Identity, CertFile: b.Caller.CertFile, KeyFile: b.Caller.KeyFile}
+	info.Admin = Credentials{Identity: b.Administrator.Identity, CertFile: b.Administrator.CertFile, KeyFile: b.Administrator.KeyFile}
+	info.Profile, info.Node, info.Chart = devdeploy.Profile, o.Node, d.Release
+	return nil
 }
 
 // writeInfo writes the Info and the shell files, then marks the stack ready.

@@ -109,9 +109,14 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
-{{/* An image reference: (dict "ctx" $ "name" "gateway"). */}}
+{{/* An image reference: (dict "ctx" $ "name" "gateway"): by digest when image.digests names
+one (the tag then only documents it), by tag otherwise. */}}
 {{- define "execplane.image" -}}
-{{- printf "%s/%s:%s" .ctx.Values.image.repository .name (default .ctx.Chart.AppVersion .ctx.Values.image.tag) -}}
+{{- $ref := printf "%s/%s:%s" .ctx.Values.image.repository .name (default .ctx.Chart.AppVersion .ctx.Values.image.tag) -}}
+{{- with get (default (dict) .ctx.Values.image.digests) .name -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{- $ref -}}
 {{- end -}}
 
 {{- define "execplane.controllerServerName" -}}
