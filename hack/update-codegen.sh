@@ -11,9 +11,9 @@ MOD=github.com/execplane/execplane
 API=$MOD/pkg/apis/execution/v1alpha1
 HEADER=$ROOT/hack/boilerplate.go.txt
 
-mkdir -p "$OUT/pkg/apis/execution/v1alpha1" "$OUT/deploy/helm/execplane/crds"
+mkdir -p "$OUT/pkg/apis/execution/v1alpha1" "$OUT/deploy/helm/execplane/files/crds"
 $TOOLS controller-gen object:headerFile="$HEADER" paths=./pkg/apis/... output:object:dir="$OUT/pkg/apis/execution/v1alpha1"
-$TOOLS controller-gen crd:crdVersions=v1 paths=./pkg/apis/... output:crd:dir="$OUT/deploy/helm/execplane/crds"
+$TOOLS controller-gen crd:crdVersions=v1 paths=./pkg/apis/... output:crd:dir="$OUT/deploy/helm/execplane/files/crds"
 
 rm -rf "$OUT/pkg/generated"
 $TOOLS client-gen --go-header-file "$HEADER" --clientset-name versioned --input-base "" --input "$API" \

@@ -320,7 +320,7 @@ func measureController(ctx context.Context, o options, bin string, entry profile
 	if err != nil {
 		return res, err
 	}
-	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/crds")); err != nil {
+	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/files/crds")); err != nil {
 		return res, err
 	}
 	ns, err := c.CreateNamespace(ctx, "fleet")

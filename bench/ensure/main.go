@@ -161,7 +161,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Stop()
-	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/crds")); err != nil {
+	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/files/crds")); err != nil {
 		return err
 	}
 	ns, err := c.CreateNamespace(ctx, "bench")

@@ -169,7 +169,7 @@ func benchNode(ctx context.Context, o options, root, node string, withThroughput
 		return res, err
 	}
 	defer c.Stop()
-	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/crds")); err != nil {
+	if _, err := c.InstallCRDs(ctx, filepath.Join(root, "deploy/helm/execplane/files/crds")); err != nil {
 		return res, err
 	}
 	ns, err := c.CreateNamespace(ctx, "bench")

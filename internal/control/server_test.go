@@ -46,7 +46,7 @@ func start(t *testing.T) *harness {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
 	ctx := clustertest.Context(t, 2*time.Minute)
-	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
+	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	material, err := devbundle.Generate(filepath.Join(t.TempDir(), "security"), devbundle.Options{})

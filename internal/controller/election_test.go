@@ -231,7 +231,7 @@ func (r *replica) ready() bool {
 func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
-	_, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds")
+	_, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/files/crds")
 	if err != nil {
 		t.Fatal(err)
 	}

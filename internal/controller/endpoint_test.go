@@ -95,7 +95,7 @@ func TestLeaderPublishesItsEndpoint(t *testing.T) {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
 	ctx := t.Context()
-	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
+	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	kube := c.Kube()

@@ -42,7 +42,7 @@ func newRig(t *testing.T) *rig {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
 	ctx := clustertest.Context(t, 3*time.Minute)
-	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
+	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	exec, err := versioned.NewForConfig(c.RESTConfig())

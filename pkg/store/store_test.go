@@ -73,7 +73,7 @@ func newFixture(t *testing.T, o options) *fixture {
 	c := clustertest.Cluster(t)
 	ns := clustertest.Namespace(t)
 	ctx := clustertest.Context(t, 3*time.Minute)
-	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/crds"); err != nil {
+	if _, err := c.InstallCRDs(ctx, "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	reg, _ := profiletest.Registry(t, profiletest.YAML(o.maxEnvironments)+o.profileExtra)

@@ -71,7 +71,7 @@ type options struct {
 func startSystem(t *testing.T, o options) *system {
 	t.Helper()
 	c := clustertest.Cluster(t)
-	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
+	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

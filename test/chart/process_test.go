@@ -50,7 +50,7 @@ profiles:
 func TestChartRenderedProcessesServeASession(t *testing.T) {
 	c := clustertest.Cluster(t)
 	ctx := t.Context()
-	if _, err := c.InstallCRDs(ctx, chartDir+"/crds"); err != nil {
+	if _, err := c.InstallCRDs(ctx, chartDir+"/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	ns := clustertest.Namespace(t)
@@ -84,7 +84,9 @@ func TestChartRenderedProcessesServeASession(t *testing.T) {
 	if err := os.WriteFile(values, []byte(fmt.Sprintf(sessionValues, bundle.Gateway.Identity)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := helm(t, "template", "execplane", chartDir, "--namespace", ns, "--kube-version", kubeVersion, "-f", values)
+	// The CRD is installed above, shared by the package's tests: the cleanup below must not
+	// delete it.
+	out, err := helm(t, "template", "execplane", chartDir, "--namespace", ns, "--kube-version", kubeVersion, "-f", values, "--set", "crds.install=false")
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}

@@ -139,7 +139,7 @@ func startSystem(t *testing.T, n int, gatewayArgs ...string) *system {
 func startSystemProfiles(t *testing.T, extraProfiles string, n int, gatewayArgs ...string) *system {
 	t.Helper()
 	c := clustertest.Cluster(t)
-	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
+	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	s := &system{ns: clustertest.Namespace(t), executors: clustertest.Namespace(t), kubeconfig: c.Kubeconfig(), logs: map[string]*clustertest.SyncBuffer{}}

@@ -104,7 +104,7 @@ func startSystem(t *testing.T) *system {
 	if !c.HasRealNode() {
 		t.Fatal("the package's cluster has no real node")
 	}
-	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/crds"); err != nil {
+	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
 	}
 	logs := t.TempDir()

@@ -167,7 +167,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Pause, "pause", "", "the real node's sandbox binary (static; internal/dev/pause)")
 	fs.StringVar(&o.Controller, "controller", "", "controller binary (with --gateway: run execplane on the cluster)")
 	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
-	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/crds", "directory of the CRD manifests")
+	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/files/crds", "directory of the CRD manifests")
 	fs.StringVar(&o.Chart, "chart", "", "install execplane with this Helm chart, as Pods on the real node (instead of --controller and --gateway)")
 	fs.StringVar(&o.Images, "images", "bin/images", "with --chart: the OCI layouts of make images, pushed to the cluster's registry")
 	fs.StringVar(&o.Helm, "helm", "", "with --chart: the helm binary")

@@ -18,7 +18,7 @@ import (
 	"github.com/execplane/execplane/pkg/generated/clientset/versioned"
 )
 
-const crdDir = "../../../../deploy/helm/execplane/crds"
+const crdDir = "../../../../deploy/helm/execplane/files/crds"
 
 func TestMain(m *testing.M) { os.Exit(clustertest.Main(m, clustertest.Options{})) }
 
