@@ -66,11 +66,11 @@ define build-images
 endef
 
 .PHONY: images
-images: ## Build the gateway, controller, helper and executor images in Go (no Docker) as OCI layouts under bin/images, reproducibly; prints each digest (PLATFORMS=linux/amd64,linux/arm64 for indexes).
+images: executor-debs ## Build the gateway, controller, helper and executor images in Go (no Docker) as OCI layouts under bin/images, reproducibly; prints each digest (PLATFORMS=linux/amd64,linux/arm64 for indexes).
 	$(call build-images)
 
 .PHONY: images-push
-images-push: ## make images, then push each image to REGISTRY=host[:port][/prefix] by digest and tag it VERSION (INSECURE=1: plain HTTP; 127.0.0.1 and localhost always are).
+images-push: executor-debs ## make images, then push each image to REGISTRY=host[:port][/prefix] by digest and tag it VERSION (INSECURE=1: plain HTTP; 127.0.0.1 and localhost always are).
 	@if [ -z '$(REGISTRY)' ]; then echo "usage: make images-push REGISTRY=host[:port][/prefix] [INSECURE=1]" >&2; exit 2; fi
 	$(call build-images,-push '$(REGISTRY)' $(if $(filter 1 true yes,$(INSECURE)),-insecure))
 
@@ -201,7 +201,7 @@ DEV_STATE ?= .state/dev
 DEV_NODE  ?= real
 DEV_UP = EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(if $(filter real,$(DEV_NODE)),EXECPLANE_NODE_BIN=$(NODE_BIN)) \
   bin/execplane-dev up --state-dir $(DEV_STATE) --node $(DEV_NODE) --helper bin/helper --pause bin/pause
-DEV_PREREQS = build bin/pause $(if $(filter real,$(DEV_NODE)),node-packages)
+DEV_PREREQS = build bin/pause $(if $(filter real,$(DEV_NODE)),node-packages executor-debs)
 
 # The real node's sandbox process, for the local stack's pause image (static, like the helper).
 .PHONY: bin/pause

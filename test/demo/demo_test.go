@@ -40,12 +40,19 @@ func run(m *testing.M) int {
 	devBin = filepath.Join(dir, "execplane-dev")
 	helperBin, pauseBin = filepath.Join(dir, "helper"), filepath.Join(dir, "pause")
 	for _, b := range []struct{ out, pkg string }{
-		{controllerBin, "./cmd/controller"}, {gatewayBin, "./cmd/gateway"}, {execctlBin, "./cmd/execctl"}, {devBin, "./cmd/execplane-dev"},
+		{controllerBin, "./cmd/controller"}, {gatewayBin, "./cmd/gateway"}, {execctlBin, "./cmd/execctl"},
 	} {
 		if err := clustertest.GoBuild("../..", b.out, b.pkg, "-race"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+	}
+	// execplane-dev without the race detector, as make demo builds it: it builds the real
+	// node's Debian executor image, whose .deb decompression takes minutes under -race (its
+	// concurrency is debroot's, tested under -race in its package).
+	if err := clustertest.GoBuild("../..", devBin, "./cmd/execplane-dev"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	// Static, as make build and bin/pause build them: the real node's images hold no libc.
 	for _, b := range []struct{ out, pkg string }{{helperBin, "./cmd/helper"}, {pauseBin, "./internal/dev/pause"}} {
@@ -105,6 +112,12 @@ func idleSnapshot(t *testing.T) devcluster.HostState {
 	return s
 }
 
+// byHand is the command run by hand with execctl exec, by node kind.
+var byHand = map[string]string{
+	devstack.NodeKWOK: "id -u",
+	devstack.NodeReal: `bash -c 'id -u; python3 --version; git --version; echo x > ~/probe; readlink -f ~/probe'`,
+}
+
 func demoStack(t *testing.T, node string) {
 	state := filepath.Join(t.TempDir(), "dev")
 	dev := func(timeout time.Duration, args ...string) string {
@@ -149,8 +162,8 @@ func demoStack(t *testing.T, node string) {
 out=$(%[2]s env ensure by-hand --profile %[3]s)
 id=$(echo "$out" | awk 'NR==2 {print $1}'); rev=$(echo "$out" | awk 'NR==2 {print $2}')
 %[2]s run acquire by-hand "$id" --revision "$rev" --run-id turn-1 >/dev/null
-%[2]s exec "$id" -- id -u
-%[2]s run release "$id" >/dev/null`, filepath.Join(state, "caller.env"), execctlBin, devstack.DemoProfile)
+%[2]s exec "$id" -- %[4]s
+%[2]s run release "$id" >/dev/null`, filepath.Join(state, "caller.env"), execctlBin, devstack.DemoProfile, byHand[node])
 	cmd := exec.Command("sh", "-c", script)
 	cmd.Dir = "../.."
 	var stderr strings.Builder
@@ -159,12 +172,20 @@ id=$(echo "$out" | awk 'NR==2 {print $1}'); rev=$(echo "$out" | awk 'NR==2 {prin
 	if err != nil {
 		t.Fatalf("by hand: %v\n%s%s", err, out, stderr.String())
 	}
-	want := strconv.Itoa(os.Getuid()) // the fake node runs the helper as this machine's user
+	// The fake node runs the helper as this machine's user; the real node the Debian
+	// executor image as the profile's: bash, python3 and git there, HOME writable.
+	want := []string{strconv.Itoa(os.Getuid())}
 	if node == devstack.NodeReal {
-		want = strconv.Itoa(executor.RunAsUser)
+		want = []string{strconv.Itoa(executor.RunAsUser), "Python 3.", "git version 2.", "/workspace/probe"}
 	}
-	if got := strings.TrimSpace(string(out)); got != want {
-		t.Fatalf("execctl exec ENV -- id -u printed %q, want %s", got, want)
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("execctl exec ENV -- %s printed %q, want lines starting %q", byHand[node], got, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Fatalf("execctl exec ENV -- %s printed %q, want lines starting %q", byHand[node], got, want)
+		}
 	}
 	if down := dev(time.Minute, "down", "--state-dir", state); !strings.Contains(down, "stopped") {
 		t.Fatalf("down:\n%s", down)

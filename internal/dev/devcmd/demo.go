@@ -43,7 +43,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	defer admin.Close()
 	where := "on the fake node (the helper a process of this machine)"
 	if info.Node == devstack.NodeReal {
-		where = "on the real node (containers of the example executor image)"
+		where = "on the real node (containers of the Debian executor image: bash, python3, git)"
 	}
 	return walkthrough.Run(ctx, walkthrough.Session{
 		Caller: caller, Admin: admin, CallerIdentity: info.Caller.Identity, AdminIdentity: info.Admin.Identity,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/dev/debroot"
 	"github.com/execplane/execplane/internal/dev/devimage"
 )
 
@@ -28,7 +29,9 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	version := fs.String("version", "", "the images' version, their tag (required; make: VERSION)")
 	commit := fs.String("commit", "", "the commit they are built from (required; make: COMMIT)")
 	created := fs.String("created", os.Getenv("SOURCE_DATE_EPOCH"), "the commit's time in Unix seconds, every timestamp in the images (default $SOURCE_DATE_EPOCH; make: git log -1 --format=%ct)")
-	busybox := fs.String("busybox", devimage.BusyboxPath, "the static busybox of the executor image's userland (this machine's platform only)")
+	userland := fs.String("userland", "debian", "the executor image's userland: debian (bash, coreutils, python3, git: the packages --executor-debs-lock pins, its architecture only) or busybox (--busybox, this machine's platform only)")
+	lock := fs.String("executor-debs-lock", debroot.LockPath, "with --userland debian: the lock of its packages (make executor-debs fetches them)")
+	busybox := fs.String("busybox", devimage.BusyboxPath, "with --userland busybox: the static busybox")
 	push := fs.String("push", "", "then push them to `REGISTRY` (HOST[:PORT][/PREFIX]) by digest and tag them with the version")
 	insecure := fs.Bool("insecure", false, "reach the registry over plain HTTP (localhost, loopback and private addresses always are)")
 	fs.Usage = func() {
@@ -51,8 +54,15 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		problems.Addf("created", "%q is not Unix seconds (nor is SOURCE_DATE_EPOCH set)", *created)
 	}
-	rel := devimage.Release{Version: *version, Commit: *commit, Created: time.Unix(secs, 0), Platforms: ps, BinDir: *binDir,
-		Userland: devimage.BusyboxUserland(*busybox)}
+	rel := devimage.Release{Version: *version, Commit: *commit, Created: time.Unix(secs, 0), Platforms: ps, BinDir: *binDir}
+	switch *userland {
+	case "debian":
+		rel.Userland = devimage.DebianUserland(*lock)
+	case "busybox":
+		rel.Userland = devimage.BusyboxUserland(*busybox)
+	default:
+		problems.Addf("userland", "%q: want debian or busybox", *userland)
+	}
 	if err := problems.Err(); err != nil {
 		return cli.Usagef("%v", err)
 	}

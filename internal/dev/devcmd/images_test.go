@@ -48,7 +48,7 @@ func TestImages(t *testing.T) {
 	binDir, busybox := imageInputs(t)
 	out := filepath.Join(t.TempDir(), "images")
 	platform := "linux/" + runtime.GOARCH
-	args := []string{"images", "--bin", binDir, "--busybox", busybox, "--out", out, "--platforms", platform, "--version", "v1", "--commit", "abc"}
+	args := []string{"images", "--bin", binDir, "--userland", "busybox", "--busybox", busybox, "--out", out, "--platforms", platform, "--version", "v1", "--commit", "abc"}
 	first, stderr, code := execplaneDev(t, args...)
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d\n%s%s", code, first, stderr)
@@ -74,8 +74,8 @@ func TestImages(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, pushed, stderr)
 	}
 
-	_, stderr, code = execplaneDev(t, "images", "--platforms", "darwin/arm64", "--created", "yesterday", "--bin", binDir)
-	for _, want := range []string{"--platforms", "darwin/arm64", "--created", `"yesterday"`} {
+	_, stderr, code = execplaneDev(t, "images", "--platforms", "darwin/arm64", "--created", "yesterday", "--bin", binDir, "--userland", "alpine")
+	for _, want := range []string{"--platforms", "darwin/arm64", "--created", `"yesterday"`, "--userland", `"alpine"`} {
 		if code != cli.ExitUsage || !strings.Contains(stderr, want) {
 			t.Errorf("exit %d, want %d; stderr should hold %q:\n%s", code, cli.ExitUsage, want, stderr)
 		}

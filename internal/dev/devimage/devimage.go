@@ -28,6 +28,9 @@ const (
 	ExecutorRef = "localhost/execplane/executor:dev"
 	// UserlandRef is UserlandImage: an executor image without the helper.
 	UserlandRef = "localhost/execplane/userland:dev"
+	// DebianExecutorRef is the executor image agents use: the helper on DebianUserland
+	// (bash, coreutils, python3, pip, git), the development stack's default.
+	DebianExecutorRef = "localhost/execplane/executor-debian:dev"
 )
 
 // Paths and identities inside the images.
@@ -281,10 +284,13 @@ type Binaries struct {
 	// Helper is a static helper (cmd/helper, CGO_ENABLED=0); Pause a static sandbox
 	// process (internal/dev/pause); Busybox a static busybox.
 	Helper, Pause, Busybox string
+	// DebianLock, when set, is the lock of DebianUserland's packages (debroot.LockPath,
+	// fetched by make executor-debs): the archive then holds DebianExecutorRef too.
+	DebianLock string
 }
 
-// WriteStack writes the local stack's images — PauseRef, HelperRef, ExecutorRef and
-// UserlandRef — into one archive at p.
+// WriteStack writes the local stack's images — PauseRef, HelperRef, ExecutorRef,
+// UserlandRef and, with b.DebianLock, DebianExecutorRef — into one archive at p.
 func WriteStack(p string, b Binaries) error {
 	applets, err := Applets(b.Busybox)
 	if err != nil {
@@ -302,6 +308,19 @@ func WriteStack(p string, b Binaries) error {
 	}
 	if images[UserlandRef], err = UserlandImage(b.Busybox, applets); err != nil {
 		return err
+	}
+	if b.DebianLock != "" {
+		helper, err := read(b.Helper)
+		if err != nil {
+			return err
+		}
+		userland, err := DebianUserland(b.DebianLock)(machine(), devStamp.created)
+		if err != nil {
+			return err
+		}
+		if images[DebianExecutorRef], err = executor(userland, helper, machine(), devStamp); err != nil {
+			return err
+		}
 	}
 	return Write(p, images)
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/execplane/execplane/internal/dev/debroot"
 )
 
 // commitTime stands for a commit's time (git log -1 --format=%ct).
@@ -564,5 +566,22 @@ func TestExecutorUserlands(t *testing.T) {
 		if l.MediaType != types.OCILayer {
 			t.Errorf("layer %s: %s", l.Digest, l.MediaType)
 		}
+	}
+}
+
+// The Debian userland serves the lock's architecture alone, and names what is missing: the
+// lock, or its fetched packages (make executor-debs).
+func TestDebianUserlandRefuses(t *testing.T) {
+	lock := filepath.Join("..", "..", "..", debroot.LockPath)
+	arm := v1.Platform{OS: "linux", Architecture: "arm64"}
+	if _, err := DebianUserland(lock)(arm, time.Unix(1, 0)); !errors.Is(err, ErrNoUserland) || !strings.Contains(err.Error(), "linux/amd64") {
+		t.Errorf("for %s: %v", arm, err)
+	}
+	if _, err := DebianUserland(filepath.Join(t.TempDir(), "missing.lock"))(v1.Platform{OS: "linux", Architecture: "amd64"}, time.Unix(1, 0)); err == nil {
+		t.Error("a missing lock was accepted")
+	}
+	t.Setenv("EXECUTOR_DEBS_CACHE", t.TempDir()) // an empty cache: nothing fetched
+	if _, err := DebianUserland(lock)(v1.Platform{OS: "linux", Architecture: "amd64"}, time.Unix(1, 0)); !errors.Is(err, debroot.ErrNotFetched) {
+		t.Errorf("with nothing fetched: %v", err)
 	}
 }

@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/execplane/execplane/internal/dev/debroot"
 )
 
 // ErrNoUserland marks a platform a Userland has nothing for: a release builds its executor
@@ -145,4 +148,43 @@ func layerMediaType(mt types.MediaType, st stamp) (types.MediaType, error) {
 
 func executorConfig(env []string) v1.Config {
 	return v1.Config{User: User, WorkingDir: Workspace, Entrypoint: []string{HelperPath, "--pause"}, Env: env}
+}
+
+// DebianUserland is the executor image agents use: bash, coreutils, python3, pip and git
+// from Debian's packages, the root internal/dev/debroot builds from the .debs the lock at
+// lockPath pins (debroot.LockPath; make executor-debs fetches them), with its environment
+// (PATH, HOME, LANG, the CA bundle). The lock pins one architecture: the userland serves
+// linux on it alone.
+func DebianUserland(lockPath string) Userland {
+	return func(p v1.Platform, created time.Time) (v1.Image, error) {
+		data, err := os.ReadFile(lockPath)
+		if err != nil {
+			return nil, fmt.Errorf("devimage: %w", err)
+		}
+		locked, err := debroot.ParseLock(data)
+		if err != nil {
+			return nil, fmt.Errorf("devimage: %s: %w", lockPath, err)
+		}
+		arch := ""
+		for _, l := range locked {
+			if l.Architecture != "all" {
+				arch = l.Architecture
+				break
+			}
+		}
+		if p.OS != "linux" || p.Architecture != arch || p.Variant != "" {
+			return nil, fmt.Errorf("devimage: Debian userland of %s for %s: %w (the lock pins linux/%s)", lockPath, p, ErrNoUserland, arch)
+		}
+		root, err := debroot.FromLock(lockPath, debroot.Options{Epoch: created})
+		if err != nil {
+			return nil, err
+		}
+		st := stamp{created: created}
+		img, err := mutate.Append(st.scratch(), mutate.Addendum{Layer: root.Layer, MediaType: types.OCILayer,
+			History: v1.History{Created: v1.Time{Time: created}, CreatedBy: fmt.Sprintf("debian userland: %d packages of %s", len(root.Packages), filepath.Base(lockPath))}})
+		if err != nil {
+			return nil, err
+		}
+		return configure(img, p, v1.Config{User: User, WorkingDir: Workspace, Env: root.Env}, st)
+	}
 }

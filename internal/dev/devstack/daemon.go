@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/dev/debroot"
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devdeploy"
 	"github.com/execplane/execplane/internal/dev/devimage"
@@ -45,15 +46,16 @@ const (
 )
 
 // DemoProfile is the profile the stack serves: small limits fit for trying things out. On
-// the real node it runs the example executor image (internal/dev/devimage); on the fake
-// nodes the image is a name only, and the node exec endpoint runs the local helper.
+// the real node it runs the executor image agents use (bash, python3, git from Debian's
+// packages: devimage.DebianExecutorRef); on the fake nodes the image is a name only, and
+// the node exec endpoint runs the local helper.
 const DemoProfile = "sandbox"
 
 // demoProfiles is the stack's profiles file for the node kind.
 func demoProfiles(node string) string {
 	image, placement := "registry.example/sandbox:1", ""
 	if node == NodeReal {
-		image, placement = devimage.ExecutorRef, devcluster.RealNodePlacement
+		image, placement = devimage.DebianExecutorRef, devcluster.RealNodePlacement
 	}
 	return fmt.Sprintf(`profiles:
   sandbox:
@@ -99,6 +101,9 @@ type Options struct {
 	Controller, Gateway string
 	// CRDs is the directory of the CRD manifests.
 	CRDs string
+	// DebianLock is the lock of the Debian executor image's packages (debroot.LockPath),
+	// built for the real node.
+	DebianLock string
 	// Chart, when set, installs execplane with this Helm chart instead of running the
 	// controller and the gateway as processes (internal/dev/devdeploy): the images of the
 	// OCI layouts under Images pushed to the cluster's registry, helm at Helm. Only on the
@@ -168,6 +173,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Controller, "controller", "", "controller binary (with --gateway: run execplane on the cluster)")
 	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
 	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/files/crds", "directory of the CRD manifests")
+	fs.StringVar(&o.DebianLock, "executor-debs-lock", debroot.LockPath, "the lock of the real node's executor image's Debian packages (make executor-debs fetches them)")
 	fs.StringVar(&o.Chart, "chart", "", "install execplane with this Helm chart, as Pods on the real node (instead of --controller and --gateway)")
 	fs.StringVar(&o.Images, "images", "bin/images", "with --chart: the OCI layouts of make images, pushed to the cluster's registry")
 	fs.StringVar(&o.Helm, "helm", "", "with --chart: the helm binary")
@@ -191,7 +197,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		return err
 	}
-	for _, p := range []*string{&o.Helper, &o.Pause, &o.Controller, &o.Gateway, &o.CRDs, &o.Chart, &o.Images, &o.Helm} {
+	for _, p := range []*string{&o.Helper, &o.Pause, &o.Controller, &o.Gateway, &o.CRDs, &o.Chart, &o.Images, &o.Helm, &o.DebianLock} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
 				return err
@@ -253,7 +259,11 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 	}
 	if o.Node == NodeReal {
 		archive := filepath.Join(o.StateDir, "images.tar")
-		if err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.Helper, Pause: o.Pause, Busybox: devimage.BusyboxPath}); err != nil {
+		err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.Helper, Pause: o.Pause, Busybox: devimage.BusyboxPath, DebianLock: o.DebianLock})
+		if errors.Is(err, debroot.ErrNotFetched) {
+			return fmt.Errorf("building the real node's images: %w: make executor-debs", err)
+		}
+		if err != nil {
 			return fmt.Errorf("building the real node's images (make node-packages installs busybox-static): %w", err)
 		}
 		copts.RealNode = &devcluster.RealNodeOptions{Images: archive, SandboxImage: devimage.PauseRef, ClusterDNS: o.Chart != ""}
