@@ -23,8 +23,11 @@
 //     immutable; a reload builds a new one.
 //   - Never older. A generation never goes down, the same generation never changes its
 //     pinned content, and a renewable server certificate is only ever replaced by a newer
-//     one (a later notBefore), within a generation and across generations
-//     (CheckTransition; the high-water mark records it for restarted replicas).
+//     one (a later notBefore), within a generation and across generations — or, at a
+//     higher generation only, by another one issued in the same second (CheckTransition;
+//     the high-water mark records it for restarted replicas). A certificate counts only once
+//     valid (its notBefore passed, no allowance for skew), so the recorded notBefore is
+//     never ahead of the clock of the controller that recorded it.
 //   - Authenticate before reserving. The RPC limiter never reserves capacity for an
 //     unauthenticated caller, never waits, and keeps per-client state only for identities
 //     with calls in flight.

@@ -178,10 +178,7 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 	}
 	// The mark is raised only now, after full validation; the bundle is published only
 	// after the mark accepted it (a writer) or names it (a reader).
-	offer := highwater.Offer{Generation: next.Generation(), Digest: next.Digest(), Keys: next.KeySet()}
-	if leaf, ok := next.ServerLeaf(); ok {
-		offer.Leaf = &highwater.Leaf{NotBefore: leaf.NotBefore, Digest: leaf.Digest}
-	}
+	offer := offerOf(next)
 	if m.cfg.RaiseMark {
 		actx, cancel := context.WithTimeout(ctx, acceptTimeout)
 		defer cancel()
@@ -207,6 +204,16 @@ func (m *Manager) reload(ctx context.Context, force bool) error {
 	m.lastError = nil
 	m.log.Info("security material published", logging.KeyGeneration, next.Generation())
 	return nil
+}
+
+// offerOf is what the high-water mark is offered for b: its generation, digest, grant-key
+// set and, when its server certificate is renewable, that certificate.
+func offerOf(b *Bundle) highwater.Offer {
+	offer := highwater.Offer{Generation: b.Generation(), Digest: b.Digest(), Keys: b.KeySet()}
+	if leaf, ok := b.ServerLeaf(); ok {
+		offer.Leaf = &highwater.Leaf{NotBefore: leaf.NotBefore, Digest: leaf.Digest}
+	}
+	return offer
 }
 
 // markResourceVersion is the observed mark's resourceVersion ("" when unavailable).

@@ -252,7 +252,7 @@ func TestManagerRenewalInPlace(t *testing.T) {
 	if b, _ := controller.Current(); b.Generation() != 1 {
 		t.Fatalf("a renewal changed the generation to %d", b.Generation())
 	}
-	markLeaf(t, kube, renewed)
+	markLeaf(t, kube, 1, renewed)
 	handshakesGoOn("with the renewed certificate")
 
 	// A torn pair (the next certificate beside the previous key) is refused; the renewed
@@ -273,7 +273,7 @@ func TestManagerRenewalInPlace(t *testing.T) {
 	handshakesGoOn("after a torn pair")
 	vol.write(withServer(next))
 	eventually(t, "both serve the next certificate", func() bool { return serving(controller, next) && serving(gateway, next) })
-	markLeaf(t, kube, next)
+	markLeaf(t, kube, 1, next)
 
 	// The older certificate written back: refused by both, and by replicas started on it.
 	vol.write(withServer(renewed))
@@ -295,7 +295,7 @@ func TestManagerRenewalInPlace(t *testing.T) {
 		}
 		stopRestarted()
 	}
-	markLeaf(t, kube, next)
+	markLeaf(t, kube, 1, next)
 	handshakesGoOn("after the older certificate was refused")
 	vol.write(withServer(next)) // cert-manager puts its certificate back
 
@@ -318,7 +318,7 @@ func TestManagerRenewalInPlace(t *testing.T) {
 	if !serving(controller, next) || !serving(gateway, next) {
 		t.Fatal("a refused rollback withdrew the newest certificate")
 	}
-	markLeaf(t, kube, next)
+	markLeaf(t, kube, 1, next)
 	stopLoad()
 	if failures.Load() != 0 || notReady.Load() != 0 || samples.Load() < 20 {
 		t.Fatalf("%d failed handshakes, %d of %d readiness samples not ready", failures.Load(), notReady.Load(), samples.Load())
@@ -327,13 +327,14 @@ func TestManagerRenewalInPlace(t *testing.T) {
 		"no handshake failed, never not ready", successes.Load(), samples.Load())
 }
 
-// markLeaf checks that the mark records p as the newest server certificate.
-func markLeaf(t *testing.T, kube *fake.Clientset, p serverPair) {
+// markLeaf checks that the mark is at generation gen and records p as the newest server
+// certificate.
+func markLeaf(t *testing.T, kube *fake.Clientset, gen uint64, p serverPair) {
 	t.Helper()
 	cm, err := kube.CoreV1().ConfigMaps(renewalNamespace).Get(t.Context(), renewalMark, metav1.GetOptions{})
 	must(t, err)
-	if rec := cm.Data[highwater.KeyServerLeaf]; !strings.Contains(rec, FileDigest(p.leaf.Raw)) || cm.Data[highwater.KeyGeneration] != "1" {
-		t.Fatalf("mark %v; want generation 1 recording the certificate %s", cm.Data, FileDigest(p.leaf.Raw))
+	if rec := cm.Data[highwater.KeyServerLeaf]; !strings.Contains(rec, FileDigest(p.leaf.Raw)) || cm.Data[highwater.KeyGeneration] != strconv.FormatUint(gen, 10) {
+		t.Fatalf("mark %v; want generation %d recording the certificate %s", cm.Data, gen, FileDigest(p.leaf.Raw))
 	}
 }
 

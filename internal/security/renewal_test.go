@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/dev/devbundle"
+	"github.com/execplane/execplane/internal/security/highwater"
 )
 
 // leafLifetime is the renewable fixture's server certificate lifetime; cert-manager renews
@@ -59,7 +60,9 @@ func (f *fixture) issueServer(ca *devbundle.CA, spec devbundle.LeafSpec, chain .
 // TestRenewalInPlace is the transition rule of a renewable server certificate: each case
 // rewrites the bundle's files after the first load, the way a CA, cert-manager, the kubelet
 // or an attacker might, and states whether LoadBundle accepts the result and whether
-// CheckTransition lets it follow the first bundle.
+// CheckTransition lets it follow the first bundle. The high-water mark, recording the first
+// bundle, must agree (highwater.Check): a replica that restarts on the result, or a reader
+// that waits for the mark, decides as a running replica does.
 func TestRenewalInPlace(t *testing.T) {
 	type want struct{ load, transition string } // "" accepted, otherwise a substring of the refusal
 	tests := []struct {
@@ -83,8 +86,19 @@ func TestRenewalInPlace(t *testing.T) {
 		{"an older certificate (earlier notBefore)", func(t *testing.T, f *fixture, cur *x509.Certificate, now time.Time) {
 			f.issueServer(f.ca, f.serverLeafSpec(cur.NotBefore.Add(-time.Minute), now.Add(time.Hour)))
 		}, want{transition: "rollback"}},
-		{"another certificate with the same notBefore", func(t *testing.T, f *fixture, cur *x509.Certificate, now time.Time) {
+		{"another certificate with the same notBefore (issued twice in a second)", func(t *testing.T, f *fixture, cur *x509.Certificate, now time.Time) {
 			f.issueServer(f.ca, f.serverLeafSpec(cur.NotBefore, cur.NotAfter))
+		}, want{transition: "as the current one, so it is neither newer nor older; " +
+			"renew the certificate again (a later notBefore), or raise the manifest generation above 1 to accept this one"}},
+		{"another certificate with the same notBefore, with a new generation", func(t *testing.T, f *fixture, cur *x509.Certificate, now time.Time) {
+			f.m.Generation++
+			f.writeManifest()
+			f.issueServer(f.ca, f.serverLeafSpec(cur.NotBefore, cur.NotAfter))
+		}, want{}},
+		{"an older certificate by one second, with a new generation", func(t *testing.T, f *fixture, cur *x509.Certificate, now time.Time) {
+			f.m.Generation++
+			f.writeManifest()
+			f.issueServer(f.ca, f.serverLeafSpec(cur.NotBefore.Add(-time.Second), cur.NotAfter))
 		}, want{transition: "rollback"}},
 		{"another identity: a name more", func(t *testing.T, f *fixture, cur *x509.Certificate, now time.Time) {
 			spec := f.serverLeafSpec(now, now.Add(time.Hour))
@@ -194,6 +208,12 @@ func TestRenewalInPlace(t *testing.T) {
 			f.writeManifest()
 			f.issueServer(f.ca, f.serverLeafSpec(cur.NotBefore.Add(time.Second), now.Add(time.Hour)))
 		}, want{}},
+		{"a new generation that pins an older certificate (renewal dropped)", func(t *testing.T, f *fixture, cur *x509.Certificate, now time.Time) {
+			f.m.Generation++
+			f.m.ServerCertificate.Renewal = nil
+			f.issueServer(f.ca, f.serverLeafSpec(cur.NotBefore.Add(-time.Minute), now.Add(time.Hour)))
+			f.repin()
+		}, want{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,6 +232,11 @@ func TestRenewalInPlace(t *testing.T) {
 				t.Fatalf("LoadBundle: %v", err)
 			}
 			err = CheckTransition(first, next, now)
+			mark := offerOf(first)
+			_, markErr := highwater.Check(highwater.Mark{Generation: mark.Generation, Digest: mark.Digest, Keys: mark.Keys, Leaf: mark.Leaf}, offerOf(next), now)
+			if (err == nil) != (markErr == nil) {
+				t.Errorf("CheckTransition = %v, but the mark recording the first bundle says %v", err, markErr)
+			}
 			if tt.want.transition == "" {
 				if err != nil {
 					t.Fatalf("CheckTransition: %v", err)
@@ -220,6 +245,48 @@ func TestRenewalInPlace(t *testing.T) {
 			}
 			if !errors.Is(err, ErrUnsafeTransition) || !strings.Contains(err.Error(), tt.want.transition) {
 				t.Fatalf("CheckTransition = %v; want a refusal containing %q", err, tt.want.transition)
+			}
+		})
+	}
+}
+
+// A renewable leaf counts only once its notBefore has passed on the loading replica's clock
+// (injected here): there is no allowance for an issuer whose clock runs ahead — validAt
+// requires notBefore <= now, and the chain to the issuers is verified at now. Such a
+// certificate is refused as not valid yet until the clock reaches its notBefore, when the
+// manager judges it again (TestManagerRetriesRefusedMaterial); so the notBefore the mark
+// records is never ahead of the clock of the writer that recorded it (which the mark checks
+// too: highwater.TestAcceptRefusesACertificateNotValidYet).
+func TestRenewableLeafNotBeforeHasNoAllowance(t *testing.T) {
+	f := newRenewableFixture(t)
+	now := f.mustLoad().ServerCertificate().Leaf.NotBefore.Add(10 * time.Minute) // whole seconds, as a notBefore
+	tests := []struct {
+		name  string
+		ahead time.Duration // the leaf's notBefore, after now
+		want  string        // "" accepted, otherwise a substring of the refusal
+	}{
+		{"a day ahead", 24 * time.Hour, "serverCertificate.certFile: the leaf is not valid now"},
+		{"one second ahead", time.Second, "serverCertificate.certFile: the leaf is not valid now"},
+		{"now", 0, ""},
+		{"a second ago", -time.Second, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			notBefore := now.Add(tt.ahead)
+			f.issueServer(f.ca, f.serverLeafSpec(notBefore, notBefore.Add(time.Hour)))
+			b, err := LoadBundle(f.res.Manifest, now)
+			if tt.want != "" {
+				if !errors.Is(err, ErrInvalidBundle) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("LoadBundle = %v; want a refusal containing %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("LoadBundle: %v", err)
+			}
+			// Once loaded, it is not valid a second before its notBefore either.
+			if err := b.ValidAt(notBefore.Add(-time.Second)); !errors.Is(err, ErrInvalidBundle) || !strings.Contains(err.Error(), "the server certificate is not valid now") {
+				t.Fatalf("ValidAt a second before the notBefore = %v", err)
 			}
 		})
 	}

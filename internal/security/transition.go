@@ -16,12 +16,13 @@ import (
 //   - the same generation must carry the same digest (no drift): an identical bundle is
 //     accepted as no change; the digest leaves out a renewable server certificate and key
 //     (serverCertificate.renewal), which may change within a generation, but only to a
-//     newer leaf: its notBefore strictly later than the current one's (an older or
-//     equally old other leaf is a rollback). That the new leaf chains to the pinned
-//     issuers, has exactly the manifest's names, matches its key and is valid now was
-//     checked by LoadBundle, or next would not exist;
+//     newer leaf: its notBefore strictly later than the current one's (an older leaf is a
+//     rollback; another leaf of the same second is refused, saying how to get past it).
+//     That the new leaf chains to the pinned issuers, has exactly the manifest's names,
+//     matches its key and is valid now was checked by LoadBundle, or next would not exist;
 //   - a higher generation must rotate the grant keys safely (grant.CheckRotation), and
-//     when both server certificates are renewable the new one is the same or newer.
+//     when both server certificates are renewable the new one is the same, newer, or
+//     another one of the same second (the generation bump chooses it).
 //
 // A nil prev is the first bundle. Errors wrap ErrUnsafeTransition.
 func CheckTransition(prev, next *Bundle, now time.Time) error {
@@ -43,15 +44,26 @@ func CheckTransition(prev, next *Bundle, now time.Time) error {
 	return checkLeafOrder(prev, next)
 }
 
-// checkLeafOrder refuses a renewable server certificate that is older than the current one:
-// the same certificate, or one whose notBefore is strictly later, may follow it.
+// checkLeafOrder refuses a renewable server certificate that may not follow the current one,
+// by the rule the high-water mark applies to its record (highwater.Check): the same
+// certificate, or one whose notBefore is strictly later, may follow it; another one issued
+// in the same second (notBefore has one-second precision, and cert-manager can issue twice
+// within one) only at a higher generation, the operator's deliberate choice; an older one
+// never.
 func checkLeafOrder(prev, next *Bundle) error {
 	p, pok := prev.ServerLeaf()
 	n, nok := next.ServerLeaf()
-	if !pok || !nok || n.Digest == p.Digest || n.NotBefore.After(p.NotBefore) {
+	switch {
+	case !pok || !nok || n.Digest == p.Digest || n.NotBefore.After(p.NotBefore):
 		return nil
+	case n.NotBefore.Equal(p.NotBefore) && next.generation > prev.generation:
+		return nil
+	case n.NotBefore.Equal(p.NotBefore):
+		return fmt.Errorf("%w: another server certificate was issued in the same second (%s) as the current one, "+
+			"so it is neither newer nor older; renew the certificate again (a later notBefore), or raise the manifest "+
+			"generation above %d to accept this one", ErrUnsafeTransition, n.NotBefore.UTC().Format(time.RFC3339), prev.generation)
 	}
-	return fmt.Errorf("%w: a server certificate issued %s, not after the current one issued %s (rollback; a renewal is newer)",
+	return fmt.Errorf("%w: a server certificate issued %s, before the current one issued %s (rollback; a renewal is newer)",
 		ErrUnsafeTransition, n.NotBefore.UTC().Format(time.RFC3339), p.NotBefore.UTC().Format(time.RFC3339))
 }
 

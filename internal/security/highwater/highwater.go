@@ -6,11 +6,15 @@
 // Invariants:
 //   - The mark only rises. Accept refuses a lower generation (rollback), the same
 //     generation with another digest (drift), a key set that may not follow the recorded
-//     one (grant.CheckRotation) and a renewable server certificate older than the recorded
-//     one (a renewal is newer), and is a resourceVersion compare-and-swap, so two replicas
-//     raising at once cannot both win with different bundles. Because the key set and the
-//     certificate are recorded, a replica that restarts refuses exactly what a running one
-//     refuses.
+//     one (grant.CheckRotation), a renewable server certificate older than the recorded
+//     one (a renewal is newer) and, at the same generation, another one issued in the
+//     recorded one's second (only a higher generation accepts it), and is a resourceVersion
+//     compare-and-swap, so two replicas raising at once cannot both win with different
+//     bundles. Because the key set and the certificate are recorded, a replica that restarts
+//     refuses exactly what a running one refuses.
+//   - The recorded notBefore is never later than the writer's clock when it recorded it:
+//     Accept refuses a certificate that is not valid yet, with no allowance for skew, so an
+//     issuer whose clock runs ahead cannot move the record into the future.
 //   - Every key a version of this package added is optional when read (grantKeys,
 //     serverLeaf): a mark written by an older version reads as recording none, and the next
 //     accepted bundle records it. An older version that raises the mark rewrites only the
@@ -196,7 +200,9 @@ func parse(cm *corev1.ConfigMap) (Mark, error) {
 // Check decides whether a validated bundle may be published against mark m at now: it
 // returns write=true when the mark must be written first (raised, its key set recorded, or
 // a renewed server certificate recorded), and ErrRollback, ErrDrift or ErrUnsafeRotation
-// when the bundle must be refused. A pure function: the policy in one place.
+// when the bundle must be refused. A renewable server certificate is ordered by checkLeaf:
+// at the mark's generation only a newer one is recorded; at a higher generation also
+// another one of the recorded one's second. A pure function: the policy in one place.
 func Check(m Mark, o Offer, now time.Time) (write bool, err error) {
 	switch {
 	case o.Generation < m.Generation:
@@ -207,7 +213,7 @@ func Check(m Mark, o Offer, now time.Time) (write bool, err error) {
 		// The same bundle but for a renewable server certificate (the digest covers every
 		// pinned file, the keys included): record its key set if this mark predates key
 		// sets, and its certificate if it is a renewal.
-		renewed, err := checkLeaf(m.Leaf, o.Leaf)
+		renewed, err := checkLeaf(m.Leaf, o.Leaf, m.Generation, o.Generation)
 		if err != nil {
 			return false, err
 		}
@@ -217,7 +223,7 @@ func Check(m Mark, o Offer, now time.Time) (write bool, err error) {
 			return false, fmt.Errorf("%w (generation %d after %d): %w", ErrUnsafeRotation, o.Generation, m.Generation, err)
 		}
 	}
-	if _, err := checkLeaf(m.Leaf, o.Leaf); err != nil {
+	if _, err := checkLeaf(m.Leaf, o.Leaf, m.Generation, o.Generation); err != nil {
 		return false, fmt.Errorf("generation %d after %d: %w", o.Generation, m.Generation, err)
 	}
 	return true, nil
@@ -226,6 +232,11 @@ func Check(m Mark, o Offer, now time.Time) (write bool, err error) {
 // Accept admits a fully validated bundle (writers only): it checks it against the newest
 // mark and, when the mark must change, writes it by compare-and-swap, re-reading and
 // re-checking on every conflict. Only after Accept returns nil may the bundle be published.
+// A renewable server certificate whose notBefore is after now is refused before the mark
+// is read: the record only rises, so a notBefore ahead of the writer's clock would hold
+// every later renewal back (LoadBundle refuses such a certificate as not valid yet, with no
+// allowance for skew; this keeps the mark's record bounded by the writer's clock whatever
+// the caller checked).
 func (s *Store) Accept(ctx context.Context, o Offer, now time.Time) error {
 	if o.Generation == 0 || !digestPattern.MatchString(o.Digest) || o.Keys == nil {
 		return fmt.Errorf("high-water: refusing generation %d with digest %q", o.Generation, o.Digest)
@@ -238,6 +249,11 @@ func (s *Store) Accept(ctx context.Context, o Offer, now time.Time) error {
 	if o.Leaf != nil {
 		if o.Leaf.NotBefore.IsZero() || !digestPattern.MatchString(o.Leaf.Digest) {
 			return fmt.Errorf("high-water: refusing a server certificate without notBefore or with digest %q", o.Leaf.Digest)
+		}
+		if o.Leaf.NotBefore.After(now) {
+			return fmt.Errorf("high-water: refusing a server certificate not valid yet (notBefore %s, now %s): "+
+				"recorded, it would hold back every renewal issued before it",
+				o.Leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
 		if leaf, err = encodeLeaf(o.Leaf); err != nil {
 			return fmt.Errorf("high-water: encode the server certificate: %w", err)
@@ -287,7 +303,10 @@ func (s *Store) Accept(ctx context.Context, o Offer, now time.Time) error {
 // Admit decides, for a reader, whether a validated bundle may be published now: only the
 // bundle the observed mark names (ErrPending while the mark is older, its generation or its
 // renewable server certificate; ErrRollback or ErrDrift when the bundle is older or
-// another). It writes nothing and reads the watch.
+// another). A higher generation always waits for a writer, so another certificate of the
+// recorded one's second, which only a higher generation admits (Check), is published once
+// the mark records that very certificate, as every renewal is. It writes nothing and reads
+// the watch.
 func (s *Store) Admit(o Offer) error {
 	m, err := s.Current()
 	switch {
@@ -299,7 +318,7 @@ func (s *Store) Admit(o Offer) error {
 	if _, err = Check(m, o, time.Time{}); err != nil { // not newer: no rotation rule applies
 		return err
 	}
-	if renewed, _ := checkLeaf(m.Leaf, o.Leaf); renewed {
+	if renewed, _ := checkLeaf(m.Leaf, o.Leaf, m.Generation, o.Generation); renewed {
 		return fmt.Errorf("%w: a server certificate renewed in generation %d, not recorded by the mark yet", ErrPending, o.Generation)
 	}
 	return nil

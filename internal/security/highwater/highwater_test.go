@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -304,60 +305,86 @@ func leafAt(d time.Duration, c byte) *Leaf { return &Leaf{NotBefore: t0.Add(d), 
 
 // A renewable server certificate is ordered by its notBefore: the same generation admits the
 // recorded certificate and records a newer one; an older one is a rollback, within a
-// generation and across generations.
+// generation and across generations. Another certificate of the recorded one's second is
+// refused at the mark's generation, saying what to do, and recorded at a higher one.
 func TestCheckServerLeaf(t *testing.T) {
 	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
 	m := Mark{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}
 	offer := func(gen uint64, digest byte, leaf *Leaf) Offer {
 		return Offer{Generation: gen, Digest: digestOf(digest), Keys: keys, Leaf: leaf}
 	}
+	// sameSecond is what the refusal of another certificate of the recorded second says.
+	const sameSecond = "issued in the same second (2026-11-01T12:00:00Z) as the recorded one, so it is neither newer nor older; " +
+		"renew the certificate again (a later notBefore), or raise the manifest generation above 5 to accept this one"
 	cases := []struct {
 		name    string
 		mark    Mark
 		offer   Offer
 		write   bool
 		wantErr error
+		wantMsg string // a substring of the refusal
 	}{
-		{"the recorded certificate", m, offer(5, 'a', leafAt(0, '1')), false, nil},
-		{"a renewal: newer, same generation", m, offer(5, 'a', leafAt(time.Minute, '2')), true, nil},
-		{"an older certificate, same generation", m, offer(5, 'a', leafAt(-time.Minute, '0')), false, ErrRollback},
-		{"another certificate of the same instant", m, offer(5, 'a', leafAt(0, '9')), false, ErrDrift},
-		{"a renewal with other pinned content", m, offer(5, 'b', leafAt(time.Minute, '2')), false, ErrDrift},
-		{"an older certificate, newer generation", m, offer(6, 'c', leafAt(-time.Minute, '0')), false, ErrRollback},
-		{"a newer certificate, newer generation", m, offer(6, 'c', leafAt(time.Minute, '2')), true, nil},
-		{"the recorded certificate, newer generation", m, offer(6, 'c', leafAt(0, '1')), true, nil},
-		{"a pinned certificate ignores the record", m, offer(6, 'c', nil), true, nil},
-		{"a mark without a record records one", Mark{Generation: 5, Digest: digestOf('a'), Keys: keys}, offer(5, 'a', leafAt(-time.Hour, '0')), true, nil},
+		{"the recorded certificate", m, offer(5, 'a', leafAt(0, '1')), false, nil, ""},
+		{"a renewal: newer, same generation", m, offer(5, 'a', leafAt(time.Minute, '2')), true, nil, ""},
+		{"an older certificate, same generation", m, offer(5, 'a', leafAt(-time.Minute, '0')), false, ErrRollback, "before the accepted one"},
+		{"another certificate of the same second, same generation", m, offer(5, 'a', leafAt(0, '9')), false, ErrDrift, sameSecond},
+		{"another certificate of the same second, newer generation", m, offer(6, 'c', leafAt(0, '9')), true, nil, ""},
+		{"another certificate of the same second, two generations on", m, offer(7, 'c', leafAt(0, '9')), true, nil, ""},
+		{"a renewal with other pinned content", m, offer(5, 'b', leafAt(time.Minute, '2')), false, ErrDrift, ""},
+		{"an older certificate, newer generation", m, offer(6, 'c', leafAt(-time.Minute, '0')), false, ErrRollback, "generation 6 after 5"},
+		{"an older by one second, newer generation", m, offer(6, 'c', leafAt(-time.Second, '0')), false, ErrRollback, ""},
+		{"a newer certificate, newer generation", m, offer(6, 'c', leafAt(time.Minute, '2')), true, nil, ""},
+		{"the recorded certificate, newer generation", m, offer(6, 'c', leafAt(0, '1')), true, nil, ""},
+		{"a pinned certificate ignores the record", m, offer(6, 'c', nil), true, nil, ""},
+		{"a mark without a record records one", Mark{Generation: 5, Digest: digestOf('a'), Keys: keys}, offer(5, 'a', leafAt(-time.Hour, '0')), true, nil, ""},
 	}
 	for _, tc := range cases {
 		write, err := Check(tc.mark, tc.offer, t0)
-		if write != tc.write || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
-			t.Errorf("%s: Check = %v, %v; want %v, %v", tc.name, write, err, tc.write, tc.wantErr)
+		if write != tc.write || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) ||
+			(err != nil && !strings.Contains(err.Error(), tc.wantMsg)) {
+			t.Errorf("%s: Check = %v, %v; want %v, %v containing %q", tc.name, write, err, tc.write, tc.wantErr, tc.wantMsg)
 		}
 	}
 }
 
 // A reader admits a renewable certificate only once a writer recorded it: a newer one waits
 // (ErrPending) — a writer must record it first, so that a restarted replica refuses what is
-// older — and an older one is refused. No cluster: the observed mark is set directly.
+// older — and an older one is refused. Another certificate of the recorded one's second is
+// refused at the mark's generation and, at a higher one, waits like every new generation
+// until a writer recorded that very certificate. No cluster: the observed mark is set
+// directly.
 func TestAdmitServerLeaf(t *testing.T) {
 	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
 	s := New(nil, "ns", "mark")
 	s.set(Mark{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}, nil)
 	cases := []struct {
-		leaf *Leaf
-		want error
+		gen    uint64
+		digest byte
+		leaf   *Leaf
+		want   error
 	}{
-		{leafAt(0, '1'), nil},
-		{leafAt(time.Minute, '2'), ErrPending},
-		{leafAt(-time.Minute, '0'), ErrRollback},
-		{nil, nil},
+		{5, 'a', leafAt(0, '1'), nil},
+		{5, 'a', leafAt(time.Minute, '2'), ErrPending},
+		{5, 'a', leafAt(-time.Minute, '0'), ErrRollback},
+		{5, 'a', nil, nil},
+		{5, 'a', leafAt(0, '9'), ErrDrift},
+		{6, 'b', leafAt(0, '9'), ErrPending},
+		{6, 'b', leafAt(-time.Minute, '0'), ErrPending}, // the writer refuses it (TestCheckServerLeaf); the mark never moves
 	}
 	for _, tc := range cases {
-		err := s.Admit(Offer{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: tc.leaf})
+		err := s.Admit(Offer{Generation: tc.gen, Digest: digestOf(tc.digest), Keys: keys, Leaf: tc.leaf})
 		if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
-			t.Errorf("Admit(%+v) = %v, want %v", tc.leaf, err, tc.want)
+			t.Errorf("Admit(generation %d, %+v) = %v, want %v", tc.gen, tc.leaf, err, tc.want)
 		}
+	}
+	// A writer recorded the certificate of the same second at generation 6: that one is
+	// admitted there, the one it replaced is not.
+	s.set(Mark{Generation: 6, Digest: digestOf('b'), Keys: keys, Leaf: leafAt(0, '9')}, nil)
+	if err := s.Admit(Offer{Generation: 6, Digest: digestOf('b'), Keys: keys, Leaf: leafAt(0, '9')}); err != nil {
+		t.Errorf("the recorded certificate of the same second: %v", err)
+	}
+	if err := s.Admit(Offer{Generation: 6, Digest: digestOf('b'), Keys: keys, Leaf: leafAt(0, '1')}); !errors.Is(err, ErrDrift) {
+		t.Errorf("the certificate it replaced, at its generation: %v", err)
 	}
 	s.set(Mark{Generation: 5, Digest: digestOf('a'), Keys: keys}, nil)
 	if err := s.Admit(Offer{Generation: 5, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(0, '1')}); !errors.Is(err, ErrPending) {
@@ -411,11 +438,14 @@ func TestParseServerLeaf(t *testing.T) {
 }
 
 // Accept records a renewal within a generation and keeps the record across a generation
-// whose certificate is pinned; a restarted Store refuses an older certificate from it.
+// whose certificate is pinned; a restarted Store refuses an older certificate from it, and
+// another certificate of the recorded one's second until the generation is raised, which
+// records it.
 func TestAcceptRecordsServerLeaf(t *testing.T) {
 	s, ctx := setup(t, map[string]string{KeyGeneration: "0", KeyDigest: ""})
 	waitFor(t, s, func(m Mark, err error) bool { return err == nil })
 	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	now := t0.Add(time.Hour) // every certificate below is valid by then
 	steps := []struct {
 		offer Offer
 		want  error
@@ -426,20 +456,49 @@ func TestAcceptRecordsServerLeaf(t *testing.T) {
 		{Offer{Generation: 2, Digest: digestOf('b'), Keys: keys}, nil},
 	}
 	for i, step := range steps {
-		if err := s.Accept(ctx, step.offer, t0); !errors.Is(err, step.want) || (step.want == nil && err != nil) {
+		if err := s.Accept(ctx, step.offer, now); !errors.Is(err, step.want) || (step.want == nil && err != nil) {
 			t.Fatalf("step %d: Accept = %v, want %v", i, err, step.want)
 		}
 	}
 	restarted := New(s.kube, s.namespace, s.name)
-	if err := restarted.Accept(ctx, Offer{Generation: 3, Digest: digestOf('c'), Keys: keys, Leaf: leafAt(0, '1')}, t0); !errors.Is(err, ErrRollback) {
+	if err := restarted.Accept(ctx, Offer{Generation: 3, Digest: digestOf('c'), Keys: keys, Leaf: leafAt(0, '1')}, now); !errors.Is(err, ErrRollback) {
 		t.Fatalf("an older certificate offered to a fresh Store in a later generation: %v", err)
+	}
+	// Reissued in the recorded one's second: drift at the mark's generation (2, whose own
+	// certificate is pinned: the record of generation 1 orders it), recorded at the next.
+	sameSecond := leafAt(time.Minute, '3')
+	if err := restarted.Accept(ctx, Offer{Generation: 2, Digest: digestOf('b'), Keys: keys, Leaf: sameSecond}, now); !errors.Is(err, ErrDrift) ||
+		!strings.Contains(err.Error(), "raise the manifest generation above 2") {
+		t.Fatalf("another certificate of the recorded second at the mark's generation: %v", err)
+	}
+	if err := restarted.Accept(ctx, Offer{Generation: 3, Digest: digestOf('c'), Keys: keys, Leaf: sameSecond}, now); err != nil {
+		t.Fatalf("another certificate of the recorded second at a higher generation: %v", err)
 	}
 	cm, err := s.kube.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := parse(cm)
-	if err != nil || m.Generation != 2 || m.Leaf == nil || m.Leaf.Digest != digestOf('2') {
-		t.Fatalf("mark %+v, %v", m, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Mark{Generation: 3, Digest: digestOf('c'), Leaf: sameSecond}
+	if diff := cmp.Diff(want, m, cmpopts.IgnoreFields(Mark{}, "Keys", "ResourceVersion")); diff != "" {
+		t.Fatalf("mark (-want +got):\n%s", diff)
+	}
+}
+
+// The mark never records a server certificate that is not valid yet: the record only
+// rises, so a notBefore ahead of the writer's clock — from an issuer whose clock runs ahead
+// — would hold back every later renewal. There is no allowance: one second ahead is
+// refused, before the mark is read (the Store has no client at all).
+func TestAcceptRefusesACertificateNotValidYet(t *testing.T) {
+	keys := keySet(t, key(t, "a", grant.KeySigning, t0.Add(-time.Hour), time.Time{}))
+	s := New(nil, "ns", "mark")
+	for _, ahead := range []time.Duration{time.Second, 24 * time.Hour} {
+		err := s.Accept(t.Context(), Offer{Generation: 1, Digest: digestOf('a'), Keys: keys, Leaf: leafAt(ahead, '1')}, t0)
+		if err == nil || !strings.Contains(err.Error(), "refusing a server certificate not valid yet") {
+			t.Errorf("a certificate issued %s ahead of the writer's clock: %v", ahead, err)
+		}
 	}
 }

@@ -61,15 +61,22 @@ func decodeLeaf(s string) (*Leaf, error) {
 	return &Leaf{NotBefore: r.NotBefore, Digest: r.SHA256}, nil
 }
 
-// checkLeaf orders an offered renewable server certificate against the recorded one:
-// write=true when it is newer (or none is recorded), so the mark must record it; nil when it
-// is the recorded one; ErrRollback when it is older, ErrDrift when it is another certificate
-// of the same instant. A bundle whose certificate is not renewable (o nil) is not ordered.
+// checkLeaf orders an offered renewable server certificate, of a bundle of generation gen,
+// against the one the mark records at generation markGen. It returns write=true when the
+// mark must record it: it is newer (a later notBefore), none is recorded, or — at a
+// generation above markGen only — it is another certificate issued in the recorded one's
+// second. It returns nil when it is the recorded one, ErrRollback when it is older (at any
+// generation) and ErrDrift when it is another certificate of the recorded one's second at
+// markGen. A bundle whose certificate is not renewable (o nil) is not ordered.
 //
 // The order holds across generations: a generation bump does not readmit an older
 // certificate (a restored backup, a leaked key the last renewal replaced). Whoever really
-// needs another certificate issues a new one, whose notBefore is later.
-func checkLeaf(m *Leaf, o *Leaf) (write bool, err error) {
+// needs another certificate issues a new one, whose notBefore is later. Two certificates of
+// one second (notBefore has one-second precision; cert-manager can issue twice within a
+// second) cannot be ordered by the record: the second one is refused until the certificate
+// is renewed again, or until the operator raises the generation, a deliberate act that
+// chooses it.
+func checkLeaf(m, o *Leaf, markGen, gen uint64) (write bool, err error) {
 	switch {
 	case o == nil:
 		return false, nil
@@ -79,8 +86,12 @@ func checkLeaf(m *Leaf, o *Leaf) (write bool, err error) {
 		return false, nil
 	case o.NotBefore.After(m.NotBefore):
 		return true, nil
+	case o.NotBefore.Equal(m.NotBefore) && gen > markGen:
+		return true, nil
 	case o.NotBefore.Equal(m.NotBefore):
-		return false, fmt.Errorf("%w: another server certificate issued at the same instant as the accepted one", ErrDrift)
+		return false, fmt.Errorf("%w: another server certificate was issued in the same second (%s) as the recorded one, "+
+			"so it is neither newer nor older; renew the certificate again (a later notBefore), or raise the manifest "+
+			"generation above %d to accept this one", ErrDrift, o.NotBefore.UTC().Format(time.RFC3339), markGen)
 	}
 	return false, fmt.Errorf("%w: a server certificate issued %s, before the accepted one issued %s",
 		ErrRollback, o.NotBefore.UTC().Format(time.RFC3339), m.NotBefore.UTC().Format(time.RFC3339))
