@@ -161,6 +161,18 @@ chaos: build ## The fault suite with a long budget: CHAOS_DURATION (default 10m)
 	  EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
 	  $(GO) test -race -count=1 -v -timeout 4h -run 'TestChaos$$' ./test/chaos/
 
+# The rolling upgrade under load (test/chaos/upgrade_test.go; docs/chaos.md): the chart on
+# the real node, the fault suite's agents, an SDK client, a detached command and a terminal
+# running for UPGRADE_LOAD while helm upgrade rolls both Deployments to another build.
+UPGRADE_LOAD ?= 3m
+
+.PHONY: upgrade-test
+upgrade-test: build node-packages ## helm upgrade to another build while a load runs (UPGRADE_LOAD, default 3m) on the real node: calls, retries, cut calls (0), history checks; report in CHAOS_REPORT (docs/chaos.md).
+	@mkdir -p .cache
+	EXECPLANE_UPGRADE_TEST=$(UPGRADE_LOAD) EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) \
+	  EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+	  $(GO) test -race -count=1 -v -timeout 30m -run 'TestRollingUpgradeUnderLoad$$' ./test/chaos/
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 1m).
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
@@ -60,6 +61,9 @@ type system struct {
 	exits    []string        // why each process that was restarted had ended
 	podUIDs  map[string]bool // every executor Pod this system had
 }
+
+// RESTConfig reaches the cluster's API server as its administrator.
+func (s *system) RESTConfig() *rest.Config { return s.c.RESTConfig() }
 
 // options shape a system: controllerEnv is added to the controllers' environment,
 // gatewayArgs to the gateways' flags.

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/execplane/execplane/internal/dev/devsystem"
 	"github.com/execplane/execplane/internal/dev/history"
@@ -44,10 +45,30 @@ const (
 
 var owner = &executionv1.Owner{Issuer: "https://chaos.example", Subject: "workload"}
 
+// target is what a workload's clients reach: the fault suite's system, through its fault
+// proxies, or the chart's release on the real node (upgrade_test.go).
+type target interface {
+	// Dial connects the identity name (devsystem.Caller, devsystem.Administrator) to
+	// gateway i of 2.
+	Dial(name string, i int, opts ...grpc.DialOption) (*grpc.ClientConn, error)
+	// RESTConfig reaches the API server as its administrator; ExecutorNamespace holds the
+	// environments.
+	RESTConfig() *rest.Config
+	ExecutorNamespace() string
+}
+
 // workload is the clients of one run and what they recorded.
 type workload struct {
+	target target
+	// sys is the fault suite's system (nil for another target).
 	sys *system
-	rec *history.Recorder
+	// profile is the profile the agents ensure their environments with.
+	profile string
+	// noLifecycle keeps the agents from suspending and resuming: a data call in flight on a
+	// Pod they stop ends OUTCOME_UNKNOWN, which the upgrade test must not count as the
+	// upgrade's.
+	noLifecycle bool
+	rec         *history.Recorder
 	// wrong counts answers that break a promise no model covers (a command's output).
 	mu    sync.Mutex
 	wrong []string
@@ -60,7 +81,13 @@ type workload struct {
 }
 
 func newWorkload(sys *system) *workload {
-	return &workload{sys: sys, rec: history.NewRecorder(effectBound), stats: map[string]int{}}
+	w := newWorkloadOf(sys)
+	w.sys = sys
+	return w
+}
+
+func newWorkloadOf(t target) *workload {
+	return &workload{target: t, profile: profiletest.Name, rec: history.NewRecorder(effectBound), stats: map[string]int{}}
 }
 
 func (w *workload) fault(format string, args ...any) {
@@ -102,7 +129,7 @@ type file struct{ content, version string }
 func (w *workload) agent(t *testing.T, id int, seed uint64, binding string) *agent {
 	a := &agent{w: w, id: id, rng: rand.New(rand.NewPCG(seed, uint64(id))), binding: binding}
 	for i := range 2 {
-		conn, err := w.sys.Dial(devsystem.Caller, i, grpc.WithDefaultCallOptions(grpc.WaitForReady(false)))
+		conn, err := w.target.Dial(devsystem.Caller, i, grpc.WithDefaultCallOptions(grpc.WaitForReady(false)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,9 +186,9 @@ func (a *agent) step(ctx context.Context) {
 			a.data(ctx, a.stale[a.rng.IntN(len(a.stale))])
 		case r < 17:
 			a.ensure(ctx)
-		case r == 17 && a.rng.IntN(4) == 0:
+		case r == 17 && !a.w.noLifecycle && a.rng.IntN(4) == 0:
 			a.lifecycle(ctx, history.Suspend)
-		case r == 18 && a.rng.IntN(4) == 0:
+		case r == 18 && !a.w.noLifecycle && a.rng.IntN(4) == 0:
 			a.lifecycle(ctx, history.Resume)
 		case !a.w.eager:
 			sleep(ctx, time.Duration(a.rng.IntN(300))*time.Millisecond)
@@ -213,7 +240,7 @@ func (a *agent) ensure(ctx context.Context) {
 	c, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	resp, err := a.api[gw].EnsureEnvironment(c, &executionv1.EnsureEnvironmentRequest{OperationId: opID(), Owner: owner,
-		BindingId: a.binding, Profile: profiletest.Name})
+		BindingId: a.binding, Profile: a.w.profile})
 	out := heard(err)
 	if err == nil {
 		ref := resp.GetEnvironment().GetRef()
@@ -563,13 +590,13 @@ type admin struct {
 }
 
 func (w *workload) admin(t *testing.T, id int, seed uint64) *admin {
-	envs, err := versioned.NewForConfig(w.sys.c.RESTConfig())
+	envs, err := versioned.NewForConfig(w.target.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := &admin{w: w, id: id, rng: rand.New(rand.NewPCG(seed, uint64(id))), envs: envs}
 	for i := range 2 {
-		conn, err := w.sys.Dial(devsystem.Administrator, i)
+		conn, err := w.target.Dial(devsystem.Administrator, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -606,7 +633,7 @@ func (a *admin) loop(ctx context.Context, envs func() map[string]*executionv1.En
 		// The preconditions from the environment as the API server has it, as an operator
 		// reads them with kubectl.
 		c, cancel := context.WithTimeout(ctx, callTimeout)
-		env, err := a.envs.ExecutionV1alpha1().ExecutionEnvironments(a.w.sys.executors).Get(c, ref.GetId(), metav1.GetOptions{})
+		env, err := a.envs.ExecutionV1alpha1().ExecutionEnvironments(a.w.target.ExecutorNamespace()).Get(c, ref.GetId(), metav1.GetOptions{})
 		if err != nil {
 			cancel()
 			continue

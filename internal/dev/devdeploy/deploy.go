@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,14 +102,14 @@ func Install(ctx context.Context, o Options) (*Deployment, error) {
 	}
 	d := &Deployment{Release: Release, Namespace: o.Namespace, ExecutorNamespace: o.Namespace + "-executors", opts: o,
 		Images: map[string]string{}, Values: filepath.Join(o.Dir, "values.yaml")}
-	pushed, err := devimage.Push(ctx, devimage.PushOptions{Registry: c.RegistryAddress() + "/" + repository, Insecure: true}, o.Images)
+	pushed, err := d.Push(ctx, o.Images)
 	if err != nil {
-		return nil, fmt.Errorf("devdeploy: %w", err)
+		return nil, err
 	}
 	digests := map[string]string{}
-	for _, p := range pushed {
-		d.Images[p.Name] = devcluster.RegistryName + "/" + repository + "/" + p.Name + "@" + p.Digest.String()
-		digests[p.Name] = p.Digest.String()
+	for name, ref := range pushed {
+		d.Images[name] = ref
+		digests[name] = ref[strings.LastIndex(ref, "@")+1:]
 	}
 	for _, name := range []string{"gateway", "controller", "executor"} {
 		if d.Images[name] == "" {
@@ -151,7 +152,50 @@ func Install(ctx context.Context, o Options) (*Deployment, error) {
 	if d.GatewayAddress == "" {
 		return nil, fmt.Errorf("devdeploy: the gateway Service %s has no NodePort for its api port", gatewayName)
 	}
+	// helm --wait waits for the Pods, not for kube-proxy's rules: the NodePort answers a
+	// moment later.
+	if err := reachable(ctx, d.GatewayAddress); err != nil {
+		return nil, fmt.Errorf("devdeploy: the gateway's NodePort %s: %w", d.GatewayAddress, err)
+	}
 	return d, nil
+}
+
+// routeTimeout bounds the wait for kube-proxy to route a new NodePort (its sync period is a
+// second; a minute covers a loaded machine).
+const routeTimeout = time.Minute
+
+// reachable waits until a TCP connection to address succeeds.
+func reachable(ctx context.Context, address string) error {
+	ctx, cancel := context.WithTimeout(ctx, routeTimeout)
+	defer cancel()
+	var dialer net.Dialer
+	for {
+		conn, err := dialer.DialContext(ctx, "tcp", address)
+		if err == nil {
+			return conn.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Push pushes images to the cluster's registry and returns the references the node pulls
+// them by, by name: registry.execplane.test/execplane/NAME@sha256:… (for an upgrade to
+// another build: Upgrade with image.digests set to them).
+func (d *Deployment) Push(ctx context.Context, images []devimage.Built) (map[string]string, error) {
+	c := d.opts.Cluster
+	pushed, err := devimage.Push(ctx, devimage.PushOptions{Registry: c.RegistryAddress() + "/" + repository, Insecure: true}, images)
+	if err != nil {
+		return nil, fmt.Errorf("devdeploy: %w", err)
+	}
+	refs := map[string]string{}
+	for _, p := range pushed {
+		refs[p.Name] = devcluster.RegistryName + "/" + repository + "/" + p.Name + "@" + p.Digest.String()
+	}
+	return refs, nil
 }
 
 // Upgrade runs `helm upgrade --wait` of the release with its values and args (more -f or
