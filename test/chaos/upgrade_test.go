@@ -152,12 +152,8 @@ func TestRollingUpgradeUnderLoad(t *testing.T) {
 		"--set", "image.digests.controller="+digest("controller")); err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
-	for _, name := range []string{"controller", "gateway"} {
-		cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(), "kubectl"), "--kubeconfig", c.Kubeconfig(), "--namespace", d.Namespace,
-			"rollout", "status", "deployment/"+d.Release+"-"+name, "--timeout", "5m")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("rollout status %s: %v\n%s", name, err, out)
-		}
+	if _, err := d.WaitRolledOut(ctx); err != nil {
+		t.Fatal(err)
 	}
 	upgraded := time.Since(began)
 	t.Logf("helm upgrade and both rollouts done in %s", upgraded.Round(time.Millisecond))
@@ -198,7 +194,7 @@ func TestRollingUpgradeUnderLoad(t *testing.T) {
 	for _, op := range ops {
 		in, out := op.Input.(history.Input), op.Output.(history.Output)
 		if out.Result == history.Unknown {
-			cutAt = append(cutAt, fmt.Sprintf("%s %s at %+.1fs (%.1fs)", in.Kind, out.Reason,
+			cutAt = append(cutAt, fmt.Sprintf("%s %s on %s via connection %d at %+.1fs (%.1fs)", in.Kind, out.Reason, in.Binding, in.Gateway,
 				time.Duration(op.Call-beganAt).Seconds(), time.Duration(op.Return-op.Call).Seconds()))
 		}
 	}

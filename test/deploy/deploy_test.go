@@ -39,9 +39,6 @@ const (
 	// leaseDuration is the chart's default leaderElection.leaseDuration: the bound within
 	// which a new leader must serve after the old one's eviction.
 	leaseDuration = 15 * time.Second
-	// rolloutTimeout bounds one Deployment's rollout (a Pod start, readiness,
-	// minReadySeconds, per replica).
-	rolloutTimeout = 5 * time.Minute
 )
 
 var (
@@ -153,15 +150,11 @@ func TestChartOnTheRealNode(t *testing.T) {
 		"--set-string", "gateway.podAnnotations.execplane\\.dev/rollout=2"); err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
-	for _, name := range []string{"controller", "gateway"} {
-		cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(), "kubectl"), "--kubeconfig", c.Kubeconfig(), "--namespace", d.Namespace,
-			"rollout", "status", "deployment/"+d.Release+"-"+name, "--timeout", rolloutTimeout.String())
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl rollout status %s: %v\n%s", name, err, b)
-		} else {
-			t.Logf("kubectl rollout status %s: %s", name, strings.TrimSpace(string(b)))
-		}
+	status, err := d.WaitRolledOut(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Logf("kubectl rollout status: %v", status)
 	t.Logf("upgrade rolled out in %s", time.Since(start).Round(time.Second))
 	checkPods(t, c, d, "upgraded", "2")
 

@@ -205,6 +205,27 @@ func (d *Deployment) Upgrade(ctx context.Context, args ...string) error {
 		"--wait", "--timeout", waitTimeout.String()}, args...)...)
 }
 
+// rolloutTimeout bounds one Deployment's rollout as kubectl waits for it (a Pod start,
+// readiness and minReadySeconds per replica).
+const rolloutTimeout = 5 * time.Minute
+
+// WaitRolledOut waits, as an operator does with `kubectl rollout status`, until both
+// Deployments have rolled out, and returns kubectl's last words for each.
+func (d *Deployment) WaitRolledOut(ctx context.Context) (map[string]string, error) {
+	c := d.opts.Cluster
+	out := map[string]string{}
+	for _, name := range []string{"controller", "gateway"} {
+		cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(), "kubectl"), "--kubeconfig", c.Kubeconfig(), "--namespace", d.Namespace,
+			"rollout", "status", "deployment/"+d.Release+"-"+name, "--timeout", rolloutTimeout.String())
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return out, fmt.Errorf("devdeploy: kubectl rollout status %s: %w\n%s", name, err, b)
+		}
+		out[name] = strings.TrimSpace(string(b))
+	}
+	return out, nil
+}
+
 // helm runs helm against the cluster, its state in Dir.
 func (d *Deployment) helm(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, d.opts.Helm, args...)
