@@ -200,6 +200,13 @@ func TestRollingUpgradeUnderLoad(t *testing.T) {
 	}
 	t.Logf("calls that did not complete, from the upgrade's start (upgrade %s): %v", upgraded.Round(time.Millisecond), cutAt)
 	t.Logf("the release's Pods, from the upgrade's start:\n%s", strings.Join(events(), "\n"))
+	if len(cutAt) > 0 {
+		// What the gateways said, and what their environment views did, for the cut calls.
+		kubectl := filepath.Join(c.BinDir(), "kubectl")
+		logs, _ := exec.Command(kubectl, "--kubeconfig", c.Kubeconfig(), "--namespace", d.Namespace, "logs", "--prefix", "--tail=400",
+			"-l", "app.kubernetes.io/component=gateway").CombinedOutput()
+		t.Logf("the gateways' logs:\n%s", logs)
+	}
 	duplicates := duplicateEnvironments(t, target)
 	report := upgradeReport(b, load, upgraded, calls, retried, cut, stats, verdicts, wrong, sdk, lines, followErr, duplicates)
 	t.Log("\n" + report)
