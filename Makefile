@@ -171,7 +171,7 @@ upgrade-test: build node-packages ## helm upgrade to another build while a load 
 	@mkdir -p .cache
 	EXECPLANE_UPGRADE_TEST=$(UPGRADE_LOAD) EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) \
 	  EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
-	  $(GO) test -race -count=1 -v -timeout 30m -run 'TestRollingUpgradeUnderLoad$$' ./test/chaos/
+	  $(GO) test -race -count=1 -v -timeout 30m -tags upgrade -run 'TestRollingUpgradeUnderLoad$$' ./test/chaos/
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 1m).
