@@ -25,6 +25,8 @@ GO_TEST_FLAGS ?=
 CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
 # The same for the real node's containerd and kubelet.
 NODE_BIN = $$(hack/build-node-bins.sh)
+# The same for cert-manager's controller, which test/deploy runs (not make demo or deploy).
+CERT_MANAGER_BIN = $$(hack/build-cert-manager.sh)
 
 .PHONY: help
 help: ## Show this help.
@@ -134,6 +136,7 @@ FUZZTIME_SHORT ?= 3s
 test: build lint verify vuln node-packages executor-debs npm-packages python-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster; the fault suite with a short budget, its report printed), then each fuzz target briefly.
 	@mkdir -p .cache && rm -f $(CHAOS_REPORT)
 	EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
+	  EXECPLANE_CERT_MANAGER_BIN=$(CERT_MANAGER_BIN) \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	@if [ -f $(CHAOS_REPORT) ]; then cat $(CHAOS_REPORT); fi
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh

@@ -2,19 +2,29 @@
 // node (internal/dev/devdeploy): images built in Go and pulled from the cluster's registry,
 // `helm install --wait`, the controllers and gateways as Pods behind Services, a caller
 // through the gateway's NodePort; then a `helm upgrade` that changes both Pod templates
-// rolls to completion, and the eviction API evicts the leading controller.
+// rolls to completion, and the eviction API evicts the leading controller. The certificates
+// come from cert-manager (built from its module, hack/build-cert-manager.sh) as
+// docs/deployment.md's recipe has it, and one renewal of them in place is forced while a
+// caller calls.
 package deploy_test
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +54,8 @@ const (
 var (
 	helmBin string
 	images  []devimage.Built
+	// certManager is hack/build-cert-manager.sh's directory.
+	certManager string
 	// unavailable says why this machine cannot run the real node (nil when it can).
 	unavailable error
 )
@@ -66,6 +78,10 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	if images, err = buildImages(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if certManager, err = devdeploy.FindCertManager(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -99,8 +115,9 @@ func buildImages(dir string) ([]devimage.Built, error) {
 		Platforms: ps, BinDir: dir, Userland: devimage.BusyboxUserland(devimage.BusyboxPath)})
 }
 
-// The chart installed with helm on the real node serves a caller through the gateway's
-// Service; an upgrade that changes both Pod templates rolls to completion; the leader's
+// The chart installed with helm on the real node, its certificates from cert-manager,
+// serves a caller through the gateway's Service; cert-manager's renewal of them is taken in
+// place; an upgrade that changes both Pod templates rolls to completion; the leader's
 // eviction hands the control API to the other replica within the lease.
 func TestChartOnTheRealNode(t *testing.T) {
 	if unavailable != nil {
@@ -108,15 +125,21 @@ func TestChartOnTheRealNode(t *testing.T) {
 	}
 	c := clustertest.Cluster(t)
 	ctx := t.Context()
-	var helmLog clustertest.SyncBuffer
-	start := time.Now()
-	d, err := devdeploy.Install(ctx, devdeploy.Options{Cluster: c, Helm: helmBin, Chart: chartDir, Dir: t.TempDir(), Images: images, Log: &helmLog})
+	var helmLog, certManagerLog clustertest.SyncBuffer
+	cm, err := devdeploy.StartCertManager(ctx, c, certManager, devdeploy.Namespace, &certManagerLog)
 	if err != nil {
-		t.Fatalf("install: %v\n%s", err, diagnose(c, devdeploy.Namespace))
+		t.Fatal(err)
+	}
+	t.Cleanup(cm.Stop)
+	start := time.Now()
+	d, err := devdeploy.Install(ctx, devdeploy.Options{Cluster: c, Helm: helmBin, Chart: chartDir, Dir: t.TempDir(), Images: images,
+		Log: &helmLog, CertManager: true})
+	if err != nil {
+		t.Fatalf("install: %v\ncert-manager:\n%s\n%s", err, certManagerLog.String(), diagnose(c, devdeploy.Namespace))
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("helm:\n%s\n%s", helmLog.String(), diagnose(c, d.Namespace))
+			t.Logf("helm:\n%s\ncert-manager:\n%s\n%s", helmLog.String(), certManagerLog.String(), diagnose(c, d.Namespace))
 		}
 	})
 
@@ -124,12 +147,14 @@ func TestChartOnTheRealNode(t *testing.T) {
 
 	// helm --wait returned: the four Pods run on the real node, from the pushed digests, as
 	// does the cluster's DNS server they resolve the controller's Service name with.
-	checkPods(t, c, d, "installed", "")
+	checkPods(t, d, "installed", "")
 	dns, err := c.Kube().CoreV1().Pods(devcluster.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
 	if err != nil || len(dns.Items) != 1 {
 		t.Fatalf("the DNS server's Pods: %v (%v)", dns, err)
 	}
-	checkPod(t, dns.Items[0], c.DNSImage())
+	if err := devdeploy.CheckPod(dns.Items[0], c.DNSImage()); err != nil {
+		t.Error(err)
+	}
 
 	// The walkthrough, as a user: through the gateway Service's NodePort on the node.
 	caller, admin := dial(t, d, d.Bundle.Caller), dial(t, d, d.Bundle.Administrator)
@@ -142,6 +167,8 @@ func TestChartOnTheRealNode(t *testing.T) {
 		t.Fatalf("walkthrough: %v\n%s", err, out.String())
 	}
 	t.Logf("walkthrough through %s:\n%s", d.GatewayAddress, out.String())
+
+	renewInPlace(t, c, d, caller)
 
 	// An upgrade that changes both Pod templates (an annotation): helm --wait and then
 	// kubectl's rollout status say both rolled out; every Pod is then one of the new ones.
@@ -156,7 +183,7 @@ func TestChartOnTheRealNode(t *testing.T) {
 	}
 	t.Logf("kubectl rollout status: %v", status)
 	t.Logf("upgrade rolled out in %s", time.Since(start).Round(time.Second))
-	checkPods(t, c, d, "upgraded", "2")
+	checkPods(t, d, "upgraded", "2")
 
 	// The leader's eviction: the budget allows it, the other replica leads within the lease
 	// and serves a control call through the gateway.
@@ -197,48 +224,16 @@ func TestChartOnTheRealNode(t *testing.T) {
 
 // checkPods checks that the release's Deployments each have two Pods Ready on the real
 // node, from the pushed images, annotated rollout=want ("" for none).
-func checkPods(t *testing.T, c *devcluster.Cluster, d *devdeploy.Deployment, when, want string) {
+func checkPods(t *testing.T, d *devdeploy.Deployment, when, want string) {
 	t.Helper()
-	for _, name := range []string{"controller", "gateway"} {
-		pods, err := c.Kube().CoreV1().Pods(d.Namespace).List(t.Context(), metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/component=" + name + ",app.kubernetes.io/instance=" + d.Release})
-		if err != nil {
-			t.Fatal(err)
+	err := d.CheckPods(t.Context(), d.Images, func(p corev1.Pod) error {
+		if got := p.Annotations["execplane.dev/rollout"]; got != want {
+			return fmt.Errorf("Pod %s annotated rollout=%q, want %q", p.Name, got, want)
 		}
-		var live []corev1.Pod
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil {
-				live = append(live, p)
-			}
-		}
-		if len(live) != 2 {
-			t.Fatalf("%s: %d %s Pods, want 2", when, len(live), name)
-		}
-		for _, p := range live {
-			checkPod(t, p, d.Images[name])
-			if got := p.Annotations["execplane.dev/rollout"]; got != want {
-				t.Errorf("%s: Pod %s annotated rollout=%q, want %q", when, p.Name, got, want)
-			}
-		}
-	}
-}
-
-// checkPod checks that p is Ready on the real node and runs image (the kubelet's imageID,
-// the registry's digest).
-func checkPod(t *testing.T, p corev1.Pod, image string) {
-	t.Helper()
-	if p.Spec.NodeName != devcluster.RealNodeName {
-		t.Errorf("Pod %s runs on %q, not the real node", p.Name, p.Spec.NodeName)
-	}
-	ready := false
-	for _, cond := range p.Status.Conditions {
-		ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
-	}
-	if !ready {
-		t.Errorf("Pod %s is not Ready: %+v", p.Name, p.Status.Conditions)
-	}
-	if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].ImageID != image {
-		t.Errorf("Pod %s runs %v, want image %s", p.Name, p.Status.ContainerStatuses, image)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("%s: %v", when, err)
 	}
 }
 
@@ -276,4 +271,127 @@ func diagnose(c *devcluster.Cluster, ns string) string {
 		fmt.Fprintf(&b, "--- kubectl %s ---\n%s\n", strings.Join(args, " "), out)
 	}
 	return b.String()
+}
+
+// renewalTimeout bounds a renewal's way to the gateways: cert-manager's issuance, the
+// kubelet's swap of the projected volume (its sync period is 10 s here, about a minute by
+// default), the controller's check and the mark's watch.
+const renewalTimeout = 3 * time.Minute
+
+// renewInPlace forces cert-manager to renew the server certificate and the gateway's
+// control-API client certificate, as `cmctl renew` does, while a caller calls through the
+// gateway to the controller (Ensure) on its open connection and on a new one each time: the
+// gateways serve the renewed server certificate, the mark records it at the same
+// generation, and no call fails.
+func renewInPlace(t *testing.T, c *devcluster.Cluster, d *devdeploy.Deployment, caller *client.Client) {
+	ctx := t.Context()
+	ensure := func(cl *client.Client) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := cl.Ensure(cctx, client.EnsureRequest{Owner: client.Owner{Issuer: "https://idp.example", Subject: "alice"},
+			BindingID: "renewal", Profile: devdeploy.Profile, NoWait: true})
+		return err
+	}
+	var (
+		mu     sync.Mutex
+		calls  int
+		failed []string
+	)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			errs := []error{ensure(caller)}
+			fresh, err := client.Dial(client.Config{Address: d.GatewayAddress, ServerName: d.ServerName, CAFile: d.Bundle.CACert,
+				CertFile: d.Bundle.Caller.CertFile, KeyFile: d.Bundle.Caller.KeyFile})
+			if err == nil {
+				err = ensure(fresh)
+				fresh.Close()
+			}
+			errs = append(errs, err)
+			mu.Lock()
+			for _, err := range errs {
+				calls++
+				if err != nil {
+					failed = append(failed, fmt.Sprintf("%s: %v", time.Now().Format(time.TimeOnly), err))
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+
+	start := time.Now()
+	before, after, err := d.Renew(ctx, devdeploy.ServerCertName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Renew(ctx, devdeploy.ControlCertName); err != nil {
+		t.Fatal(err)
+	}
+	issued := time.Since(start)
+	old, renewed := leaf(t, before), leaf(t, after)
+	if !renewed.NotBefore.After(old.NotBefore) || renewed.Issuer.String() != old.Issuer.String() ||
+		!slices.Equal(renewed.DNSNames, old.DNSNames) || bytes.Equal(renewed.RawSubjectPublicKeyInfo, old.RawSubjectPublicKeyInfo) {
+		t.Fatalf("cert-manager's renewal is not one in place with a new key: notBefore %s → %s, names %v → %v",
+			old.NotBefore, renewed.NotBefore, old.DNSNames, renewed.DNSNames)
+	}
+	roots := x509.NewCertPool()
+	ca, err := os.ReadFile(d.Bundle.CACert)
+	if err != nil || !roots.AppendCertsFromPEM(ca) {
+		t.Fatalf("the CA: %v", err)
+	}
+	// Both gateways, behind the Service: ten handshakes in a row present the renewed one.
+	clustertest.Eventually(t, renewalTimeout, "the gateways serving the renewed certificate", func() bool {
+		for range 10 {
+			conn, err := tls.Dial("tcp", d.GatewayAddress, &tls.Config{ServerName: d.ServerName, RootCAs: roots, MinVersion: tls.VersionTLS13})
+			if err != nil {
+				return false
+			}
+			served := conn.ConnectionState().PeerCertificates[0]
+			conn.Close()
+			if !served.Equal(renewed) {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(start)
+	mark, err := c.Kube().CoreV1().ConfigMaps(d.Namespace).Get(ctx, "execplane-security-high-water", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(renewed.Raw)
+	if mark.Data["generation"] != "1" || !strings.Contains(mark.Data["serverLeaf"], hex.EncodeToString(sum[:])) {
+		t.Errorf("the mark after the renewal: %v", mark.Data)
+	}
+	// A few more calls after the switch, then the tally.
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-stopped
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("cert-manager renewed both certificates in %s; the gateways served the renewed one %s after the renewal began; %d calls, %d failed",
+		issued.Round(time.Millisecond), took.Round(time.Millisecond), calls, len(failed))
+	if len(failed) > 0 || calls == 0 {
+		t.Errorf("calls across the renewal: %d of %d failed: %v", len(failed), calls, failed)
+	}
+}
+
+// leaf parses the first certificate of a PEM bundle.
+func leaf(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatal("not a PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
 }

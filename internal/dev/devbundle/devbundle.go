@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -83,6 +84,13 @@ type Options struct {
 	RenewableServer bool
 	// Now is the generation time; zero means time.Now().
 	Now time.Time
+	// CA, when set, signs the bundle's certificates and is its client CA bundle (and, with
+	// RenewableServer, the pinned server issuer) instead of a CA of the bundle's own: an
+	// operator's CA, as cert-manager's CA Issuer signs with. Its key is written as ca.key.
+	CA *CA
+	// ExactServerNames: the server certificate names DNSNames and IPAddresses only, without
+	// localhost and the loopback addresses (the names a cert-manager Certificate lists).
+	ExactServerNames bool
 	// Extra are more clients beside the three built in, for tests of authorisation (other
 	// clients, scoped administrators, clients without capabilities).
 	Extra []ExtraClient
@@ -202,9 +210,12 @@ type generator struct {
 
 func (g *generator) run() (*Result, error) {
 	o := g.opts
-	ca, err := NewCA("execplane development CA", o.Now, o.Validity)
-	if err != nil {
-		return nil, err
+	ca := o.CA
+	if ca == nil {
+		var err error
+		if ca, err = NewCA("execplane development CA", o.Now, o.Validity); err != nil {
+			return nil, err
+		}
 	}
 	r := &Result{Dir: g.dir, Manifest: g.path(ManifestFile), Generation: o.Generation, GrantKeyID: GrantKeyID, Extra: map[string]Client{}}
 	caKey, err := PrivateKeyPEM(ca.Key)
@@ -219,6 +230,9 @@ func (g *generator) run() (*Result, error) {
 	}
 	r.ServerDNSNames = append([]string{"localhost"}, o.DNSNames...)
 	r.ServerIPAddresses = append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, o.IPAddresses...)
+	if o.ExactServerNames {
+		r.ServerDNSNames, r.ServerIPAddresses = slices.Clone(o.DNSNames), slices.Clone(o.IPAddresses)
+	}
 	server := serverSpec(r)
 	server.NotBefore, server.NotAfter = o.Now.Add(-backdate), o.Now.Add(o.ServerValidity)
 	if r.ServerCert, r.ServerKey, err = g.issueSpec(ca, "server", server); err != nil {

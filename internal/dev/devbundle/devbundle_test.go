@@ -1,6 +1,7 @@
 package devbundle_test
 
 import (
+	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
 	"go/parser"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,5 +229,51 @@ func TestGenerateRenewableServer(t *testing.T) {
 	}
 	if _, err := devbundle.LoadCA(r.ServerCert, r.ServerKey); err == nil {
 		t.Fatal("LoadCA accepted a leaf")
+	}
+}
+
+// A bundle signed by a CA of the operator's (cert-manager's, whose Secret holds its key as
+// SEC 1 "EC PRIVATE KEY"), renewable for exactly the names given: the server certificate and
+// the manifest's renewal name those and nothing more, and everything chains to that CA.
+func TestGenerateWithTheOperatorsCA(t *testing.T) {
+	now := time.Now()
+	own, err := devbundle.NewCA("operator CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(own.Key.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := devbundle.ParseCA(devbundle.CertificatePEM(own.Certificate), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"gateway.execplane.svc", "controller.execplane.svc"}
+	r, err := devbundle.Generate(filepath.Join(t.TempDir(), "bundle"), devbundle.Options{CA: ca, DNSNames: names, ExactServerNames: true,
+		RenewableServer: true, Now: now, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := readCert(t, r.ServerCert)
+	if !slices.Equal(leaf.DNSNames, names) || len(leaf.IPAddresses) != 0 {
+		t.Fatalf("server names %v %v, want exactly %v", leaf.DNSNames, leaf.IPAddresses, names)
+	}
+	if !readCert(t, r.CACert).Equal(own.Certificate) || !readCert(t, r.ServerIssuer).Equal(own.Certificate) {
+		t.Fatal("the bundle's CA is not the one given")
+	}
+	b, err := security.LoadBundle(r.Manifest, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(own.Certificate)
+	for _, cert := range []*x509.Certificate{b.ServerCertificate().Leaf, readCert(t, r.Caller.CertFile)} {
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("%v: %v", cert.Subject, err)
+		}
+	}
+	if _, err := devbundle.ParseCA(devbundle.CertificatePEM(leaf), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})); err == nil {
+		t.Error("a leaf was taken for a CA")
 	}
 }

@@ -60,16 +60,32 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devbundle: %w", err)
 	}
+	return ParseCA(certPEM, keyPEM)
+}
+
+// ParseCA parses a PEM CA certificate and its private key: PKCS#8 (Generate's), or SEC 1 or
+// PKCS#1 (cert-manager's default encoding of a CA Secret's tls.key).
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	cb, _ := pem.Decode(certPEM)
 	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || cb.Type != "CERTIFICATE" || kb == nil || kb.Type != "PRIVATE KEY" {
-		return nil, errors.New("devbundle: the CA files are not a PEM certificate and a PEM PKCS#8 key")
+	if cb == nil || cb.Type != "CERTIFICATE" || kb == nil {
+		return nil, errors.New("devbundle: the CA is not a PEM certificate and a PEM key")
 	}
 	cert, err := x509.ParseCertificate(cb.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("devbundle: CA certificate: %w", err)
 	}
-	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	var key any
+	switch kb.Type {
+	case "PRIVATE KEY":
+		key, err = x509.ParsePKCS8PrivateKey(kb.Bytes)
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(kb.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(kb.Bytes)
+	default:
+		err = fmt.Errorf("a PEM block of type %q", kb.Type)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("devbundle: CA key: %w", err)
 	}

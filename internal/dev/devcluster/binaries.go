@@ -42,16 +42,16 @@ var ErrBinariesMissing = errors.New("local cluster binaries missing")
 // when set, otherwise the output of hack/build-cluster-bins.sh (which builds them once, ~7
 // minutes cold on 2 cores, and caches them by version).
 func FindBinaries(ctx context.Context) (string, error) {
-	dir, err := binaryDir(ctx, BinEnv, "build-cluster-bins.sh", "the local cluster binaries")
+	dir, err := BinaryDir(ctx, BinEnv, "build-cluster-bins.sh", "the local cluster binaries")
 	if err != nil {
 		return "", err
 	}
 	return dir, checkBinaries(dir)
 }
 
-// binaryDir is $env when set, otherwise the directory hack/<script> prints (building the
+// BinaryDir is $env when set, otherwise the directory hack/<script> prints (building the
 // binaries once, cached by version).
-func binaryDir(ctx context.Context, env, script, what string) (string, error) {
+func BinaryDir(ctx context.Context, env, script, what string) (string, error) {
 	if dir := os.Getenv(env); dir != "" {
 		return dir, nil
 	}

@@ -57,7 +57,7 @@ var corefile = fmt.Sprintf(`.:%d {
 // FindDNSBinaries returns the directory of the cluster DNS server (coredns): $EXECPLANE_DNS_BIN
 // when set, otherwise the output of hack/build-dns-bins.sh (built once, cached by version).
 func FindDNSBinaries(ctx context.Context) (string, error) {
-	dir, err := binaryDir(ctx, DNSBinEnv, "build-dns-bins.sh", "the cluster DNS server")
+	dir, err := BinaryDir(ctx, DNSBinEnv, "build-dns-bins.sh", "the cluster DNS server")
 	if err != nil {
 		return "", err
 	}

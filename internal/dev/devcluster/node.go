@@ -117,7 +117,7 @@ type realNode struct {
 // when set, otherwise the output of hack/build-node-bins.sh (which builds them once, cached
 // by version).
 func FindNodeBinaries(ctx context.Context) (string, error) {
-	dir, err := binaryDir(ctx, NodeBinEnv, "build-node-bins.sh", "the real node's binaries")
+	dir, err := BinaryDir(ctx, NodeBinEnv, "build-node-bins.sh", "the real node's binaries")
 	if err != nil {
 		return "", err
 	}

@@ -65,6 +65,12 @@ type Options struct {
 	Namespace string
 	// Log receives helm's output; nil discards it.
 	Log io.Writer
+	// CertManager: cert-manager (StartCertManager, running) issues the server certificate
+	// and the gateway's client certificate as docs/deployment.md's recipe has it, the
+	// server's renewable in place; otherwise a development bundle holds every certificate.
+	CertManager bool
+	// Values are more top-level values of the release (e.g. "profiling": true).
+	Values map[string]any
 }
 
 // Deployment is the installed release and how to reach it.
@@ -118,11 +124,18 @@ func Install(ctx context.Context, o Options) (*Deployment, error) {
 	}
 	gatewayName := d.Release + "-gateway"
 	d.ServerName = gatewayName + "." + d.Namespace + ".svc"
-	d.Bundle, err = devbundle.Generate(filepath.Join(o.Dir, "bundle"), devbundle.Options{
-		DNSNames: []string{d.ServerName, d.ServerName + ".cluster.local",
-			d.Release + "-controller." + d.Namespace + ".svc"},
-		IPAddresses: []net.IP{net.ParseIP(c.RealNodeIP())},
-	})
+	dnsNames := []string{d.ServerName, d.ServerName + ".cluster.local", d.Release + "-controller." + d.Namespace + ".svc"}
+	if _, err := c.Kube().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.Namespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("devdeploy: %w", err)
+	}
+	if o.CertManager {
+		err = d.issueWithCertManager(ctx, dnsNames)
+	} else {
+		d.Bundle, err = devbundle.Generate(filepath.Join(o.Dir, "bundle"), devbundle.Options{
+			DNSNames: dnsNames, IPAddresses: []net.IP{net.ParseIP(c.RealNodeIP())},
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -240,15 +253,12 @@ func (d *Deployment) helm(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// createSecrets creates what docs/deployment.md "Trying it on a cluster" has an operator
-// create with kubectl: the bundle's manifest and the files it names in SecuritySecret,
-// the gateway's control-API client material in ControlClientSecret.
+// createSecrets creates what docs/deployment.md has an operator create with kubectl: the
+// bundle's manifest and the files it names in SecuritySecret, the gateway's control-API
+// client material in ControlClientSecret — with cert-manager, the manifest, the grant keys
+// and the pinned CA certificate only (cert-manager's Secrets hold the rest).
 func (d *Deployment) createSecrets(ctx context.Context) error {
 	kube := d.opts.Cluster.Kube()
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.Namespace}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("devdeploy: %w", err)
-	}
 	b := d.Bundle
 	files := map[string]map[string]string{
 		SecuritySecret: {
@@ -256,6 +266,12 @@ func (d *Deployment) createSecrets(ctx context.Context) error {
 			devbundle.ServerKeyFile: b.ServerKey, devbundle.GrantPublicFile: b.GrantPublicKey, devbundle.GrantKeyFile: b.GrantPrivateKey,
 		},
 		ControlClientSecret: {controlCertKey: b.Gateway.CertFile, controlKeyKey: b.Gateway.KeyFile, controlCAKey: b.CACert},
+	}
+	if d.opts.CertManager {
+		files = map[string]map[string]string{SecuritySecret: {
+			devbundle.ManifestFile: b.Manifest, devbundle.CACertFile: b.CACert, devbundle.ServerIssuerFile: b.ServerIssuer,
+			devbundle.GrantPublicFile: b.GrantPublicKey, devbundle.GrantKeyFile: b.GrantPrivateKey,
+		}}
 	}
 	for name, keys := range files {
 		data := map[string][]byte{}
@@ -307,6 +323,20 @@ func (d *Deployment) values(digests map[string]string, tag string) ([]byte, erro
 			"maxCommandDuration": "10m",
 			"maxEnvironments":    100,
 		})},
+	}
+	for k, val := range d.opts.Values {
+		v[k] = val
+	}
+	if d.opts.CertManager {
+		// cert-manager's Secret projected beside the operator's, its keys mapped onto the
+		// manifest's names and its ca.crt left out (docs/deployment.md).
+		v["security"] = map[string]any{"sources": []any{
+			map[string]any{"secret": map[string]any{"name": SecuritySecret}},
+			map[string]any{"secret": map[string]any{"name": ServerSecret, "items": []map[string]string{
+				{"key": corev1.TLSCertKey, "path": devbundle.ServerCertFile},
+				{"key": corev1.TLSPrivateKeyKey, "path": devbundle.ServerKeyFile},
+			}}},
+		}}
 	}
 	out, err := yaml.Marshal(v)
 	if err != nil {

@@ -259,7 +259,11 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 	}
 	if o.Node == NodeReal {
 		archive := filepath.Join(o.StateDir, "images.tar")
-		err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.Helper, Pause: o.Pause, Busybox: devimage.BusyboxPath, DebianLock: o.DebianLock})
+		lock := o.DebianLock
+		if o.Chart != "" {
+			lock = "" // the chart's profile runs make images' executor, pulled from the registry
+		}
+		err := devimage.WriteStack(archive, devimage.Binaries{Helper: o.Helper, Pause: o.Pause, Busybox: devimage.BusyboxPath, DebianLock: lock})
 		if errors.Is(err, debroot.ErrNotFetched) {
 			return fmt.Errorf("building the real node's images: %w: make executor-debs", err)
 		}
