@@ -290,6 +290,22 @@ func (d *Deployment) createSecrets(ctx context.Context) error {
 	return nil
 }
 
+// SandboxProfile is the Profile's definition with image: small limits, fit for trying
+// things out; the chart's release here and the development stack's profiles file alike.
+func SandboxProfile(image string) map[string]any {
+	return map[string]any{
+		"image":              image,
+		"storageClass":       devcluster.StorageClassName,
+		"storageSize":        "1Gi",
+		"memoryLimit":        "256Mi",
+		"tmpSizeLimit":       "64Mi",
+		"maxFileBytes":       8 << 20,
+		"maxCommandBytes":    1 << 20,
+		"maxCommandDuration": "10m",
+		"maxEnvironments":    100,
+	}
+}
+
 // values are the release's values: the pushed images by digest, the bundle's gateway
 // identity, both Deployments on the real node, the gateway Service a NodePort, and one
 // profile running the executor image there.
@@ -312,17 +328,7 @@ func (d *Deployment) values(digests map[string]string, tag string) ([]byte, erro
 		},
 		"controller": with(map[string]any{"gatewayIdentities": []string{d.Bundle.Gateway.Identity}}),
 		"gateway":    with(map[string]any{"service": map[string]any{"type": "NodePort", "port": 8443}}),
-		"profiles": map[string]any{Profile: with(map[string]any{
-			"image":              d.Images["executor"],
-			"storageClass":       devcluster.StorageClassName,
-			"storageSize":        "1Gi",
-			"memoryLimit":        "256Mi",
-			"tmpSizeLimit":       "64Mi",
-			"maxFileBytes":       8 << 20,
-			"maxCommandBytes":    1 << 20,
-			"maxCommandDuration": "10m",
-			"maxEnvironments":    100,
-		})},
+		"profiles": map[string]any{Profile: with(SandboxProfile(d.Images["executor"]))},
 	}
 	for k, val := range d.opts.Values {
 		v[k] = val

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/dev/debroot"
 	"github.com/execplane/execplane/internal/dev/devcluster"
@@ -45,30 +47,25 @@ const (
 	healthInterval = time.Second
 )
 
-// DemoProfile is the profile the stack serves: small limits fit for trying things out. On
-// the real node it runs the executor image agents use (bash, python3, git from Debian's
-// packages: devimage.DebianExecutorRef); on the fake nodes the image is a name only, and
-// the node exec endpoint runs the local helper.
-const DemoProfile = "sandbox"
+// DemoProfile is the profile the stack serves (devdeploy.SandboxProfile). On the real node
+// it runs the executor image agents use (bash, python3, git from Debian's packages:
+// devimage.DebianExecutorRef); on the fake nodes the image is a name only, and the node
+// exec endpoint runs the local helper.
+const DemoProfile = devdeploy.Profile
 
 // demoProfiles is the stack's profiles file for the node kind.
-func demoProfiles(node string) string {
-	image, placement := "registry.example/sandbox:1", ""
+func demoProfiles(node string) ([]byte, error) {
+	p := devdeploy.SandboxProfile("registry.example/sandbox:1")
 	if node == NodeReal {
-		image, placement = devimage.DebianExecutorRef, devcluster.RealNodePlacement
+		p = devdeploy.SandboxProfile(devimage.DebianExecutorRef)
+		p["nodeSelector"] = map[string]string{devcluster.RealNodeLabel: "true"}
+		p["tolerations"] = []map[string]string{{"key": devcluster.RealNodeTaint, "operator": "Exists", "effect": "NoSchedule"}}
 	}
-	return fmt.Sprintf(`profiles:
-  sandbox:
-    image: %s
-    storageClass: %s
-    storageSize: 1Gi
-    memoryLimit: 256Mi
-    tmpSizeLimit: 64Mi
-    maxFileBytes: 8388608
-    maxCommandBytes: 1048576
-    maxCommandDuration: 10m
-    maxEnvironments: 100
-%s`, image, devcluster.StorageClassName, placement)
+	out, err := yaml.Marshal(map[string]any{"profiles": map[string]any{DemoProfile: p}})
+	if err != nil {
+		return nil, fmt.Errorf("devstack: profiles: %w", err)
+	}
+	return out, nil
 }
 
 // Node kinds the executors run on.
@@ -345,10 +342,14 @@ func startSystem(ctx context.Context, c *devcluster.Cluster, o Options, logf fun
 	if err != nil {
 		return nil, err
 	}
+	profiles, err := demoProfiles(o.Node)
+	if err != nil {
+		return nil, err
+	}
 	logf("starting the controller and a gateway in namespace %s, executors in %s", ns, executors)
 	return devsystem.Start(ctx, devsystem.Options{Kubeconfig: c.Kubeconfig(), Namespace: ns, ExecutorNamespace: executors, Dir: filepath.Join(o.StateDir, "system"),
 		ControllerBin: o.Controller, GatewayBin: o.Gateway, Gateways: 1, HelperPath: devcluster.HelperImagePath,
-		Profiles: []byte(demoProfiles(o.Node)), ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"}})
+		Profiles: profiles, ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"}})
 }
 
 // deploy installs the chart on the real node (internal/dev/devdeploy) and describes it in
