@@ -6,7 +6,6 @@
 package chaos_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -130,10 +129,14 @@ func TestRollingUpgradeUnderLoad(t *testing.T) {
 	b := budget{bindings: 4, agents: 2, seed: uint64(time.Now().UnixNano()), duration: load, maxOps: 1 << 30}
 	t.Logf("seed %d, load %s", b.seed, load)
 	// The agents without their lifecycle calls and without the administrator's revokes and
-	// replacements: each stops executor Pods under calls in flight (OUTCOME_UNKNOWN, by
-	// design), and here a call that does not complete must be the upgrade's doing.
+	// replacements (each stops executor Pods under calls in flight), with run claims that do
+	// not lapse under a call (the API's longest, released by their holder: a lapsed claim
+	// taken over by the binding's other agent fences its holder's call), and without probes
+	// on the grants of claims they gave up (fenced when the gateway's view catches up with
+	// the release). Each ends such a call OUTCOME_UNKNOWN by design; here a call that does
+	// not complete must be the upgrade's doing.
 	w := newWorkloadOf(target)
-	w.profile, w.noLifecycle = devdeploy.Profile, true
+	w.profile, w.noLifecycle, w.runTTL, w.noStaleProbes = devdeploy.Profile, true, client.MaxRunTTL, true
 	loadCtx, stopLoad := context.WithTimeout(ctx, load)
 	defer stopLoad()
 	var agents []*agent
@@ -161,7 +164,7 @@ func TestRollingUpgradeUnderLoad(t *testing.T) {
 	sleep(loadCtx, upgradeWarmup)
 	began, beganAt := time.Now(), w.rec.Now()
 	events := watchPods(loadCtx, t, c, d.Namespace, began)
-	go watchStalls(loadCtx, t, c, d, keep)
+	go watchStalls(loadCtx, t, c, d, w.rec, keep)
 	// The baseline (EXECPLANE_UPGRADE_BASELINE=1): the same run without the upgrade, to tell
 	// the upgrade's effects from the load's.
 	baseline := os.Getenv("EXECPLANE_UPGRADE_BASELINE") != ""
@@ -213,8 +216,16 @@ func TestRollingUpgradeUnderLoad(t *testing.T) {
 	for _, op := range ops {
 		in, out := op.Input.(history.Input), op.Output.(history.Output)
 		if out.Result == history.Unknown {
-			cutAt = append(cutAt, fmt.Sprintf("%s %s on %s via connection %d at %+.1fs (%.1fs)", in.Kind, out.Reason, in.Binding, in.Gateway,
-				time.Duration(op.Call-beganAt).Seconds(), time.Duration(op.Return-op.Call).Seconds()))
+			cutAt = append(cutAt, fmt.Sprintf("%s %s on %s via connection %d at %+.1fs (returned after %.1fs)", in.Kind, out.Reason, in.Binding, in.Gateway,
+				time.Duration(in.Called-beganAt).Seconds(), time.Duration(out.Returned-in.Called).Seconds()))
+			// The binding's other operations around it: what the environment did meanwhile.
+			for _, o := range ops {
+				oi, oo := o.Input.(history.Input), o.Output.(history.Output)
+				if oi.Binding == in.Binding && oo.Returned > in.Called-int64(3*time.Second) && oi.Called < out.Returned+int64(3*time.Second) {
+					cutAt = append(cutAt, fmt.Sprintf("\n    %s: %s %s %s %+.1fs…%+.1fs", oi.Binding, oi.Kind, oo.Result, oo.Reason,
+						time.Duration(oi.Called-beganAt).Seconds(), time.Duration(oo.Returned-beganAt).Seconds()))
+				}
+			}
 		}
 	}
 	t.Logf("calls that did not complete, from the upgrade's start (upgrade %s): %v", upgraded.Round(time.Millisecond), cutAt)
@@ -324,6 +335,9 @@ type sdkLoad struct {
 	c      *client.Client
 	calls  atomic.Int64
 	failed atomic.Int64
+	// erred counts the SDK's unary attempts answered with an error: with no call failed in
+	// the end, every one was retried.
+	erred atomic.Int64
 	// terminalTicks counts commands the terminal echoed, terminalReconnects the terminals
 	// opened again after one was cut.
 	terminalTicks, terminalReconnects atomic.Int64
@@ -332,13 +346,25 @@ type sdkLoad struct {
 }
 
 func newSDKLoad(t *testing.T, d *devdeploy.Deployment) *sdkLoad {
+	s := &sdkLoad{t: t}
+	// Every attempt of the SDK's retry loop passes this interceptor: the attempts answered
+	// with an error, less the calls that failed in the end, are the ones it retried.
+	attempts := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err != nil {
+			s.erred.Add(1)
+		}
+		return err
+	})
 	c, err := client.Dial(client.Config{Address: d.GatewayAddress, ServerName: d.ServerName, CAFile: d.Bundle.CACert,
-		CertFile: d.Bundle.Caller.CertFile, KeyFile: d.Bundle.Caller.KeyFile})
+		CertFile: d.Bundle.Caller.CertFile, KeyFile: d.Bundle.Caller.KeyFile, DialOptions: []grpc.DialOption{attempts}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &sdkLoad{t: t, c: c}
+	s.c = c
+	return s
 }
 
 func (s *sdkLoad) fail(what string, err error) {
@@ -518,7 +544,8 @@ func upgradeReport(b budget, load, upgraded time.Duration, calls, retried, cut i
 	for _, k := range keys {
 		fmt.Fprintf(&r, "  %-48s %d\n", k, stats[k])
 	}
-	fmt.Fprintf(&r, "SDK calls %d, failed %d; terminal commands %d, reconnects %d\n", sdk.calls.Load(), sdk.failed.Load(), sdk.terminalTicks.Load(), sdk.terminalReconnects.Load())
+	fmt.Fprintf(&r, "SDK calls %d, attempts answered with an error %d, failed %d; terminal commands %d, reconnects %d\n", sdk.calls.Load(), sdk.erred.Load(),
+		sdk.failed.Load(), sdk.terminalTicks.Load(), sdk.terminalReconnects.Load())
 	sdk.mu.Lock()
 	for _, e := range sdk.errs {
 		fmt.Fprintf(&r, "  SDK: %s\n", e)
@@ -603,56 +630,64 @@ func keepLogs(t *testing.T, c *devcluster.Cluster, d *devdeploy.Deployment, dir 
 	t.Logf("the cluster's and the release's logs are kept in %s", dir)
 }
 
-// watchStalls: the first time a gateway logs that a pods/exec stream takes no writes
-// (client-go's "Websocket Ping failed"), what the release's Pods were doing — their
-// goroutines, from /debug/pprof — and the machine's TCP sockets, with their queues, go into
-// dir, twice ten seconds apart: a stalled stream's cause is then in the kept logs.
-func watchStalls(ctx context.Context, t *testing.T, c *devcluster.Cluster, d *devdeploy.Deployment, dir string) {
+// watchStalls: the first time an agent's call has waited stallAfter (calls take well under
+// a second), what the release's Pods were doing — their goroutines, from /debug/pprof — and
+// the machine's and the gateways' TCP sockets and connection tracking go into dir, twice
+// five seconds apart: a stalled call's cause is then in the kept logs.
+// stallAfter is how long an agent's call waits before watchStalls takes its pictures.
+const stallAfter = 6 * time.Second
+
+func watchStalls(ctx context.Context, t *testing.T, c *devcluster.Cluster, d *devdeploy.Deployment, rec *history.Recorder, dir string) {
 	pods := c.Kube().CoreV1().Pods(d.Namespace)
-	since := int64(5)
-	stalled := func() bool {
-		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=gateway"})
-		if err != nil {
-			return false
-		}
-		for _, p := range list.Items {
-			b, err := pods.GetLogs(p.Name, &corev1.PodLogOptions{SinceSeconds: &since}).DoRaw(ctx)
-			if err == nil && bytes.Contains(b, []byte("Websocket Ping failed")) {
-				return true
-			}
-		}
-		return false
-	}
-	for !stalled() {
+	for rec.Oldest() < stallAfter {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(2 * time.Second):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	for i := range 2 {
 		stamp := time.Now().Format("150405")
+		save := func(name string, b []byte) { _ = os.WriteFile(filepath.Join(dir, "stall-"+stamp+"-"+name), b, 0o644) }
+		// What runs, and how: the machine's processes, their state and wait channel.
+		ps, _ := exec.Command("ps", "-eo", "pid,stat,pcpu,rss,etime,wchan:32,comm", "--sort=-pcpu").CombinedOutput()
+		save("ps.txt", ps)
+		ss, _ := exec.Command("ss", "-tnoip").CombinedOutput()
+		save("ss.txt", ss)
+		// The gateways' own view of their connections, from inside their network namespace.
+		if pids, err := exec.Command("pgrep", "-x", "gateway").Output(); err == nil {
+			for pid := range strings.FieldsSeq(string(pids)) {
+				ss, _ := exec.Command("nsenter", "-t", pid, "-n", "ss", "-tnoi").CombinedOutput()
+				save("gateway-"+pid+"-ss.txt", ss)
+			}
+		}
+		if ct, err := os.ReadFile("/proc/net/nf_conntrack"); err == nil {
+			save("conntrack.txt", ct)
+		}
+		if nft, err := exec.Command("nft", "list", "ruleset").CombinedOutput(); err == nil && i == 0 {
+			save("nft.txt", nft)
+		}
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + d.Release})
 		if err == nil {
+			web := http.Client{Timeout: 5 * time.Second}
 			for _, p := range list.Items {
 				port := "9090" // the gateway's diagnostics port; the controller's is 9091
 				if p.Labels["app.kubernetes.io/component"] == "controller" {
 					port = "9091"
 				}
-				resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, port) + "/debug/pprof/goroutine?debug=2")
+				resp, err := web.Get("http://" + net.JoinHostPort(p.Status.PodIP, port) + "/debug/pprof/goroutine?debug=2")
 				if err != nil {
+					save(p.Name+"-goroutines.txt", []byte(err.Error()))
 					continue
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("stall-%s-%s-goroutines.txt", stamp, p.Name)), b, 0o644)
+				save(p.Name+"-goroutines.txt", b)
 			}
 		}
-		ss, _ := exec.Command("ss", "-tnoip").CombinedOutput()
-		_ = os.WriteFile(filepath.Join(dir, "stall-"+stamp+"-ss.txt"), ss, 0o644)
-		t.Logf("a gateway's pods/exec stream took no writes: goroutines and sockets at %s kept in %s", stamp, dir)
+		t.Logf("a call waited %s: goroutines and sockets at %s kept in %s", stallAfter, stamp, dir)
 		if i == 0 {
-			sleep(ctx, 10*time.Second)
+			sleep(ctx, 5*time.Second)
 		}
 	}
 }

@@ -30,8 +30,8 @@ import (
 
 // Bounds of one operation.
 const (
-	callTimeout = 8 * time.Second
-	runTTL      = 30 * time.Second // the API's minimum: a lost holder blocks others the least
+	callTimeout   = 8 * time.Second
+	defaultRunTTL = 30 * time.Second // the API's minimum: a lost holder blocks others the least
 	// attachWait is how long an Attach waits for the environment to be ready.
 	attachWait = 5 * time.Second
 	// effectBound is how long after its call an operation whose outcome is unknown may
@@ -68,7 +68,15 @@ type workload struct {
 	// Pod they stop ends OUTCOME_UNKNOWN, which the upgrade test must not count as the
 	// upgrade's.
 	noLifecycle bool
-	rec         *history.Recorder
+	// runTTL is the run claims' lifetime asked for (defaultRunTTL when 0). A claim that lapses
+	// while its holder's call runs, taken over by the binding's other agent, fences the call:
+	// OUTCOME_UNKNOWN by design, which the upgrade test must not count as the upgrade's.
+	runTTL time.Duration
+	// noStaleProbes keeps the agents from calling with the grants of claims they gave up: a
+	// probe admitted by a gateway whose view has not yet seen the release is fenced when it
+	// does, OUTCOME_UNKNOWN by design (the upgrade test's concern is the upgrade's doing).
+	noStaleProbes bool
+	rec           *history.Recorder
 	// wrong counts answers that break a promise no model covers (a command's output).
 	mu    sync.Mutex
 	wrong []string
@@ -88,6 +96,14 @@ func newWorkload(sys *system) *workload {
 
 func newWorkloadOf(t target) *workload {
 	return &workload{target: t, profile: profiletest.Name, rec: history.NewRecorder(effectBound), stats: map[string]int{}}
+}
+
+// claimTTL is the run claims' lifetime the agents ask for.
+func (w *workload) claimTTL() time.Duration {
+	if w.runTTL > 0 {
+		return w.runTTL
+	}
+	return defaultRunTTL
 }
 
 func (w *workload) fault(format string, args ...any) {
@@ -148,6 +164,7 @@ func (w *workload) agent(t *testing.T, id int, seed uint64, binding string) *age
 // per binding may win.
 func (a *agent) loop(ctx context.Context, prepared *sync.WaitGroup, start <-chan struct{}) {
 	for ctx.Err() == nil && (a.env == nil || a.uncommitted || a.envGrant == nil) {
+		a.pace(ctx)
 		a.step(ctx)
 	}
 	prepared.Done()
@@ -156,16 +173,23 @@ func (a *agent) loop(ctx context.Context, prepared *sync.WaitGroup, start <-chan
 		return
 	case <-start:
 	}
-	a.acquire(ctx)
-	for ctx.Err() == nil {
-		a.step(ctx)
+	// The load's end stops new steps, not calls in flight: each runs to its own deadline, so
+	// that a call's outcome is the system's doing, not the load's clock.
+	calls := context.WithoutCancel(ctx)
+	a.acquire(calls)
+	for a.pace(ctx); ctx.Err() == nil; a.pace(ctx) {
+		a.step(calls)
+	}
+}
+
+// pace waits for the workload's pace, if it has one, or ctx's end.
+func (a *agent) pace(ctx context.Context) {
+	if a.w.pace != nil {
+		a.w.pace(ctx)
 	}
 }
 
 func (a *agent) step(ctx context.Context) {
-	if a.w.pace != nil {
-		a.w.pace(ctx)
-	}
 	switch {
 	case a.env == nil:
 		a.ensure(ctx)
@@ -182,7 +206,7 @@ func (a *agent) step(ctx context.Context) {
 		switch {
 		case r < 14:
 			a.acquire(ctx)
-		case r < 16 && len(a.stale) > 0:
+		case r < 16 && len(a.stale) > 0 && !a.w.noStaleProbes:
 			a.data(ctx, a.stale[a.rng.IntN(len(a.stale))])
 		case r < 17:
 			a.ensure(ctx)
@@ -202,7 +226,7 @@ func (a *agent) step(ctx context.Context) {
 		a.renew(ctx)
 	case r < 16:
 		a.release(ctx)
-	case r < 17 && len(a.stale) > 0:
+	case r < 17 && len(a.stale) > 0 && !a.w.noStaleProbes:
 		a.data(ctx, a.stale[a.rng.IntN(len(a.stale))])
 	case !a.w.eager:
 		sleep(ctx, time.Duration(a.rng.IntN(200))*time.Millisecond)
@@ -309,7 +333,7 @@ func (a *agent) acquire(ctx context.Context) {
 	run := fmt.Sprintf("a%d-%d", a.id, a.writes)
 	p := a.call(history.Acquire, gw, history.Input{Run: run})
 	req := &executionv1.AcquireRunRequest{OperationId: opID(), EnvironmentGrant: a.envGrant,
-		Environment: a.env, RunId: run, Ttl: durationpb.New(runTTL)}
+		Environment: a.env, RunId: run, Ttl: durationpb.New(a.w.claimTTL())}
 	resp, err := a.acquireOnce(ctx, gw, req)
 	out := heard(err)
 	// An outcome it could not learn is mostly asked again under the same operation id, as
@@ -376,7 +400,7 @@ func (a *agent) renew(ctx context.Context) {
 	c, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	resp, err := a.api[gw].RenewRun(c, &executionv1.RenewRunRequest{OperationId: opID(), RunGrant: a.run.grant, Environment: a.env,
-		Ttl: durationpb.New(runTTL)})
+		Ttl: durationpb.New(a.w.claimTTL())})
 	out := heard(err)
 	if err == nil {
 		rc := resp.GetRun()

@@ -328,7 +328,7 @@ func (d *Deployment) values(digests map[string]string, tag string) ([]byte, erro
 		},
 		"controller": with(map[string]any{"gatewayIdentities": []string{d.Bundle.Gateway.Identity}}),
 		"gateway":    with(map[string]any{"service": map[string]any{"type": "NodePort", "port": 8443}}),
-		"profiles": map[string]any{Profile: with(SandboxProfile(d.Images["executor"]))},
+		"profiles":   map[string]any{Profile: with(SandboxProfile(d.Images["executor"]))},
 	}
 	for k, val := range d.opts.Values {
 		v[k] = val

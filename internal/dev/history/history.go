@@ -15,8 +15,9 @@ type Recorder struct {
 	start  time.Time
 	effect time.Duration
 
-	mu  sync.Mutex
-	ops []porcupine.Operation
+	mu      sync.Mutex
+	ops     []porcupine.Operation
+	pending map[*Pending]struct{}
 }
 
 // NewRecorder starts a history; times are nanoseconds since now. effect bounds how long
@@ -34,7 +35,27 @@ func (r *Recorder) At(t time.Time) int64 { return int64(t.Sub(r.start)) }
 
 // Call begins an operation of client; Done records it with its outcome.
 func (r *Recorder) Call(client int, in Input) *Pending {
-	return &Pending{r: r, op: porcupine.Operation{ClientId: client, Input: in, Call: r.Now()}}
+	p := &Pending{r: r, op: porcupine.Operation{ClientId: client, Input: in, Call: r.Now()}}
+	r.mu.Lock()
+	if r.pending == nil {
+		r.pending = map[*Pending]struct{}{}
+	}
+	r.pending[p] = struct{}{}
+	r.mu.Unlock()
+	return p
+}
+
+// Oldest is how long the oldest operation called and not yet done has been waiting (0
+// when none): a stalled call shows while it stalls.
+func (r *Recorder) Oldest() time.Duration {
+	now := r.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var oldest int64
+	for p := range r.pending {
+		oldest = max(oldest, now-p.op.Call)
+	}
+	return time.Duration(oldest)
 }
 
 // Pending is an operation called and not yet recorded.
@@ -64,6 +85,7 @@ func (p *Pending) Done(out Output) {
 	}
 	p.r.mu.Lock()
 	p.r.ops = append(p.r.ops, p.op)
+	delete(p.r.pending, p)
 	p.r.mu.Unlock()
 }
 
