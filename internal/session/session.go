@@ -542,6 +542,12 @@ func (s *Session) Close(reason Reason) {
 	case ReasonViolation, ReasonSilent, ReasonStuck, ReasonBroken:
 		// Not to be trusted to end by itself, or ended already.
 		s.end()
+	case ReasonIdle:
+		// Nothing written for the idle bound: client-go's WebSocket transport sends stdin's
+		// end with the write deadline of the last write (a minute), past by now, and the
+		// failed write poisons the connection's writes (its pings fail until it ends). The
+		// helper would not see the end: the stream is cut, which ends its stdin all the same.
+		s.end()
 	default:
 		// The helper ends the stream itself once it has seen stdin end and killed what it
 		// ran: a clean end, no connection cut under the transport's feet. One that does
