@@ -369,8 +369,15 @@ func renewInPlace(t *testing.T, c *devcluster.Cluster, d *devdeploy.Deployment, 
 	if mark.Data["generation"] != "1" || !strings.Contains(mark.Data["serverLeaf"], hex.EncodeToString(sum[:])) {
 		t.Errorf("the mark after the renewal: %v", mark.Data)
 	}
-	// A few more calls after the switch, then the tally.
-	time.Sleep(2 * time.Second)
+	// Ten more calls after the switch (five rounds), then the tally.
+	mu.Lock()
+	switched := calls
+	mu.Unlock()
+	clustertest.Eventually(t, time.Minute, "ten calls after the switch", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls >= switched+10
+	})
 	close(stop)
 	<-stopped
 	mu.Lock()
