@@ -392,6 +392,22 @@ func (s *Server) Resume(ctx context.Context, in *controlv1.ResumeRequest) (*cont
 	})
 }
 
+// Delete implements ControlService.
+func (s *Server) Delete(ctx context.Context, in *controlv1.DeleteRequest) (*controlv1.EnvironmentReply, error) {
+	r := in.GetRequest()
+	return s.reply(ctx, "Delete", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
+		return st.DeleteEnvironment(ctx, store.DeleteInput{ReferenceInput: target(r.GetTarget(), c, r.GetOperationId()), Wait: ttl(r.GetWait())})
+	})
+}
+
+// SetRetention implements ControlService.
+func (s *Server) SetRetention(ctx context.Context, in *controlv1.SetRetentionRequest) (*controlv1.EnvironmentReply, error) {
+	r := in.GetRequest()
+	return s.reply(ctx, "SetRetention", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
+		return st.SetRetention(ctx, store.RetentionInput{ReferenceInput: target(r.GetTarget(), c, r.GetOperationId()), Retain: r.GetRetain()})
+	})
+}
+
 // ttl converts an optional duration (a run's TTL, Attach's wait): an unset one is 0 (the
 // store's default), a malformed one an out-of-range value the store refuses.
 func ttl(d *durationpb.Duration) time.Duration {

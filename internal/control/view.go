@@ -25,6 +25,7 @@ var lifecycles = map[executionv1alpha1.Phase]executionv1.LifecycleState{
 	executionv1alpha1.PhaseSuspending:   executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDING,
 	executionv1alpha1.PhaseSuspended:    executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDED,
 	executionv1alpha1.PhaseResuming:     executionv1.LifecycleState_LIFECYCLE_STATE_RESUMING,
+	executionv1alpha1.PhaseDeleted:      executionv1.LifecycleState_LIFECYCLE_STATE_DELETED,
 }
 
 // operationLifecycles is the lifecycle of an operation in progress. The store admits an
@@ -37,6 +38,7 @@ var operationLifecycles = map[executionv1alpha1.LifecycleKind]executionv1.Lifecy
 	executionv1alpha1.LifecycleDeleteRetired: executionv1.LifecycleState_LIFECYCLE_STATE_DELETING,
 	executionv1alpha1.LifecycleSuspend:       executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDING,
 	executionv1alpha1.LifecycleResume:        executionv1.LifecycleState_LIFECYCLE_STATE_RESUMING,
+	executionv1alpha1.LifecycleDelete:        executionv1.LifecycleState_LIFECYCLE_STATE_DELETING,
 }
 
 // EnvironmentView is what a caller may see of an environment (never the owner, never
@@ -62,6 +64,10 @@ func EnvironmentView(env *executionv1alpha1.ExecutionEnvironment) *executionv1.E
 		SchemaVersion:   uint32(env.Spec.SchemaVersion),
 		CreatedAt:       timestamppb.New(env.CreationTimestamp.Time),
 	}
+	if st.Deleted() {
+		v.Lifecycle = executionv1.LifecycleState_LIFECYCLE_STATE_DELETED // before the pass that records the phase
+	}
+	v.Retained = st.Retained()
 	if v.Lifecycle == executionv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED {
 		v.Lifecycle = executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING
 	}

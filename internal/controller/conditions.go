@@ -25,6 +25,8 @@ type observed struct {
 	retired bool
 	// suspended: a completed Suspend and no executor since.
 	suspended bool
+	// deleted: a completed Delete (a tombstone).
+	deleted bool
 }
 
 // Condition reasons: a fixed vocabulary.
@@ -47,6 +49,7 @@ const (
 	reasonSuspended       = "Suspended"
 	reasonOperation       = "LifecycleOperation"
 	reasonTerminated      = "Terminated"
+	reasonDeleted         = "Deleted"
 )
 
 func condition(t string, ok bool, reason, message string, gen int64) metav1.Condition {
@@ -71,6 +74,8 @@ func executorReady(o observed) metav1.Condition {
 	switch op := o.operation; {
 	case op.InProgress():
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonOperation, string(op.Kind)+" in progress: "+string(op.Phase), o.generation)
+	case o.deleted:
+		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonDeleted, "the environment was deleted: its executor and its workspace are gone", o.generation)
 	case o.retired:
 		return condition(executionv1alpha1.ConditionExecutorReady, false, reasonRetired, "the executor was retired; the workspace is kept", o.generation)
 	case o.suspended:
@@ -149,9 +154,11 @@ func conditions(status *executionv1alpha1.ExecutionEnvironmentStatus, o observed
 // phase is the printer column; nothing branches on it.
 func phase(o observed, ready bool) executionv1alpha1.Phase {
 	switch {
+	case o.deleted:
+		return executionv1alpha1.PhaseDeleted
 	case o.fence == executionv1alpha1.FenceUnknown:
 		return executionv1alpha1.PhaseFenced
-	case o.deleting, o.operation.InProgress() && o.operation.Kind == executionv1alpha1.LifecycleDeleteRetired:
+	case o.deleting, o.operation.InProgress() && (o.operation.Kind == executionv1alpha1.LifecycleDeleteRetired || o.operation.Kind == executionv1alpha1.LifecycleDelete):
 		return executionv1alpha1.PhaseDeleting
 	case o.operation.InProgress() && o.operation.Kind == executionv1alpha1.LifecycleReplace:
 		return executionv1alpha1.PhaseReplacing

@@ -222,6 +222,13 @@ func TestPhase(t *testing.T) {
 		{"DeleteRetired in progress", with(func(o *observed) {
 			o.pod, o.operation = nil, op(executionv1alpha1.LifecycleDeleteRetired, executionv1alpha1.PhaseDeletingWorkspace)
 		}), false, executionv1alpha1.PhaseDeleting},
+		{"Delete in progress", with(func(o *observed) {
+			o.operation = op(executionv1alpha1.LifecycleDelete, executionv1alpha1.PhaseStoppingExecutor)
+		}), false, executionv1alpha1.PhaseDeleting},
+		{"deleted, even fenced or with a delete pending", with(func(o *observed) {
+			o.pod, o.pvc, o.deleted, o.deleting, o.fence = nil, nil, true, true, executionv1alpha1.FenceUnknown
+			o.operation = op(executionv1alpha1.LifecycleDelete, executionv1alpha1.PhaseCompleted)
+		}), false, executionv1alpha1.PhaseDeleted},
 		{"Replace in progress", with(func(o *observed) {
 			o.operation = op(executionv1alpha1.LifecycleReplace, executionv1alpha1.PhaseCreatingExecutor)
 		}), false, executionv1alpha1.PhaseReplacing},

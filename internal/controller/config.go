@@ -37,6 +37,13 @@ const (
 	// fairness still applies.
 	defaultKubeQPS   = 300
 	defaultKubeBurst = 600
+	// defaultTombstoneRetention keeps a deleted environment's tombstone, so that a repeated
+	// DeleteEnvironment (a client that lost the answer, an E2B kill sent twice) answers
+	// DELETED rather than NOT_FOUND: an hour covers any client's retries, and a tombstone
+	// is a few hundred bytes in etcd with nothing else behind it.
+	defaultTombstoneRetention = time.Hour
+	// maxTombstoneRetention bounds it: tombstones are kept in the informers' memory.
+	maxTombstoneRetention = 7 * 24 * time.Hour
 	// minResync keeps periodic resyncs from becoming a hot loop against the API server.
 	minResync = time.Minute
 )
@@ -79,6 +86,9 @@ type Config struct {
 	AdvertiseAddress string
 	// PodName names this replica's Pod in that endpoint (its targetRef); optional.
 	PodName string
+	// TombstoneRetention is how long a deleted environment's tombstone answers a repeated
+	// DeleteEnvironment before the controller removes it.
+	TombstoneRetention time.Duration
 }
 
 // DefaultConfig returns the configuration the Helm chart's defaults render.
@@ -94,6 +104,7 @@ func DefaultConfig() Config {
 		ExecutorServiceAccount: "execplane-executor",
 		Workers:                defaultWorkers,
 		ResyncPeriod:           10 * time.Minute,
+		TombstoneRetention:     defaultTombstoneRetention,
 	}
 	c.ListenAddress, c.DiagnosticsAddress = ":9443", ":9091"
 	c.KubeQPS, c.KubeBurst = defaultKubeQPS, defaultKubeBurst
@@ -118,6 +129,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LeaderService, "leader-service", c.LeaderService, "selector-less Service of the control API whose only endpoint the leader publishes (an EndpointSlice); empty: publish nothing")
 	fs.StringVar(&c.AdvertiseAddress, "advertise-address", c.AdvertiseAddress, "this replica's Pod IP, published as the Service's endpoint while it leads (required with --leader-service)")
 	fs.StringVar(&c.PodName, "pod-name", c.PodName, "this replica's Pod, named in the published endpoint (optional)")
+	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", c.TombstoneRetention, "how long a deleted environment answers a repeated DeleteEnvironment before it is removed")
 }
 
 // Validate reports every problem at once.
@@ -145,6 +157,7 @@ func (c Config) Validate() error {
 	if c.ResyncPeriod != 0 && c.ResyncPeriod < minResync {
 		p.Addf("resync-period", "%s is below %s (0 disables resync)", c.ResyncPeriod, minResync)
 	}
+	p.DurationBetween("tombstone-retention", c.TombstoneRetention, time.Second, maxTombstoneRetention)
 	if c.LeaderService != "" {
 		if msgs := validation.IsDNS1035Label(c.LeaderService); len(msgs) > 0 {
 			p.Addf("leader-service", "%q is not a Service name: %s", c.LeaderService, strings.Join(msgs, "; "))

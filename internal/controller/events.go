@@ -35,6 +35,7 @@ const (
 	EventSuspended           = "Suspended"
 	EventResumed             = "Resumed"
 	EventIdle                = "Idle"
+	EventExpired             = "Expired"
 )
 
 // eventComponent is the events' source.

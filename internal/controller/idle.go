@@ -81,20 +81,20 @@ func (p *pass) applyIdlePolicy() {
 	}
 	switch {
 	case spec.RetireAfterIdle != nil && due(spec.RetireAfterIdle):
-		p.startIdleOperation(executionv1alpha1.LifecycleRetire, idleRetireOperation, spec.RetireAfterIdle.Duration)
+		p.startPolicyOperation(executionv1alpha1.LifecycleRetire, idleRetireOperation, EventIdle,
+			fmt.Sprintf("idle for %s (the profile's retireAfterIdle)", spec.RetireAfterIdle.Duration))
 	case spec.SuspendAfterIdle != nil && !suspended && due(spec.SuspendAfterIdle):
-		p.startIdleOperation(executionv1alpha1.LifecycleSuspend, idleSuspendOperation, spec.SuspendAfterIdle.Duration)
+		p.startPolicyOperation(executionv1alpha1.LifecycleSuspend, idleSuspendOperation, EventIdle,
+			fmt.Sprintf("idle for %s (the profile's suspendAfterIdle)", spec.SuspendAfterIdle.Duration))
 	}
 }
 
-// startIdleOperation starts kind as the store starts the owner's or an administrator's:
-// every grant dies with a suspension (the generation is raised), the lapsed claim is cleared.
-func (p *pass) startIdleOperation(kind executionv1alpha1.LifecycleKind, id string, after time.Duration) {
+// startPolicyOperation starts kind as the store starts the owner's or an administrator's:
+// every grant dies with a suspension or a deletion (the generation is raised), the lapsed
+// claim is cleared.
+func (p *pass) startPolicyOperation(kind executionv1alpha1.LifecycleKind, id, eventReason, reason string) {
 	st := p.status
-	op := &executionv1alpha1.LifecycleOperation{Kind: kind, Phase: executionv1alpha1.PhaseRequested, OperationID: id,
-		Reason: fmt.Sprintf("idle for %s (the profile's %sAfterIdle)", after, map[executionv1alpha1.LifecycleKind]string{
-			executionv1alpha1.LifecycleSuspend: "suspend", executionv1alpha1.LifecycleRetire: "retire"}[kind]),
-		StartedAt: p.now}
+	op := &executionv1alpha1.LifecycleOperation{Kind: kind, Phase: executionv1alpha1.PhaseRequested, OperationID: id, Reason: reason, StartedAt: p.now}
 	if st.Pod != nil {
 		op.ExpectedPodUID = st.Pod.UID
 	}
@@ -102,11 +102,11 @@ func (p *pass) startIdleOperation(kind executionv1alpha1.LifecycleKind, id strin
 		op.ExpectedPVCUID = st.PVC.UID
 	}
 	st.ActiveRun = nil
-	if kind == executionv1alpha1.LifecycleSuspend {
+	if kind == executionv1alpha1.LifecycleSuspend || kind == executionv1alpha1.LifecycleDelete {
 		st.RaiseGrantGeneration(p.now.Time)
 	}
 	st.LifecycleOperation = op
-	p.record(false, EventIdle, "%s", op.Reason)
+	p.record(false, eventReason, "%s", op.Reason)
 	p.wake = 0
 }
 

@@ -28,10 +28,19 @@ func lifecycleFailpoint(op *executionv1alpha1.LifecycleOperation) string {
 	return "lifecycle/" + string(op.Kind) + "/" + string(op.Phase)
 }
 
-// deletingWorkspace reports a DeleteRetired past the point where the claim may vanish.
+// deletingWorkspace reports a DeleteRetired or a Delete past the point where the claim may
+// vanish (a completed Delete included: its tombstone has none).
 func deletingWorkspace(op *executionv1alpha1.LifecycleOperation) bool {
-	return op != nil && op.Kind == executionv1alpha1.LifecycleDeleteRetired &&
-		(op.Phase == executionv1alpha1.PhaseDeletingWorkspace || op.Phase == executionv1alpha1.PhaseDeletingEnvironment)
+	if op == nil {
+		return false
+	}
+	switch op.Kind {
+	case executionv1alpha1.LifecycleDeleteRetired:
+		return op.Phase == executionv1alpha1.PhaseDeletingWorkspace || op.Phase == executionv1alpha1.PhaseDeletingEnvironment
+	case executionv1alpha1.LifecycleDelete:
+		return op.Phase == executionv1alpha1.PhaseDeletingWorkspace || op.Phase == executionv1alpha1.PhaseCompleted
+	}
+	return false
 }
 
 // stepLifecycle advances the operation by at most one phase. Each phase's side effect is
@@ -72,6 +81,9 @@ func (p *pass) stepLifecycle(ctx context.Context) error {
 		case executionv1alpha1.LifecycleSuspend:
 			p.complete(op)
 			p.record(false, EventSuspended, "executor stopped; the workspace claim is kept until the environment resumes")
+		case executionv1alpha1.LifecycleDelete:
+			p.advance(op, executionv1alpha1.PhaseDeletingWorkspace)
+			p.record(false, EventDeletingWorkspace, "executor stopped; deleting the workspace claim")
 		default:
 			p.complete(op)
 			p.record(false, EventRetired, "executor stopped; the workspace claim is kept")
@@ -86,6 +98,10 @@ func (p *pass) stepLifecycle(ctx context.Context) error {
 		}
 		failpoint.Inject(lifecycleFailpoint(op))
 		if p.status.PVC == nil { // observePVC cleared it once the claim was gone
+			if op.Kind == executionv1alpha1.LifecycleDelete {
+				p.completeDelete(op)
+				return nil
+			}
 			p.advance(op, executionv1alpha1.PhaseDeletingEnvironment)
 			p.record(false, EventWorkspaceDeleted, "workspace claim deleted")
 		}
@@ -114,6 +130,29 @@ func (p *pass) admitLifecycle(op *executionv1alpha1.LifecycleOperation) error {
 			return nil
 		}
 		p.status.Pod = nil // a recorded executor that vanished (the store admitted this on a fence)
+		if mismatch(p.status.PVC, op.ExpectedPVCUID) {
+			p.fence(fenceExpectationBroken)
+			return nil
+		}
+		p.advance(op, executionv1alpha1.PhaseDeletingWorkspace)
+		p.record(false, EventDeletingWorkspace, "deleting the workspace claim")
+	case executionv1alpha1.LifecycleDelete:
+		// From Ready: stop the executor first. From retired or suspended (no executor
+		// recorded): straight to the workspace, once no Pod of ours is left.
+		ended := p.status.Pod == nil && p.status.TerminationProof != nil && p.status.TerminationProof.PodUID == op.ExpectedPodUID
+		if !ended && (p.status.Pod != nil || op.ExpectedPodUID != "") {
+			if mismatch(p.status.Pod, op.ExpectedPodUID) || op.ExpectedPodUID == "" {
+				p.fence(fenceExpectationBroken)
+				return nil
+			}
+			p.advance(op, executionv1alpha1.PhaseStoppingExecutor)
+			p.record(false, EventStoppingExecutor, "%s: stopping executor", op.Kind)
+			return nil
+		}
+		if p.o.pod != nil || p.podPresence == leaving {
+			p.recordOnce(EventOperationBlocked, "Delete waits: an executor Pod of the environment still exists")
+			return nil
+		}
 		if mismatch(p.status.PVC, op.ExpectedPVCUID) {
 			p.fence(fenceExpectationBroken)
 			return nil

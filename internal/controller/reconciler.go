@@ -64,6 +64,11 @@ type ReconcilerConfig struct {
 	Now          func() time.Time
 	// PoolMetrics receives the warm pools' metrics; nil: unregistered ones.
 	PoolMetrics *PoolMetrics
+	// EndMetrics counts environments ended by the profiles' time limits; nil: unregistered.
+	EndMetrics *EndMetrics
+	// TombstoneRetention is how long a deleted environment's tombstone is kept; 0: the
+	// default (an hour).
+	TombstoneRetention time.Duration
 }
 
 // Reconciler drives each ExecutionEnvironment's workspace claim and executor Pod towards its
@@ -115,6 +120,12 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.EndMetrics == nil {
+		cfg.EndMetrics = NewEndMetrics(nil)
+	}
+	if cfg.TombstoneRetention <= 0 {
+		cfg.TombstoneRetention = defaultTombstoneRetention
 	}
 	managed := labels.SelectorFromSet(labels.Set{executor.LabelManagedBy: "execplane-controller"})
 	execFactory := execinformers.NewSharedInformerFactoryWithOptions(cfg.Execution, cfg.ResyncPeriod, execinformers.WithNamespace(cfg.Namespace),
@@ -281,6 +292,8 @@ type pass struct {
 	deleted     bool
 	// wake asks for another pass after this long (the idle policy's next deadline); 0: none.
 	wake time.Duration
+	// expired names the time limit whose Delete this pass started, counted once written.
+	expired string
 }
 
 // Reconcile performs one pass for namespace/name: the claim, then the Pod, termination
@@ -368,11 +381,13 @@ func (p *pass) compute(ctx context.Context) error {
 		return err
 	}
 	p.applyIdlePolicy()
+	p.applyTimeLimits()
 	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason
 	p.o.operation = p.status.LifecycleOperation
 	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil
 	p.o.retired = p.status.Retired()
 	p.o.suspended = p.status.Suspended()
+	p.o.deleted = p.status.Deleted()
 	p.status.ObservedGeneration = p.env.Generation
 	if p.o.deleting && !p.persistedDeletionBlocked() && !deletingWorkspace(p.status.LifecycleOperation) {
 		p.record(true, EventDeletionBlocked, "deleting an environment needs DeleteRetiredEnvironment; the workspace is kept")
@@ -387,6 +402,9 @@ func (p *pass) finish(key string, env *executionv1alpha1.ExecutionEnvironment) {
 	for _, e := range p.events {
 		p.emit(env, e)
 	}
+	if p.expired != "" {
+		p.r.cfg.EndMetrics.expired.WithLabelValues(p.expired).Inc()
+	}
 	if p.wake > 0 {
 		p.r.queue.AddAfter(key, p.wake)
 	}
@@ -395,6 +413,9 @@ func (p *pass) finish(key string, env *executionv1alpha1.ExecutionEnvironment) {
 // run observes the claim and the Pod, creates what provisioning needs, settles termination
 // and steps the lifecycle operation.
 func (p *pass) run(ctx context.Context) error {
+	if p.persisted.Deleted() {
+		return p.settleTombstone(ctx)
+	}
 	pvcState, err := p.observePVC(ctx)
 	if err != nil {
 		return err

@@ -117,6 +117,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ready.register(proc.Registry)
 	leading, synced, published := &ready.leading, &ready.synced, &ready.published
 	poolMetrics := NewPoolMetrics(proc.Registry)
+	endMetrics := NewEndMetrics(proc.Registry)
 	election := kube.Election{
 		Client: proc.Clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
@@ -149,6 +150,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			r, err := NewReconciler(ReconcilerConfig{
 				Kube: client, Execution: execClient, Namespace: cfg.Executors(), Profiles: profiles,
 				ResyncPeriod: cfg.ResyncPeriod, Logger: logger, PoolMetrics: poolMetrics,
+				EndMetrics: endMetrics, TombstoneRetention: cfg.TombstoneRetention,
 			})
 			if err == nil {
 				err = r.Initialize(ctx)

@@ -72,7 +72,7 @@ var profilesGroup = &group{name: "profiles", summary: "executor profiles as the 
 	},
 }}}
 
-var envGroup = &group{name: "env", summary: "a binding's environment: ensure, attach, release, suspend, resume", leaves: []*leaf{
+var envGroup = &group{name: "env", summary: "a binding's environment: ensure, attach, release, suspend, resume, rm, retain", leaves: []*leaf{
 	{
 		name: "ensure", args: "BINDING", nargs: 1, summary: "the binding's environment, created on first use; waits until it is Ready",
 		example: "execctl env ensure conv-1 --owner alice --issuer https://idp.example --profile sandbox\nexecctl env ensure conv-1 --profile sandbox --no-wait -o json",
@@ -142,6 +142,24 @@ var envGroup = &group{name: "env", summary: "a binding's environment: ensure, at
 		setup:   referenceLeaf(func(ctx context.Context, e *client.Environment) error { return e.Suspend(ctx) }),
 	},
 	{
+		name: "rm", args: "BINDING ENV", nargs: 2, summary: "delete the environment for good: its executor, every command in it, its workspace",
+		example: "execctl env rm conv-1 xenv-59d14f8a21d8ced1aa54 --revision 5f0e… --owner alice",
+		setup: func(fs *flag.FlagSet, in *invocation) func() error {
+			handle := handleFlags(fs, in)
+			wait := fs.Duration("wait", 30*time.Second, "wait up to this long (at most 30s) for the deletion to complete; 0: answer at once")
+			return referenceRun(in, handle, func(ctx context.Context, e *client.Environment) error { return e.Delete(ctx, *wait) })
+		},
+	},
+	{
+		name: "retain", args: "BINDING ENV", nargs: 2, summary: "keep the workspace from the profile's time limits (--off: let them apply again)",
+		example: "execctl env retain conv-1 xenv-59d14f8a21d8ced1aa54 --revision 5f0e… --owner alice",
+		setup: func(fs *flag.FlagSet, in *invocation) func() error {
+			handle := handleFlags(fs, in)
+			off := fs.Bool("off", false, "clear the retention")
+			return referenceRun(in, handle, func(ctx context.Context, e *client.Environment) error { return e.SetRetention(ctx, !*off) })
+		},
+	},
+	{
 		name: "resume", args: "BINDING ENV", nargs: 2, summary: "start a new executor on a suspended environment's workspace",
 		example: "execctl env resume conv-1 xenv-59d14f8a21d8ced1aa54 --revision 5f0e… --owner alice",
 		setup:   referenceLeaf(func(ctx context.Context, e *client.Environment) error { return e.Resume(ctx) }),
@@ -181,20 +199,24 @@ func (in *invocation) waitReady(env *client.Environment, wait time.Duration) err
 // referenceLeaf is a command acting on a binding's reference.
 func referenceLeaf(op func(context.Context, *client.Environment) error) func(fs *flag.FlagSet, in *invocation) func() error {
 	return func(fs *flag.FlagSet, in *invocation) func() error {
-		handle := handleFlags(fs, in)
-		return func() error {
-			r, c, err := in.connect(handle)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := in.callContext()
-			defer cancel()
-			env := c.Handle(r)
-			if err := op(ctx, env); err != nil {
-				return err
-			}
-			return in.emitEnvironment(env.Status())
+		return referenceRun(in, handleFlags(fs, in), op)
+	}
+}
+
+// referenceRun runs op on the handle the arguments and flags name, and prints what it left.
+func referenceRun(in *invocation, handle func(binding, id string) (client.AttachRequest, error), op func(context.Context, *client.Environment) error) func() error {
+	return func() error {
+		r, c, err := in.connect(handle)
+		if err != nil {
+			return err
 		}
+		ctx, cancel := in.callContext()
+		defer cancel()
+		env := c.Handle(r)
+		if err := op(ctx, env); err != nil {
+			return err
+		}
+		return in.emitEnvironment(env.Status())
 	}
 }
 

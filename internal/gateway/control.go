@@ -313,6 +313,28 @@ func (h *Handler) SuspendEnvironment(ctx context.Context, in *executionv1.Suspen
 	return &executionv1.SuspendEnvironmentResponse{Environment: reply.GetEnvironment()}, nil
 }
 
+// DeleteEnvironment implements ExecutionProviderService.
+func (h *Handler) DeleteEnvironment(ctx context.Context, in *executionv1.DeleteEnvironmentRequest) (*executionv1.DeleteEnvironmentResponse, error) {
+	reply, err := forward(ctx, h, in, h.b.Control.Delete, func(c *controlv1.Caller) *controlv1.DeleteRequest {
+		return &controlv1.DeleteRequest{Caller: c, Request: in}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.DeleteEnvironmentResponse{Environment: reply.GetEnvironment()}, nil
+}
+
+// SetEnvironmentRetention implements ExecutionProviderService.
+func (h *Handler) SetEnvironmentRetention(ctx context.Context, in *executionv1.SetEnvironmentRetentionRequest) (*executionv1.SetEnvironmentRetentionResponse, error) {
+	reply, err := forward(ctx, h, in, h.b.Control.SetRetention, func(c *controlv1.Caller) *controlv1.SetRetentionRequest {
+		return &controlv1.SetRetentionRequest{Caller: c, Request: in}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.SetEnvironmentRetentionResponse{Environment: reply.GetEnvironment()}, nil
+}
+
 // ResumeEnvironment implements ExecutionProviderService.
 func (h *Handler) ResumeEnvironment(ctx context.Context, in *executionv1.ResumeEnvironmentRequest) (*executionv1.ResumeEnvironmentResponse, error) {
 	reply, err := forward(ctx, h, in, h.b.Control.Resume, func(c *controlv1.Caller) *controlv1.ResumeRequest {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/apierror"
@@ -33,7 +34,8 @@ const (
 	// election takes a few seconds; past that the caller hears UNAVAILABLE (retryable) and
 	// its slot is freed rather than held for an hour.
 	retryBudget = 20 * time.Second
-	// maxHeld is the API's bound on an Attach's wait_ready (a longer one is refused).
+	// maxHeld is the API's bound on an Attach's wait_ready and a DeleteEnvironment's wait
+	// (a longer one is refused).
 	maxHeld = 30 * time.Second
 	// maxControlMessage bounds a control answer (64 references and an environment).
 	maxControlMessage = 4 << 20
@@ -110,13 +112,20 @@ func retryControl(ctx context.Context, method string, req, reply any, cc *grpc.C
 }
 
 // heldFor is how long the controller may hold a call's answer on purpose (an Attach's
-// wait_ready): an attempt is abandoned only that much later than any other.
+// wait_ready, a DeleteEnvironment's wait): an attempt is abandoned only that much later
+// than any other.
 func heldFor(req any) time.Duration {
-	r, ok := req.(*controlv1.AttachRequest)
-	if !ok || r.GetRequest().GetWaitReady() == nil {
+	var wait *durationpb.Duration
+	switch r := req.(type) {
+	case *controlv1.AttachRequest:
+		wait = r.GetRequest().GetWaitReady()
+	case *controlv1.DeleteRequest:
+		wait = r.GetRequest().GetWait()
+	}
+	if wait == nil {
 		return 0
 	}
-	return min(max(r.GetRequest().GetWaitReady().AsDuration(), 0), maxHeld)
+	return min(max(wait.AsDuration(), 0), maxHeld)
 }
 
 // retryable: UNAVAILABLE, or any status whose ErrorInfo says retryable (a controller at its

@@ -199,6 +199,14 @@ func (f *fakeControl) Resume(_ context.Context, in *controlv1.ResumeRequest, _ .
 	return f.answer("Resume", in)
 }
 
+func (f *fakeControl) Delete(_ context.Context, in *controlv1.DeleteRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
+	return f.answer("Delete", in)
+}
+
+func (f *fakeControl) SetRetention(_ context.Context, in *controlv1.SetRetentionRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
+	return f.answer("SetRetention", in)
+}
+
 func (f *fakeControl) ReleaseReference(_ context.Context, in *controlv1.ReleaseReferenceRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
 	return f.answer("ReleaseReference", in)
 }

@@ -302,12 +302,24 @@ func TestHandlerForwardedRPCs(t *testing.T) {
 		deleteEnv   = &executionv1.DeleteRetiredEnvironmentRequest{OperationId: "op-4", Environment: testRef()}
 		suspend     = &executionv1.SuspendEnvironmentRequest{OperationId: "op-4", Target: target}
 		resume      = &executionv1.ResumeEnvironmentRequest{OperationId: "op-4", Target: target}
+		ownerDelete = &executionv1.DeleteEnvironmentRequest{OperationId: "op-4", Target: target}
+		retention   = &executionv1.SetEnvironmentRetentionRequest{OperationId: "op-4", Target: target, Retain: true}
 	)
 	rpcs := []rpc{
 		{"SuspendEnvironment", "Suspend", func(ctx context.Context, h *Handler) error { _, err := h.SuspendEnvironment(ctx, suspend); return err },
 			&controlv1.SuspendRequest{Caller: caller, Request: suspend}},
 		{"ResumeEnvironment", "Resume", func(ctx context.Context, h *Handler) error { _, err := h.ResumeEnvironment(ctx, resume); return err },
 			&controlv1.ResumeRequest{Caller: caller, Request: resume}},
+		{"DeleteEnvironment", "Delete", func(ctx context.Context, h *Handler) error {
+			_, err := h.DeleteEnvironment(ctx, ownerDelete)
+			return err
+		},
+			&controlv1.DeleteRequest{Caller: caller, Request: ownerDelete}},
+		{"SetEnvironmentRetention", "SetRetention", func(ctx context.Context, h *Handler) error {
+			_, err := h.SetEnvironmentRetention(ctx, retention)
+			return err
+		},
+			&controlv1.SetRetentionRequest{Caller: caller, Request: retention}},
 		{"ReleaseReference", "ReleaseReference", func(ctx context.Context, h *Handler) error { _, err := h.ReleaseReference(ctx, releaseRef); return err },
 			&controlv1.ReleaseReferenceRequest{Caller: caller, Request: releaseRef}},
 		{"ReserveSuccessor", "ReserveSuccessor", func(ctx context.Context, h *Handler) error { _, err := h.ReserveSuccessor(ctx, reserve); return err },

@@ -29,7 +29,7 @@ func init() {
 		"CommandStatus", "CancelCommand", "AcquireRun", "RenewRun", "ReleaseRun", "ReserveSuccessor", "CommitReference", "AbortReference",
 		"PrepareReferenceDelete", "ConfirmReferenceDelete", "CancelReferenceDelete", "ListReferenceIntents", "RetireEnvironment",
 		"ReplaceExecutor", "RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment",
-		"WriteFileStream", "ReadFileStream", "RunCommand", "WatchCommand", "ListCommands", "Terminal", "SuspendEnvironment", "ResumeEnvironment",
+		"WriteFileStream", "ReadFileStream", "RunCommand", "WatchCommand", "ListCommands", "Terminal", "SuspendEnvironment", "ResumeEnvironment", "DeleteEnvironment", "SetEnvironmentRetention",
 		"Check", "Watch", "List", "ServerReflectionInfo"} {
 		methods[m] = true
 	}

@@ -108,6 +108,7 @@ func (s *Server) MCP() *mcp.Server {
 	s.addEnvironmentTools(m)
 	s.addFileTools(m)
 	s.addCommandTools(m)
+	s.addDeleteTool(m)
 	return m
 }
 
@@ -269,6 +270,52 @@ func (s *Server) addEnvironmentTools(m *mcp.Server) {
 			Profile: st.GetProfile(), State: lifecycle, Ready: st.GetReady(), Epoch: run.Claim().GetEpoch(), RunID: run.ID(), Message: st.GetMessage()}, nil
 	})
 }
+
+// DeleteEnvironmentInput is delete_environment's input.
+type DeleteEnvironmentInput struct {
+	Confirm bool `json:"confirm" jsonschema:"must be true: the workspace and every file in it are deleted for good, and every command in it ends"`
+}
+
+// DeleteEnvironmentView is what delete_environment answers.
+type DeleteEnvironmentView struct {
+	ID    string `json:"id"`
+	State string `json:"state" jsonschema:"DELETED once the executor and the workspace are gone, DELETING while they go"`
+}
+
+func (s *Server) addDeleteTool(m *mcp.Server) {
+	mcp.AddTool(m, &mcp.Tool{Name: "delete_environment",
+		Description: "Delete the workspace's environment for good: every command in it ends, every file in it is deleted. The next tool call starts a new, empty environment. Only when the task says the workspace is no longer needed.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in DeleteEnvironmentInput) (*mcp.CallToolResult, DeleteEnvironmentView, error) {
+		if !in.Confirm {
+			return nil, DeleteEnvironmentView{}, toolError(errorf(errInvalidArgument, "confirm must be true"))
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+		defer cancel()
+		env := s.env
+		if env == nil {
+			e, err := s.environment(ctx)
+			if err != nil {
+				return nil, DeleteEnvironmentView{}, toolError(err)
+			}
+			env = e
+		}
+		if s.run != nil {
+			_ = s.run.Close(ctx) // the claim dies with the environment; stop renewing it
+			s.run = nil
+		}
+		s.env = nil // the next tool ensures the binding's next environment
+		if err := env.Delete(ctx, maxDeleteWait); err != nil {
+			return nil, DeleteEnvironmentView{}, toolError(err)
+		}
+		return nil, DeleteEnvironmentView{ID: env.ID(), State: strings.TrimPrefix(env.Status().GetLifecycle().String(), "LIFECYCLE_STATE_")}, nil
+	})
+}
+
+// maxDeleteWait is the API's bound on a delete's wait: a tool answers DELETED in most cases.
+const maxDeleteWait = 30 * time.Second
 
 func ptr[T any](v T) *T { return &v }
 

@@ -238,7 +238,8 @@ func (e *Environment) WaitReady(ctx context.Context) error {
 
 func isTerminal(l executionv1.LifecycleState) bool {
 	switch l {
-	case executionv1.LifecycleState_LIFECYCLE_STATE_RETIRING, executionv1.LifecycleState_LIFECYCLE_STATE_RETIRED, executionv1.LifecycleState_LIFECYCLE_STATE_DELETING:
+	case executionv1.LifecycleState_LIFECYCLE_STATE_RETIRING, executionv1.LifecycleState_LIFECYCLE_STATE_RETIRED, executionv1.LifecycleState_LIFECYCLE_STATE_DELETING,
+		executionv1.LifecycleState_LIFECYCLE_STATE_DELETED:
 		return true
 	}
 	return false

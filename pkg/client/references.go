@@ -3,8 +3,10 @@ package client
 import (
 	"context"
 	"iter"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
@@ -66,6 +68,30 @@ func (e *Environment) Suspend(ctx context.Context) error {
 func (e *Environment) Resume(ctx context.Context) error {
 	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.ResumeEnvironmentResponse, error) {
 		return e.c.api.ResumeEnvironment(ctx, &executionv1.ResumeEnvironmentRequest{OperationId: op, Target: t}, opts...)
+	})
+}
+
+// Delete ends the environment (DeleteEnvironment): every grant dies at once, this handle's
+// run included; the executor stops, and every command in it with it; the workspace is
+// deleted. The binding must hold the only reference on it. wait (at most 30 s; 0: none)
+// lets the answer wait until the deletion completed: Lifecycle then says DELETED. A
+// deleted environment is answered as it is, so a repeated Delete is safe.
+func (e *Environment) Delete(ctx context.Context, wait time.Duration) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.DeleteEnvironmentResponse, error) {
+		req := &executionv1.DeleteEnvironmentRequest{OperationId: op, Target: t}
+		if wait > 0 {
+			req.Wait = durationpb.New(wait)
+		}
+		return e.c.api.DeleteEnvironment(ctx, req, opts...)
+	})
+}
+
+// SetRetention keeps the workspace from the profile's time limits (retiredTTL,
+// suspendedTTL, maxLifetime) when retain is true, and lets them apply again when false
+// (SetEnvironmentRetention).
+func (e *Environment) SetRetention(ctx context.Context, retain bool) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.SetEnvironmentRetentionResponse, error) {
+		return e.c.api.SetEnvironmentRetention(ctx, &executionv1.SetEnvironmentRetentionRequest{OperationId: op, Target: t, Retain: retain}, opts...)
 	})
 }
 

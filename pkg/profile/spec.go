@@ -97,6 +97,14 @@ type ProfileSpec struct {
 	// workspace is kept; only an administrator revives it); absent means never. When both
 	// are set it is longer than SuspendAfterIdle.
 	RetireAfterIdle *metav1.Duration `json:"retireAfterIdle,omitempty"`
+	// RetiredTTL deletes the workspace of an environment retired for this long,
+	// SuspendedTTL that of one suspended for this long, and MaxLifetime any environment
+	// this long after its creation, whatever its state (docs/profiles.md#time-limits). The
+	// owner's retention (SetEnvironmentRetention) keeps a workspace from all three. Absent
+	// or 0 means never. Not part of the digest: policies applied to environments.
+	RetiredTTL   *metav1.Duration `json:"retiredTTL,omitempty"`
+	SuspendedTTL *metav1.Duration `json:"suspendedTTL,omitempty"`
+	MaxLifetime  *metav1.Duration `json:"maxLifetime,omitempty"`
 	// WarmPool keeps ready, unbound executor Pod and workspace claim pairs that Ensure
 	// adopts instead of creating (docs/controller.md#warm-pools); absent means none. Not
 	// part of the digest: it is how many executors wait, not what they are built from.
@@ -171,6 +179,9 @@ func (s *ProfileSpec) DeepCopy() ProfileSpec {
 	}
 	out.SuspendAfterIdle = copyDuration(s.SuspendAfterIdle)
 	out.RetireAfterIdle = copyDuration(s.RetireAfterIdle)
+	out.RetiredTTL = copyDuration(s.RetiredTTL)
+	out.SuspendedTTL = copyDuration(s.SuspendedTTL)
+	out.MaxLifetime = copyDuration(s.MaxLifetime)
 	if s.WarmPool != nil {
 		w := *s.WarmPool
 		out.WarmPool = &w

@@ -51,6 +51,9 @@ const (
 	// agent that is still there; a year is "never" said differently.
 	minIdleAfter = 30 * time.Second
 	maxIdleAfter = 8760 * time.Hour
+	// maxTimeLimit bounds retiredTTL, suspendedTTL and maxLifetime (0 is "never"); they have
+	// no floor beyond a second, since deleting is what the operator asked for.
+	maxTimeLimit = 8760 * time.Hour
 	// MaxRetainRecordsCeiling bounds commands.retainRecords: a listing reads them all.
 	MaxRetainRecordsCeiling = 1000
 	// minRetainFor and maxRetainFor bound commands.retainFor.
@@ -190,6 +193,15 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 	}
 	if s.SuspendAfterIdle != nil && s.RetireAfterIdle != nil && s.RetireAfterIdle.Duration <= s.SuspendAfterIdle.Duration {
 		p.Add(field("retireAfterIdle"), "%s is not longer than suspendAfterIdle (%s)", s.RetireAfterIdle.Duration, s.SuspendAfterIdle.Duration)
+	}
+
+	for _, limit := range []struct {
+		name string
+		d    *metav1.Duration
+	}{{"retiredTTL", s.RetiredTTL}, {"suspendedTTL", s.SuspendedTTL}, {"maxLifetime", s.MaxLifetime}} {
+		if limit.d != nil && limit.d.Duration != 0 && (limit.d.Duration < time.Second || limit.d.Duration > maxTimeLimit) {
+			p.Add(field(limit.name), "%s is outside [1s, %s] (0 or absent: never)", limit.d.Duration, maxTimeLimit)
+		}
 	}
 
 	if s.HelperPath != "" {

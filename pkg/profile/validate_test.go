@@ -126,6 +126,9 @@ func TestValidateRules(t *testing.T) {
 		{"commands.retainFor minimum", func(s *ProfileSpec) { s.Commands = &CommandsSpec{RetainFor: &metav1.Duration{Duration: time.Second}} }, ParseOptions{}, "profiles.p.commands.retainFor"},
 		{"suspendAfterIdle minimum", func(s *ProfileSpec) { s.SuspendAfterIdle = &metav1.Duration{Duration: time.Second} }, ParseOptions{}, "profiles.p.suspendAfterIdle"},
 		{"retireAfterIdle ceiling", func(s *ProfileSpec) { s.RetireAfterIdle = &metav1.Duration{Duration: maxIdleAfter + 1} }, ParseOptions{}, "profiles.p.retireAfterIdle"},
+		{"retiredTTL under a second", func(s *ProfileSpec) { s.RetiredTTL = &metav1.Duration{Duration: time.Millisecond} }, ParseOptions{}, "profiles.p.retiredTTL"},
+		{"suspendedTTL negative", func(s *ProfileSpec) { s.SuspendedTTL = &metav1.Duration{Duration: -time.Second} }, ParseOptions{}, "profiles.p.suspendedTTL"},
+		{"maxLifetime ceiling", func(s *ProfileSpec) { s.MaxLifetime = &metav1.Duration{Duration: maxTimeLimit + 1} }, ParseOptions{}, "profiles.p.maxLifetime"},
 		{"retireAfterIdle not after suspendAfterIdle", func(s *ProfileSpec) {
 			s.SuspendAfterIdle, s.RetireAfterIdle = &metav1.Duration{Duration: time.Hour}, &metav1.Duration{Duration: time.Hour}
 		}, ParseOptions{}, "profiles.p.retireAfterIdle"},

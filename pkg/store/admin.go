@@ -262,7 +262,12 @@ func (s *Store) RecoverEnvironment(ctx context.Context, in AdminInput) (*Result,
 			st.FenceState, st.FenceReason = executionv1alpha1.FenceHealthy, ""
 			st.ActiveRun = nil
 			st.RaiseEpoch(now.Time)
-			if op := st.LifecycleOperation; op.InProgress() {
+			switch op := st.LifecycleOperation; {
+			case op.InProgress() && op.Kind == executionv1alpha1.LifecycleDelete:
+				// The owner's (or a time limit's) Delete goes on: its executor's end is now
+				// proven, so it starts again from its workspace.
+				op.Phase, op.ExpectedPodUID = executionv1alpha1.PhaseRequested, ""
+			case op.InProgress():
 				op.Phase, op.CompletedAt, op.Reason = executionv1alpha1.PhaseCompleted, &now, "ended by RecoverEnvironment"
 			}
 			return true, nil

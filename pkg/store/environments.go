@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 )
@@ -49,12 +50,17 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	name := EnvironmentName(in.Caller.Client, ownerHash, in.BindingID)
 	fingerprint := hashFields("ensure", ident.ClientHash(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest)
 
-	first, err := s.create(ctx, name, in, ownerHash, fingerprint, entry.Digest)
+	clientHash := ident.ClientHash(in.Caller.Client)
+	// The binding's deleted environment makes room for its next one.
+	removed, err := s.clearTombstone(ctx, name, clientHash, ownerHash)
+	if err != nil {
+		return nil, err
+	}
+	first, err := s.create(ctx, name, in, ownerHash, fingerprint, entry.Digest, removed)
 	if err != nil {
 		return nil, err
 	}
 	created := first != nil
-	clientHash := ident.ClientHash(in.Caller.Client)
 	r, err := s.mutate(ctx, mutation{
 		op: "Ensure", id: in.OperationID, name: name, first: first, provision: created,
 		args: []string{in.Caller.Client, ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest},
@@ -65,6 +71,10 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 			return nil
 		},
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
+			if deleting(env) {
+				// Its tombstone is removed by the next Ensure once the deletion completed.
+				return false, notReady("the binding's environment is being deleted: Ensure again once it is")
+			}
 			if env.Spec.RequestFingerprint != fingerprint {
 				return false, fmt.Errorf("%w: the binding holds an environment from another request", apierror.ErrAlreadyExists)
 			}
@@ -110,20 +120,21 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 // objects the cache has not delivered yet) before the create and given back if it fails;
 // the create itself runs outside that lock, so that Ensures of different bindings do not
 // wait for each other's requests. Identical calls serialise on the name. It returns the
-// object it created, or nil when the environment existed.
-func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHash, fingerprint, digest string) (*executionv1alpha1.ExecutionEnvironment, error) {
+// object it created, or nil when the environment existed. The cache's object of UID removed
+// (a tombstone just deleted) counts as absent.
+func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHash, fingerprint, digest string, removed types.UID) (*executionv1alpha1.ExecutionEnvironment, error) {
 	// The cache answers a replay without a request; a miss is settled by the create itself
 	// (AlreadyExists), so a new environment costs one request, not a read before it.
 	cached := func() bool {
-		_, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name)
-		return err == nil
+		env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name)
+		return err == nil && (removed == "" || env.UID != removed)
 	}
 	if cached() {
 		return nil, nil
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	reserved, err := s.reserve(ctx, name, in.Profile)
+	reserved, err := s.reserve(ctx, name, in.Profile, removed)
 	if err != nil || !reserved {
 		return nil, err
 	}
@@ -151,13 +162,13 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 
 // reserve takes a capacity slot of the profile for name: false when the environment
 // already exists (created here, or shown by the cache), an error at capacity.
-func (s *Store) reserve(ctx context.Context, name, profile string) (bool, error) {
+func (s *Store) reserve(ctx context.Context, name, profile string, removed types.UID) (bool, error) {
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
 	if _, mine := s.created[name]; mine {
 		return false, nil
 	}
-	if _, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name); err == nil {
+	if env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name); err == nil && (removed == "" || env.UID != removed) {
 		return false, nil
 	}
 	entry, _ := s.cfg.Profiles.Get(profile)
@@ -189,7 +200,7 @@ func (s *Store) count(profile string) (int, error) {
 	n := 0
 	for _, env := range list {
 		seen[env.Name] = true
-		if env.Spec.Profile == profile {
+		if env.Spec.Profile == profile && !env.Status.Deleted() { // a tombstone holds nothing
 			n++
 		}
 	}
@@ -275,7 +286,7 @@ func acceptingReferences(env *executionv1alpha1.ExecutionEnvironment) error {
 	if env.DeletionTimestamp != nil {
 		return notReady("the environment is being deleted")
 	}
-	if op := env.Status.LifecycleOperation; op != nil && op.Kind == executionv1alpha1.LifecycleDeleteRetired {
+	if deleting(env) {
 		return notReady("the environment is being deleted")
 	}
 	return nil

@@ -218,9 +218,10 @@ func appendReceipt(ring []executionv1alpha1.Receipt, rc executionv1alpha1.Receip
 }
 
 // sameIncarnation refuses a request naming another UID of this name (a re-created
-// environment): NOT_FOUND, as for an absent one.
+// environment), or a deleted one (a tombstone answers only its owner's DeleteEnvironment):
+// NOT_FOUND, as for an absent one.
 func sameIncarnation(env *executionv1alpha1.ExecutionEnvironment, ref ident.EnvironmentRef) error {
-	if string(env.UID) != ref.UID {
+	if string(env.UID) != ref.UID || env.Status.Deleted() {
 		return apierror.ErrNotFound
 	}
 	return nil

@@ -63,6 +63,8 @@ type options struct {
 	reconcile bool
 	// profileExtra is appended to the test profile's YAML (fields indented by four spaces).
 	profileExtra string
+	// tombstoneRetention is the reconciler's; 0: its default.
+	tombstoneRetention time.Duration
 }
 
 func newFixture(t *testing.T, o options) *fixture {
@@ -90,7 +92,8 @@ func newFixture(t *testing.T, o options) *fixture {
 		t.Fatal(err)
 	}
 	if o.reconcile {
-		r, err := controller.NewReconciler(controller.ReconcilerConfig{Kube: c.Kube(), Execution: exec, Namespace: ns, Profiles: reg})
+		r, err := controller.NewReconciler(controller.ReconcilerConfig{Kube: c.Kube(), Execution: exec, Namespace: ns, Profiles: reg,
+			TombstoneRetention: o.tombstoneRetention})
 		if err != nil {
 			t.Fatal(err)
 		}

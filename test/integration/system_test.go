@@ -138,6 +138,26 @@ func startSystem(t *testing.T, n int, gatewayArgs ...string) *system {
 // startSystemProfiles is startSystem with more profiles (YAML entries under profiles:).
 func startSystemProfiles(t *testing.T, extraProfiles string, n int, gatewayArgs ...string) *system {
 	t.Helper()
+	return startSystemWith(t, systemOptions{profiles: extraProfiles, gateways: n, gatewayArgs: gatewayArgs})
+}
+
+// systemOptions shape a system beyond startSystemProfiles' arguments.
+type systemOptions struct {
+	profiles    string
+	gateways    int
+	gatewayArgs []string
+	// controllers is the number of controller replicas (named controller-<i>); 0 is one,
+	// named controller-0.
+	controllers int
+}
+
+func startSystemWith(t *testing.T, o systemOptions) *system {
+	t.Helper()
+	extraProfiles, n, gatewayArgs := o.profiles, o.gateways, o.gatewayArgs
+	controllerArgs := []string{"--lease-duration", "15s", "--renew-deadline", "10s", "--retry-period", "2s"}
+	if o.controllers <= 1 {
+		controllerArgs = append([]string{"--identity", "controller-0"}, controllerArgs...)
+	}
 	c := clustertest.Cluster(t)
 	if _, err := c.InstallCRDs(t.Context(), "../../deploy/helm/execplane/files/crds"); err != nil {
 		t.Fatal(err)
@@ -152,14 +172,14 @@ func startSystemProfiles(t *testing.T, extraProfiles string, n int, gatewayArgs 
 	verbose := []string{"--log-format", "text", "--log-level", "debug"}
 	sys, err := devsystem.Start(t.Context(), devsystem.Options{
 		Kubeconfig: s.kubeconfig, Namespace: s.ns, ExecutorNamespace: s.executors, Dir: t.TempDir(),
-		ControllerBin: controllerBin, GatewayBin: gatewayBin, Gateways: n,
+		ControllerBin: controllerBin, GatewayBin: gatewayBin, Gateways: n, Controllers: o.controllers,
 		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(50) + realNodeProfileYAML + extraProfiles),
 		ExtraClients: []devbundle.ExtraClient{
 			{Name: otherClient, MayAttestOwner: true},
 			{Name: plainClient},
 			{Name: scopedAdmin, Administrator: true, AdministratorFor: []string{"spiffe://" + devbundle.DefaultTrustDomain + "/client/" + otherClient}},
 		},
-		ControllerArgs: append([]string{"--identity", "controller-0", "--lease-duration", "15s", "--renew-deadline", "10s", "--retry-period", "2s"}, verbose...),
+		ControllerArgs: append(controllerArgs, verbose...),
 		GatewayArgs:    append(append(verbose, sessionsArgs()...), gatewayArgs...),
 		Logs: func(name string) io.Writer {
 			mu.Lock()

@@ -54,6 +54,8 @@ const (
 	ControlService_DeleteRetired_FullMethodName          = "/control.v1.ControlService/DeleteRetired"
 	ControlService_Suspend_FullMethodName                = "/control.v1.ControlService/Suspend"
 	ControlService_Resume_FullMethodName                 = "/control.v1.ControlService/Resume"
+	ControlService_Delete_FullMethodName                 = "/control.v1.ControlService/Delete"
+	ControlService_SetRetention_FullMethodName           = "/control.v1.ControlService/SetRetention"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -83,6 +85,8 @@ type ControlServiceClient interface {
 	DeleteRetired(ctx context.Context, in *DeleteRetiredRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	Suspend(ctx context.Context, in *SuspendRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
+	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
+	SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 }
 
 type controlServiceClient struct {
@@ -303,6 +307,26 @@ func (c *controlServiceClient) Resume(ctx context.Context, in *ResumeRequest, op
 	return out, nil
 }
 
+func (c *controlServiceClient) Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*EnvironmentReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnvironmentReply)
+	err := c.cc.Invoke(ctx, ControlService_Delete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*EnvironmentReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnvironmentReply)
+	err := c.cc.Invoke(ctx, ControlService_SetRetention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -330,6 +354,8 @@ type ControlServiceServer interface {
 	DeleteRetired(context.Context, *DeleteRetiredRequest) (*EnvironmentReply, error)
 	Suspend(context.Context, *SuspendRequest) (*EnvironmentReply, error)
 	Resume(context.Context, *ResumeRequest) (*EnvironmentReply, error)
+	Delete(context.Context, *DeleteRequest) (*EnvironmentReply, error)
+	SetRetention(context.Context, *SetRetentionRequest) (*EnvironmentReply, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -402,6 +428,12 @@ func (UnimplementedControlServiceServer) Suspend(context.Context, *SuspendReques
 }
 func (UnimplementedControlServiceServer) Resume(context.Context, *ResumeRequest) (*EnvironmentReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
+}
+func (UnimplementedControlServiceServer) Delete(context.Context, *DeleteRequest) (*EnvironmentReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
+}
+func (UnimplementedControlServiceServer) SetRetention(context.Context, *SetRetentionRequest) (*EnvironmentReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRetention not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -802,6 +834,42 @@ func _ControlService_Resume_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).Delete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_Delete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).Delete(ctx, req.(*DeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_SetRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).SetRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_SetRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).SetRetention(ctx, req.(*SetRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -892,6 +960,14 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resume",
 			Handler:    _ControlService_Resume_Handler,
+		},
+		{
+			MethodName: "Delete",
+			Handler:    _ControlService_Delete_Handler,
+		},
+		{
+			MethodName: "SetRetention",
+			Handler:    _ControlService_SetRetention_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -37,6 +37,8 @@ var additions = []struct {
 	{"Terminal", true, true, ""},
 	{"SuspendEnvironment", false, false, ""},
 	{"ResumeEnvironment", false, false, ""},
+	{"DeleteEnvironment", false, false, ""},
+	{"SetEnvironmentRetention", false, false, ""},
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {
@@ -93,7 +95,7 @@ func TestRequestShapes(t *testing.T) {
 		"ReserveSuccessor", "CommitReference", "AbortReference", "PrepareReferenceDelete",
 		"ConfirmReferenceDelete", "CancelReferenceDelete", "RetireEnvironment", "ReplaceExecutor",
 		"RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment",
-		"SuspendEnvironment", "ResumeEnvironment",
+		"SuspendEnvironment", "ResumeEnvironment", "DeleteEnvironment", "SetEnvironmentRetention",
 	}
 	for _, name := range mutating {
 		assertField(t, fd, name+"Request", "operation_id", protoreflect.StringKind)

@@ -263,6 +263,10 @@ const (
 	LifecycleState_LIFECYCLE_STATE_SUSPENDED LifecycleState = 9
 	// A Resume is in progress: the new executor is being created.
 	LifecycleState_LIFECYCLE_STATE_RESUMING LifecycleState = 10
+	// DeleteEnvironment (or a profile's time limit) completed: the executor and the workspace
+	// are gone. The environment answers a repeated DeleteEnvironment for the controller's
+	// tombstone retention (1 h by default), and every other call as an absent one.
+	LifecycleState_LIFECYCLE_STATE_DELETED LifecycleState = 11
 )
 
 // Enum value maps for LifecycleState.
@@ -279,6 +283,7 @@ var (
 		8:  "LIFECYCLE_STATE_SUSPENDING",
 		9:  "LIFECYCLE_STATE_SUSPENDED",
 		10: "LIFECYCLE_STATE_RESUMING",
+		11: "LIFECYCLE_STATE_DELETED",
 	}
 	LifecycleState_value = map[string]int32{
 		"LIFECYCLE_STATE_UNSPECIFIED":  0,
@@ -292,6 +297,7 @@ var (
 		"LIFECYCLE_STATE_SUSPENDING":   8,
 		"LIFECYCLE_STATE_SUSPENDED":    9,
 		"LIFECYCLE_STATE_RESUMING":     10,
+		"LIFECYCLE_STATE_DELETED":      11,
 	}
 )
 
@@ -997,8 +1003,11 @@ type Environment struct {
 	// The schema version the environment's record was written with.
 	SchemaVersion uint32 `protobuf:"varint,14,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	// A short, human-readable explanation of the lifecycle state (at most 1024 bytes).
-	Message       string                 `protobuf:"bytes,15,opt,name=message,proto3" json:"message,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Message   string                 `protobuf:"bytes,15,opt,name=message,proto3" json:"message,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The owner asked to keep the workspace (SetEnvironmentRetention): the profile's time
+	// limits (retiredTTL, suspendedTTL, maxLifetime) do not delete it.
+	Retained      bool `protobuf:"varint,17,opt,name=retained,proto3" json:"retained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1143,6 +1152,13 @@ func (x *Environment) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Environment) GetRetained() bool {
+	if x != nil {
+		return x.Retained
+	}
+	return false
 }
 
 // Profile is the externally visible part of an operator-defined profile.
@@ -7044,6 +7060,223 @@ func (x *SuspendEnvironmentResponse) GetEnvironment() *Environment {
 	return nil
 }
 
+type DeleteEnvironmentRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// The binding's reference (published or pending, not being deleted) on the environment.
+	// No other binding may hold a reference: FAILED_PRECONDITION (reason NOT_READY) names
+	// how many do; each releases its own first.
+	Target *ReferenceTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// How long the answer may wait for the deletion to complete (DELETED), at most 30 s; 0
+	// answers at once (DELETING, or DELETED when it already was).
+	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteEnvironmentRequest) Reset() {
+	*x = DeleteEnvironmentRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteEnvironmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteEnvironmentRequest) ProtoMessage() {}
+
+func (x *DeleteEnvironmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteEnvironmentRequest.ProtoReflect.Descriptor instead.
+func (*DeleteEnvironmentRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *DeleteEnvironmentRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *DeleteEnvironmentRequest) GetTarget() *ReferenceTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *DeleteEnvironmentRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+type DeleteEnvironmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The environment as the delete left it: DELETING while its executor stops and its
+	// workspace is deleted, DELETED once both are gone.
+	Environment   *Environment `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteEnvironmentResponse) Reset() {
+	*x = DeleteEnvironmentResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteEnvironmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteEnvironmentResponse) ProtoMessage() {}
+
+func (x *DeleteEnvironmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteEnvironmentResponse.ProtoReflect.Descriptor instead.
+func (*DeleteEnvironmentResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *DeleteEnvironmentResponse) GetEnvironment() *Environment {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+type SetEnvironmentRetentionRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// The binding's reference (published or pending, not being deleted) on the environment.
+	Target *ReferenceTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// True keeps the workspace from the profile's time limits; false lets them apply again.
+	Retain        bool `protobuf:"varint,3,opt,name=retain,proto3" json:"retain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEnvironmentRetentionRequest) Reset() {
+	*x = SetEnvironmentRetentionRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEnvironmentRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEnvironmentRetentionRequest) ProtoMessage() {}
+
+func (x *SetEnvironmentRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEnvironmentRetentionRequest.ProtoReflect.Descriptor instead.
+func (*SetEnvironmentRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *SetEnvironmentRetentionRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *SetEnvironmentRetentionRequest) GetTarget() *ReferenceTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *SetEnvironmentRetentionRequest) GetRetain() bool {
+	if x != nil {
+		return x.Retain
+	}
+	return false
+}
+
+type SetEnvironmentRetentionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   *Environment           `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEnvironmentRetentionResponse) Reset() {
+	*x = SetEnvironmentRetentionResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEnvironmentRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEnvironmentRetentionResponse) ProtoMessage() {}
+
+func (x *SetEnvironmentRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEnvironmentRetentionResponse.ProtoReflect.Descriptor instead.
+func (*SetEnvironmentRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *SetEnvironmentRetentionResponse) GetEnvironment() *Environment {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
 type ResumeEnvironmentRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -7055,7 +7288,7 @@ type ResumeEnvironmentRequest struct {
 
 func (x *ResumeEnvironmentRequest) Reset() {
 	*x = ResumeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7067,7 +7300,7 @@ func (x *ResumeEnvironmentRequest) String() string {
 func (*ResumeEnvironmentRequest) ProtoMessage() {}
 
 func (x *ResumeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7080,7 +7313,7 @@ func (x *ResumeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*ResumeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ResumeEnvironmentRequest) GetOperationId() string {
@@ -7106,7 +7339,7 @@ type ResumeEnvironmentResponse struct {
 
 func (x *ResumeEnvironmentResponse) Reset() {
 	*x = ResumeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7118,7 +7351,7 @@ func (x *ResumeEnvironmentResponse) String() string {
 func (*ResumeEnvironmentResponse) ProtoMessage() {}
 
 func (x *ResumeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7131,7 +7364,7 @@ func (x *ResumeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*ResumeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ResumeEnvironmentResponse) GetEnvironment() *Environment {
@@ -7155,7 +7388,7 @@ type RetireEnvironmentRequest struct {
 
 func (x *RetireEnvironmentRequest) Reset() {
 	*x = RetireEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7167,7 +7400,7 @@ func (x *RetireEnvironmentRequest) String() string {
 func (*RetireEnvironmentRequest) ProtoMessage() {}
 
 func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7180,7 +7413,7 @@ func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RetireEnvironmentRequest) GetOperationId() string {
@@ -7220,7 +7453,7 @@ type RetireEnvironmentResponse struct {
 
 func (x *RetireEnvironmentResponse) Reset() {
 	*x = RetireEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7232,7 +7465,7 @@ func (x *RetireEnvironmentResponse) String() string {
 func (*RetireEnvironmentResponse) ProtoMessage() {}
 
 func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7245,7 +7478,7 @@ func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RetireEnvironmentResponse) GetEnvironment() *Environment {
@@ -7268,7 +7501,7 @@ type ReplaceExecutorRequest struct {
 
 func (x *ReplaceExecutorRequest) Reset() {
 	*x = ReplaceExecutorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7280,7 +7513,7 @@ func (x *ReplaceExecutorRequest) String() string {
 func (*ReplaceExecutorRequest) ProtoMessage() {}
 
 func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7293,7 +7526,7 @@ func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ReplaceExecutorRequest) GetOperationId() string {
@@ -7333,7 +7566,7 @@ type ReplaceExecutorResponse struct {
 
 func (x *ReplaceExecutorResponse) Reset() {
 	*x = ReplaceExecutorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7345,7 +7578,7 @@ func (x *ReplaceExecutorResponse) String() string {
 func (*ReplaceExecutorResponse) ProtoMessage() {}
 
 func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7358,7 +7591,7 @@ func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ReplaceExecutorResponse) GetEnvironment() *Environment {
@@ -7381,7 +7614,7 @@ type RevokeEnvironmentRequest struct {
 
 func (x *RevokeEnvironmentRequest) Reset() {
 	*x = RevokeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	mi := &file_execution_v1_execution_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7393,7 +7626,7 @@ func (x *RevokeEnvironmentRequest) String() string {
 func (*RevokeEnvironmentRequest) ProtoMessage() {}
 
 func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	mi := &file_execution_v1_execution_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7406,7 +7639,7 @@ func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{100}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RevokeEnvironmentRequest) GetOperationId() string {
@@ -7446,7 +7679,7 @@ type RevokeEnvironmentResponse struct {
 
 func (x *RevokeEnvironmentResponse) Reset() {
 	*x = RevokeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	mi := &file_execution_v1_execution_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7458,7 +7691,7 @@ func (x *RevokeEnvironmentResponse) String() string {
 func (*RevokeEnvironmentResponse) ProtoMessage() {}
 
 func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	mi := &file_execution_v1_execution_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7471,7 +7704,7 @@ func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{101}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RevokeEnvironmentResponse) GetEnvironment() *Environment {
@@ -7494,7 +7727,7 @@ type RecoverEnvironmentRequest struct {
 
 func (x *RecoverEnvironmentRequest) Reset() {
 	*x = RecoverEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	mi := &file_execution_v1_execution_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7506,7 +7739,7 @@ func (x *RecoverEnvironmentRequest) String() string {
 func (*RecoverEnvironmentRequest) ProtoMessage() {}
 
 func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	mi := &file_execution_v1_execution_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7519,7 +7752,7 @@ func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{102}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RecoverEnvironmentRequest) GetOperationId() string {
@@ -7559,7 +7792,7 @@ type RecoverEnvironmentResponse struct {
 
 func (x *RecoverEnvironmentResponse) Reset() {
 	*x = RecoverEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[103]
+	mi := &file_execution_v1_execution_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7571,7 +7804,7 @@ func (x *RecoverEnvironmentResponse) String() string {
 func (*RecoverEnvironmentResponse) ProtoMessage() {}
 
 func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[103]
+	mi := &file_execution_v1_execution_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7584,7 +7817,7 @@ func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{103}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RecoverEnvironmentResponse) GetEnvironment() *Environment {
@@ -7608,7 +7841,7 @@ type MigrateEnvironmentRequest struct {
 
 func (x *MigrateEnvironmentRequest) Reset() {
 	*x = MigrateEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[104]
+	mi := &file_execution_v1_execution_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7620,7 +7853,7 @@ func (x *MigrateEnvironmentRequest) String() string {
 func (*MigrateEnvironmentRequest) ProtoMessage() {}
 
 func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[104]
+	mi := &file_execution_v1_execution_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7633,7 +7866,7 @@ func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{104}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *MigrateEnvironmentRequest) GetOperationId() string {
@@ -7675,7 +7908,7 @@ type MigrateEnvironmentResponse struct {
 
 func (x *MigrateEnvironmentResponse) Reset() {
 	*x = MigrateEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[105]
+	mi := &file_execution_v1_execution_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7687,7 +7920,7 @@ func (x *MigrateEnvironmentResponse) String() string {
 func (*MigrateEnvironmentResponse) ProtoMessage() {}
 
 func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[105]
+	mi := &file_execution_v1_execution_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7700,7 +7933,7 @@ func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{105}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *MigrateEnvironmentResponse) GetEnvironment() *Environment {
@@ -7730,7 +7963,7 @@ type DeleteRetiredEnvironmentRequest struct {
 
 func (x *DeleteRetiredEnvironmentRequest) Reset() {
 	*x = DeleteRetiredEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[106]
+	mi := &file_execution_v1_execution_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7742,7 +7975,7 @@ func (x *DeleteRetiredEnvironmentRequest) String() string {
 func (*DeleteRetiredEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[106]
+	mi := &file_execution_v1_execution_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7755,7 +7988,7 @@ func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{106}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *DeleteRetiredEnvironmentRequest) GetOperationId() string {
@@ -7794,7 +8027,7 @@ type DeleteRetiredEnvironmentResponse struct {
 
 func (x *DeleteRetiredEnvironmentResponse) Reset() {
 	*x = DeleteRetiredEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[107]
+	mi := &file_execution_v1_execution_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7806,7 +8039,7 @@ func (x *DeleteRetiredEnvironmentResponse) String() string {
 func (*DeleteRetiredEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[107]
+	mi := &file_execution_v1_execution_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7819,7 +8052,7 @@ func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{107}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{111}
 }
 
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
@@ -7853,7 +8086,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12)\n" +
 	"\x10grant_generation\x18\x05 \x01(\x04R\x0fgrantGeneration\x129\n" +
 	"\n" +
-	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x89\x05\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xa5\x05\n" +
 	"\vEnvironment\x12.\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1c.execution.v1.EnvironmentRefR\x03ref\x12\x1d\n" +
 	"\n" +
@@ -7877,7 +8110,8 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x0eschema_version\x18\x0e \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\amessage\x18\x0f \x01(\tR\amessage\x129\n" +
 	"\n" +
-	"created_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xf8\x01\n" +
+	"created_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
+	"\bretained\x18\x11 \x01(\bR\bretained\"\xf8\x01\n" +
 	"\aProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12$\n" +
@@ -8282,6 +8516,18 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
 	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\"Y\n" +
 	"\x1aSuspendEnvironmentResponse\x12;\n" +
+	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"\xa3\x01\n" +
+	"\x18DeleteEnvironmentRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
+	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"X\n" +
+	"\x19DeleteEnvironmentResponse\x12;\n" +
+	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"\x92\x01\n" +
+	"\x1eSetEnvironmentRetentionRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
+	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\x12\x16\n" +
+	"\x06retain\x18\x03 \x01(\bR\x06retain\"^\n" +
+	"\x1fSetEnvironmentRetentionResponse\x12;\n" +
 	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"t\n" +
 	"\x18ResumeEnvironmentRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
@@ -8359,7 +8605,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"FenceState\x12\x1b\n" +
 	"\x17FENCE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13FENCE_STATE_HEALTHY\x10\x01\x12\x1d\n" +
-	"\x19FENCE_STATE_FENCE_UNKNOWN\x10\x02*\xe1\x02\n" +
+	"\x19FENCE_STATE_FENCE_UNKNOWN\x10\x02*\xfe\x02\n" +
 	"\x0eLifecycleState\x12\x1f\n" +
 	"\x1bLIFECYCLE_STATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cLIFECYCLE_STATE_PROVISIONING\x10\x01\x12\x19\n" +
@@ -8372,7 +8618,8 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x1aLIFECYCLE_STATE_SUSPENDING\x10\b\x12\x1d\n" +
 	"\x19LIFECYCLE_STATE_SUSPENDED\x10\t\x12\x1c\n" +
 	"\x18LIFECYCLE_STATE_RESUMING\x10\n" +
-	"*\xc0\x01\n" +
+	"\x12\x1b\n" +
+	"\x17LIFECYCLE_STATE_DELETED\x10\v*\xc0\x01\n" +
 	"\x0eReferenceState\x12\x1f\n" +
 	"\x1bREFERENCE_STATE_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eREFERENCE_STATE_PENDING_CREATE\x10\x01\x12\x1d\n" +
@@ -8419,7 +8666,7 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 108)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 112)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -8523,42 +8770,46 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(*AdminPreconditions)(nil),               // 99: execution.v1.AdminPreconditions
 	(*SuspendEnvironmentRequest)(nil),        // 100: execution.v1.SuspendEnvironmentRequest
 	(*SuspendEnvironmentResponse)(nil),       // 101: execution.v1.SuspendEnvironmentResponse
-	(*ResumeEnvironmentRequest)(nil),         // 102: execution.v1.ResumeEnvironmentRequest
-	(*ResumeEnvironmentResponse)(nil),        // 103: execution.v1.ResumeEnvironmentResponse
-	(*RetireEnvironmentRequest)(nil),         // 104: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 105: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 106: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 107: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 108: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 109: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 110: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 111: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 112: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 113: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 114: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 115: execution.v1.DeleteRetiredEnvironmentResponse
-	(*timestamppb.Timestamp)(nil),            // 116: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 117: google.protobuf.Duration
+	(*DeleteEnvironmentRequest)(nil),         // 102: execution.v1.DeleteEnvironmentRequest
+	(*DeleteEnvironmentResponse)(nil),        // 103: execution.v1.DeleteEnvironmentResponse
+	(*SetEnvironmentRetentionRequest)(nil),   // 104: execution.v1.SetEnvironmentRetentionRequest
+	(*SetEnvironmentRetentionResponse)(nil),  // 105: execution.v1.SetEnvironmentRetentionResponse
+	(*ResumeEnvironmentRequest)(nil),         // 106: execution.v1.ResumeEnvironmentRequest
+	(*ResumeEnvironmentResponse)(nil),        // 107: execution.v1.ResumeEnvironmentResponse
+	(*RetireEnvironmentRequest)(nil),         // 108: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 109: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 110: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 111: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 112: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 113: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 114: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 115: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 116: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 117: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 118: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 119: execution.v1.DeleteRetiredEnvironmentResponse
+	(*timestamppb.Timestamp)(nil),            // 120: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 121: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	116, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	120, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	116, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	116, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	120, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	120, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
 	9,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
 	12,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
 	11,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	116, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	117, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	120, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	121, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
 	14,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
 	8,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
 	13,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
 	10,  // 14: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
 	8,   // 15: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
 	9,   // 16: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	117, // 17: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
+	121, // 17: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
 	13,  // 18: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
 	10,  // 19: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
 	8,   // 20: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
@@ -8588,20 +8839,20 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	36,  // 44: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
 	10,  // 45: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
 	9,   // 46: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	117, // 47: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	121, // 47: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
 	13,  // 48: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
 	12,  // 49: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 50: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 51: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 52: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	117, // 53: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	121, // 53: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
 	12,  // 54: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
 	10,  // 55: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
 	10,  // 56: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 57: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
 	13,  // 58: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	4,   // 59: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	116, // 60: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	120, // 60: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	45,  // 61: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	5,   // 62: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
 	45,  // 63: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
@@ -8645,16 +8896,16 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	47,  // 101: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
 	77,  // 102: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
 	75,  // 103: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	117, // 104: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	121, // 104: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
 	6,   // 105: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
 	78,  // 106: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
 	78,  // 107: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	116, // 108: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	117, // 109: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	120, // 108: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	121, // 109: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
 	7,   // 110: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
 	6,   // 111: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
 	82,  // 112: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	116, // 113: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	120, // 113: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
 	79,  // 114: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
 	10,  // 115: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 116: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
@@ -8669,7 +8920,7 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	81,  // 125: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
 	10,  // 126: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 127: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	117, // 128: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	121, // 128: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
 	83,  // 129: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
 	10,  // 130: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
 	9,   // 131: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
@@ -8689,34 +8940,39 @@ var file_execution_v1_execution_proto_depIdxs = []int32{
 	95,  // 145: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
 	96,  // 146: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
 	95,  // 147: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
-	116, // 148: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
+	120, // 148: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
 	79,  // 149: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
 	21,  // 150: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
 	13,  // 151: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	21,  // 152: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 153: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 154: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 155: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 156: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 157: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 158: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 159: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	9,   // 160: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 161: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 162: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 163: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 164: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 165: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 166: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 167: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 168: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 169: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 170: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	171, // [171:171] is the sub-list for method output_type
-	171, // [171:171] is the sub-list for method input_type
-	171, // [171:171] is the sub-list for extension type_name
-	171, // [171:171] is the sub-list for extension extendee
-	0,   // [0:171] is the sub-list for field type_name
+	21,  // 152: execution.v1.DeleteEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	121, // 153: execution.v1.DeleteEnvironmentRequest.wait:type_name -> google.protobuf.Duration
+	13,  // 154: execution.v1.DeleteEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	21,  // 155: execution.v1.SetEnvironmentRetentionRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 156: execution.v1.SetEnvironmentRetentionResponse.environment:type_name -> execution.v1.Environment
+	21,  // 157: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	13,  // 158: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 159: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 160: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 161: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 162: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 163: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 164: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	9,   // 165: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 166: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 167: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 168: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 169: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 170: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 171: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 172: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	13,  // 173: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	9,   // 174: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	99,  // 175: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	176, // [176:176] is the sub-list for method output_type
+	176, // [176:176] is the sub-list for method input_type
+	176, // [176:176] is the sub-list for extension type_name
+	176, // [176:176] is the sub-list for extension extendee
+	0,   // [0:176] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -8774,7 +9030,7 @@ func file_execution_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   108,
+			NumMessages:   112,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

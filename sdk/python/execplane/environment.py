@@ -25,7 +25,12 @@ _READY_MARGIN = 0.25
 # The pause between polls of a gateway that answers at once (older than wait_ready).
 _READY_POLL_INITIAL, _READY_POLL_MAX = 0.2, 2.0
 
-_TERMINAL = (pb.LIFECYCLE_STATE_RETIRING, pb.LIFECYCLE_STATE_RETIRED, pb.LIFECYCLE_STATE_DELETING)
+# DeleteEnvironment's wait bounds (the server's), in seconds: it holds its answer at most
+# this long for the deletion to complete.
+_MAX_DELETE_WAIT = 30.0
+
+_TERMINAL = (pb.LIFECYCLE_STATE_RETIRING, pb.LIFECYCLE_STATE_RETIRED, pb.LIFECYCLE_STATE_DELETING,
+             pb.LIFECYCLE_STATE_DELETED)
 
 
 class Environment:
@@ -91,7 +96,7 @@ class Environment:
 
     def wait_ready(self, timeout: float) -> None:
         """Waits until the environment is Ready. Fails at once (Fenced) when it is fenced and
-        (NotReady) when it is retiring, retired or being deleted; otherwise raises
+        (NotReady) when it is retiring, retired, being deleted or deleted; otherwise raises
         TimeoutError when timeout passes first."""
         deadline = time.monotonic() + timeout
         pause = _READY_POLL_INITIAL
@@ -125,10 +130,13 @@ class Environment:
         """Removes the binding's published reference in one step."""
         self._reference(self._client.api.ReleaseReference, pb.ReleaseReferenceRequest)
 
-    def _reference(self, rpc, request_type) -> None:  # type: ignore[no-untyped-def]
+    def _reference(self, rpc, request_type, timeout: float | None = None, **fields) -> None:  # type: ignore[no-untyped-def]
+        # One request, so one operation id, for every retry: the server answers the first
+        # outcome instead of acting twice.
         req = request_type(operation_id=new_operation_id(),
-                           target=pb.ReferenceTarget(owner=self.owner.proto(), environment=self.ref, binding_id=self.binding_id))
-        resp = self._client.call(_call.Safety.IDEMPOTENT, rpc, req)
+                           target=pb.ReferenceTarget(owner=self.owner.proto(), environment=self.ref, binding_id=self.binding_id),
+                           **fields)
+        resp = self._client.call(_call.Safety.IDEMPOTENT, rpc, req, timeout=timeout)
         self._set(resp.environment)
 
     def suspend(self) -> None:
@@ -141,6 +149,26 @@ class Environment:
         """Starts a new executor for a suspended environment at epoch + 1; wait_ready waits
         for it."""
         self._reference(self._client.api.ResumeEnvironment, pb.ResumeEnvironmentRequest)
+
+    def delete(self, wait: float = 0) -> None:
+        """Ends the environment for its owner: every grant dies at once, this handle's run
+        included; the executor stops, and every command in it with it; the workspace is
+        deleted. The binding must hold the only reference on it (NotReady says how many
+        others do: each releases its own first). With wait (at most 30 s), the answer waits
+        until the deletion completed: status.lifecycle then says DELETED. A deleting or
+        deleted environment is answered as it is, so a repeated delete is safe."""
+        if not 0 <= wait <= _MAX_DELETE_WAIT:
+            raise ValueError(f"wait {wait} s: want 0..{_MAX_DELETE_WAIT:.0f} s")
+        fields = {"wait": duration(wait)} if wait > 0 else {}
+        # The server may hold its answer for wait: the call is given that long on top.
+        self._reference(self._client.api.DeleteEnvironment, pb.DeleteEnvironmentRequest,
+                        timeout=self._client.timeout + wait, **fields)
+
+    def set_retention(self, retain: bool) -> None:
+        """Keeps the workspace from the profile's time limits (retiredTTL, suspendedTTL,
+        maxLifetime) when retain is true — a workspace the owner still wants outlives them —
+        and lets them apply again when false. status.retained says which holds."""
+        self._reference(self._client.api.SetEnvironmentRetention, pb.SetEnvironmentRetentionRequest, retain=retain)
 
     def acquire(self, run_id: str, *, ttl: float = DEFAULT_RUN_TTL, renew: bool = True) -> Run:
         """Takes the environment's run claim — execution authority, fencing any earlier

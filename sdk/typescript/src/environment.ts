@@ -9,7 +9,10 @@ import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_RUN_TTL_MS, MAX_RUN_TTL_MS, MIN_RUN_T
 import { Safety } from "./retry.js";
 import { Run } from "./run.js";
 
-const terminal = new Set([pb.LifecycleState.RETIRING, pb.LifecycleState.RETIRED, pb.LifecycleState.DELETING]);
+const terminal = new Set([pb.LifecycleState.RETIRING, pb.LifecycleState.RETIRED, pb.LifecycleState.DELETING, pb.LifecycleState.DELETED]);
+// DeleteEnvironment's wait bound (the server's): it holds its answer at most this long for
+// the deletion to complete.
+const maxDeleteWaitMs = 30_000;
 
 /** One binding's environment. */
 export class Environment {
@@ -56,7 +59,7 @@ export class Environment {
     this.set(resp.environment, resp.environmentGrant);
   }
 
-  /** Waits until Ready; fails at once when fenced (FENCED) or retiring, retired, deleting (NOT_READY). */
+  /** Waits until Ready; fails at once when fenced (FENCED) or retiring, retired, deleting, deleted (NOT_READY). */
   async waitReady(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -78,9 +81,10 @@ export class Environment {
     }
   }
 
-  private async reference(rpc: (req: { operationId: string; target: pb.ReferenceTarget }, o: { timeoutMs: number }) => Promise<{ environment?: pb.Environment }>): Promise<void> {
+  private async reference(rpc: (req: { operationId: string; target: pb.ReferenceTarget }, o: { timeoutMs: number }) => Promise<{ environment?: pb.Environment }>, timeoutMs?: number): Promise<void> {
+    // One operation id for every retry: the server answers the first outcome instead of acting twice.
     const req = { operationId: newOperationId(), target: create(pb.ReferenceTargetSchema, { owner: create(pb.OwnerSchema, this.owner), environment: this.ref, bindingId: this.bindingId }) };
-    const resp = await this.client.call(Safety.Idempotent, (o) => rpc(req, o));
+    const resp = await this.client.call(Safety.Idempotent, (o) => rpc(req, o), timeoutMs);
     this.set(resp.environment);
   }
 
@@ -99,6 +103,23 @@ export class Environment {
   /** Starts a new executor for a suspended environment at epoch + 1 (waitReady waits for it). */
   resume(): Promise<void> {
     return this.reference((r, o) => this.client.api.resumeEnvironment(create(pb.ResumeEnvironmentRequestSchema, r), o));
+  }
+  /**
+   * Ends the environment for its owner: every grant dies at once, this handle's run included;
+   * the executor stops, and every command in it with it; the workspace is deleted. The binding
+   * must hold the only reference on it (NOT_READY says how many others do). With waitMs (at
+   * most 30 s) the answer waits until the deletion completed: status.lifecycle then says
+   * DELETED. A deleting or deleted environment is answered as it is, so a repeated delete is safe.
+   */
+  async delete(waitMs = 0): Promise<void> {
+    if (waitMs < 0 || waitMs > maxDeleteWaitMs) throw new RangeError(`wait ${waitMs} ms: want 0..${maxDeleteWaitMs}`);
+    const wait = waitMs > 0 ? durationFromMs(waitMs) : undefined;
+    // The server may hold its answer for waitMs: the call is given that long on top.
+    await this.reference((r, o) => this.client.api.deleteEnvironment(create(pb.DeleteEnvironmentRequestSchema, { ...r, wait }), o), this.client.timeoutMs + waitMs);
+  }
+  /** Keeps the workspace from the profile's time limits (retiredTTL, suspendedTTL, maxLifetime), or lets them apply again; status.retained says which holds. */
+  setRetention(retain: boolean): Promise<void> {
+    return this.reference((r, o) => this.client.api.setEnvironmentRetention(create(pb.SetEnvironmentRetentionRequestSchema, { ...r, retain }), o));
   }
 
   /**

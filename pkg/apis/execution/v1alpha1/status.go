@@ -34,6 +34,18 @@ func (s *ExecutionEnvironmentStatus) Suspended() bool {
 	return op != nil && op.Kind == LifecycleSuspend && op.Phase == PhaseCompleted && s.Pod == nil
 }
 
+// Deleted reports a completed Delete: the executor and the workspace are gone and the
+// resource is a tombstone, kept only to answer a repeated delete.
+func (s *ExecutionEnvironmentStatus) Deleted() bool {
+	op := s.LifecycleOperation
+	return op != nil && op.Kind == LifecycleDelete && op.Phase == PhaseCompleted && s.PVC == nil && s.Pod == nil
+}
+
+// Retained reports the owner's request to keep the workspace past the profile's time limits.
+func (s *ExecutionEnvironmentStatus) Retained() bool {
+	return s.Retention != nil && s.Retention.Retain
+}
+
 // RaiseEpoch fences every run grant issued so far (AcquireRun, a completed replacement,
 // RecoverEnvironment) and records when, for the gateways' observation-delay metric.
 func (s *ExecutionEnvironmentStatus) RaiseEpoch(now time.Time) {

@@ -134,8 +134,9 @@ type RunClaim struct {
 }
 
 // LifecycleKind is a lifecycle operation: an administrator's (Retire, Replace,
-// DeleteRetired) or the owner's (Suspend, Resume).
-// +kubebuilder:validation:Enum=Retire;Replace;DeleteRetired;Suspend;Resume
+// DeleteRetired), the owner's (Suspend, Resume, Delete) or the controller's policies'
+// (Suspend and Retire when idle, Delete when a time limit passed).
+// +kubebuilder:validation:Enum=Retire;Replace;DeleteRetired;Suspend;Resume;Delete
 type LifecycleKind string
 
 // Lifecycle operations.
@@ -149,6 +150,10 @@ const (
 	LifecycleSuspend LifecycleKind = "Suspend"
 	// LifecycleResume starts the executor of a suspended environment.
 	LifecycleResume LifecycleKind = "Resume"
+	// LifecycleDelete ends the environment: its executor stopped (every command in it
+	// ends), its workspace claim deleted. Once completed the resource stays as a tombstone
+	// that answers a repeated delete, and is removed after the controller's retention.
+	LifecycleDelete LifecycleKind = "Delete"
 )
 
 // LifecyclePhase is a step of a lifecycle operation; docs/resource.md lists the phases each
@@ -184,6 +189,19 @@ type LifecycleOperation struct {
 	StartedAt metav1.Time `json:"startedAt"`
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// Retention records the owner's request to keep the workspace past the profile's time
+// limits, and who set it last.
+type Retention struct {
+	// Retain keeps the workspace: no time limit deletes it.
+	Retain bool `json:"retain"`
+	// BindingID set it, under OperationID.
+	// +kubebuilder:validation:MaxLength=128
+	BindingID string `json:"bindingID"`
+	// +kubebuilder:validation:MaxLength=128
+	OperationID string      `json:"operationID"`
+	UpdatedAt   metav1.Time `json:"updatedAt"`
 }
 
 // TerminationProof records how an executor Pod ended, observed before its finalizer was
@@ -246,7 +264,7 @@ type Receipt struct {
 }
 
 // Phase is a printer column summarising the status; code never branches on it.
-// +kubebuilder:validation:Enum=Provisioning;Ready;Replacing;Retiring;Retired;Deleting;Degraded;Fenced;Suspending;Suspended;Resuming
+// +kubebuilder:validation:Enum=Provisioning;Ready;Replacing;Retiring;Retired;Deleting;Degraded;Fenced;Suspending;Suspended;Resuming;Deleted
 type Phase string
 
 // Phases.
@@ -262,6 +280,7 @@ const (
 	PhaseSuspending   Phase = "Suspending"
 	PhaseSuspended    Phase = "Suspended"
 	PhaseResuming     Phase = "Resuming"
+	PhaseDeleted      Phase = "Deleted"
 )
 
 // Condition types, each computed by a pure function of what a reconcile pass observed.
@@ -320,6 +339,11 @@ type ExecutionEnvironmentStatus struct {
 	// LifecycleOperation is the administrative operation in progress or last completed.
 	// +optional
 	LifecycleOperation *LifecycleOperation `json:"lifecycleOperation,omitempty"`
+	// Retention is the owner's request to keep the workspace: the profile's time limits
+	// (retiredTTL, suspendedTTL, maxLifetime) do not delete it while it is set. The owner's
+	// DeleteEnvironment and an administrator's DeleteRetiredEnvironment still do.
+	// +optional
+	Retention *Retention `json:"retention,omitempty"`
 	// TerminationProof is the last executor termination observed.
 	// +optional
 	TerminationProof *TerminationProof `json:"terminationProof,omitempty"`

@@ -57,6 +57,8 @@ const (
 	ExecutionProviderService_Terminal_FullMethodName                 = "/execution.v1.ExecutionProviderService/Terminal"
 	ExecutionProviderService_SuspendEnvironment_FullMethodName       = "/execution.v1.ExecutionProviderService/SuspendEnvironment"
 	ExecutionProviderService_ResumeEnvironment_FullMethodName        = "/execution.v1.ExecutionProviderService/ResumeEnvironment"
+	ExecutionProviderService_DeleteEnvironment_FullMethodName        = "/execution.v1.ExecutionProviderService/DeleteEnvironment"
+	ExecutionProviderService_SetEnvironmentRetention_FullMethodName  = "/execution.v1.ExecutionProviderService/SetEnvironmentRetention"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -172,6 +174,17 @@ type ExecutionProviderServiceClient interface {
 	// FAILED_PRECONDITION (reason NOT_READY, retryable) until it is Ready. An environment that
 	// is not suspended is answered as it is.
 	ResumeEnvironment(ctx context.Context, in *v1.ResumeEnvironmentRequest, opts ...grpc.CallOption) (*v1.ResumeEnvironmentResponse, error)
+	// DeleteEnvironment ends an environment for its owner, through a binding that holds the
+	// only reference on it (MayAttestOwner): every grant dies at once (the grant generation is
+	// raised, the run claim cleared), the executor Pod is stopped — every command in it, durable
+	// ones included, ends with it — and the workspace claim is deleted; DELETING, then DELETED.
+	// Idempotent by operation id, and by state: a deleting or deleted environment is answered
+	// as it is. Another owner's environment answers NOT_FOUND, as an absent one does.
+	DeleteEnvironment(ctx context.Context, in *v1.DeleteEnvironmentRequest, opts ...grpc.CallOption) (*v1.DeleteEnvironmentResponse, error)
+	// SetEnvironmentRetention keeps the workspace from the profile's time limits (retiredTTL,
+	// suspendedTTL, maxLifetime), or lets them apply again. For the owner of a binding that holds
+	// a reference on it; idempotent by operation id.
+	SetEnvironmentRetention(ctx context.Context, in *v1.SetEnvironmentRetentionRequest, opts ...grpc.CallOption) (*v1.SetEnvironmentRetentionResponse, error)
 }
 
 type executionProviderServiceClient struct {
@@ -535,6 +548,26 @@ func (c *executionProviderServiceClient) ResumeEnvironment(ctx context.Context, 
 	return out, nil
 }
 
+func (c *executionProviderServiceClient) DeleteEnvironment(ctx context.Context, in *v1.DeleteEnvironmentRequest, opts ...grpc.CallOption) (*v1.DeleteEnvironmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.DeleteEnvironmentResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_DeleteEnvironment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionProviderServiceClient) SetEnvironmentRetention(ctx context.Context, in *v1.SetEnvironmentRetentionRequest, opts ...grpc.CallOption) (*v1.SetEnvironmentRetentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.SetEnvironmentRetentionResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_SetEnvironmentRetention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -648,6 +681,17 @@ type ExecutionProviderServiceServer interface {
 	// FAILED_PRECONDITION (reason NOT_READY, retryable) until it is Ready. An environment that
 	// is not suspended is answered as it is.
 	ResumeEnvironment(context.Context, *v1.ResumeEnvironmentRequest) (*v1.ResumeEnvironmentResponse, error)
+	// DeleteEnvironment ends an environment for its owner, through a binding that holds the
+	// only reference on it (MayAttestOwner): every grant dies at once (the grant generation is
+	// raised, the run claim cleared), the executor Pod is stopped — every command in it, durable
+	// ones included, ends with it — and the workspace claim is deleted; DELETING, then DELETED.
+	// Idempotent by operation id, and by state: a deleting or deleted environment is answered
+	// as it is. Another owner's environment answers NOT_FOUND, as an absent one does.
+	DeleteEnvironment(context.Context, *v1.DeleteEnvironmentRequest) (*v1.DeleteEnvironmentResponse, error)
+	// SetEnvironmentRetention keeps the workspace from the profile's time limits (retiredTTL,
+	// suspendedTTL, maxLifetime), or lets them apply again. For the owner of a binding that holds
+	// a reference on it; idempotent by operation id.
+	SetEnvironmentRetention(context.Context, *v1.SetEnvironmentRetentionRequest) (*v1.SetEnvironmentRetentionResponse, error)
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -753,6 +797,12 @@ func (UnimplementedExecutionProviderServiceServer) SuspendEnvironment(context.Co
 }
 func (UnimplementedExecutionProviderServiceServer) ResumeEnvironment(context.Context, *v1.ResumeEnvironmentRequest) (*v1.ResumeEnvironmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeEnvironment not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) DeleteEnvironment(context.Context, *v1.DeleteEnvironmentRequest) (*v1.DeleteEnvironmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteEnvironment not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) SetEnvironmentRetention(context.Context, *v1.SetEnvironmentRetentionRequest) (*v1.SetEnvironmentRetentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetEnvironmentRetention not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -1309,6 +1359,42 @@ func _ExecutionProviderService_ResumeEnvironment_Handler(srv interface{}, ctx co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionProviderService_DeleteEnvironment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.DeleteEnvironmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).DeleteEnvironment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_DeleteEnvironment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).DeleteEnvironment(ctx, req.(*v1.DeleteEnvironmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionProviderService_SetEnvironmentRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.SetEnvironmentRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).SetEnvironmentRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_SetEnvironmentRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).SetEnvironmentRetention(ctx, req.(*v1.SetEnvironmentRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1423,6 +1509,14 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeEnvironment",
 			Handler:    _ExecutionProviderService_ResumeEnvironment_Handler,
+		},
+		{
+			MethodName: "DeleteEnvironment",
+			Handler:    _ExecutionProviderService_DeleteEnvironment_Handler,
+		},
+		{
+			MethodName: "SetEnvironmentRetention",
+			Handler:    _ExecutionProviderService_SetEnvironmentRetention_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

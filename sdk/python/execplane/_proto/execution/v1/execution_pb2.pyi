@@ -49,6 +49,7 @@ FILE_TYPE_REGULAR: FileType
 FILE_TYPE_SYMLINK: FileType
 FILE_TYPE_UNSPECIFIED: FileType
 LIFECYCLE_STATE_DEGRADED: LifecycleState
+LIFECYCLE_STATE_DELETED: LifecycleState
 LIFECYCLE_STATE_DELETING: LifecycleState
 LIFECYCLE_STATE_PROVISIONING: LifecycleState
 LIFECYCLE_STATE_READY: LifecycleState
@@ -354,6 +355,22 @@ class CopyPathResult(_message.Message):
     info: FileInfo
     def __init__(self, info: _Optional[_Union[FileInfo, _Mapping]] = ..., copied_bytes: _Optional[int] = ..., copied_entries: _Optional[int] = ...) -> None: ...
 
+class DeleteEnvironmentRequest(_message.Message):
+    __slots__ = ["operation_id", "target", "wait"]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    target: ReferenceTarget
+    wait: _duration_pb2.Duration
+    def __init__(self, operation_id: _Optional[str] = ..., target: _Optional[_Union[ReferenceTarget, _Mapping]] = ..., wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class DeleteEnvironmentResponse(_message.Message):
+    __slots__ = ["environment"]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    environment: Environment
+    def __init__(self, environment: _Optional[_Union[Environment, _Mapping]] = ...) -> None: ...
+
 class DeleteRetiredEnvironmentRequest(_message.Message):
     __slots__ = ["environment", "operation_id", "preconditions", "reason"]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
@@ -395,7 +412,7 @@ class EnsureEnvironmentResponse(_message.Message):
     def __init__(self, environment: _Optional[_Union[Environment, _Mapping]] = ..., environment_grant: _Optional[_Union[Grant, _Mapping]] = ..., created: bool = ...) -> None: ...
 
 class Environment(_message.Message):
-    __slots__ = ["active_run", "binding_id", "created_at", "epoch", "fence_state", "grant_generation", "lifecycle", "message", "pod_uid", "profile", "profile_digest", "pvc_uid", "ready", "ref", "references", "schema_version"]
+    __slots__ = ["active_run", "binding_id", "created_at", "epoch", "fence_state", "grant_generation", "lifecycle", "message", "pod_uid", "profile", "profile_digest", "pvc_uid", "ready", "ref", "references", "retained", "schema_version"]
     ACTIVE_RUN_FIELD_NUMBER: _ClassVar[int]
     BINDING_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +428,7 @@ class Environment(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     REFERENCES_FIELD_NUMBER: _ClassVar[int]
     REF_FIELD_NUMBER: _ClassVar[int]
+    RETAINED_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     active_run: RunClaim
     binding_id: str
@@ -427,8 +445,9 @@ class Environment(_message.Message):
     ready: bool
     ref: EnvironmentRef
     references: _containers.RepeatedCompositeFieldContainer[Reference]
+    retained: bool
     schema_version: int
-    def __init__(self, ref: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., profile_digest: _Optional[str] = ..., lifecycle: _Optional[_Union[LifecycleState, str]] = ..., ready: bool = ..., fence_state: _Optional[_Union[FenceState, str]] = ..., epoch: _Optional[int] = ..., grant_generation: _Optional[int] = ..., active_run: _Optional[_Union[RunClaim, _Mapping]] = ..., references: _Optional[_Iterable[_Union[Reference, _Mapping]]] = ..., pod_uid: _Optional[str] = ..., pvc_uid: _Optional[str] = ..., schema_version: _Optional[int] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, ref: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., profile_digest: _Optional[str] = ..., lifecycle: _Optional[_Union[LifecycleState, str]] = ..., ready: bool = ..., fence_state: _Optional[_Union[FenceState, str]] = ..., epoch: _Optional[int] = ..., grant_generation: _Optional[int] = ..., active_run: _Optional[_Union[RunClaim, _Mapping]] = ..., references: _Optional[_Iterable[_Union[Reference, _Mapping]]] = ..., pod_uid: _Optional[str] = ..., pvc_uid: _Optional[str] = ..., schema_version: _Optional[int] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retained: bool = ...) -> None: ...
 
 class EnvironmentRef(_message.Message):
     __slots__ = ["id", "revision"]
@@ -1028,6 +1047,22 @@ class RunCommandRequest(_message.Message):
     environment: EnvironmentRef
     run_grant: Grant
     def __init__(self, run_grant: _Optional[_Union[Grant, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., command_id: _Optional[str] = ..., detach: bool = ...) -> None: ...
+
+class SetEnvironmentRetentionRequest(_message.Message):
+    __slots__ = ["operation_id", "retain", "target"]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    retain: bool
+    target: ReferenceTarget
+    def __init__(self, operation_id: _Optional[str] = ..., target: _Optional[_Union[ReferenceTarget, _Mapping]] = ..., retain: bool = ...) -> None: ...
+
+class SetEnvironmentRetentionResponse(_message.Message):
+    __slots__ = ["environment"]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    environment: Environment
+    def __init__(self, environment: _Optional[_Union[Environment, _Mapping]] = ...) -> None: ...
 
 class StartCommandRequest(_message.Message):
     __slots__ = ["command", "command_id", "detach", "environment", "run_grant"]

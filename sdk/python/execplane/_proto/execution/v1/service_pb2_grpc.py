@@ -177,6 +177,16 @@ class ExecutionProviderServiceStub(object):
                 request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ResumeEnvironmentRequest.SerializeToString,
                 response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ResumeEnvironmentResponse.FromString,
                 )
+        self.DeleteEnvironment = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/DeleteEnvironment',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteEnvironmentRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteEnvironmentResponse.FromString,
+                )
+        self.SetEnvironmentRetention = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/SetEnvironmentRetention',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionResponse.FromString,
+                )
 
 
 class ExecutionProviderServiceServicer(object):
@@ -450,6 +460,27 @@ class ExecutionProviderServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteEnvironment(self, request, context):
+        """DeleteEnvironment ends an environment for its owner, through a binding that holds the
+        only reference on it (MayAttestOwner): every grant dies at once (the grant generation is
+        raised, the run claim cleared), the executor Pod is stopped — every command in it, durable
+        ones included, ends with it — and the workspace claim is deleted; DELETING, then DELETED.
+        Idempotent by operation id, and by state: a deleting or deleted environment is answered
+        as it is. Another owner's environment answers NOT_FOUND, as an absent one does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetEnvironmentRetention(self, request, context):
+        """SetEnvironmentRetention keeps the workspace from the profile's time limits (retiredTTL,
+        suspendedTTL, maxLifetime), or lets them apply again. For the owner of a binding that holds
+        a reference on it; idempotent by operation id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutionProviderServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -612,6 +643,16 @@ def add_ExecutionProviderServiceServicer_to_server(servicer, server):
                     servicer.ResumeEnvironment,
                     request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ResumeEnvironmentRequest.FromString,
                     response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ResumeEnvironmentResponse.SerializeToString,
+            ),
+            'DeleteEnvironment': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteEnvironment,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteEnvironmentRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteEnvironmentResponse.SerializeToString,
+            ),
+            'SetEnvironmentRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetEnvironmentRetention,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1167,5 +1208,39 @@ class ExecutionProviderService(object):
         return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/ResumeEnvironment',
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ResumeEnvironmentRequest.SerializeToString,
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ResumeEnvironmentResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteEnvironment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/DeleteEnvironment',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteEnvironmentRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteEnvironmentResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetEnvironmentRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/SetEnvironmentRetention',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,123 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+)
+
+// The profiles' time limits, as the expired metric and the operation ids name them.
+const (
+	limitRetiredTTL   = "retiredTTL"
+	limitSuspendedTTL = "suspendedTTL"
+	limitMaxLifetime  = "maxLifetime"
+)
+
+// EndMetrics counts the environments the controller deleted because a profile's time limit
+// passed.
+type EndMetrics struct {
+	expired *prometheus.CounterVec
+}
+
+// NewEndMetrics registers the metrics with reg (nil: unregistered).
+func NewEndMetrics(reg prometheus.Registerer) *EndMetrics {
+	m := &EndMetrics{expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "execplane_controller_environments_expired_total",
+		Help: "Environments whose Delete the controller started because a profile's time limit passed, by limit (retiredTTL, suspendedTTL, maxLifetime).",
+	}, []string{"limit"})}
+	for _, l := range []string{limitRetiredTTL, limitSuspendedTTL, limitMaxLifetime} {
+		m.expired.WithLabelValues(l) // present at 0, so that a rate over it is defined
+	}
+	if reg != nil {
+		reg.MustRegister(m.expired)
+	}
+	return m
+}
+
+// applyTimeLimits deletes an environment past one of its profile's time limits — retired
+// for retiredTTL, suspended for suspendedTTL, or created maxLifetime ago — unless its owner
+// retains it, and otherwise asks for a pass at the next deadline (no API write until one
+// passes). Like the idle policy it acts only on a settled environment: healthy, no
+// operation in progress or just started. The Delete starts in this pass's status write —
+// a compare-and-swap, so exactly once whichever leader runs it — and is carried out phase
+// by phase like the owner's.
+func (p *pass) applyTimeLimits() {
+	spec := p.entry.Spec
+	if !set(spec.RetiredTTL) && !set(spec.SuspendedTTL) && !set(spec.MaxLifetime) {
+		return
+	}
+	st := p.status
+	if st.Retained() || st.FenceState != executionv1alpha1.FenceHealthy || st.LifecycleOperation.InProgress() ||
+		!equalOperation(st.LifecycleOperation, p.persisted.LifecycleOperation) || st.Deleted() {
+		return
+	}
+	type limit struct {
+		name  string
+		after *metav1.Duration
+		since time.Time
+	}
+	limits := []limit{{limitMaxLifetime, spec.MaxLifetime, p.env.CreationTimestamp.Time}}
+	switch op := st.LifecycleOperation; {
+	case st.Retired():
+		limits = append(limits, limit{limitRetiredTTL, spec.RetiredTTL, op.CompletedAt.Time})
+	case st.Suspended():
+		limits = append(limits, limit{limitSuspendedTTL, spec.SuspendedTTL, op.CompletedAt.Time})
+	}
+	for _, l := range limits {
+		if !set(l.after) {
+			continue
+		}
+		at := l.since.Add(l.after.Duration)
+		if p.now.Time.Before(at) {
+			p.wakeAfter(at)
+			continue
+		}
+		p.startPolicyOperation(executionv1alpha1.LifecycleDelete, "expired-"+l.name, EventExpired,
+			fmt.Sprintf("the profile's %s (%s) passed", l.name, l.after.Duration))
+		p.expired = l.name
+		return
+	}
+}
+
+func set(d *metav1.Duration) bool { return d != nil && d.Duration > 0 }
+
+// settleTombstone is every pass over a deleted environment: its finalizer released (nothing
+// is left to protect), and the resource removed once the retention has passed. It never
+// writes the status: a tombstone's is final.
+func (p *pass) settleTombstone(ctx context.Context) error {
+	p.deleted = true // no status write, no conditions: the pass ends here
+	envs := p.r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(p.env.Namespace)
+	if slices.Contains(p.env.Finalizers, EnvironmentFinalizer) {
+		patch, err := finalizerPatch(p.env, withoutFinalizer(p.env, EnvironmentFinalizer))
+		if err != nil {
+			return err
+		}
+		if _, err := envs.Patch(ctx, p.env.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		return nil // the update event brings it back
+	}
+	at := p.persisted.LifecycleOperation.CompletedAt.Add(p.r.cfg.TombstoneRetention)
+	if left := at.Sub(p.now.Time); left > 0 {
+		p.r.queue.AddAfter(p.env.Namespace+"/"+p.env.Name, left+idleWakeSlack)
+		return nil
+	}
+	return deleteExact(ctx, envs.Delete, p.env.Name, p.env.UID)
+}
+
+// completeDelete ends a Delete once its workspace claim is gone: the references go with it
+// (there is nothing left to hold), and the resource is a tombstone from here on.
+func (p *pass) completeDelete(op *executionv1alpha1.LifecycleOperation) {
+	p.complete(op)
+	p.status.References = nil
+	p.status.ActiveRun = nil
+	p.record(false, EventEnvironmentDeleted, "%s: executor and workspace deleted; the record is kept for %s", op.Reason, p.r.cfg.TombstoneRetention)
+}

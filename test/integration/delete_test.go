@@ -1,0 +1,175 @@
+package integration_test
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/execplane/execplane/internal/dev/devcluster"
+	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devimage"
+	"github.com/execplane/execplane/internal/dev/precondition"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
+)
+
+// ttlProfile is the real node's profile with a suspendedTTL of 5 s.
+const ttlProfile = "real-node-ttl"
+
+// The owner deletes a Ready environment on the real node while a detached command runs in
+// it: every grant dies, the command's processes are gone from the node, the executor's end
+// is recorded in the tombstone, the Pod and the claim are gone from the API; a second delete
+// (another operation id) and a replay answer DELETED; another owner's and another client's
+// answer NOT_FOUND, as an absent environment; the binding's next Ensure makes a new one.
+func TestOwnerDeleteOnTheRealNode(t *testing.T) {
+	if realNodeMissing != nil {
+		precondition.Missing(t, "the real node: %v", realNodeMissing)
+	}
+	sys := startSystem(t, 1)
+	api := sys.dial(t, "caller", 0)
+	kube := clustertest.Cluster(t).Kube()
+	s := ensureReadyOn(t, api, "alice", "conv-delete", realNodeProfile)
+	ctx := callCtx(t)
+
+	const token = "execplane-delete-test-7d1c"
+	if _, err := s.api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: s.runG, Environment: s.envRef,
+		Command: shell("exec sleep 3600 # " + token), Detach: true, CommandId: "long-job"}); err != nil {
+		t.Fatalf("detached start: %v", err)
+	}
+	clustertest.Eventually(t, 10*time.Second, "the detached command running on the node", func() bool { return len(processesWith(t, token)) > 0 })
+	before := sys.environment(t, s.envRef.GetId())
+	pod, claim := before.Status.Pod, before.Status.PVC
+
+	target := &executionv1.ReferenceTarget{Owner: s.owner, Environment: s.envRef, BindingId: s.binding}
+	del := func(api executionv1grpc.ExecutionProviderServiceClient, id string, target *executionv1.ReferenceTarget, wait time.Duration) (*executionv1.Environment, error) {
+		r, err := api.DeleteEnvironment(callCtx(t), &executionv1.DeleteEnvironmentRequest{OperationId: id, Target: target, Wait: durationpb.New(wait)})
+		return r.GetEnvironment(), err
+	}
+
+	// Another owner's and another client's deletes answer as for an absent environment.
+	other := &executionv1.ReferenceTarget{Owner: ownerOf("bob"), Environment: s.envRef, BindingId: s.binding}
+	_, err := del(api, op(), other, 0)
+	wantCode(t, "another owner's delete", err, codes.NotFound, "NOT_FOUND")
+	_, err = del(sys.dial(t, otherClient, 0), op(), target, 0)
+	wantCode(t, "another client's delete", err, codes.NotFound, "NOT_FOUND")
+
+	id := op()
+	env, err := del(api, id, target, 30*time.Second)
+	if err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if env.GetLifecycle() != executionv1.LifecycleState_LIFECYCLE_STATE_DELETED || env.GetGrantGeneration() != uint64(before.Status.GrantGeneration)+1 || env.GetPodUid() != "" || env.GetPvcUid() != "" {
+		t.Fatalf("delete answered %v", env)
+	}
+	// The command ended with its executor: nothing of it is left on the node, and the
+	// tombstone records how that executor ended.
+	if left := processesWith(t, token); len(left) > 0 {
+		t.Fatalf("the deleted environment's command still runs: %v", left)
+	}
+	tomb := sys.environment(t, s.envRef.GetId())
+	if proof := tomb.Status.TerminationProof; proof == nil || proof.PodUID != pod.UID {
+		t.Fatalf("the tombstone's termination proof %+v, want the executor %s", proof, pod.UID)
+	}
+	if _, err := kube.CoreV1().Pods(sys.executors).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the executor Pod after the delete: %v", err)
+	}
+	if _, err := kube.CoreV1().PersistentVolumeClaims(sys.executors).Get(ctx, claim.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the workspace claim after the delete: %v", err)
+	}
+	// Grants issued before are dead.
+	_, err = s.files(ctx, read("anything.txt"))
+	wantCode(t, "a file call with the run grant of before the delete", err, codes.Aborted, "REVOKED")
+
+	// The same outcome again: a second delete, and a replay of the first.
+	for what, id := range map[string]string{"a second delete": op(), "a replay": id} {
+		again, err := del(api, id, target, 0)
+		if err != nil || again.GetLifecycle() != executionv1.LifecycleState_LIFECYCLE_STATE_DELETED || again.GetRef().GetRevision() != s.envRef.GetRevision() {
+			t.Fatalf("%s: %v %v", what, again, err)
+		}
+	}
+	_, err = api.AttachEnvironment(ctx, &executionv1.AttachEnvironmentRequest{Owner: s.owner, BindingId: s.binding, Environment: s.envRef})
+	wantCode(t, "attach to the deleted environment", err, codes.NotFound, "NOT_FOUND")
+	_, err = del(api, op(), other, 0)
+	wantCode(t, "another owner's delete of the tombstone", err, codes.NotFound, "NOT_FOUND")
+
+	// The binding's next Ensure: a new environment under the same id.
+	next := ensureReadyOn(t, api, "alice", "conv-delete", realNodeProfile)
+	if next.envRef.GetId() != s.envRef.GetId() || next.envRef.GetRevision() == s.envRef.GetRevision() {
+		t.Fatalf("ensure after the delete: %v, was %v", next.envRef, s.envRef)
+	}
+}
+
+// A suspendedTTL of 5 s deletes a suspended environment's workspace on the real node, once,
+// with an Expired Event, although the leader is killed once the deletion has begun: the
+// next leader finishes it.
+func TestSuspendedTTLAcrossALeaderChange(t *testing.T) {
+	if realNodeMissing != nil {
+		precondition.Missing(t, "the real node: %v", realNodeMissing)
+	}
+	sys := startSystemWith(t, systemOptions{gateways: 1, controllers: 2,
+		profiles: profileYAML(ttlProfile, devimage.ExecutorRef, devcluster.StorageClassName, 10, devcluster.RealNodePlacement+"    suspendedTTL: 5s\n")})
+	api := sys.dial(t, "caller", 0)
+	kube := clustertest.Cluster(t).Kube()
+	s := ensureReadyOn(t, api, "alice", "conv-ttl", ttlProfile)
+	ctx := callCtx(t)
+	if _, err := api.ReleaseRun(ctx, &executionv1.ReleaseRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef}); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if _, err := api.SuspendEnvironment(ctx, &executionv1.SuspendEnvironmentRequest{OperationId: op(),
+		Target: &executionv1.ReferenceTarget{Owner: s.owner, Environment: s.envRef, BindingId: s.binding}}); err != nil {
+		t.Fatalf("suspend: %v", err)
+	}
+	claim := func() string {
+		env := sys.environment(t, s.envRef.GetId())
+		if env.Status.PVC == nil {
+			return ""
+		}
+		return env.Status.PVC.Name
+	}()
+	events := func(reason string) int32 {
+		list, err := kube.CoreV1().Events(sys.executors).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.name": s.envRef.GetId(), "reason": reason}.String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int32
+		for _, e := range list.Items {
+			n += max(e.Count, 1)
+		}
+		return n
+	}
+	// The deletion begins (its Event is out), then the leader dies.
+	clustertest.Eventually(t, time.Minute, "the time limit's Delete begun", func() bool { return events("Expired") > 0 })
+	var leader *process
+	for _, c := range sys.Controllers {
+		if c.Leads(ctx) {
+			leader = &process{Process: c}
+		}
+	}
+	if leader == nil {
+		t.Fatal("no controller leads")
+	}
+	leader.Kill()
+	clustertest.Eventually(t, 90*time.Second, "the tombstone, completed by the next leader", func() bool {
+		return sys.environment(t, s.envRef.GetId()).Status.Deleted()
+	})
+	if _, err := kube.CoreV1().PersistentVolumeClaims(sys.executors).Get(ctx, claim, metav1.GetOptions{}); claim == "" || !apierrors.IsNotFound(err) {
+		t.Fatalf("the workspace claim %q after the time limit: %v", claim, err)
+	}
+	env := sys.environment(t, s.envRef.GetId())
+	if op := env.Status.LifecycleOperation; op.OperationID != "expired-suspendedTTL" {
+		t.Fatalf("deleted by %+v", op)
+	}
+	if n := events("Expired"); n != 1 {
+		t.Fatalf("%d Expired Events, want 1", n)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the deletion's Event", func() bool { return events("EnvironmentDeleted") > 0 })
+	if n := events("EnvironmentDeleted"); n != 1 {
+		t.Fatalf("%d EnvironmentDeleted Events, want 1", n)
+	}
+}
