@@ -38,6 +38,9 @@ type budget struct {
 	duration time.Duration
 	bindings int
 	agents   int // per binding
+	// deleters is how many bindings of their own end their environments again and again
+	// (deleter_test.go), each driven by one client.
+	deleters int
 	faults   bool
 	// maxOps ends the run early once that many operations were recorded.
 	maxOps int
@@ -45,7 +48,7 @@ type budget struct {
 
 func budgetFromEnv(t *testing.T) budget {
 	t.Helper()
-	b := budget{seed: uint64(time.Now().UnixNano()), duration: 75 * time.Second, bindings: 3, agents: 3, faults: true, maxOps: 100000}
+	b := budget{seed: uint64(time.Now().UnixNano()), duration: 75 * time.Second, bindings: 3, agents: 3, deleters: 2, faults: true, maxOps: 100000}
 	if v := os.Getenv(opsEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
@@ -95,6 +98,10 @@ func run(t *testing.T, b budget, controllerEnv ...string) outcome {
 	}
 	adm := w.admin(t, len(agents), b.seed)
 	var wg, prepared sync.WaitGroup
+	for i := range b.deleters {
+		d := w.deleter(t, len(agents)+1+i, b.seed, fmt.Sprintf("chaos-delete-%d", i))
+		wg.Go(func() { d.loop(ctx) })
+	}
 	start := make(chan struct{})
 	prepared.Add(len(agents))
 	for _, a := range agents {
@@ -131,6 +138,9 @@ func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *schedul
 			a.commit(commit)
 		}
 	}
+	for _, d := range w.deleters {
+		d.settle(commit)
+	}
 	stop()
 	var o outcome
 	ops := w.rec.Operations()
@@ -139,8 +149,9 @@ func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *schedul
 		t.Error(err)
 	}
 	o.verdicts = history.Check(ops, staleBound, sys.dir)
-	if !clustertest.Poll(2*resyncPeriod, func() bool { o.unsettled = sys.sweep(t.Context()); return len(o.unsettled) == 0 }) {
-		o.unsettled = sys.sweep(t.Context())
+	deleted := w.deletedRevisions()
+	if !clustertest.Poll(2*resyncPeriod, func() bool { o.unsettled = sys.sweep(t.Context(), deleted); return len(o.unsettled) == 0 }) {
+		o.unsettled = sys.sweep(t.Context(), deleted)
 	}
 	sys.halt()
 	sys.Stop() // the gateways end their helper sessions: nothing of the executors may remain
@@ -199,8 +210,8 @@ func ensured(agents []*agent) map[string]*executionv1.EnvironmentRef {
 
 func report(b budget, elapsed time.Duration, o outcome, stats map[string]int, sched *scheduler, sys *system) string {
 	var r strings.Builder
-	fmt.Fprintf(&r, "chaos: seed %d (replay: %s=%d), %s of %d agents on %d bindings and an administrator\n",
-		b.seed, seedEnv, b.seed, elapsed.Round(time.Second), b.bindings*b.agents, b.bindings)
+	fmt.Fprintf(&r, "chaos: seed %d (replay: %s=%d), %s of %d agents on %d bindings, %d deleters and an administrator\n",
+		b.seed, seedEnv, b.seed, elapsed.Round(time.Second), b.bindings*b.agents, b.bindings, b.deleters)
 	fmt.Fprintf(&r, "operations: %d —", o.operations)
 	for _, k := range slices.Sorted(maps.Keys(stats)) {
 		fmt.Fprintf(&r, " %s %d;", k, stats[k])
@@ -237,7 +248,7 @@ func report(b budget, elapsed time.Duration, o outcome, stats map[string]int, sc
 	}
 	fmt.Fprintf(&r, "check sweeps (objects, references, readiness): %d unsettled\n", len(o.unsettled))
 	fmt.Fprintf(&r, "check node processes: %d left\n", len(o.left))
-	fmt.Fprintf(&r, "check command answers: %d wrong\n", len(o.wrong))
+	fmt.Fprintf(&r, "check answers (commands, reads, deletes): %d wrong\n", len(o.wrong))
 	violations += len(o.unsettled) + len(o.left) + len(o.wrong)
 	for _, l := range slices.Concat(o.unsettled, o.left, o.wrong) {
 		fmt.Fprintf(&r, "  %s\n", l)

@@ -24,11 +24,15 @@ import (
 const resyncPeriod = time.Minute
 
 // sweep returns what does not hold of the cluster's objects now: every environment Ready,
-// suspended (no executor), or fenced with a recorded reason; exactly one claim and at most one executor Pod per
-// environment, each the one recorded, none terminating; no claim or Pod of no environment;
-// every binding's reference published. The fault suite polls it until it returns nothing,
-// for at most two resync periods.
-func (s *system) sweep(ctx context.Context) []string {
+// suspended (no executor), fenced with a recorded reason, or deleted (a tombstone: no Pod,
+// no claim, no reference); exactly one claim and at most one executor Pod per live
+// environment, each the one recorded, none terminating; no claim or Pod of no environment,
+// or of another revision than its environment's current one (a deleted revision's is a
+// resurrection); no revision a delete answered (deleted) live again; every binding's
+// reference published. A delete still in progress is reported, so that it is accepted only
+// until the sweep's deadline: the fault suite polls it until it returns nothing, for at
+// most two resync periods.
+func (s *system) sweep(ctx context.Context, deleted map[string]bool) []string {
 	cs, err := versioned.NewForConfig(s.c.RESTConfig())
 	if err != nil {
 		return []string{err.Error()}
@@ -58,10 +62,46 @@ func (s *system) sweep(ctx context.Context) []string {
 	for _, env := range envs.Items {
 		known[env.Name] = true
 		st := env.Status
+		rev := string(env.UID)
+		// Pods and claims are paired with an environment by its name, which every
+		// incarnation of a binding shares: each must be of the current revision.
+		var objects []metav1.Object
+		for _, p := range podsOf[env.Name] {
+			objects = append(objects, &p)
+		}
+		for _, c := range claimsOf[env.Name] {
+			objects = append(objects, &c)
+		}
+		for _, o := range objects {
+			kind, of := "Pod", o.GetLabels()[executor.LabelEnvironmentUID]
+			if _, claim := o.(*corev1.PersistentVolumeClaim); claim {
+				kind = "claim"
+			}
+			switch {
+			case st.Deleted() && of == rev:
+				bad = append(bad, fmt.Sprintf("environment %s (revision %s) is deleted, yet its %s %s exists (terminating: %t): resurrected",
+					env.Name, rev, kind, o.GetName(), o.GetDeletionTimestamp() != nil))
+			case of != rev:
+				bad = append(bad, fmt.Sprintf("environment %s (revision %s): %s %s is of revision %s (deleted: %t)", env.Name, rev, kind, o.GetName(), of, deleted[of]))
+			}
+		}
+		if st.Deleted() {
+			if len(st.References) > 0 {
+				bad = append(bad, fmt.Sprintf("environment %s (revision %s) is deleted with %d references", env.Name, rev, len(st.References)))
+			}
+			continue
+		}
+		if op := st.LifecycleOperation; op != nil && op.Kind == v1alpha1.LifecycleDelete {
+			bad = append(bad, fmt.Sprintf("environment %s (revision %s) is still being deleted: phase %q, operation %s", env.Name, rev, st.Phase, op.Phase))
+			continue
+		}
+		if deleted[rev] {
+			bad = append(bad, fmt.Sprintf("environment %s: revision %s, whose delete was answered, is live again (phase %q): resurrected", env.Name, rev, st.Phase))
+		}
 		fenced := st.FenceState == v1alpha1.FenceUnknown && st.FenceReason != ""
 		suspended := st.Phase == v1alpha1.PhaseSuspended && st.Suspended()
 		if !fenced && !suspended && (!meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionReady) || st.Phase != v1alpha1.PhaseReady) {
-			bad = append(bad, fmt.Sprintf("environment %s is neither Ready, suspended nor fenced: phase %q, fence %q", env.Name, st.Phase, st.FenceState))
+			bad = append(bad, fmt.Sprintf("environment %s is neither Ready, suspended, fenced nor deleted: phase %q, fence %q", env.Name, st.Phase, st.FenceState))
 		}
 		if c := claimsOf[env.Name]; len(c) != 1 || st.PVC == nil || c[0].UID != st.PVC.UID {
 			bad = append(bad, fmt.Sprintf("environment %s: %d workspace claims, recorded %v", env.Name, len(c), st.PVC))
@@ -90,16 +130,33 @@ func (s *system) sweep(ctx context.Context) []string {
 	}
 	for name, ps := range podsOf {
 		if !known[name] {
-			bad = append(bad, fmt.Sprintf("%d orphaned Pods of %q", len(ps), name))
+			bad = append(bad, fmt.Sprintf("%d orphaned Pods of %q%s", len(ps), name, deletedOf(ps, deleted)))
 		}
 	}
 	for name, cs := range claimsOf {
 		if !known[name] {
-			bad = append(bad, fmt.Sprintf("%d orphaned claims of %q", len(cs), name))
+			bad = append(bad, fmt.Sprintf("%d orphaned claims of %q%s", len(cs), name, deletedOf(cs, deleted)))
 		}
 	}
 	slices.Sort(bad)
 	return bad
+}
+
+// deletedOf names the deleted revisions among objs' (" of deleted revisions …"), or "".
+func deletedOf[T any, P interface {
+	*T
+	metav1.Object
+}](objs []T, deleted map[string]bool) string {
+	var revs []string
+	for i := range objs {
+		if rev := P(&objs[i]).GetLabels()[executor.LabelEnvironmentUID]; deleted[rev] && !slices.Contains(revs, rev) {
+			revs = append(revs, rev)
+		}
+	}
+	if len(revs) == 0 {
+		return ""
+	}
+	return " of deleted revisions " + strings.Join(revs, ", ") + ": resurrected"
 }
 
 // leftProcesses lists the node's processes (the fake node runs executors' commands as local

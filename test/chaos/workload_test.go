@@ -82,6 +82,10 @@ type workload struct {
 	wrong []string
 	// stats counts operations by kind and outcome.
 	stats map[string]int
+	// deleters end their bindings' environments again and again (deleter_test.go);
+	// deletedRevs is every revision a delete of theirs answered DELETING or DELETED.
+	deleters    []*deleter
+	deletedRevs map[string]bool
 	// eager agents skip their idle pauses; pace, when set, is waited on before each step
 	// (the soak's rate).
 	eager bool
@@ -95,7 +99,8 @@ func newWorkload(sys *system) *workload {
 }
 
 func newWorkloadOf(t target) *workload {
-	return &workload{target: t, profile: profiletest.Name, rec: history.NewRecorder(effectBound), stats: map[string]int{}}
+	return &workload{target: t, profile: profiletest.Name, rec: history.NewRecorder(effectBound), stats: map[string]int{},
+		deletedRevs: map[string]bool{}}
 }
 
 // claimTTL is the run claims' lifetime the agents ask for.

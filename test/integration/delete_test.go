@@ -1,6 +1,9 @@
 package integration_test
 
 import (
+	"encoding/json"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,17 +12,26 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/dev/devimage"
+	"github.com/execplane/execplane/internal/dev/faultproxy"
 	"github.com/execplane/execplane/internal/dev/precondition"
+	v1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
 // ttlProfile is the real node's profile with a suspendedTTL of 5 s.
 const ttlProfile = "real-node-ttl"
+
+// holdFinalizer is the test's own finalizer on a claim, holding its deletion.
+const holdFinalizer = "execplane.test/hold"
+
+// leaderPoll is how often the test's control proxy looks for the leading controller.
+const leaderPoll = 200 * time.Millisecond
 
 // The owner deletes a Ready environment on the real node while a detached command runs in
 // it: every grant dies, the command's processes are gone from the node, the executor's end
@@ -34,11 +46,11 @@ func TestOwnerDeleteOnTheRealNode(t *testing.T) {
 	api := sys.dial(t, "caller", 0)
 	kube := clustertest.Cluster(t).Kube()
 	s := ensureReadyOn(t, api, "alice", "conv-delete", realNodeProfile)
-	ctx := callCtx(t)
+	ctx := clustertest.Context(t, 4*time.Minute)
 
 	const token = "execplane-delete-test-7d1c"
 	if _, err := s.api.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: s.runG, Environment: s.envRef,
-		Command: shell("exec sleep 3600 # " + token), Detach: true, CommandId: "long-job"}); err != nil {
+		Command: shell("sleep 3600; : " + token), Detach: true, CommandId: "long-job"}); err != nil {
 		t.Fatalf("detached start: %v", err)
 	}
 	clustertest.Eventually(t, 10*time.Second, "the detached command running on the node", func() bool { return len(processesWith(t, token)) > 0 })
@@ -105,18 +117,42 @@ func TestOwnerDeleteOnTheRealNode(t *testing.T) {
 }
 
 // A suspendedTTL of 5 s deletes a suspended environment's workspace on the real node, once,
-// with an Expired Event, although the leader is killed once the deletion has begun: the
-// next leader finishes it.
+// with an Expired Event, although the leader that began the deletion is killed in its
+// middle (the claim held by a finalizer of the test's until then): the next leader, another
+// controller, finishes it.
 func TestSuspendedTTLAcrossALeaderChange(t *testing.T) {
 	if realNodeMissing != nil {
 		precondition.Missing(t, "the real node: %v", realNodeMissing)
 	}
-	sys := startSystemWith(t, systemOptions{gateways: 1, controllers: 2,
+	// The gateway reaches whichever controller leads, as the chart's Service does.
+	var leading atomic.Pointer[string]
+	leading.Store(new(string))
+	control, err := faultproxy.Start(func() string { return *leading.Load() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(control.Close)
+	sys := startSystemWith(t, systemOptions{gateways: 1, controllers: 2, gatewayArgs: []string{"--controller-address", control.Addr()},
 		profiles: profileYAML(ttlProfile, devimage.ExecutorRef, devcluster.StorageClassName, 10, devcluster.RealNodePlacement+"    suspendedTTL: 5s\n")})
+	go func() {
+		for ctx := t.Context(); ctx.Err() == nil; {
+			addr := ""
+			for _, c := range sys.Controllers {
+				if c.Exited() == nil && c.Leads(ctx) {
+					addr = c.Listen
+				}
+			}
+			leading.Store(&addr)
+			select {
+			case <-ctx.Done():
+			case <-time.After(leaderPoll):
+			}
+		}
+	}()
 	api := sys.dial(t, "caller", 0)
 	kube := clustertest.Cluster(t).Kube()
 	s := ensureReadyOn(t, api, "alice", "conv-ttl", ttlProfile)
-	ctx := callCtx(t)
+	ctx := clustertest.Context(t, 4*time.Minute)
 	if _, err := api.ReleaseRun(ctx, &executionv1.ReleaseRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef}); err != nil {
 		t.Fatalf("release: %v", err)
 	}
@@ -124,13 +160,28 @@ func TestSuspendedTTLAcrossALeaderChange(t *testing.T) {
 		Target: &executionv1.ReferenceTarget{Owner: s.owner, Environment: s.envRef, BindingId: s.binding}}); err != nil {
 		t.Fatalf("suspend: %v", err)
 	}
-	claim := func() string {
+	var claim string
+	clustertest.Eventually(t, time.Minute, "suspended", func() bool {
 		env := sys.environment(t, s.envRef.GetId())
-		if env.Status.PVC == nil {
-			return ""
+		if env.Status.PVC != nil {
+			claim = env.Status.PVC.Name
 		}
-		return env.Status.PVC.Name
-	}()
+		return env.Status.Suspended()
+	})
+	// A finalizer of the test's holds the claim, so the deletion waits in DeletingWorkspace
+	// until the leader that began it is dead.
+	claims := kube.CoreV1().PersistentVolumeClaims(sys.executors)
+	hold := func(finalizers []string) {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers}})
+		if _, err := claims.Patch(ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("the test's finalizer on the claim: %v", err)
+		}
+	}
+	pvc, err := claims.Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold(append(slices.Clone(pvc.Finalizers), holdFinalizer))
 	events := func(reason string) int32 {
 		list, err := kube.CoreV1().Events(sys.executors).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 			"involvedObject.name": s.envRef.GetId(), "reason": reason}.String()})
@@ -143,22 +194,33 @@ func TestSuspendedTTLAcrossALeaderChange(t *testing.T) {
 		}
 		return n
 	}
-	// The deletion begins (its Event is out), then the leader dies.
-	clustertest.Eventually(t, time.Minute, "the time limit's Delete begun", func() bool { return events("Expired") > 0 })
-	var leader *process
+	clustertest.Eventually(t, time.Minute, "the time limit's Delete deleting the claim", func() bool {
+		pvc, err := claims.Get(ctx, claim, metav1.GetOptions{})
+		op := sys.environment(t, s.envRef.GetId()).Status.LifecycleOperation
+		return err == nil && pvc.DeletionTimestamp != nil && op.Kind == v1alpha1.LifecycleDelete && op.Phase == v1alpha1.PhaseDeletingWorkspace && events("Expired") > 0
+	})
+	var leader, next *process
 	for _, c := range sys.Controllers {
 		if c.Leads(ctx) {
 			leader = &process{Process: c}
+		} else {
+			next = &process{Process: c}
 		}
 	}
-	if leader == nil {
+	if leader == nil || next == nil {
 		t.Fatal("no controller leads")
 	}
 	leader.Kill()
+	clustertest.Eventually(t, time.Minute, "the other controller leading", func() bool { return next.Leads(ctx) })
+	pvc, err = claims.Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold(slices.DeleteFunc(slices.Clone(pvc.Finalizers), func(f string) bool { return f == holdFinalizer }))
 	clustertest.Eventually(t, 90*time.Second, "the tombstone, completed by the next leader", func() bool {
 		return sys.environment(t, s.envRef.GetId()).Status.Deleted()
 	})
-	if _, err := kube.CoreV1().PersistentVolumeClaims(sys.executors).Get(ctx, claim, metav1.GetOptions{}); claim == "" || !apierrors.IsNotFound(err) {
+	if _, err := claims.Get(ctx, claim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the workspace claim %q after the time limit: %v", claim, err)
 	}
 	env := sys.environment(t, s.envRef.GetId())
