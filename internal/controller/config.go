@@ -42,7 +42,9 @@ const (
 	// DELETED rather than NOT_FOUND: an hour covers any client's retries, and a tombstone
 	// is a few hundred bytes in etcd with nothing else behind it.
 	defaultTombstoneRetention = time.Hour
-	// maxTombstoneRetention bounds it: tombstones are kept in the informers' memory.
+	// minTombstoneRetention and maxTombstoneRetention bound it: under a second a client's
+	// first retry already finds nothing; tombstones are kept in the informers' memory.
+	minTombstoneRetention = time.Second
 	maxTombstoneRetention = 7 * 24 * time.Hour
 	// minResync keeps periodic resyncs from becoming a hot loop against the API server.
 	minResync = time.Minute
@@ -157,7 +159,7 @@ func (c Config) Validate() error {
 	if c.ResyncPeriod != 0 && c.ResyncPeriod < minResync {
 		p.Addf("resync-period", "%s is below %s (0 disables resync)", c.ResyncPeriod, minResync)
 	}
-	p.DurationBetween("tombstone-retention", c.TombstoneRetention, time.Second, maxTombstoneRetention)
+	p.DurationBetween("tombstone-retention", c.TombstoneRetention, minTombstoneRetention, maxTombstoneRetention)
 	if c.LeaderService != "" {
 		if msgs := validation.IsDNS1035Label(c.LeaderService); len(msgs) > 0 {
 			p.Addf("leader-service", "%q is not a Service name: %s", c.LeaderService, strings.Join(msgs, "; "))

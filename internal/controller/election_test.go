@@ -237,7 +237,11 @@ func TestTwoReplicasLeaderElectionAndFencing(t *testing.T) {
 	}
 	a := startReplica(t, c.Kubeconfig(), ns, "replica-a")
 	b := startReplica(t, c.Kubeconfig(), ns, "replica-b")
-	clustertest.Eventually(t, 20*time.Second, "one replica leads", func() bool { return a.leads() != b.leads() })
+	// Both serving their metrics (state "" is a replica not up yet), exactly one leading.
+	clustertest.Eventually(t, 20*time.Second, "one replica leads, the other stands by", func() bool {
+		sa, sb := a.state(), b.state()
+		return sa != "" && sb != "" && (sa == "leader") != (sb == "leader")
+	})
 	leader, follower := a, b
 	if b.leads() {
 		leader, follower = b, a

@@ -107,7 +107,7 @@ func (p *pass) settleTombstone(ctx context.Context) error {
 	}
 	at := p.persisted.LifecycleOperation.CompletedAt.Add(p.r.cfg.TombstoneRetention)
 	if left := at.Sub(p.now.Time); left > 0 {
-		p.r.queue.AddAfter(p.env.Namespace+"/"+p.env.Name, left+idleWakeSlack)
+		p.r.queue.AddAfter(p.env.Namespace+"/"+p.env.Name, left+wakeSlack)
 		return nil
 	}
 	return deleteExact(ctx, envs.Delete, p.env.Name, p.env.UID)

@@ -48,13 +48,13 @@ func TestTimeLimits(t *testing.T) {
 	}{
 		{"no limits", spec(nil, nil, nil), status(executionv1alpha1.LifecycleSuspend, time.Hour, nil), 100 * time.Hour, "", 0},
 		{"limits of 0 are none", spec(dur(0), dur(0), dur(0)), status(executionv1alpha1.LifecycleSuspend, time.Hour, nil), 100 * time.Hour, "", 0},
-		{"suspended, not yet", spec(nil, dur(time.Hour), nil), status(executionv1alpha1.LifecycleSuspend, time.Hour, nil), 90 * time.Minute, "", 30*time.Minute + idleWakeSlack},
+		{"suspended, not yet", spec(nil, dur(time.Hour), nil), status(executionv1alpha1.LifecycleSuspend, time.Hour, nil), 90 * time.Minute, "", 30*time.Minute + wakeSlack},
 		{"suspended past its TTL", spec(nil, dur(time.Hour), nil), status(executionv1alpha1.LifecycleSuspend, time.Hour, nil), 2 * time.Hour, limitSuspendedTTL, 0},
 		{"retired past its TTL", spec(dur(time.Hour), nil, nil), status(executionv1alpha1.LifecycleRetire, time.Hour, nil), 2 * time.Hour, limitRetiredTTL, 0},
 		{"suspendedTTL does not apply to a retired one", spec(nil, dur(time.Hour), nil), status(executionv1alpha1.LifecycleRetire, time.Hour, nil), 5 * time.Hour, "", 0},
 		{"ready past its lifetime", spec(nil, nil, dur(24*time.Hour)), status("", 0, nil), 25 * time.Hour, limitMaxLifetime, 0},
-		{"ready, lifetime pending", spec(nil, nil, dur(24*time.Hour)), status("", 0, nil), 20 * time.Hour, "", 4*time.Hour + idleWakeSlack},
-		{"the earlier deadline wakes", spec(nil, dur(time.Hour), dur(24*time.Hour)), status(executionv1alpha1.LifecycleSuspend, 22*time.Hour+30*time.Minute, nil), 23 * time.Hour, "", 30*time.Minute + idleWakeSlack},
+		{"ready, lifetime pending", spec(nil, nil, dur(24*time.Hour)), status("", 0, nil), 20 * time.Hour, "", 4*time.Hour + wakeSlack},
+		{"the earlier deadline wakes", spec(nil, dur(time.Hour), dur(24*time.Hour)), status(executionv1alpha1.LifecycleSuspend, 22*time.Hour+30*time.Minute, nil), 23 * time.Hour, "", 30*time.Minute + wakeSlack},
 		{"retained", spec(dur(time.Hour), dur(time.Hour), dur(time.Hour)), status(executionv1alpha1.LifecycleSuspend, time.Hour, retained), 100 * time.Hour, "", 0},
 		{"fenced", spec(nil, dur(time.Hour), nil), status(executionv1alpha1.LifecycleSuspend, time.Hour, func(st *executionv1alpha1.ExecutionEnvironmentStatus) {
 			st.FenceState = executionv1alpha1.FenceUnknown

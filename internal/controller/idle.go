@@ -112,15 +112,16 @@ func (p *pass) startPolicyOperation(kind executionv1alpha1.LifecycleKind, id, ev
 
 // wakeAfter asks for a pass at t (the earliest of the deadlines asked for).
 func (p *pass) wakeAfter(t time.Time) {
-	d := t.Sub(p.now.Time) + idleWakeSlack
+	d := t.Sub(p.now.Time) + wakeSlack
 	if p.wake == 0 || d < p.wake {
 		p.wake = d
 	}
 }
 
-// idleWakeSlack delays a pass asked for at a deadline a little past it, so that the pass
-// finds the deadline passed rather than a microsecond ahead (and asks again).
-const idleWakeSlack = 100 * time.Millisecond
+// wakeSlack delays a pass asked for at a deadline (the idle policy's, a time limit's, a
+// tombstone's end) a little past it, so that the pass finds the deadline passed rather
+// than a microsecond ahead (and asks again).
+const wakeSlack = 100 * time.Millisecond
 
 func equalOperation(a, b *executionv1alpha1.LifecycleOperation) bool {
 	if a == nil || b == nil {

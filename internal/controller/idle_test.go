@@ -45,14 +45,14 @@ func TestIdlePolicy(t *testing.T) {
 		wantWake        time.Duration                   // 0: none
 	}{
 		{"no policy", nil, nil, running(nil), time.Hour, "", 0},
-		{"ready, not idle long enough", dur(time.Hour), nil, running(nil), 20 * time.Minute, "", 40*time.Minute + idleWakeSlack},
+		{"ready, not idle long enough", dur(time.Hour), nil, running(nil), 20 * time.Minute, "", 40*time.Minute + wakeSlack},
 		{"ready and idle since it became ready", dur(time.Hour), nil, running(nil), time.Hour, executionv1alpha1.LifecycleSuspend, 0},
 		{"a release restarts the clock", dur(time.Hour), nil, running(func(st *executionv1alpha1.ExecutionEnvironmentStatus) {
 			st.LastRunActivityAt = ptr(at(50 * time.Minute))
-		}), time.Hour, "", 50*time.Minute + idleWakeSlack},
+		}), time.Hour, "", 50*time.Minute + wakeSlack},
 		{"an unexpired claim is not idle: woken when it lapses", dur(time.Hour), nil, running(func(st *executionv1alpha1.ExecutionEnvironmentStatus) {
 			st.ActiveRun = &executionv1alpha1.RunClaim{ExpiresAt: at(3 * time.Hour)}
-		}), 2 * time.Hour, "", time.Hour + idleWakeSlack},
+		}), 2 * time.Hour, "", time.Hour + wakeSlack},
 		{"a lapsed claim counts from its expiry", dur(time.Hour), nil, running(func(st *executionv1alpha1.ExecutionEnvironmentStatus) {
 			st.ActiveRun = &executionv1alpha1.RunClaim{ExpiresAt: at(time.Hour)}
 		}), 2 * time.Hour, executionv1alpha1.LifecycleSuspend, 0},
@@ -62,10 +62,10 @@ func TestIdlePolicy(t *testing.T) {
 			st.LifecycleOperation = &executionv1alpha1.LifecycleOperation{Kind: executionv1alpha1.LifecycleReplace, Phase: executionv1alpha1.PhaseCreatingExecutor}
 		}), 5 * time.Hour, "", 0},
 		{"suspended: suspend does not apply again", dur(time.Hour), nil, suspended(time.Hour), 10 * time.Hour, "", 0},
-		{"suspended, retire not due: woken then", dur(time.Hour), dur(24 * time.Hour), suspended(2 * time.Hour), 10 * time.Hour, "", 16*time.Hour + idleWakeSlack},
+		{"suspended, retire not due: woken then", dur(time.Hour), dur(24 * time.Hour), suspended(2 * time.Hour), 10 * time.Hour, "", 16*time.Hour + wakeSlack},
 		{"suspended, retire due", dur(time.Hour), dur(24 * time.Hour), suspended(2 * time.Hour), 26 * time.Hour, executionv1alpha1.LifecycleRetire, 0},
 		{"ready, retire due before anything else", nil, dur(time.Hour), running(nil), 2 * time.Hour, executionv1alpha1.LifecycleRetire, 0},
-		{"ready, both pending: the earlier deadline", dur(time.Hour), dur(3 * time.Hour), running(nil), 30 * time.Minute, "", 30*time.Minute + idleWakeSlack},
+		{"ready, both pending: the earlier deadline", dur(time.Hour), dur(3 * time.Hour), running(nil), 30 * time.Minute, "", 30*time.Minute + wakeSlack},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -150,7 +150,9 @@ func (p *pass) admitLifecycle(op *executionv1alpha1.LifecycleOperation) error {
 			return nil
 		}
 		if p.o.pod != nil || p.podPresence == leaving {
-			p.recordOnce(EventOperationBlocked, "Delete waits: an executor Pod of the environment still exists")
+			// Not recordOnce: the operation's reason (the owner's, or the time limit's) is
+			// what the tombstone keeps.
+			p.record(true, EventOperationBlocked, "Delete waits: an executor Pod of the environment still exists")
 			return nil
 		}
 		if mismatch(p.status.PVC, op.ExpectedPVCUID) {

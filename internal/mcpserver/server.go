@@ -81,6 +81,9 @@ type Server struct {
 	mu  sync.Mutex
 	env *client.Environment
 	run *client.Run
+	// deleted is the environment delete_environment last deleted, answered again by a
+	// repeated delete.
+	deleted *client.Environment
 }
 
 // New returns a server for cfg; nothing is called until a tool is.
@@ -295,12 +298,18 @@ func (s *Server) addDeleteTool(m *mcp.Server) {
 		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 		defer cancel()
 		env := s.env
-		if env == nil {
-			e, err := s.environment(ctx)
+		switch {
+		case env == nil && s.deleted != nil:
+			env = s.deleted // a repeated delete: answered DELETED, nothing created for it
+		case env == nil && s.cfg.EnvironmentID != "":
+			e, err := s.environment(ctx) // attaches: never creates
 			if err != nil {
 				return nil, DeleteEnvironmentView{}, toolError(err)
 			}
 			env = e
+		case env == nil:
+			// Ensuring here would create an environment only to delete it.
+			return nil, DeleteEnvironmentView{}, toolError(errorf(errInvalidArgument, "no environment was used in this session: nothing to delete"))
 		}
 		if s.run != nil {
 			_ = s.run.Close(ctx) // the claim dies with the environment; stop renewing it
@@ -310,6 +319,7 @@ func (s *Server) addDeleteTool(m *mcp.Server) {
 		if err := env.Delete(ctx, maxDeleteWait); err != nil {
 			return nil, DeleteEnvironmentView{}, toolError(err)
 		}
+		s.deleted = env
 		return nil, DeleteEnvironmentView{ID: env.ID(), State: strings.TrimPrefix(env.Status().GetLifecycle().String(), "LIFECYCLE_STATE_")}, nil
 	})
 }

@@ -51,8 +51,10 @@ const (
 	// agent that is still there; a year is "never" said differently.
 	minIdleAfter = 30 * time.Second
 	maxIdleAfter = 8760 * time.Hour
-	// maxTimeLimit bounds retiredTTL, suspendedTTL and maxLifetime (0 is "never"); they have
-	// no floor beyond a second, since deleting is what the operator asked for.
+	// minTimeLimit and maxTimeLimit bound retiredTTL, suspendedTTL and maxLifetime (0 is
+	// "never"): no floor beyond the controller's clock granularity, since deleting is what
+	// the operator asked for; a year is "never" said differently.
+	minTimeLimit = time.Second
 	maxTimeLimit = 8760 * time.Hour
 	// MaxRetainRecordsCeiling bounds commands.retainRecords: a listing reads them all.
 	MaxRetainRecordsCeiling = 1000
@@ -199,8 +201,8 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 		name string
 		d    *metav1.Duration
 	}{{"retiredTTL", s.RetiredTTL}, {"suspendedTTL", s.SuspendedTTL}, {"maxLifetime", s.MaxLifetime}} {
-		if limit.d != nil && limit.d.Duration != 0 && (limit.d.Duration < time.Second || limit.d.Duration > maxTimeLimit) {
-			p.Add(field(limit.name), "%s is outside [1s, %s] (0 or absent: never)", limit.d.Duration, maxTimeLimit)
+		if limit.d != nil && limit.d.Duration != 0 && (limit.d.Duration < minTimeLimit || limit.d.Duration > maxTimeLimit) {
+			p.Add(field(limit.name), "%s is outside [%s, %s] (0 or absent: never)", limit.d.Duration, minTimeLimit, maxTimeLimit)
 		}
 	}
 

@@ -297,7 +297,11 @@ func (s *Store) MigrateEnvironment(ctx context.Context, in MigrateInput) (*Resul
 func (s *Store) DeleteRetiredEnvironment(ctx context.Context, in AdminInput) (*Result, error) {
 	return s.admin(ctx, in, adminCall{op: "DeleteRetiredEnvironment", required: []string{"pvc_uid"},
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, _ *Result) (bool, error) {
-			if err := idle(env); err != nil {
+			// A Delete fenced because its workspace vanished can be finished only here
+			// (RecoverEnvironment refuses a lost workspace): the check below requires it.
+			fencedDelete := env.Status.FenceState == executionv1alpha1.FenceUnknown && env.Status.LifecycleOperation.InProgress() &&
+				env.Status.LifecycleOperation.Kind == executionv1alpha1.LifecycleDelete
+			if err := idle(env); err != nil && !fencedDelete {
 				return false, err
 			}
 			if !env.Status.Retired() && !env.Status.Suspended() {

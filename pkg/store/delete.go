@@ -62,7 +62,10 @@ func (s *Store) DeleteEnvironment(ctx context.Context, in DeleteInput) (*Result,
 			switch {
 			case st.FenceState == executionv1alpha1.FenceUnknown:
 				return false, apierror.ErrFenced
-			case op.InProgress() && !parkedReplace(env):
+			case op.InProgress() && !(parkedReplace(env) && !s.profileCurrent(env)):
+				// A parked Replace or Resume is taken over only when its executor can
+				// never be built: otherwise the controller may be creating it right now,
+				// and a Pod it creates after this write would hold the claim for ever.
 				return false, notReady(fmt.Sprintf("%s in progress", op.Kind))
 			case st.NeverHadExecutor():
 				return false, notReady("the first executor is still being provisioned")
@@ -80,7 +83,9 @@ func (s *Store) DeleteEnvironment(ctx context.Context, in DeleteInput) (*Result,
 	if err != nil || in.Wait <= 0 || r.Environment.Status.Deleted() {
 		return r, err
 	}
-	s.awaitDeleted(ctx, r.Environment.Name, r.Environment.UID, in.Wait)
+	s.await(ctx, r.Environment.Name, r.Environment.UID, in.Wait, func(env *executionv1alpha1.ExecutionEnvironment) bool { return env.Status.Deleted() })
+	// An administrator's DeleteRetired in progress leaves no tombstone: once it is gone
+	// the answer is the DELETING this call read.
 	env, err := s.client().Get(ctx, r.Environment.Name, metav1.GetOptions{})
 	if err != nil || env.UID != r.Environment.UID {
 		// Gone meanwhile (an administrator's delete, or the tombstone's retention ran out
@@ -89,26 +94,6 @@ func (s *Store) DeleteEnvironment(ctx context.Context, in DeleteInput) (*Result,
 	}
 	r.Environment = env
 	return r, nil
-}
-
-// awaitDeleted waits, on the leader's informer cache, until the environment of this UID is
-// deleted (or gone), or d or ctx has run out.
-func (s *Store) awaitDeleted(ctx context.Context, name string, uid types.UID, d time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	t := time.NewTicker(attachWaitPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name)
-		if err != nil || env.UID != uid || env.Status.Deleted() {
-			return
-		}
-	}
 }
 
 // RetentionInput sets or clears the owner's retention of a workspace.
@@ -172,7 +157,7 @@ func (s *Store) clearTombstone(ctx context.Context, name, clientHash, ownerHash 
 }
 
 // ownerOf is ownedBy without the tombstone rule: the owner's environment of this UID,
-// deleted or not.
+// deleted or not (DeleteEnvironment's visibility).
 func ownerOf(c Caller, o Owner, ref ident.EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
 	client, owner := ident.ClientHash(c.Client), OwnerHash(o)
 	return func(env *executionv1alpha1.ExecutionEnvironment) error {

@@ -230,10 +230,10 @@ func sameIncarnation(env *executionv1alpha1.ExecutionEnvironment, ref ident.Envi
 // ownedBy is the visibility of owner-scoped calls: the caller's own environment for this
 // owner. Everything else is indistinguishable from absent.
 func ownedBy(c Caller, o Owner, ref ident.EnvironmentRef) func(*executionv1alpha1.ExecutionEnvironment) error {
-	client, owner := ident.ClientHash(c.Client), OwnerHash(o)
+	owned := ownerOf(c, o, ref)
 	return func(env *executionv1alpha1.ExecutionEnvironment) error {
-		if env.Spec.ClientHash != client || env.Spec.OwnerHash != owner {
-			return apierror.ErrNotFound
+		if err := owned(env); err != nil {
+			return err
 		}
 		return sameIncarnation(env, ref)
 	}
