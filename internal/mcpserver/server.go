@@ -117,7 +117,7 @@ func (s *Server) MCP() *mcp.Server {
 
 // instructions tell the agent how the tools fit together.
 const instructions = `These tools act on one durable workspace (an execplane environment): files persist across commands and sessions.
-Paths are relative to the workspace root. Call ensure_environment first to see the environment; every other tool ensures it too.
+Paths are relative to the workspace root. Call ensure_environment first to see the environment; every other tool ensures it too, except delete_environment, which ends it for good (only when the task says the workspace is no longer needed).
 write_file with if_version (the version read_file or stat returned) writes only if the file is unchanged: on VERSION_MISMATCH read it again.
 run_command runs a command to its end (its output streamed as progress when the client asks for progress); with detach it returns a command id to poll with command_status.
 A tool error starts with the API's reason (NOT_FOUND, VERSION_MISMATCH, STALE_EPOCH, ...). RUN_CLAIM_LOST means another client took the workspace: ensure_environment takes it back.`

@@ -64,6 +64,7 @@ func full(name string) *v1alpha1.ExecutionEnvironment {
 				Kind: v1alpha1.LifecycleReplace, Phase: v1alpha1.PhaseAwaitingTermination, OperationID: "op-3",
 				ExpectedPodUID: "pod-uid", ExpectedPVCUID: "pvc-uid", Reason: "image update", StartedAt: now, CompletedAt: ptr.To(now),
 			},
+			Retention:          &v1alpha1.Retention{Retain: true, BindingID: "conversation:42", OperationID: "op-4", UpdatedAt: now},
 			TerminationProof:   &v1alpha1.TerminationProof{PodName: "p", PodUID: "pod-uid", PodPhase: "Failed", ExitCode: ptr.To[int32](137), Reason: "OOMKilled", ObservedAt: now},
 			AuthorityChangedAt: ptr.To(metav1.NewMicroTime(now.Time.Add(123456 * time.Microsecond))),
 			LastReplacement:    &v1alpha1.Replacement{OldPodUID: "old", NewPodUID: "new", Epoch: 6, CompletedAt: now},
