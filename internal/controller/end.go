@@ -55,8 +55,7 @@ func (p *pass) applyTimeLimits() {
 		return
 	}
 	st := p.status
-	if st.Retained() || st.FenceState != executionv1alpha1.FenceHealthy || st.LifecycleOperation.InProgress() ||
-		!equalOperation(st.LifecycleOperation, p.persisted.LifecycleOperation) || st.Deleted() {
+	if st.Retained() || !p.settled() || st.Deleted() {
 		return
 	}
 	type limit struct {

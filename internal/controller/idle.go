@@ -52,8 +52,7 @@ func (p *pass) applyIdlePolicy() {
 		return
 	}
 	st := p.status
-	if st.FenceState != executionv1alpha1.FenceHealthy || p.o.deleting || st.LifecycleOperation.InProgress() ||
-		!equalOperation(st.LifecycleOperation, p.persisted.LifecycleOperation) {
+	if !p.settled() || p.o.deleting {
 		return
 	}
 	var since time.Time
@@ -87,6 +86,14 @@ func (p *pass) applyIdlePolicy() {
 		p.startPolicyOperation(executionv1alpha1.LifecycleSuspend, idleSuspendOperation, EventIdle,
 			fmt.Sprintf("idle for %s (the profile's suspendAfterIdle)", spec.SuspendAfterIdle.Duration))
 	}
+}
+
+// settled reports an environment the controller's policies (idle, time limits) may act on:
+// healthy, no operation in progress, and none started or ended by this pass.
+func (p *pass) settled() bool {
+	st := p.status
+	return st.FenceState == executionv1alpha1.FenceHealthy && !st.LifecycleOperation.InProgress() &&
+		equalOperation(st.LifecycleOperation, p.persisted.LifecycleOperation)
 }
 
 // startPolicyOperation starts kind as the store starts the owner's or an administrator's:

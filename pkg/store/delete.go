@@ -50,7 +50,7 @@ func (s *Store) DeleteEnvironment(ctx context.Context, in DeleteInput) (*Result,
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, _ *Result) (bool, error) {
 			st := &env.Status
 			op := st.LifecycleOperation
-			if st.Deleted() || (op.InProgress() && (op.Kind == executionv1alpha1.LifecycleDelete || op.Kind == executionv1alpha1.LifecycleDeleteRetired)) {
+			if deleting(env) {
 				return false, nil // answered as it is
 			}
 			if err := authority.BoundReference(env, in.BindingID); err != nil {
@@ -83,16 +83,14 @@ func (s *Store) DeleteEnvironment(ctx context.Context, in DeleteInput) (*Result,
 	if err != nil || in.Wait <= 0 || r.Environment.Status.Deleted() {
 		return r, err
 	}
-	s.await(ctx, r.Environment.Name, r.Environment.UID, in.Wait, func(env *executionv1alpha1.ExecutionEnvironment) bool { return env.Status.Deleted() })
-	// An administrator's DeleteRetired in progress leaves no tombstone: once it is gone
-	// the answer is the DELETING this call read.
-	env, err := s.client().Get(ctx, r.Environment.Name, metav1.GetOptions{})
-	if err != nil || env.UID != r.Environment.UID {
-		// Gone meanwhile (an administrator's delete, or the tombstone's retention ran out
-		// within the wait): answer what the delete itself left.
-		return r, nil
+	// The cache's tombstone is the answer (no read of the API server). Gone meanwhile (an
+	// administrator's DeleteRetired, which keeps no tombstone) or still deleting when the
+	// wait ran out: the answer is what this call read, DELETING.
+	if env := s.await(ctx, r.Environment.Name, r.Environment.UID, in.Wait, func(env *executionv1alpha1.ExecutionEnvironment) bool {
+		return env.Status.Deleted()
+	}); env != nil && env.Status.Deleted() {
+		r.Environment = env.DeepCopy()
 	}
-	r.Environment = env
 	return r, nil
 }
 

@@ -38,29 +38,34 @@ func settledForAttach(env *executionv1alpha1.ExecutionEnvironment) bool {
 // awaitSettled waits until the environment of this UID is settled for a waiting Attach or
 // suspended (the caller resumes it), is gone, or d or ctx has run out.
 func (s *Store) awaitSettled(ctx context.Context, name string, uid types.UID, d time.Duration) {
-	s.await(ctx, name, uid, d, func(env *executionv1alpha1.ExecutionEnvironment) bool {
+	_ = s.await(ctx, name, uid, d, func(env *executionv1alpha1.ExecutionEnvironment) bool {
 		return settledForAttach(env) || env.Status.Suspended()
 	})
 }
 
 // await polls the leader's informer cache until the environment of this UID satisfies done,
-// is gone, or d or ctx has run out: an in-memory read per poll, no API request.
-func (s *Store) await(ctx context.Context, name string, uid types.UID, d time.Duration, done func(*executionv1alpha1.ExecutionEnvironment) bool) {
+// is gone, or d or ctx has run out: an in-memory read per poll, no API request. It returns
+// the cache's object it last saw (shared: not to be changed), nil once gone.
+func (s *Store) await(ctx context.Context, name string, uid types.UID, d time.Duration, done func(*executionv1alpha1.ExecutionEnvironment) bool) *executionv1alpha1.ExecutionEnvironment {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	t := time.NewTicker(attachWaitPoll)
 	defer t.Stop()
+	var last *executionv1alpha1.ExecutionEnvironment
 	for {
 		// Looked at after a tick, not before: the caller has just read the object live, and
 		// the cache may not yet have the write that the caller itself made.
 		select {
 		case <-ctx.Done():
-			return
+			return last
 		case <-t.C:
 		}
 		env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name)
-		if err != nil || env.UID != uid || done(env) {
-			return
+		if err != nil || env.UID != uid {
+			return nil
+		}
+		if last = env; done(env) {
+			return env
 		}
 	}
 }
