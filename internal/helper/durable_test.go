@@ -272,7 +272,7 @@ func TestDurableCommandWithoutSupervisorIsAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(dir)
-	rec, err := spool.ReadRecord(dir)
+	rec, _, err := spool.ReadRecord(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestDurableGigabyteOfOutputIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(dir)
-	rec, err := spool.ReadRecord(dir)
+	rec, _, err := spool.ReadRecord(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,12 +504,12 @@ func TestDurableRecordsAreRetainedByCountAndAge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := spool.ReadRecord(dir)
+	rec, _, err := spool.ReadRecord(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.GetInfo().StartedAt = timestamppb.New(time.Now().Add(-2 * time.Hour))
-	if err := spool.WriteRecord(dir, rec); err != nil {
+	if err := spool.WriteRecord(dir, rec, nil); err != nil {
 		t.Fatal(err)
 	}
 	unix.Close(dir)

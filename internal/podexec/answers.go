@@ -38,6 +38,7 @@ var helperCodes = map[helperv1.ErrorCode]error{
 	helperv1.ErrorCode_ERROR_CODE_WRONG_TYPE:          apierror.ErrWrongType,
 	helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE:         apierror.ErrNotReady,
 	helperv1.ErrorCode_ERROR_CODE_OUTCOME_UNKNOWN:     apierror.ErrOutcomeUnknown,
+	helperv1.ErrorCode_ERROR_CODE_DATA_LOSS:           apierror.ErrRecordUnverified,
 	helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION: nil,
 	helperv1.ErrorCode_ERROR_CODE_INTERNAL:            nil,
 }

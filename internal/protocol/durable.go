@@ -111,10 +111,16 @@ func ValidateDurable(d *helperv1.Durable, lim DurableLimits) error {
 	if err := lim.Check(); err != nil {
 		return err
 	}
+	if err := ValidateRecordKeys(d.GetRecordKeys()); err != nil {
+		return err
+	}
 	switch op := d.GetOp().(type) {
 	case *helperv1.Durable_Start:
 		if err := ValidateCommandID(op.Start.GetCommandId()); err != nil {
 			return err
+		}
+		if op.Start.GetSeal() != nil {
+			return invalidf("seal: only a helper gives it, to its supervisor")
 		}
 		if a := time.Duration(op.Start.GetAttachMillis()) * time.Millisecond; !op.Start.GetDetached() && (a < MinAttach || a > MaxAttach) {
 			return invalidf("attach_millis must be within [%s, %s] for a command that is not detached", MinAttach, MaxAttach)
@@ -142,6 +148,11 @@ func ValidateDurable(d *helperv1.Durable, lim DurableLimits) error {
 	case *helperv1.Durable_List:
 		if op.List.GetMax() < 1 || op.List.GetMax() > MaxListCommands {
 			return invalidf("max must be 1..%d", MaxListCommands)
+		}
+		return nil
+	case *helperv1.Durable_Revoke:
+		if op.Revoke.GetBelowGeneration() == 0 {
+			return invalidf("below_generation: at least 1")
 		}
 		return nil
 	}

@@ -102,6 +102,9 @@ var (
 	// ErrOutcomeUnknown: the executor connection broke after the request was sent; a command
 	// may have run. Never retried automatically.
 	ErrOutcomeUnknown = class(codes.Unknown, executionv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "the executor connection broke after the request was sent: the outcome is unknown").fix()
+	// ErrRecordUnverified: a durable command's record is not the one its supervisor wrote
+	// (altered or planted by the workload): nothing was done on its account.
+	ErrRecordUnverified = class(codes.DataLoss, executionv1.ErrorReason_ERROR_REASON_RECORD_UNVERIFIED, "the command's record is not its supervisor's")
 	// ErrUnimplemented: the operation is not implemented.
 	ErrUnimplemented = class(codes.Unimplemented, executionv1.ErrorReason_ERROR_REASON_UNIMPLEMENTED, "not implemented")
 	// ErrInternal: an unexpected failure. Anything outside the vocabulary is answered as it.

@@ -328,6 +328,7 @@ var sdkClass = map[*apierror.Error]error{
 	apierror.ErrWrongType: ErrWrongType, apierror.ErrLimitExceeded: ErrExhausted, apierror.ErrBusy: ErrExhausted,
 	apierror.ErrUnavailable: ErrUnavailable, apierror.ErrExecutorUnreachable: ErrUnavailable,
 	apierror.ErrOutcomeUnknown: ErrOutcomeUnknown, apierror.ErrUnimplemented: ErrUnimplemented, apierror.ErrInternal: ErrInternal,
+	apierror.ErrRecordUnverified: ErrRecordUnverified,
 }
 
 // TestEveryReasonRoundTrips: every class of the server's vocabulary, answered as the edge

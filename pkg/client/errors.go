@@ -115,8 +115,11 @@ var (
 	// may have run. Never retried.
 	// Also a write or command whose call ended on the caller's side (deadline, cancel).
 	ErrOutcomeUnknown error = &kind{name: "outcome unknown", codes: []codes.Code{codes.Unknown, codes.DeadlineExceeded, codes.Canceled}, reason: executionv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN}
-	ErrUnimplemented  error = &kind{name: "unimplemented", codes: []codes.Code{codes.Unimplemented}}
-	ErrInternal       error = &kind{name: "internal", codes: []codes.Code{codes.Internal}}
+	// ErrRecordUnverified: a durable command's record is not the one its supervisor wrote
+	// (the workload altered or planted it); nothing was done on its account.
+	ErrRecordUnverified error = &kind{name: "record unverified", codes: []codes.Code{codes.DataLoss}, reason: executionv1.ErrorReason_ERROR_REASON_RECORD_UNVERIFIED}
+	ErrUnimplemented    error = &kind{name: "unimplemented", codes: []codes.Code{codes.Unimplemented}}
+	ErrInternal         error = &kind{name: "internal", codes: []codes.Code{codes.Internal}}
 )
 
 // asError converts a gRPC status error into an *Error; other errors (nil, a context error

@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -225,11 +226,20 @@ func (c *Commands) Remove(id string) error {
 }
 
 // WriteRecord replaces a command's record whole: a temporary file, fsync, rename, and an
-// fsync of the directory, so that a record once answered survives a crash of the node.
-func WriteRecord(commandDir int, rec *helperv1.CommandRecord) error {
+// fsync of the directory. With a key it is sealed (helperv1.SealedRecord) under it; without
+// one (a gateway of an older release gave none) it is written unsealed, and reads as
+// unverified.
+func WriteRecord(commandDir int, rec *helperv1.CommandRecord, key *helperv1.RecordKey) error {
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
 	if err != nil {
 		return err
+	}
+	if key != nil {
+		data, err = proto.MarshalOptions{Deterministic: true}.Marshal(&helperv1.SealedRecord{
+			Format: protocol.RecordFormatSealed, Record: data, KeyId: key.GetId(), Mac: protocol.RecordMAC(key.GetKey(), data)})
+		if err != nil {
+			return err
+		}
 	}
 	if len(data) > MaxRecordBytes {
 		return fmt.Errorf("spool: a record of %d bytes is over %d", len(data), MaxRecordBytes)
@@ -259,39 +269,71 @@ func WriteRecord(commandDir int, rec *helperv1.CommandRecord) error {
 	return nil
 }
 
-// ReadRecord reads and strictly decodes a command's record. A missing record (a start
-// under way, or a directory the workload made) is ErrNoCommand.
-func ReadRecord(commandDir int) (*helperv1.CommandRecord, error) {
+// ReadRecord reads and strictly decodes a command's record, and proves it: a sealed record
+// must verify under the key of its id among keys (the command's keys), or it is
+// ErrUnverified; an unsealed one (an older helper's, or the workload's) is answered with
+// sealed false. A missing record (a start that died before its first write) is
+// ErrNoCommand.
+func ReadRecord(commandDir int, keys []*helperv1.RecordKey) (rec *helperv1.CommandRecord, sealed bool, err error) {
 	fd, err := unix.Openat(commandDir, recordName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
-		return nil, ErrNoCommand
+		return nil, false, ErrNoCommand
 	}
 	if errors.Is(err, unix.ELOOP) {
-		return nil, ErrBadRecord // a symbolic link: not a record a supervisor wrote
+		return nil, false, ErrBadRecord // a symbolic link: not a record a supervisor wrote
 	}
 	if err != nil {
-		return nil, fmt.Errorf("spool: record: %w", err)
+		return nil, false, fmt.Errorf("spool: record: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), recordName)
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !st.Mode().IsRegular() || st.Size() > MaxRecordBytes {
-		return nil, ErrBadRecord
+		return nil, false, ErrBadRecord
 	}
 	buf := make([]byte, st.Size()+1)
 	n, _ := f.ReadAt(buf, 0)
 	if n > int(st.Size()) {
-		return nil, ErrBadRecord // grew while read
+		return nil, false, ErrBadRecord // grew while read
+	}
+	return decodeRecord(buf[:n], keys)
+}
+
+// decodeRecord decodes and proves a record file's content (see ReadRecord).
+func decodeRecord(data []byte, keys []*helperv1.RecordKey) (*helperv1.CommandRecord, bool, error) {
+	var seal helperv1.SealedRecord
+	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, &seal); err == nil && seal.GetFormat() != 0 {
+		if seal.GetFormat() != protocol.RecordFormatSealed || protocol.DecodeFrame(data, &seal) != nil {
+			return nil, false, ErrBadRecord
+		}
+		var key []byte
+		for _, k := range keys {
+			if k.GetId() == seal.GetKeyId() {
+				key = k.GetKey()
+			}
+		}
+		if key == nil || !hmac.Equal(protocol.RecordMAC(key, seal.GetRecord()), seal.GetMac()) {
+			return nil, false, ErrUnverified
+		}
+		rec := &helperv1.CommandRecord{}
+		if err := protocol.DecodeFrame(seal.GetRecord(), rec); err != nil || rec.GetInfo() == nil {
+			return nil, false, ErrBadRecord // sealed by us, yet not a record: never written so
+		}
+		return rec, true, nil
 	}
 	rec := &helperv1.CommandRecord{}
-	if err := protocol.DecodeFrame(buf[:n], rec); err != nil || rec.GetInfo() == nil {
-		return nil, ErrBadRecord
+	if err := protocol.DecodeFrame(data, rec); err != nil || rec.GetInfo() == nil {
+		return nil, false, ErrBadRecord
 	}
-	return rec, nil
+	return rec, false, nil
 }
+
+// ErrUnverified is returned for a sealed record that no key given verifies: altered or
+// planted by the workload, or sealed under a key the security material no longer holds.
+var ErrUnverified = errors.New("the command's record is not its supervisor's")
 
 // ErrBadRecord is returned for a record that is not one a supervisor wrote: too large, not a
 // regular file, undecodable.

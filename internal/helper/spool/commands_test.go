@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -96,10 +98,10 @@ func TestRecordRoundTrip(t *testing.T) {
 	second.Info.State = executionv1.CommandState_COMMAND_STATE_FAILED
 	second.Supervisor = nil
 	for _, rec := range []*helperv1.CommandRecord{testRecord(), second, {Info: &executionv1.CommandInfo{}}, recordOfSize(t, MaxRecordBytes)} {
-		if err := WriteRecord(dir, rec); err != nil {
+		if err := WriteRecord(dir, rec, nil); err != nil {
 			t.Fatalf("WriteRecord: %v", err)
 		}
-		got, err := ReadRecord(dir)
+		got, _, err := ReadRecord(dir, nil)
 		if err != nil {
 			t.Fatalf("ReadRecord: %v", err)
 		}
@@ -117,13 +119,13 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestWriteRecordFailures(t *testing.T) {
 	t.Run("over the cap", func(t *testing.T) {
 		path, dir := newCommand(t)
-		if err := WriteRecord(dir, testRecord()); err != nil {
+		if err := WriteRecord(dir, testRecord(), nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteRecord(dir, recordOfSize(t, MaxRecordBytes+1)); err == nil {
+		if err := WriteRecord(dir, recordOfSize(t, MaxRecordBytes+1), nil); err == nil {
 			t.Fatal("a record over MaxRecordBytes written")
 		}
-		got, err := ReadRecord(dir)
+		got, _, err := ReadRecord(dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +141,7 @@ func TestWriteRecordFailures(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(path, "record", "x"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteRecord(dir, testRecord()); err == nil {
+		if err := WriteRecord(dir, testRecord(), nil); err == nil {
 			t.Fatal("WriteRecord renamed onto a non-empty directory")
 		}
 		if diff := cmp.Diff([]string{"record"}, names(t, path)); diff != "" {
@@ -155,7 +157,7 @@ func TestWriteRecordFailures(t *testing.T) {
 		if err := os.Symlink(outside, filepath.Join(path, "record.tmp")); err != nil {
 			t.Fatal(err)
 		}
-		_ = WriteRecord(dir, testRecord()) // may fail: the workload broke its own record
+		_ = WriteRecord(dir, testRecord(), nil) // may fail: the workload broke its own record
 		if b, err := os.ReadFile(outside); err != nil || string(b) != "untouched" {
 			t.Fatalf("the link's target is now %q, %v", b, err)
 		}
@@ -248,7 +250,7 @@ func TestReadRecordHostile(t *testing.T) {
 			}
 			ch := make(chan result, 1)
 			go func() {
-				rec, err := ReadRecord(dir)
+				rec, _, err := ReadRecord(dir, nil)
 				ch <- result{rec, err}
 			}()
 			select {
@@ -468,7 +470,7 @@ func TestRemove(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := WriteRecord(dir, testRecord()); err != nil {
+		if err := WriteRecord(dir, testRecord(), nil); err != nil {
 			t.Fatal(err)
 		}
 		unix.Close(dir)
@@ -588,5 +590,65 @@ func TestCloseReleasesLock(t *testing.T) {
 	}
 	if !tryLock(t, root) {
 		t.Fatal("the lock is still held after Close")
+	}
+}
+
+// A sealed record reads back sealed under its key, and under no other: another key of the
+// same id, a key of another id, a flipped byte of the sealed bytes or of the seal, and a
+// format this helper does not know are refused; an unsealed record reads unsealed.
+func TestSealedRecords(t *testing.T) {
+	key := &helperv1.RecordKey{Id: "k1", Key: bytes.Repeat([]byte{1}, protocol.RecordKeyBytes)}
+	other := &helperv1.RecordKey{Id: "k1", Key: bytes.Repeat([]byte{2}, protocol.RecordKeyBytes)}
+	otherID := &helperv1.RecordKey{Id: "k2", Key: key.Key}
+	path, dir := newCommand(t)
+	if err := WriteRecord(dir, testRecord(), key); err != nil {
+		t.Fatal(err)
+	}
+	got, sealed, err := ReadRecord(dir, []*helperv1.RecordKey{other, key})
+	if err == nil && !sealed {
+		err = errors.New("read as unsealed")
+	}
+	if err != nil {
+		t.Fatalf("ReadRecord under its key: %v", err)
+	}
+	if diff := cmp.Diff(testRecord(), got, protocmp.Transform()); diff != "" {
+		t.Fatalf("(-written +read):\n%s", diff)
+	}
+	for name, keys := range map[string][]*helperv1.RecordKey{"none": nil, "another key": {other}, "another id": {otherID}} {
+		if _, _, err := ReadRecord(dir, keys); !errors.Is(err, ErrUnverified) {
+			t.Errorf("%s: ReadRecord = %v, want ErrUnverified", name, err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(path, "record"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seal helperv1.SealedRecord
+	if err := proto.Unmarshal(data, &seal); err != nil {
+		t.Fatal(err)
+	}
+	tamper := func(name string, change func(*helperv1.SealedRecord), want error) {
+		s := proto.CloneOf(&seal)
+		change(s)
+		b, err := proto.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(path, "record"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := ReadRecord(dir, []*helperv1.RecordKey{key}); !errors.Is(err, want) {
+			t.Errorf("%s: ReadRecord = %v, want %v", name, err, want)
+		}
+	}
+	tamper("a flipped record byte", func(s *helperv1.SealedRecord) { s.Record[len(s.Record)/2] ^= 1 }, ErrUnverified)
+	tamper("a flipped seal byte", func(s *helperv1.SealedRecord) { s.Mac[0] ^= 1 }, ErrUnverified)
+	tamper("no seal", func(s *helperv1.SealedRecord) { s.Mac = nil }, ErrUnverified)
+	tamper("format 3", func(s *helperv1.SealedRecord) { s.Format = 3 }, ErrBadRecord)
+	if err := WriteRecord(dir, testRecord(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, sealed, err := ReadRecord(dir, []*helperv1.RecordKey{key}); err != nil || sealed {
+		t.Fatalf("an unsealed record: sealed %v, %v", sealed, err)
 	}
 }

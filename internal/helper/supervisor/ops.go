@@ -43,30 +43,35 @@ func Do(cfg Config, req *helperv1.Request, cancel <-chan struct{}) (*helperv1.Du
 		}
 		return &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{info}}, nil
 	}
+	ring := keyring(d.GetRecordKeys())
 	switch op := d.GetOp().(type) {
 	case *helperv1.Durable_Start:
 		return one(start(cfg, req, op.Start, lim))
 	case *helperv1.Durable_Status:
-		return status(cfg, op.Status)
+		return status(cfg, op.Status, ring.of(op.Status.GetCommandId()))
 	case *helperv1.Durable_Follow:
-		return follow(cfg, op.Follow, cancel)
+		return follow(cfg, op.Follow, ring.of(op.Follow.GetCommandId()), cancel)
 	case *helperv1.Durable_Cancel:
-		return one(cancelCommand(cfg, op.Cancel.GetCommandId(), time.Duration(op.Cancel.GetGraceMillis())*time.Millisecond))
+		id := op.Cancel.GetCommandId()
+		return one(cancelCommand(cfg, id, ring.of(id), time.Duration(op.Cancel.GetGraceMillis())*time.Millisecond))
 	case *helperv1.Durable_List:
-		return list(cfg, op.List.GetMax(), lim)
+		return list(cfg, ring, op.List.GetMax(), lim)
+	case *helperv1.Durable_Revoke:
+		return revoke(cfg, ring, op.Revoke.GetBelowGeneration())
 	}
 	return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "no durable operation")
 }
 
-// opened is one command's directory and record, reconciled.
+// opened is one command's directory and record, proved and reconciled.
 type opened struct {
-	dir int
-	rec *helperv1.CommandRecord
+	dir     int
+	rec     *helperv1.CommandRecord
+	trusted bool
 }
 
 func (o opened) close() { unix.Close(o.dir) }
 
-func open(cfg Config, id string) (opened, error) {
+func open(cfg Config, id string, keys commandKeys) (opened, error) {
 	cmds, err := spool.OpenCommands(cfg.Root, false)
 	if err != nil {
 		return opened{}, notFound(err)
@@ -76,21 +81,26 @@ func open(cfg Config, id string) (opened, error) {
 	if err != nil {
 		return opened{}, notFound(err)
 	}
-	rec, err := spool.ReadRecord(dir)
-	if err == nil && rec.GetInfo().GetCommandId() != id {
+	p, err := readRecord(dir, keys)
+	if err == nil && p.rec.GetInfo().GetCommandId() != id {
 		err = spool.ErrBadRecord
 	}
 	if err == nil {
-		rec, err = reconcile(dir, rec)
+		p, err = reconcile(dir, p, keys)
 	}
 	if err != nil {
 		unix.Close(dir)
-		if errors.Is(err, spool.ErrBadRecord) {
-			return opened{}, errorf(helperv1.ErrorCode_ERROR_CODE_INTERNAL, "the command's record is unreadable (the workload may have changed it)")
-		}
-		return opened{}, notFound(err)
+		return opened{}, recordError(err)
 	}
-	return opened{dir: dir, rec: rec}, nil
+	return opened{dir: dir, rec: p.rec, trusted: p.trusted(keys)}, nil
+}
+
+// recordError types what reading a record found.
+func recordError(err error) error {
+	if errors.Is(err, spool.ErrBadRecord) {
+		return errorf(helperv1.ErrorCode_ERROR_CODE_DATA_LOSS, "the command's record is unreadable: the workload changed it")
+	}
+	return notFound(err)
 }
 
 // checkCursor refuses offsets past the end of an ended command's streams.
@@ -105,8 +115,8 @@ func checkCursor(rec *helperv1.CommandRecord, from *executionv1.OutputCursor) er
 	return nil
 }
 
-func status(cfg Config, st *helperv1.DurableStatus) (*helperv1.DurableResult, error) {
-	o, err := open(cfg, st.GetCommandId())
+func status(cfg Config, st *helperv1.DurableStatus, keys commandKeys) (*helperv1.DurableResult, error) {
+	o, err := open(cfg, st.GetCommandId(), keys)
 	if err != nil {
 		return nil, err
 	}
@@ -130,8 +140,8 @@ func status(cfg Config, st *helperv1.DurableStatus) (*helperv1.DurableResult, er
 // that finds nothing new after a record that said ended has answered it all (the supervisor
 // closes the streams before it writes the final record). Each follow renews an attached
 // command's lease.
-func follow(cfg Config, f *helperv1.DurableFollow, cancel <-chan struct{}) (*helperv1.DurableResult, error) {
-	o, err := open(cfg, f.GetCommandId())
+func follow(cfg Config, f *helperv1.DurableFollow, keys commandKeys, cancel <-chan struct{}) (*helperv1.DurableResult, error) {
+	o, err := open(cfg, f.GetCommandId(), keys)
 	if err != nil {
 		return nil, err
 	}
@@ -169,17 +179,17 @@ func follow(cfg Config, f *helperv1.DurableFollow, cancel <-chan struct{}) (*hel
 			return res, nil
 		case <-poll.C:
 		}
-		next, err := spool.ReadRecord(o.dir)
+		next, err := readRecord(o.dir, keys)
 		if err != nil {
-			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_INTERNAL, "the command's record is unreadable (the workload may have changed it)")
+			return nil, recordError(err)
 		}
-		if !next.GetEnded() && time.Since(lastProof) > aliveCheckEvery {
+		if !next.rec.GetEnded() && time.Since(lastProof) > aliveCheckEvery {
 			lastProof = time.Now()
-			if next, err = reconcile(o.dir, next); err != nil {
+			if next, err = reconcile(o.dir, next, keys); err != nil {
 				return nil, err
 			}
 		}
-		rec = next
+		rec = next.rec
 	}
 }
 
@@ -228,9 +238,11 @@ func leaseAge(dir int) (time.Duration, bool) {
 }
 
 // cancelCommand stops a running command — its grace beside the record, SIGTERM to its
-// supervisor — and waits for the final record. An ended command is answered as it is.
-func cancelCommand(cfg Config, id string, grace time.Duration) (*executionv1.CommandInfo, error) {
-	o, err := open(cfg, id)
+// supervisor — and waits for the final record. An ended command is answered as it is; a
+// running one whose record the keys do not prove is not signalled (its "supervisor" may be
+// any process the workload named).
+func cancelCommand(cfg Config, id string, keys commandKeys, grace time.Duration) (*executionv1.CommandInfo, error) {
+	o, err := open(cfg, id, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +250,10 @@ func cancelCommand(cfg Config, id string, grace time.Duration) (*executionv1.Com
 	if o.rec.GetEnded() {
 		return o.rec.GetInfo(), nil
 	}
-	if err := writeGrace(o.dir, grace); err != nil {
+	if !o.trusted {
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_DATA_LOSS, "the command's record is not sealed: its supervisor cannot be proved, and nothing was signalled")
+	}
+	if err := writeGrace(o.dir, grace, reasonCaller); err != nil {
 		return nil, unavailable(err)
 	}
 	if err := signalSupervisor(o.rec.GetSupervisor(), unix.SIGTERM); err != nil {
@@ -248,18 +263,87 @@ func cancelCommand(cfg Config, id string, grace time.Duration) (*executionv1.Com
 	poll := time.NewTicker(cancelPoll)
 	defer poll.Stop()
 	for {
-		rec, err := spool.ReadRecord(o.dir)
+		p, err := readRecord(o.dir, keys)
 		if err != nil {
-			return nil, unavailable(err)
+			return nil, recordError(err)
 		}
-		if rec, err = reconcile(o.dir, rec); err != nil {
+		if p, err = reconcile(o.dir, p, keys); err != nil {
 			return nil, err
 		}
-		if rec.GetEnded() || time.Now().After(deadline) {
-			return rec.GetInfo(), nil
+		if p.rec.GetEnded() || time.Now().After(deadline) {
+			return p.rec.GetInfo(), nil
 		}
 		<-poll.C
 	}
+}
+
+// revokeGrace is the grace of a command ended by a revocation: short, since whoever holds
+// the revoked grants may be the one running it, yet room to flush.
+const revokeGrace = 2 * time.Second
+
+// revoke ends every running command started under a grant generation below gen whose
+// record is proved, and answers them once recorded (or at the grace and its slack).
+func revoke(cfg Config, ring keyring, gen uint64) (*helperv1.DurableResult, error) {
+	cmds, err := spool.OpenCommands(cfg.Root, false)
+	if errors.Is(err, spool.ErrNoCommand) {
+		return &helperv1.DurableResult{}, nil
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer cmds.Close()
+	entries, err := scanLocked(cmds, ring)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	ids := signalRevoked(cmds, entries, gen)
+	deadline := time.Now().Add(revokeGrace + cancelSlack)
+	res := &helperv1.DurableResult{}
+	for _, id := range ids {
+		keys := ring.of(id)
+		for {
+			p, err := readReconciled(cmds, id, keys)
+			if err != nil {
+				break
+			}
+			if p.rec.GetEnded() || time.Now().After(deadline) {
+				res.Commands = append(res.Commands, p.rec.GetInfo())
+				break
+			}
+			time.Sleep(cancelPoll)
+		}
+	}
+	return res, nil
+}
+
+// scanLocked is scan under the workspace's command lock.
+func scanLocked(cmds *spool.Commands, ring keyring) ([]entry, error) {
+	unlock, err := cmds.Lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return scan(cmds, ring)
+}
+
+// signalRevoked leaves a revocation's grace beside each running, proved command of a
+// generation below gen and signals its supervisor; it returns their ids.
+func signalRevoked(cmds *spool.Commands, entries []entry, gen uint64) []string {
+	var ids []string
+	for _, e := range entries {
+		if e.rec.GetEnded() || !e.trusted || e.rec.GetGrantGeneration() >= gen {
+			continue
+		}
+		dir, err := cmds.Open(e.id)
+		if err != nil {
+			continue
+		}
+		if writeGrace(dir, revokeGrace, reasonRevoked) == nil && signalSupervisor(e.rec.GetSupervisor(), unix.SIGTERM) == nil {
+			ids = append(ids, e.id)
+		}
+		unix.Close(dir)
+	}
+	return ids
 }
 
 // signalSupervisor signals a record's supervisor through a pidfd, after proving again that
@@ -284,8 +368,18 @@ func signalSupervisor(sup *helperv1.Supervisor, sig unix.Signal) error {
 	return nil
 }
 
-// writeGrace leaves a cancel's grace for the supervisor to read when it is signalled.
-func writeGrace(dir int, grace time.Duration) error {
+// Why a supervisor was signalled, as the cancel file says after its grace; the final
+// record's message follows it. The workload may write the file too (it may signal its own
+// supervisor): the message is what the file said, the state CANCELLED either way.
+const (
+	reasonCaller   = ""
+	reasonRevoked  = "revoked"
+	reasonStopping = "stopping"
+)
+
+// writeGrace leaves a cancel's grace (and why) for the supervisor to read when it is
+// signalled.
+func writeGrace(dir int, grace time.Duration, reason string) error {
 	fd, err := unix.Openat(dir, cancelName, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
@@ -295,12 +389,16 @@ func writeGrace(dir int, grace time.Duration) error {
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("the cancel file is not a regular file")
 	}
-	_, err = unix.Write(fd, []byte(strconv.FormatInt(grace.Milliseconds(), 10)))
+	content := strconv.FormatInt(grace.Milliseconds(), 10)
+	if reason != "" {
+		content += " " + reason
+	}
+	_, err = unix.Write(fd, []byte(content))
 	return err
 }
 
 // list answers the newest commands first; it applies retention on the way.
-func list(cfg Config, max uint32, lim protocol.DurableLimits) (*helperv1.DurableResult, error) {
+func list(cfg Config, ring keyring, max uint32, lim protocol.DurableLimits) (*helperv1.DurableResult, error) {
 	cmds, err := spool.OpenCommands(cfg.Root, false)
 	if errors.Is(err, spool.ErrNoCommand) {
 		return &helperv1.DurableResult{}, nil
@@ -314,7 +412,7 @@ func list(cfg Config, max uint32, lim protocol.DurableLimits) (*helperv1.Durable
 		return nil, unavailable(err)
 	}
 	defer unlock()
-	entries, err := scan(cmds)
+	entries, err := scan(cmds, ring)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -59,24 +59,28 @@ func programOf(spec *executionv1.CommandSpec) *executionv1.CommandProgram {
 }
 
 // reconcile returns the record as it stands: a running command's totals are what its spool
-// holds; a command whose supervisor is proved gone is recorded ABANDONED (its output kept).
-func reconcile(dir int, rec *helperv1.CommandRecord) (*helperv1.CommandRecord, error) {
-	if rec.GetEnded() {
-		return rec, nil
+// holds; a command whose supervisor is proved gone is recorded ABANDONED (its output kept),
+// sealed only if the record it read again was.
+func reconcile(dir int, p proved, keys commandKeys) (proved, error) {
+	rec := p.rec
+	if rec.GetEnded() || !p.trusted(keys) {
+		// An unproved record is answered as it is: what it says of a supervisor is not
+		// acted on, not even to record it abandoned.
+		return p, nil
 	}
 	if alive(rec.GetSupervisor()) {
 		rec.Info.StdoutBytes, rec.Info.StderrBytes = ends(dir)
-		return rec, nil
+		return p, nil
 	}
 	// Read again after the proof: a supervisor writes its final record before it exits.
-	again, err := spool.ReadRecord(dir)
+	again, err := readRecord(dir, keys)
 	if err != nil {
-		return nil, err
+		return proved{}, err
 	}
-	if again.GetEnded() {
+	if again.rec.GetEnded() {
 		return again, nil
 	}
-	info := again.GetInfo()
+	info := again.rec.GetInfo()
 	info.StdoutBytes, info.StderrBytes = ends(dir)
 	info.State = executionv1.CommandState_COMMAND_STATE_ABANDONED
 	info.Message = abandonedMessage
@@ -92,9 +96,9 @@ func reconcile(dir int, rec *helperv1.CommandRecord) (*helperv1.CommandRecord, e
 	}
 	res.Receipt = process.Receipt(res)
 	info.Result = res
-	again.Ended = true
-	if err := spool.WriteRecord(dir, again); err != nil {
-		return nil, err
+	again.rec.Ended = true
+	if err := spool.WriteRecord(dir, again.rec, again.writeKey(keys)); err != nil {
+		return proved{}, err
 	}
 	return again, nil
 }
@@ -110,11 +114,13 @@ func ends(dir int) (stdout, stderr uint64) {
 type entry struct {
 	id  string
 	rec *helperv1.CommandRecord
+	// trusted: what the record says of its supervisor may be acted on.
+	trusted bool
 }
 
-// scan reads every command's record, reconciled; directories that are not commands (a bad
-// id, no record, an unreadable one) are passed by.
-func scan(c *spool.Commands) ([]entry, error) {
+// scan reads every command's record, proved and reconciled; directories that are not
+// commands (a bad id, no record, an unreadable or unproved one) are passed by.
+func scan(c *spool.Commands, ring keyring) ([]entry, error) {
 	ids, err := c.IDs()
 	if err != nil {
 		return nil, err
@@ -124,30 +130,31 @@ func scan(c *spool.Commands) ([]entry, error) {
 		if protocol.ValidateCommandID(id) != nil {
 			continue
 		}
-		rec, err := readReconciled(c, id)
+		keys := ring.of(id)
+		p, err := readReconciled(c, id, keys)
 		if err != nil {
 			continue
 		}
-		out = append(out, entry{id: id, rec: rec})
+		out = append(out, entry{id: id, rec: p.rec, trusted: p.trusted(keys)})
 	}
 	return out, nil
 }
 
-// readReconciled reads one command's record and reconciles it.
-func readReconciled(c *spool.Commands, id string) (*helperv1.CommandRecord, error) {
+// readReconciled reads one command's record, proves it and reconciles it.
+func readReconciled(c *spool.Commands, id string, keys commandKeys) (proved, error) {
 	dir, err := c.Open(id)
 	if err != nil {
-		return nil, err
+		return proved{}, err
 	}
 	defer unix.Close(dir)
-	rec, err := spool.ReadRecord(dir)
+	p, err := readRecord(dir, keys)
 	if err != nil {
-		return nil, err
+		return proved{}, err
 	}
-	if rec.GetInfo().GetCommandId() != id {
-		return nil, spool.ErrBadRecord
+	if p.rec.GetInfo().GetCommandId() != id {
+		return proved{}, spool.ErrBadRecord
 	}
-	return reconcile(dir, rec)
+	return reconcile(dir, p, keys)
 }
 
 // retain removes ended records beyond the limits: older than the age first, then the oldest

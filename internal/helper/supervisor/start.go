@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -85,9 +86,11 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 	}
 	defer unlock()
 
+	ring := keyring(req.GetDurable().GetRecordKeys())
 	id := st.GetCommandId()
+	keys := ring.of(id)
 	if dir, err := cmds.Open(id); err == nil {
-		rec, err := spool.ReadRecord(dir)
+		p, err := readRecord(dir, keys)
 		switch {
 		case errors.Is(err, spool.ErrNoCommand):
 			// No record under the lock: a start that died before its first write left the
@@ -96,23 +99,30 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 			if err := cmds.Remove(id); err != nil {
 				return nil, unavailable(err)
 			}
-		case err != nil || rec.GetSpecDigest() != digest:
+		case err != nil || !p.trusted(keys) || p.rec.GetSpecDigest() != digest:
+			// Another program's, or a record the keys do not prove (planted by the
+			// workload, or altered): the id is taken, and nothing is answered from it.
 			unix.Close(dir)
-			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "command %s exists with another program, or held otherwise", id)
+			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "command %s exists with another program, or with a record its supervisor did not write", id)
 		default:
 			defer unix.Close(dir)
-			if rec, err = reconcile(dir, rec); err != nil {
+			if p, err = reconcile(dir, p, keys); err != nil {
 				return nil, err
 			}
-			return rec.GetInfo(), nil // the same start again: the command it started
+			return p.rec.GetInfo(), nil // the same start again: the command it started
 		}
 	} else if !errors.Is(err, spool.ErrNoCommand) {
 		return nil, unavailable(err)
 	}
 
-	entries, err := scan(cmds)
+	entries, err := scan(cmds, ring)
 	if err != nil {
 		return nil, unavailable(err)
+	}
+	// Commands of a revoked generation end here too, should every gateway have missed the
+	// revocation (docs/commands.md "Revocation").
+	if gen := req.GetDurable().GetGrantGeneration(); gen > 0 {
+		signalRevoked(cmds, entries, gen)
 	}
 	running := 0
 	for _, e := range entries {
@@ -130,7 +140,7 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 		return nil, unavailable(err)
 	}
 	defer unix.Close(dir)
-	info, handed, err := launch(cfg, req, st, digest, dir, work)
+	info, handed, err := launch(cfg, req, st, digest, keys, dir, work)
 	if err != nil && !handed {
 		_ = cmds.Remove(id) // nothing ran: nothing is left
 	}
@@ -144,10 +154,14 @@ const handoverTimeout = 10 * time.Second
 // launch starts the supervisor, records it, hands it the start and waits for its report.
 // handed reports whether the start reached the supervisor: from then on the command may
 // run, and its directory stays whatever happens.
-func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest string, dir, work int) (info *executionv1.CommandInfo, handed bool, err error) {
+func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest string, keys commandKeys, dir, work int) (info *executionv1.CommandInfo, handed bool, err error) {
+	// The supervisor is given its command's key only, never the environment's.
+	handover := proto.CloneOf(st)
+	handover.Seal = keys.seal()
 	frame, err := protocol.Marshal(&helperv1.Request{
 		Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_1, RequestId: req.GetRequestId(), Limits: req.GetLimits(),
-		Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{Op: &helperv1.Durable_Start{Start: st}}},
+		Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{
+			Op: &helperv1.Durable_Start{Start: handover}, GrantGeneration: req.GetDurable().GetGrantGeneration()}},
 	})
 	if err != nil {
 		return nil, false, err
@@ -204,11 +218,12 @@ func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest
 			Program: programOf(st.GetCommand()), RunId: st.GetRunId(), Epoch: st.GetEpoch(),
 			StartedAt: timestamppb.Now(), Detached: st.GetDetached(),
 		},
-		SpecDigest: digest,
-		Supervisor: identify(p.Pid),
+		SpecDigest:      digest,
+		Supervisor:      identify(p.Pid),
+		GrantGeneration: req.GetDurable().GetGrantGeneration(),
 	}
 	touchLease(dir) // the first follow has the attach time to come
-	if err := spool.WriteRecord(dir, rec); err != nil {
+	if err := spool.WriteRecord(dir, rec, keys.seal()); err != nil {
 		_ = unix.Kill(p.Pid, unix.SIGKILL) // it has not been told to start anything
 		return nil, false, unavailable(err)
 	}
@@ -224,14 +239,14 @@ func launch(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, digest
 		return reported.GetInfo(), true, nil
 	}
 	// No report: the supervisor died (or is slow); the record says what is known.
-	got, err := spool.ReadRecord(dir)
+	got, err := readRecord(dir, keys)
 	if err != nil {
 		return nil, true, err
 	}
-	if got, err = reconcile(dir, got); err != nil {
+	if got, err = reconcile(dir, got, keys); err != nil {
 		return nil, true, err
 	}
-	return got.GetInfo(), true, nil
+	return got.rec.GetInfo(), true, nil
 }
 
 // unavailable types an error of the spool itself: the workspace cannot keep records now.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,14 +48,30 @@ func Supervise(environ []string) error {
 	}
 	st := req.GetDurable().GetStart()
 	lim := protocol.DurableLimitsOf(req.GetLimits())
+	// The command's key is the one thing a helper adds to a start; it is checked apart.
+	seal := st.GetSeal()
+	if st != nil {
+		st.Seal = nil
+	}
 	if err := protocol.ValidateDurable(req.GetDurable(), lim); err != nil || st == nil {
 		return fmt.Errorf("supervisor: the start: %v", err)
 	}
+	var keys []*helperv1.RecordKey
+	if seal != nil {
+		if err := protocol.ValidateRecordKey(seal); err != nil {
+			return fmt.Errorf("supervisor: the command's key: %v", err)
+		}
+		keys = []*helperv1.RecordKey{seal}
+	}
 	dir := fdCommand
-	rec, err := spool.ReadRecord(dir)
+	rec, sealed, err := spool.ReadRecord(dir, keys)
 	if err != nil {
 		return fmt.Errorf("supervisor: the record: %w", err)
 	}
+	if seal != nil && !sealed {
+		return fmt.Errorf("supervisor: the record its helper wrote is not sealed")
+	}
+	write := func(rec *helperv1.CommandRecord) error { return spool.WriteRecord(dir, rec, seal) }
 	// Signals first: a cancel that comes while the command starts must not kill us before
 	// we record anything.
 	terms := make(chan os.Signal, 1)
@@ -71,24 +88,30 @@ func Supervise(environ []string) error {
 	// is written.
 	reserve := reserveRecord(dir)
 	if err := process.EnableSubreaper(); err != nil {
-		return fail(dir, rec, report, fmt.Errorf("subreaper: %w", err))
+		return fail(dir, rec, write, report, fmt.Errorf("subreaper: %w", err))
 	}
 	err = unix.Fchdir(fdWorkDir)
 	unix.Close(fdWorkDir)
 	if err != nil {
-		return fail(dir, rec, report, fmt.Errorf("working directory: %w", err))
+		return fail(dir, rec, write, report, fmt.Errorf("working directory: %w", err))
 	}
 	stdout, err := newSink(dir, executionv1.OutputStream_OUTPUT_STREAM_STDOUT, lim.SpoolBytes)
 	if err != nil {
-		return fail(dir, rec, report, err)
+		return fail(dir, rec, write, report, err)
 	}
 	stderr, err := newSink(dir, executionv1.OutputStream_OUTPUT_STREAM_STDERR, lim.SpoolBytes)
 	if err != nil {
-		return fail(dir, rec, report, err)
+		return fail(dir, rec, write, report, err)
 	}
 	stop := make(chan time.Duration, 1)
 	var once sync.Once
-	stopWith := func(grace time.Duration) { once.Do(func() { stop <- grace }) }
+	var why atomic.Value // why it was stopped, once it was
+	stopWith := func(grace time.Duration, reason string) {
+		once.Do(func() {
+			why.Store(reason)
+			stop <- grace
+		})
+	}
 	go func() {
 		<-terms
 		stopWith(graceOf(dir))
@@ -109,7 +132,7 @@ func Supervise(environ []string) error {
 			rec.Pgid = int32(pid)
 			rec.Info.StartedAt = timestamppb.Now()
 			rec.Supervisor = identify(os.Getpid())
-			if spool.WriteRecord(dir, rec) == nil {
+			if write(rec) == nil {
 				reported = protocol.WriteFrame(report, rec, spool.MaxRecordBytes) == nil
 			}
 			report.Close() // the starter answers now; we go on alone
@@ -118,7 +141,7 @@ func Supervise(environ []string) error {
 	stdout.w.Close()
 	stderr.w.Close()
 	if err != nil {
-		return fail(dir, rec, report, err)
+		return fail(dir, rec, write, report, err)
 	}
 	rec.Ended = true
 	rec.Info.State = res.GetState()
@@ -127,11 +150,17 @@ func Supervise(environ []string) error {
 	if e := errors.Join(stdout.w.Err(), stderr.w.Err()); e != nil {
 		rec.Info.Message = process.TruncateUTF8(e.Error(), maxMessageBytes)
 	}
+	reason, _ := why.Load().(string)
+	if m := reasonMessage(reason); m != "" && res.GetState() == executionv1.CommandState_COMMAND_STATE_CANCELLED {
+		rec.Info.Message = process.TruncateUTF8(strings.TrimSpace(m+" "+rec.Info.Message), maxMessageBytes)
+		res.Message = m
+		res.Receipt = process.Receipt(res)
+	}
 	if res.GetState() == executionv1.CommandState_COMMAND_STATE_START_FAILED {
 		rec.Info.StartedAt = res.GetStartedAt()
 	}
 	reserve()
-	if err := spool.WriteRecord(dir, rec); err != nil {
+	if err := write(rec); err != nil {
 		return err
 	}
 	if !reported {
@@ -141,7 +170,7 @@ func Supervise(environ []string) error {
 }
 
 // fail records a command that could not be run at all (START_FAILED) and reports it.
-func fail(dir int, rec *helperv1.CommandRecord, report *os.File, cause error) error {
+func fail(dir int, rec *helperv1.CommandRecord, write func(*helperv1.CommandRecord) error, report *os.File, cause error) error {
 	res := &executionv1.CommandResult{
 		State: executionv1.CommandState_COMMAND_STATE_START_FAILED, ExitCode: -1,
 		Stdout: &executionv1.CapturedOutput{}, Stderr: &executionv1.CapturedOutput{},
@@ -153,7 +182,7 @@ func fail(dir int, rec *helperv1.CommandRecord, report *os.File, cause error) er
 	rec.Info.State = res.State
 	rec.Info.Result = res
 	_ = unix.Unlinkat(dir, reserveName, 0)
-	if err := spool.WriteRecord(dir, rec); err != nil {
+	if err := write(rec); err != nil {
 		return errors.Join(cause, err)
 	}
 	_ = protocol.WriteFrame(report, rec, spool.MaxRecordBytes)
@@ -165,7 +194,7 @@ const leaseCheck = 250 * time.Millisecond
 
 // watchLease cancels an attached command (at once, as a foreground command whose call ended)
 // once no follow has renewed its lease for attach.
-func watchLease(dir int, attach time.Duration, done <-chan struct{}, stop func(time.Duration)) {
+func watchLease(dir int, attach time.Duration, done <-chan struct{}, stop func(time.Duration, string)) {
 	t := time.NewTicker(leaseCheck)
 	defer t.Stop()
 	for {
@@ -174,7 +203,7 @@ func watchLease(dir int, attach time.Duration, done <-chan struct{}, stop func(t
 			return
 		case <-t.C:
 			if age, ok := leaseAge(dir); !ok || age > attach {
-				stop(0)
+				stop(0, reasonCaller)
 				return
 			}
 		}
@@ -204,28 +233,40 @@ func reserveRecord(dir int) (release func()) {
 	return func() { _ = unix.Unlinkat(dir, reserveName, 0) }
 }
 
-// graceOf reads the grace a cancel left, bounded; the default when there is none.
-func graceOf(dir int) time.Duration {
+// graceOf reads the grace a cancel left, bounded, and why; the default when there is none.
+func graceOf(dir int) (time.Duration, string) {
 	fd, err := unix.Openat(dir, cancelName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return defaultGrace
+		return defaultGrace, reasonCaller
 	}
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return defaultGrace
+		return defaultGrace, reasonCaller
 	}
 	defer unix.Close(fd)
 	buf := make([]byte, 32)
 	n, _ := unix.Read(fd, buf)
 	if n <= 0 {
-		return defaultGrace
+		return defaultGrace, reasonCaller
 	}
-	ms, err := strconv.ParseUint(strings.TrimSpace(string(buf[:n])), 10, 64)
+	ms, reason, _ := strings.Cut(strings.TrimSpace(string(buf[:n])), " ")
+	v, err := strconv.ParseUint(ms, 10, 64)
 	if err != nil {
-		return defaultGrace
+		return defaultGrace, reasonCaller
 	}
-	return min(time.Duration(ms)*time.Millisecond, protocol.MaxGrace)
+	return min(time.Duration(v)*time.Millisecond, protocol.MaxGrace), reason
+}
+
+// reasonMessage is the message a CANCELLED record carries for why it was signalled.
+func reasonMessage(reason string) string {
+	switch reason {
+	case reasonRevoked:
+		return "cancelled: the environment's grants were revoked"
+	case reasonStopping:
+		return "cancelled: the executor stopped"
+	}
+	return ""
 }
 
 // sink is a stream's spool as the process package sees an output.

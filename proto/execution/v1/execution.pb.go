@@ -101,6 +101,10 @@ const (
 	// FAILED_PRECONDITION: the path is of the wrong type for the operation (a directory where
 	// a regular file is needed, a non-empty directory without recursive, ...).
 	ErrorReason_ERROR_REASON_WRONG_TYPE ErrorReason = 22
+	// DATA_LOSS: a durable command's record is not the one its supervisor wrote (altered, or
+	// planted by the workload); nothing was done on its account (docs/commands.md "What a
+	// command's result proves").
+	ErrorReason_ERROR_REASON_RECORD_UNVERIFIED ErrorReason = 23
 )
 
 // Enum value maps for ErrorReason.
@@ -129,6 +133,7 @@ var (
 		20: "ERROR_REASON_OUTCOME_UNKNOWN",
 		21: "ERROR_REASON_UNIMPLEMENTED",
 		22: "ERROR_REASON_WRONG_TYPE",
+		23: "ERROR_REASON_RECORD_UNVERIFIED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -154,6 +159,7 @@ var (
 		"ERROR_REASON_OUTCOME_UNKNOWN":       20,
 		"ERROR_REASON_UNIMPLEMENTED":         21,
 		"ERROR_REASON_WRONG_TYPE":            22,
+		"ERROR_REASON_RECORD_UNVERIFIED":     23,
 	}
 )
 
@@ -5678,8 +5684,13 @@ type CommandInfo struct {
 	// read by offset).
 	Result *CommandResult `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
 	// Why the spool stopped keeping output early (the volume was full), or why the command
-	// was abandoned. At most 1024 bytes.
-	Message       string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	// was abandoned, cancelled by a revocation or by the executor's stop. At most 1024 bytes.
+	Message string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	// True for a record written by a helper of an older release, which does not seal its
+	// records: its fields are whatever the workspace holds, and a cancel does not signal its
+	// command. False: the record is the one its supervisor (or a helper proving the
+	// supervisor gone) sealed (docs/commands.md "What a command's result proves").
+	Unverified    bool `protobuf:"varint,12,opt,name=unverified,proto3" json:"unverified,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5789,6 +5800,13 @@ func (x *CommandInfo) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *CommandInfo) GetUnverified() bool {
+	if x != nil {
+		return x.Unverified
+	}
+	return false
 }
 
 type StartCommandRequest struct {
@@ -8413,7 +8431,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12+\n" +
 	"\x11working_directory\x18\x03 \x01(\fR\x10workingDirectory\x12\x10\n" +
-	"\x03cut\x18\x04 \x01(\bR\x03cut\"\xaf\x03\n" +
+	"\x03cut\x18\x04 \x01(\bR\x03cut\"\xcf\x03\n" +
 	"\vCommandInfo\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x120\n" +
@@ -8428,7 +8446,10 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\fstderr_bytes\x18\t \x01(\x04R\vstderrBytes\x123\n" +
 	"\x06result\x18\n" +
 	" \x01(\v2\x1b.execution.v1.CommandResultR\x06result\x12\x18\n" +
-	"\amessage\x18\v \x01(\tR\amessage\"\xf3\x01\n" +
+	"\amessage\x18\v \x01(\tR\amessage\x12\x1e\n" +
+	"\n" +
+	"unverified\x18\f \x01(\bR\n" +
+	"unverified\"\xf3\x01\n" +
 	"\x13StartCommandRequest\x120\n" +
 	"\trun_grant\x18\x01 \x01(\v2\x13.execution.v1.GrantR\brunGrant\x12>\n" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x123\n" +
@@ -8575,7 +8596,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12F\n" +
 	"\rpreconditions\x18\x03 \x01(\v2 .execution.v1.AdminPreconditionsR\rpreconditions\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\"\n" +
-	" DeleteRetiredEnvironmentResponse*\xe2\x05\n" +
+	" DeleteRetiredEnvironmentResponse*\x86\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -8600,7 +8621,8 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x10\x13\x12 \n" +
 	"\x1cERROR_REASON_OUTCOME_UNKNOWN\x10\x14\x12\x1e\n" +
 	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x15\x12\x1b\n" +
-	"\x17ERROR_REASON_WRONG_TYPE\x10\x16*a\n" +
+	"\x17ERROR_REASON_WRONG_TYPE\x10\x16\x12\"\n" +
+	"\x1eERROR_REASON_RECORD_UNVERIFIED\x10\x17*a\n" +
 	"\n" +
 	"FenceState\x12\x1b\n" +
 	"\x17FENCE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

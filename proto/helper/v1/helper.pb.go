@@ -130,6 +130,8 @@ const (
 	// Session mode only: the process running the command died before it answered (the OOM
 	// killer, or the workload): the command may have run, and nobody can say how it ended.
 	ErrorCode_ERROR_CODE_OUTCOME_UNKNOWN ErrorCode = 12
+	// A command's record that is not its supervisor's: sealed by no key given, or altered.
+	ErrorCode_ERROR_CODE_DATA_LOSS ErrorCode = 13
 )
 
 // Enum value maps for ErrorCode.
@@ -148,6 +150,7 @@ var (
 		10: "ERROR_CODE_INTERNAL",
 		11: "ERROR_CODE_UNSUPPORTED_VERSION",
 		12: "ERROR_CODE_OUTCOME_UNKNOWN",
+		13: "ERROR_CODE_DATA_LOSS",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":         0,
@@ -163,6 +166,7 @@ var (
 		"ERROR_CODE_INTERNAL":            10,
 		"ERROR_CODE_UNSUPPORTED_VERSION": 11,
 		"ERROR_CODE_OUTCOME_UNKNOWN":     12,
+		"ERROR_CODE_DATA_LOSS":           13,
 	}
 )
 
@@ -475,9 +479,18 @@ type Durable struct {
 	//	*Durable_Follow
 	//	*Durable_Cancel
 	//	*Durable_List
-	Op            isDurable_Op `protobuf_oneof:"op"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	//	*Durable_Revoke
+	Op isDurable_Op `protobuf_oneof:"op"`
+	// The environment's record keys, one per record key of the gateway's security material:
+	// the first seals the records this operation writes, every one verifies
+	// (docs/commands.md "What a command's result proves"). Empty from a gateway of an older
+	// release: records are then written unsealed and read as unverified.
+	RecordKeys []*RecordKey `protobuf:"bytes,10,rep,name=record_keys,json=recordKeys,proto3" json:"record_keys,omitempty"`
+	// The grant generation the gateway admitted the operation under; a start records it, and
+	// a revoke ends what was started under an older one.
+	GrantGeneration uint64 `protobuf:"varint,11,opt,name=grant_generation,json=grantGeneration,proto3" json:"grant_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Durable) Reset() {
@@ -562,6 +575,29 @@ func (x *Durable) GetList() *DurableList {
 	return nil
 }
 
+func (x *Durable) GetRevoke() *DurableRevoke {
+	if x != nil {
+		if x, ok := x.Op.(*Durable_Revoke); ok {
+			return x.Revoke
+		}
+	}
+	return nil
+}
+
+func (x *Durable) GetRecordKeys() []*RecordKey {
+	if x != nil {
+		return x.RecordKeys
+	}
+	return nil
+}
+
+func (x *Durable) GetGrantGeneration() uint64 {
+	if x != nil {
+		return x.GrantGeneration
+	}
+	return 0
+}
+
 type isDurable_Op interface {
 	isDurable_Op()
 }
@@ -586,6 +622,10 @@ type Durable_List struct {
 	List *DurableList `protobuf:"bytes,5,opt,name=list,proto3,oneof"`
 }
 
+type Durable_Revoke struct {
+	Revoke *DurableRevoke `protobuf:"bytes,6,opt,name=revoke,proto3,oneof"`
+}
+
 func (*Durable_Start) isDurable_Op() {}
 
 func (*Durable_Status) isDurable_Op() {}
@@ -595,6 +635,113 @@ func (*Durable_Follow) isDurable_Op() {}
 func (*Durable_Cancel) isDurable_Op() {}
 
 func (*Durable_List) isDurable_Op() {}
+
+func (*Durable_Revoke) isDurable_Op() {}
+
+// RecordKey is a key records are sealed with: an environment's (HMAC-SHA256 of a key of the
+// security material over the environment's UID) on a request from the gateway, a
+// command's (derived from its environment's) on the start a helper hands its supervisor.
+type RecordKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The security material's key id, 1..64 bytes of [A-Za-z0-9._-].
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// 32 bytes.
+	Key           []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordKey) Reset() {
+	*x = RecordKey{}
+	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordKey) ProtoMessage() {}
+
+func (x *RecordKey) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordKey.ProtoReflect.Descriptor instead.
+func (*RecordKey) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RecordKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RecordKey) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+// DurableRevoke ends every running command started under a grant generation below
+// below_generation (CANCELLED, with the revocation as its message) and answers them; a
+// command whose record is not proved (unsealed, or sealed by no key given) is not
+// signalled. Idempotent: a second revoke finds them ended.
+type DurableRevoke struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	BelowGeneration uint64                 `protobuf:"varint,1,opt,name=below_generation,json=belowGeneration,proto3" json:"below_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DurableRevoke) Reset() {
+	*x = DurableRevoke{}
+	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DurableRevoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DurableRevoke) ProtoMessage() {}
+
+func (x *DurableRevoke) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DurableRevoke.ProtoReflect.Descriptor instead.
+func (*DurableRevoke) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DurableRevoke) GetBelowGeneration() uint64 {
+	if x != nil {
+		return x.BelowGeneration
+	}
+	return 0
+}
 
 // DurableStart starts a command under a supervisor of its own and answers once it runs (or
 // could not start). Starting an id that exists answers that command when its spec digest
@@ -610,14 +757,17 @@ type DurableStart struct {
 	// once no follow has come for attach_millis (the caller is gone, or its gateway).
 	Detached bool `protobuf:"varint,5,opt,name=detached,proto3" json:"detached,omitempty"`
 	// 1 000 .. 600 000; unused when detached.
-	AttachMillis  uint64 `protobuf:"varint,6,opt,name=attach_millis,json=attachMillis,proto3" json:"attach_millis,omitempty"`
+	AttachMillis uint64 `protobuf:"varint,6,opt,name=attach_millis,json=attachMillis,proto3" json:"attach_millis,omitempty"`
+	// Set by a helper on the start it hands a new supervisor only: the command's own key,
+	// which seals its records. A start from the gateway carrying it is refused.
+	Seal          *RecordKey `protobuf:"bytes,7,opt,name=seal,proto3" json:"seal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DurableStart) Reset() {
 	*x = DurableStart{}
-	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	mi := &file_helper_v1_helper_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +779,7 @@ func (x *DurableStart) String() string {
 func (*DurableStart) ProtoMessage() {}
 
 func (x *DurableStart) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[3]
+	mi := &file_helper_v1_helper_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +792,7 @@ func (x *DurableStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DurableStart.ProtoReflect.Descriptor instead.
 func (*DurableStart) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{3}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DurableStart) GetCommandId() string {
@@ -687,6 +837,13 @@ func (x *DurableStart) GetAttachMillis() uint64 {
 	return 0
 }
 
+func (x *DurableStart) GetSeal() *RecordKey {
+	if x != nil {
+		return x.Seal
+	}
+	return nil
+}
+
 // DurableStatus answers a command's record and output from the cursor, at most max_bytes
 // of it in all.
 type DurableStatus struct {
@@ -700,7 +857,7 @@ type DurableStatus struct {
 
 func (x *DurableStatus) Reset() {
 	*x = DurableStatus{}
-	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	mi := &file_helper_v1_helper_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +869,7 @@ func (x *DurableStatus) String() string {
 func (*DurableStatus) ProtoMessage() {}
 
 func (x *DurableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[4]
+	mi := &file_helper_v1_helper_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +882,7 @@ func (x *DurableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DurableStatus.ProtoReflect.Descriptor instead.
 func (*DurableStatus) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{4}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DurableStatus) GetCommandId() string {
@@ -767,7 +924,7 @@ type DurableFollow struct {
 
 func (x *DurableFollow) Reset() {
 	*x = DurableFollow{}
-	mi := &file_helper_v1_helper_proto_msgTypes[5]
+	mi := &file_helper_v1_helper_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +936,7 @@ func (x *DurableFollow) String() string {
 func (*DurableFollow) ProtoMessage() {}
 
 func (x *DurableFollow) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[5]
+	mi := &file_helper_v1_helper_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +949,7 @@ func (x *DurableFollow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DurableFollow.ProtoReflect.Descriptor instead.
 func (*DurableFollow) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{5}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DurableFollow) GetCommandId() string {
@@ -837,7 +994,7 @@ type DurableCancel struct {
 
 func (x *DurableCancel) Reset() {
 	*x = DurableCancel{}
-	mi := &file_helper_v1_helper_proto_msgTypes[6]
+	mi := &file_helper_v1_helper_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1006,7 @@ func (x *DurableCancel) String() string {
 func (*DurableCancel) ProtoMessage() {}
 
 func (x *DurableCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[6]
+	mi := &file_helper_v1_helper_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1019,7 @@ func (x *DurableCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DurableCancel.ProtoReflect.Descriptor instead.
 func (*DurableCancel) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{6}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DurableCancel) GetCommandId() string {
@@ -889,7 +1046,7 @@ type DurableList struct {
 
 func (x *DurableList) Reset() {
 	*x = DurableList{}
-	mi := &file_helper_v1_helper_proto_msgTypes[7]
+	mi := &file_helper_v1_helper_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1058,7 @@ func (x *DurableList) String() string {
 func (*DurableList) ProtoMessage() {}
 
 func (x *DurableList) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[7]
+	mi := &file_helper_v1_helper_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1071,7 @@ func (x *DurableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DurableList.ProtoReflect.Descriptor instead.
 func (*DurableList) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{7}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DurableList) GetMax() uint32 {
@@ -942,7 +1099,7 @@ type DurableResult struct {
 
 func (x *DurableResult) Reset() {
 	*x = DurableResult{}
-	mi := &file_helper_v1_helper_proto_msgTypes[8]
+	mi := &file_helper_v1_helper_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1111,7 @@ func (x *DurableResult) String() string {
 func (*DurableResult) ProtoMessage() {}
 
 func (x *DurableResult) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[8]
+	mi := &file_helper_v1_helper_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1124,7 @@ func (x *DurableResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DurableResult.ProtoReflect.Descriptor instead.
 func (*DurableResult) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{8}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DurableResult) GetCommands() []*v1.CommandInfo {
@@ -1010,14 +1167,16 @@ type CommandRecord struct {
 	// Set once the record is final.
 	Ended bool `protobuf:"varint,4,opt,name=ended,proto3" json:"ended,omitempty"`
 	// The command's process group, to signal it.
-	Pgid          int32 `protobuf:"varint,5,opt,name=pgid,proto3" json:"pgid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pgid int32 `protobuf:"varint,5,opt,name=pgid,proto3" json:"pgid,omitempty"`
+	// The grant generation it was started under (Durable.grant_generation).
+	GrantGeneration uint64 `protobuf:"varint,6,opt,name=grant_generation,json=grantGeneration,proto3" json:"grant_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CommandRecord) Reset() {
 	*x = CommandRecord{}
-	mi := &file_helper_v1_helper_proto_msgTypes[9]
+	mi := &file_helper_v1_helper_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1188,7 @@ func (x *CommandRecord) String() string {
 func (*CommandRecord) ProtoMessage() {}
 
 func (x *CommandRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[9]
+	mi := &file_helper_v1_helper_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1201,7 @@ func (x *CommandRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRecord.ProtoReflect.Descriptor instead.
 func (*CommandRecord) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{9}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommandRecord) GetInfo() *v1.CommandInfo {
@@ -1080,6 +1239,88 @@ func (x *CommandRecord) GetPgid() int32 {
 	return 0
 }
 
+func (x *CommandRecord) GetGrantGeneration() uint64 {
+	if x != nil {
+		return x.GrantGeneration
+	}
+	return 0
+}
+
+// SealedRecord is what a record file holds since format 2: the CommandRecord's bytes as
+// written and an HMAC-SHA256 over them under the command's key (RecordKey), bound to the
+// environment's UID and the command id by the key's derivation. A file whose format is 0 is
+// an unsealed CommandRecord (format 1, written by an older helper): its field numbers do not
+// meet these.
+type SealedRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Format uint32                 `protobuf:"varint,15,opt,name=format,proto3" json:"format,omitempty"`
+	Record []byte                 `protobuf:"bytes,16,opt,name=record,proto3" json:"record,omitempty"`
+	// The security material's key id the command's key derives from.
+	KeyId string `protobuf:"bytes,17,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// HMAC-SHA256(command key, "execplane command record v2" || 0 || record).
+	Mac           []byte `protobuf:"bytes,18,opt,name=mac,proto3" json:"mac,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SealedRecord) Reset() {
+	*x = SealedRecord{}
+	mi := &file_helper_v1_helper_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SealedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SealedRecord) ProtoMessage() {}
+
+func (x *SealedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_helper_v1_helper_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SealedRecord.ProtoReflect.Descriptor instead.
+func (*SealedRecord) Descriptor() ([]byte, []int) {
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SealedRecord) GetFormat() uint32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
+}
+
+func (x *SealedRecord) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *SealedRecord) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *SealedRecord) GetMac() []byte {
+	if x != nil {
+		return x.Mac
+	}
+	return nil
+}
+
 // Supervisor identifies a supervisor process beyond its pid, which the kernel reuses.
 type Supervisor struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1094,7 +1335,7 @@ type Supervisor struct {
 
 func (x *Supervisor) Reset() {
 	*x = Supervisor{}
-	mi := &file_helper_v1_helper_proto_msgTypes[10]
+	mi := &file_helper_v1_helper_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1347,7 @@ func (x *Supervisor) String() string {
 func (*Supervisor) ProtoMessage() {}
 
 func (x *Supervisor) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[10]
+	mi := &file_helper_v1_helper_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1360,7 @@ func (x *Supervisor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Supervisor.ProtoReflect.Descriptor instead.
 func (*Supervisor) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{10}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Supervisor) GetPid() int32 {
@@ -1157,7 +1398,7 @@ type TerminalOpen struct {
 
 func (x *TerminalOpen) Reset() {
 	*x = TerminalOpen{}
-	mi := &file_helper_v1_helper_proto_msgTypes[11]
+	mi := &file_helper_v1_helper_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1410,7 @@ func (x *TerminalOpen) String() string {
 func (*TerminalOpen) ProtoMessage() {}
 
 func (x *TerminalOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[11]
+	mi := &file_helper_v1_helper_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1423,7 @@ func (x *TerminalOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalOpen.ProtoReflect.Descriptor instead.
 func (*TerminalOpen) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{11}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TerminalOpen) GetCommand() *v1.CommandSpec {
@@ -1213,7 +1454,7 @@ type TerminalInput struct {
 
 func (x *TerminalInput) Reset() {
 	*x = TerminalInput{}
-	mi := &file_helper_v1_helper_proto_msgTypes[12]
+	mi := &file_helper_v1_helper_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1466,7 @@ func (x *TerminalInput) String() string {
 func (*TerminalInput) ProtoMessage() {}
 
 func (x *TerminalInput) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[12]
+	mi := &file_helper_v1_helper_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1479,7 @@ func (x *TerminalInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalInput.ProtoReflect.Descriptor instead.
 func (*TerminalInput) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{12}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TerminalInput) GetInput() isTerminalInput_Input {
@@ -1297,7 +1538,7 @@ type TerminalEvent struct {
 
 func (x *TerminalEvent) Reset() {
 	*x = TerminalEvent{}
-	mi := &file_helper_v1_helper_proto_msgTypes[13]
+	mi := &file_helper_v1_helper_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1550,7 @@ func (x *TerminalEvent) String() string {
 func (*TerminalEvent) ProtoMessage() {}
 
 func (x *TerminalEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[13]
+	mi := &file_helper_v1_helper_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1563,7 @@ func (x *TerminalEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalEvent.ProtoReflect.Descriptor instead.
 func (*TerminalEvent) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{13}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TerminalEvent) GetEvent() isTerminalEvent_Event {
@@ -1379,7 +1620,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_helper_v1_helper_proto_msgTypes[14]
+	mi := &file_helper_v1_helper_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1632,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[14]
+	mi := &file_helper_v1_helper_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1645,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{14}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -1437,7 +1678,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_helper_v1_helper_proto_msgTypes[15]
+	mi := &file_helper_v1_helper_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1690,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[15]
+	mi := &file_helper_v1_helper_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1703,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{15}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Response) GetRequestId() string {
@@ -1554,7 +1795,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_helper_v1_helper_proto_msgTypes[16]
+	mi := &file_helper_v1_helper_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1807,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[16]
+	mi := &file_helper_v1_helper_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1820,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{16}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Heartbeat) GetElapsedMillis() uint64 {
@@ -1607,7 +1848,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_helper_v1_helper_proto_msgTypes[17]
+	mi := &file_helper_v1_helper_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1860,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[17]
+	mi := &file_helper_v1_helper_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1873,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{17}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Frame) GetFrame() isFrame_Frame {
@@ -1762,7 +2003,7 @@ type SessionHello struct {
 
 func (x *SessionHello) Reset() {
 	*x = SessionHello{}
-	mi := &file_helper_v1_helper_proto_msgTypes[18]
+	mi := &file_helper_v1_helper_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2015,7 @@ func (x *SessionHello) String() string {
 func (*SessionHello) ProtoMessage() {}
 
 func (x *SessionHello) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[18]
+	mi := &file_helper_v1_helper_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2028,7 @@ func (x *SessionHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionHello.ProtoReflect.Descriptor instead.
 func (*SessionHello) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{18}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionHello) GetVersions() []ProtocolVersion {
@@ -1841,7 +2082,7 @@ type SessionReady struct {
 
 func (x *SessionReady) Reset() {
 	*x = SessionReady{}
-	mi := &file_helper_v1_helper_proto_msgTypes[19]
+	mi := &file_helper_v1_helper_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2094,7 @@ func (x *SessionReady) String() string {
 func (*SessionReady) ProtoMessage() {}
 
 func (x *SessionReady) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[19]
+	mi := &file_helper_v1_helper_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2107,7 @@ func (x *SessionReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReady.ProtoReflect.Descriptor instead.
 func (*SessionReady) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{19}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionReady) GetVersion() ProtocolVersion {
@@ -1921,7 +2162,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_helper_v1_helper_proto_msgTypes[20]
+	mi := &file_helper_v1_helper_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2174,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[20]
+	mi := &file_helper_v1_helper_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2187,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{20}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Chunk) GetRequestId() string {
@@ -1983,7 +2224,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_helper_v1_helper_proto_msgTypes[21]
+	mi := &file_helper_v1_helper_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2236,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[21]
+	mi := &file_helper_v1_helper_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2249,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{21}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -2035,7 +2276,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_helper_v1_helper_proto_msgTypes[22]
+	mi := &file_helper_v1_helper_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2288,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_helper_v1_helper_proto_msgTypes[22]
+	mi := &file_helper_v1_helper_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2301,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_helper_v1_helper_proto_rawDescGZIP(), []int{22}
+	return file_helper_v1_helper_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionFrame) GetFrame() isSessionFrame_Frame {
@@ -2177,14 +2418,24 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\n" +
 	"body_bytes\x18\x06 \x01(\x04R\tbodyBytes\x12#\n" +
 	"\rbody_response\x18\a \x01(\bR\fbodyResponseB\v\n" +
-	"\toperation\"\x8a\x02\n" +
+	"\toperation\"\xa0\x03\n" +
 	"\aDurable\x12/\n" +
 	"\x05start\x18\x01 \x01(\v2\x17.helper.v1.DurableStartH\x00R\x05start\x122\n" +
 	"\x06status\x18\x02 \x01(\v2\x18.helper.v1.DurableStatusH\x00R\x06status\x122\n" +
 	"\x06follow\x18\x03 \x01(\v2\x18.helper.v1.DurableFollowH\x00R\x06follow\x122\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x18.helper.v1.DurableCancelH\x00R\x06cancel\x12,\n" +
-	"\x04list\x18\x05 \x01(\v2\x16.helper.v1.DurableListH\x00R\x04listB\x04\n" +
-	"\x02op\"\xd0\x01\n" +
+	"\x04list\x18\x05 \x01(\v2\x16.helper.v1.DurableListH\x00R\x04list\x122\n" +
+	"\x06revoke\x18\x06 \x01(\v2\x18.helper.v1.DurableRevokeH\x00R\x06revoke\x125\n" +
+	"\vrecord_keys\x18\n" +
+	" \x03(\v2\x14.helper.v1.RecordKeyR\n" +
+	"recordKeys\x12)\n" +
+	"\x10grant_generation\x18\v \x01(\x04R\x0fgrantGenerationB\x04\n" +
+	"\x02op\"-\n" +
+	"\tRecordKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\":\n" +
+	"\rDurableRevoke\x12)\n" +
+	"\x10below_generation\x18\x01 \x01(\x04R\x0fbelowGeneration\"\xfa\x01\n" +
 	"\fDurableStart\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x123\n" +
@@ -2192,7 +2443,8 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bdetached\x18\x05 \x01(\bR\bdetached\x12#\n" +
-	"\rattach_millis\x18\x06 \x01(\x04R\fattachMillis\"{\n" +
+	"\rattach_millis\x18\x06 \x01(\x04R\fattachMillis\x12(\n" +
+	"\x04seal\x18\a \x01(\v2\x14.helper.v1.RecordKeyR\x04seal\"{\n" +
 	"\rDurableStatus\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
@@ -2215,7 +2467,7 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\bcommands\x18\x01 \x03(\v2\x19.execution.v1.CommandInfoR\bcommands\x121\n" +
 	"\x06output\x18\x02 \x03(\v2\x19.execution.v1.OutputChunkR\x06output\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1a\n" +
-	"\bcomplete\x18\x04 \x01(\bR\bcomplete\"\xc0\x01\n" +
+	"\bcomplete\x18\x04 \x01(\bR\bcomplete\"\xeb\x01\n" +
 	"\rCommandRecord\x12-\n" +
 	"\x04info\x18\x01 \x01(\v2\x19.execution.v1.CommandInfoR\x04info\x12\x1f\n" +
 	"\vspec_digest\x18\x02 \x01(\tR\n" +
@@ -2224,7 +2476,13 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"supervisor\x18\x03 \x01(\v2\x15.helper.v1.SupervisorR\n" +
 	"supervisor\x12\x14\n" +
 	"\x05ended\x18\x04 \x01(\bR\x05ended\x12\x12\n" +
-	"\x04pgid\x18\x05 \x01(\x05R\x04pgid\"d\n" +
+	"\x04pgid\x18\x05 \x01(\x05R\x04pgid\x12)\n" +
+	"\x10grant_generation\x18\x06 \x01(\x04R\x0fgrantGeneration\"g\n" +
+	"\fSealedRecord\x12\x16\n" +
+	"\x06format\x18\x0f \x01(\rR\x06format\x12\x16\n" +
+	"\x06record\x18\x10 \x01(\fR\x06record\x12\x15\n" +
+	"\x06key_id\x18\x11 \x01(\tR\x05keyId\x12\x10\n" +
+	"\x03mac\x18\x12 \x01(\fR\x03mac\"d\n" +
 	"\n" +
 	"Supervisor\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1f\n" +
@@ -2295,7 +2553,7 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PROTOCOL_VERSION_1\x10\x01\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_2\x10\x02*\x97\x03\n" +
+	"\x12PROTOCOL_VERSION_2\x10\x02*\xb1\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x18\n" +
@@ -2310,7 +2568,8 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x13ERROR_CODE_INTERNAL\x10\n" +
 	"\x12\"\n" +
 	"\x1eERROR_CODE_UNSUPPORTED_VERSION\x10\v\x12\x1e\n" +
-	"\x1aERROR_CODE_OUTCOME_UNKNOWN\x10\fB9Z7github.com/execplane/execplane/proto/helper/v1;helperv1b\x06proto3"
+	"\x1aERROR_CODE_OUTCOME_UNKNOWN\x10\f\x12\x18\n" +
+	"\x14ERROR_CODE_DATA_LOSS\x10\rB9Z7github.com/execplane/execplane/proto/helper/v1;helperv1b\x06proto3"
 
 var (
 	file_helper_v1_helper_proto_rawDescOnce sync.Once
@@ -2325,89 +2584,95 @@ func file_helper_v1_helper_proto_rawDescGZIP() []byte {
 }
 
 var file_helper_v1_helper_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_helper_v1_helper_proto_goTypes = []any{
 	(ProtocolVersion)(0),          // 0: helper.v1.ProtocolVersion
 	(ErrorCode)(0),                // 1: helper.v1.ErrorCode
 	(*Limits)(nil),                // 2: helper.v1.Limits
 	(*Request)(nil),               // 3: helper.v1.Request
 	(*Durable)(nil),               // 4: helper.v1.Durable
-	(*DurableStart)(nil),          // 5: helper.v1.DurableStart
-	(*DurableStatus)(nil),         // 6: helper.v1.DurableStatus
-	(*DurableFollow)(nil),         // 7: helper.v1.DurableFollow
-	(*DurableCancel)(nil),         // 8: helper.v1.DurableCancel
-	(*DurableList)(nil),           // 9: helper.v1.DurableList
-	(*DurableResult)(nil),         // 10: helper.v1.DurableResult
-	(*CommandRecord)(nil),         // 11: helper.v1.CommandRecord
-	(*Supervisor)(nil),            // 12: helper.v1.Supervisor
-	(*TerminalOpen)(nil),          // 13: helper.v1.TerminalOpen
-	(*TerminalInput)(nil),         // 14: helper.v1.TerminalInput
-	(*TerminalEvent)(nil),         // 15: helper.v1.TerminalEvent
-	(*Error)(nil),                 // 16: helper.v1.Error
-	(*Response)(nil),              // 17: helper.v1.Response
-	(*Heartbeat)(nil),             // 18: helper.v1.Heartbeat
-	(*Frame)(nil),                 // 19: helper.v1.Frame
-	(*SessionHello)(nil),          // 20: helper.v1.SessionHello
-	(*SessionReady)(nil),          // 21: helper.v1.SessionReady
-	(*Chunk)(nil),                 // 22: helper.v1.Chunk
-	(*Cancel)(nil),                // 23: helper.v1.Cancel
-	(*SessionFrame)(nil),          // 24: helper.v1.SessionFrame
-	(*v1.FileOperation)(nil),      // 25: execution.v1.FileOperation
-	(*v1.CommandSpec)(nil),        // 26: execution.v1.CommandSpec
-	(*v1.OutputCursor)(nil),       // 27: execution.v1.OutputCursor
-	(*v1.CommandInfo)(nil),        // 28: execution.v1.CommandInfo
-	(*v1.OutputChunk)(nil),        // 29: execution.v1.OutputChunk
-	(*v1.TerminalSize)(nil),       // 30: execution.v1.TerminalSize
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*v1.FileResult)(nil),         // 32: execution.v1.FileResult
-	(*v1.CommandResult)(nil),      // 33: execution.v1.CommandResult
+	(*RecordKey)(nil),             // 5: helper.v1.RecordKey
+	(*DurableRevoke)(nil),         // 6: helper.v1.DurableRevoke
+	(*DurableStart)(nil),          // 7: helper.v1.DurableStart
+	(*DurableStatus)(nil),         // 8: helper.v1.DurableStatus
+	(*DurableFollow)(nil),         // 9: helper.v1.DurableFollow
+	(*DurableCancel)(nil),         // 10: helper.v1.DurableCancel
+	(*DurableList)(nil),           // 11: helper.v1.DurableList
+	(*DurableResult)(nil),         // 12: helper.v1.DurableResult
+	(*CommandRecord)(nil),         // 13: helper.v1.CommandRecord
+	(*SealedRecord)(nil),          // 14: helper.v1.SealedRecord
+	(*Supervisor)(nil),            // 15: helper.v1.Supervisor
+	(*TerminalOpen)(nil),          // 16: helper.v1.TerminalOpen
+	(*TerminalInput)(nil),         // 17: helper.v1.TerminalInput
+	(*TerminalEvent)(nil),         // 18: helper.v1.TerminalEvent
+	(*Error)(nil),                 // 19: helper.v1.Error
+	(*Response)(nil),              // 20: helper.v1.Response
+	(*Heartbeat)(nil),             // 21: helper.v1.Heartbeat
+	(*Frame)(nil),                 // 22: helper.v1.Frame
+	(*SessionHello)(nil),          // 23: helper.v1.SessionHello
+	(*SessionReady)(nil),          // 24: helper.v1.SessionReady
+	(*Chunk)(nil),                 // 25: helper.v1.Chunk
+	(*Cancel)(nil),                // 26: helper.v1.Cancel
+	(*SessionFrame)(nil),          // 27: helper.v1.SessionFrame
+	(*v1.FileOperation)(nil),      // 28: execution.v1.FileOperation
+	(*v1.CommandSpec)(nil),        // 29: execution.v1.CommandSpec
+	(*v1.OutputCursor)(nil),       // 30: execution.v1.OutputCursor
+	(*v1.CommandInfo)(nil),        // 31: execution.v1.CommandInfo
+	(*v1.OutputChunk)(nil),        // 32: execution.v1.OutputChunk
+	(*v1.TerminalSize)(nil),       // 33: execution.v1.TerminalSize
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*v1.FileResult)(nil),         // 35: execution.v1.FileResult
+	(*v1.CommandResult)(nil),      // 36: execution.v1.CommandResult
 }
 var file_helper_v1_helper_proto_depIdxs = []int32{
 	0,  // 0: helper.v1.Request.version:type_name -> helper.v1.ProtocolVersion
 	2,  // 1: helper.v1.Request.limits:type_name -> helper.v1.Limits
-	25, // 2: helper.v1.Request.file:type_name -> execution.v1.FileOperation
-	26, // 3: helper.v1.Request.command:type_name -> execution.v1.CommandSpec
+	28, // 2: helper.v1.Request.file:type_name -> execution.v1.FileOperation
+	29, // 3: helper.v1.Request.command:type_name -> execution.v1.CommandSpec
 	4,  // 4: helper.v1.Request.durable:type_name -> helper.v1.Durable
-	13, // 5: helper.v1.Request.terminal:type_name -> helper.v1.TerminalOpen
-	5,  // 6: helper.v1.Durable.start:type_name -> helper.v1.DurableStart
-	6,  // 7: helper.v1.Durable.status:type_name -> helper.v1.DurableStatus
-	7,  // 8: helper.v1.Durable.follow:type_name -> helper.v1.DurableFollow
-	8,  // 9: helper.v1.Durable.cancel:type_name -> helper.v1.DurableCancel
-	9,  // 10: helper.v1.Durable.list:type_name -> helper.v1.DurableList
-	26, // 11: helper.v1.DurableStart.command:type_name -> execution.v1.CommandSpec
-	27, // 12: helper.v1.DurableStatus.from:type_name -> execution.v1.OutputCursor
-	27, // 13: helper.v1.DurableFollow.from:type_name -> execution.v1.OutputCursor
-	28, // 14: helper.v1.DurableResult.commands:type_name -> execution.v1.CommandInfo
-	29, // 15: helper.v1.DurableResult.output:type_name -> execution.v1.OutputChunk
-	28, // 16: helper.v1.CommandRecord.info:type_name -> execution.v1.CommandInfo
-	12, // 17: helper.v1.CommandRecord.supervisor:type_name -> helper.v1.Supervisor
-	26, // 18: helper.v1.TerminalOpen.command:type_name -> execution.v1.CommandSpec
-	30, // 19: helper.v1.TerminalOpen.size:type_name -> execution.v1.TerminalSize
-	30, // 20: helper.v1.TerminalInput.resize:type_name -> execution.v1.TerminalSize
-	31, // 21: helper.v1.TerminalEvent.started:type_name -> google.protobuf.Timestamp
-	1,  // 22: helper.v1.Error.code:type_name -> helper.v1.ErrorCode
-	32, // 23: helper.v1.Response.file:type_name -> execution.v1.FileResult
-	33, // 24: helper.v1.Response.command:type_name -> execution.v1.CommandResult
-	16, // 25: helper.v1.Response.error:type_name -> helper.v1.Error
-	10, // 26: helper.v1.Response.durable:type_name -> helper.v1.DurableResult
-	18, // 27: helper.v1.Frame.heartbeat:type_name -> helper.v1.Heartbeat
-	17, // 28: helper.v1.Frame.response:type_name -> helper.v1.Response
-	21, // 29: helper.v1.Frame.ready:type_name -> helper.v1.SessionReady
-	22, // 30: helper.v1.Frame.response_chunk:type_name -> helper.v1.Chunk
-	22, // 31: helper.v1.Frame.body:type_name -> helper.v1.Chunk
-	15, // 32: helper.v1.Frame.terminal:type_name -> helper.v1.TerminalEvent
-	0,  // 33: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
-	0,  // 34: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
-	20, // 35: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
-	3,  // 36: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
-	22, // 37: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
-	23, // 38: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
-	22, // 39: helper.v1.SessionFrame.body:type_name -> helper.v1.Chunk
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	16, // 5: helper.v1.Request.terminal:type_name -> helper.v1.TerminalOpen
+	7,  // 6: helper.v1.Durable.start:type_name -> helper.v1.DurableStart
+	8,  // 7: helper.v1.Durable.status:type_name -> helper.v1.DurableStatus
+	9,  // 8: helper.v1.Durable.follow:type_name -> helper.v1.DurableFollow
+	10, // 9: helper.v1.Durable.cancel:type_name -> helper.v1.DurableCancel
+	11, // 10: helper.v1.Durable.list:type_name -> helper.v1.DurableList
+	6,  // 11: helper.v1.Durable.revoke:type_name -> helper.v1.DurableRevoke
+	5,  // 12: helper.v1.Durable.record_keys:type_name -> helper.v1.RecordKey
+	29, // 13: helper.v1.DurableStart.command:type_name -> execution.v1.CommandSpec
+	5,  // 14: helper.v1.DurableStart.seal:type_name -> helper.v1.RecordKey
+	30, // 15: helper.v1.DurableStatus.from:type_name -> execution.v1.OutputCursor
+	30, // 16: helper.v1.DurableFollow.from:type_name -> execution.v1.OutputCursor
+	31, // 17: helper.v1.DurableResult.commands:type_name -> execution.v1.CommandInfo
+	32, // 18: helper.v1.DurableResult.output:type_name -> execution.v1.OutputChunk
+	31, // 19: helper.v1.CommandRecord.info:type_name -> execution.v1.CommandInfo
+	15, // 20: helper.v1.CommandRecord.supervisor:type_name -> helper.v1.Supervisor
+	29, // 21: helper.v1.TerminalOpen.command:type_name -> execution.v1.CommandSpec
+	33, // 22: helper.v1.TerminalOpen.size:type_name -> execution.v1.TerminalSize
+	33, // 23: helper.v1.TerminalInput.resize:type_name -> execution.v1.TerminalSize
+	34, // 24: helper.v1.TerminalEvent.started:type_name -> google.protobuf.Timestamp
+	1,  // 25: helper.v1.Error.code:type_name -> helper.v1.ErrorCode
+	35, // 26: helper.v1.Response.file:type_name -> execution.v1.FileResult
+	36, // 27: helper.v1.Response.command:type_name -> execution.v1.CommandResult
+	19, // 28: helper.v1.Response.error:type_name -> helper.v1.Error
+	12, // 29: helper.v1.Response.durable:type_name -> helper.v1.DurableResult
+	21, // 30: helper.v1.Frame.heartbeat:type_name -> helper.v1.Heartbeat
+	20, // 31: helper.v1.Frame.response:type_name -> helper.v1.Response
+	24, // 32: helper.v1.Frame.ready:type_name -> helper.v1.SessionReady
+	25, // 33: helper.v1.Frame.response_chunk:type_name -> helper.v1.Chunk
+	25, // 34: helper.v1.Frame.body:type_name -> helper.v1.Chunk
+	18, // 35: helper.v1.Frame.terminal:type_name -> helper.v1.TerminalEvent
+	0,  // 36: helper.v1.SessionHello.versions:type_name -> helper.v1.ProtocolVersion
+	0,  // 37: helper.v1.SessionReady.version:type_name -> helper.v1.ProtocolVersion
+	23, // 38: helper.v1.SessionFrame.hello:type_name -> helper.v1.SessionHello
+	3,  // 39: helper.v1.SessionFrame.request:type_name -> helper.v1.Request
+	25, // 40: helper.v1.SessionFrame.request_chunk:type_name -> helper.v1.Chunk
+	26, // 41: helper.v1.SessionFrame.cancel:type_name -> helper.v1.Cancel
+	25, // 42: helper.v1.SessionFrame.body:type_name -> helper.v1.Chunk
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_helper_v1_helper_proto_init() }
@@ -2427,22 +2692,23 @@ func file_helper_v1_helper_proto_init() {
 		(*Durable_Follow)(nil),
 		(*Durable_Cancel)(nil),
 		(*Durable_List)(nil),
+		(*Durable_Revoke)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[12].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[15].OneofWrappers = []any{
 		(*TerminalInput_Data)(nil),
 		(*TerminalInput_Resize)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[13].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[16].OneofWrappers = []any{
 		(*TerminalEvent_Started)(nil),
 		(*TerminalEvent_Output)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[15].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[18].OneofWrappers = []any{
 		(*Response_File)(nil),
 		(*Response_Command)(nil),
 		(*Response_Error)(nil),
 		(*Response_Durable)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[17].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[20].OneofWrappers = []any{
 		(*Frame_Heartbeat)(nil),
 		(*Frame_Response)(nil),
 		(*Frame_Ready)(nil),
@@ -2450,7 +2716,7 @@ func file_helper_v1_helper_proto_init() {
 		(*Frame_Body)(nil),
 		(*Frame_Terminal)(nil),
 	}
-	file_helper_v1_helper_proto_msgTypes[22].OneofWrappers = []any{
+	file_helper_v1_helper_proto_msgTypes[25].OneofWrappers = []any{
 		(*SessionFrame_Hello)(nil),
 		(*SessionFrame_Request)(nil),
 		(*SessionFrame_RequestChunk)(nil),
@@ -2463,7 +2729,7 @@ func file_helper_v1_helper_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_helper_v1_helper_proto_rawDesc), len(file_helper_v1_helper_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -135,6 +135,11 @@ class WrongType(FailedPrecondition):
     """A file operation met the wrong kind of object (a directory for a file, …)."""
 
 
+class RecordUnverified(ExecplaneError):
+    """A durable command's record is not the one its supervisor wrote (the workload altered
+    or planted it): nothing was done on its account."""
+
+
 class OutcomeUnknown(ExecplaneError):
     """The call broke after it was sent: a write may have landed, a command may have run.
     Never retried: read the state and decide."""
@@ -167,6 +172,7 @@ _BY_REASON: dict[str, type[ExecplaneError]] = {
     "NOT_READY": NotReady,
     "WRONG_TYPE": WrongType,
     "OUTCOME_UNKNOWN": OutcomeUnknown,
+    "RECORD_UNVERIFIED": RecordUnverified,
 }
 
 

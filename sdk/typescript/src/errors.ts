@@ -105,6 +105,8 @@ export const isFenced = is(Code.FailedPrecondition, "FENCED");
 export const isNotReady = is(Code.FailedPrecondition, "NOT_READY");
 export const isWrongType = is(Code.FailedPrecondition, "WRONG_TYPE");
 export const isExhausted = is(Code.ResourceExhausted);
+/** A durable command's record is not its supervisor's (altered or planted by the workload). */
+export const isRecordUnverified = is(Code.DataLoss, "RECORD_UNVERIFIED");
 export const isUnavailable = is(Code.Unavailable);
 /** The call broke after it was sent: a write may have landed, a command may have run. Never retried. */
 export const isOutcomeUnknown = (err: unknown): err is ExecplaneError => err instanceof ExecplaneError && err.reason === "OUTCOME_UNKNOWN";

@@ -31,6 +31,7 @@ ERROR_REASON_OUTCOME_UNKNOWN: ErrorReason
 ERROR_REASON_PATH_ESCAPE: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
 ERROR_REASON_PRECONDITION_MISMATCH: ErrorReason
+ERROR_REASON_RECORD_UNVERIFIED: ErrorReason
 ERROR_REASON_REVOKED: ErrorReason
 ERROR_REASON_RUN_CLAIM_HELD: ErrorReason
 ERROR_REASON_STALE_EPOCH: ErrorReason
@@ -206,7 +207,7 @@ class CommandEvent(_message.Message):
     def __init__(self, started: _Optional[_Union[CommandInfo, _Mapping]] = ..., output: _Optional[_Union[OutputChunk, _Mapping]] = ..., ended: _Optional[_Union[CommandInfo, _Mapping]] = ...) -> None: ...
 
 class CommandInfo(_message.Message):
-    __slots__ = ["command_id", "detached", "epoch", "message", "program", "result", "run_id", "started_at", "state", "stderr_bytes", "stdout_bytes"]
+    __slots__ = ["command_id", "detached", "epoch", "message", "program", "result", "run_id", "started_at", "state", "stderr_bytes", "stdout_bytes", "unverified"]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     DETACHED_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +219,7 @@ class CommandInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNVERIFIED_FIELD_NUMBER: _ClassVar[int]
     command_id: str
     detached: bool
     epoch: int
@@ -229,7 +231,8 @@ class CommandInfo(_message.Message):
     state: CommandState
     stderr_bytes: int
     stdout_bytes: int
-    def __init__(self, command_id: _Optional[str] = ..., state: _Optional[_Union[CommandState, str]] = ..., program: _Optional[_Union[CommandProgram, _Mapping]] = ..., run_id: _Optional[str] = ..., epoch: _Optional[int] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., detached: bool = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+    unverified: bool
+    def __init__(self, command_id: _Optional[str] = ..., state: _Optional[_Union[CommandState, str]] = ..., program: _Optional[_Union[CommandProgram, _Mapping]] = ..., run_id: _Optional[str] = ..., epoch: _Optional[int] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., detached: bool = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., message: _Optional[str] = ..., unverified: bool = ...) -> None: ...
 
 class CommandProgram(_message.Message):
     __slots__ = ["argv", "cut", "shell", "working_directory"]
