@@ -15,6 +15,7 @@ import (
 	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/pkg/apierror"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -59,6 +60,11 @@ func (h *Handler) durable(ctx context.Context, a *admitted, d *helperv1.Durable)
 	if err := protocol.ValidateDurable(d, protocol.DurableLimitsOf(a.limits)); err != nil {
 		return nil, podexec.HelperError(err)
 	}
+	keys, err := h.recordKeys(a.env)
+	if err != nil {
+		return nil, err
+	}
+	d.RecordKeys, d.GrantGeneration = keys, a.claims.GrantGeneration
 	resp, err := h.execute(ctx, a, &helperv1.Request{Limits: a.limits, Operation: &helperv1.Request_Durable{Durable: d}}, durableCap(d))
 	if err != nil {
 		if d.GetStart() != nil && errors.Is(err, apierror.ErrAlreadyExists) {
@@ -74,6 +80,21 @@ func (h *Handler) durable(ctx context.Context, a *admitted, d *helperv1.Durable)
 		return nil, fmt.Errorf("%w: %v", podexec.ErrProtocol, err)
 	}
 	return res, nil
+}
+
+// recordKeys are the environment's record keys (docs/commands.md "Sealed records"): each key
+// of the security material, derived over the environment's UID, the sealing key first. The
+// material's own keys never reach an executor.
+func (h *Handler) recordKeys(env *executionv1alpha1.ExecutionEnvironment) ([]*helperv1.RecordKey, error) {
+	b, ok := h.b.Material()
+	if !ok {
+		return nil, fmt.Errorf("%w: no security material", apierror.ErrUnavailable)
+	}
+	var out []*helperv1.RecordKey
+	for _, k := range b.RecordKeys() {
+		out = append(out, &helperv1.RecordKey{Id: k.ID, Key: protocol.EnvironmentRecordKey(k.Secret, string(env.UID))})
+	}
+	return out, nil
 }
 
 // durableCap is the largest answer an operation may get.

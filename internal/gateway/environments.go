@@ -49,6 +49,7 @@ type Environments struct {
 	client    versioned.Interface
 	namespace string
 	observed  func(time.Duration)
+	revoked   func(*executionv1alpha1.ExecutionEnvironment)
 	now       func() time.Time
 	bound     time.Duration
 
@@ -200,7 +201,17 @@ func (e *Environments) update(oldObj, newObj any) {
 		(cur.Status.Epoch > old.Status.Epoch || cur.Status.GrantGeneration > old.Status.GrantGeneration) {
 		e.observed(max(0, e.now().Sub(cur.Status.AuthorityChangedAt.Time)))
 	}
+	if ok1 && ok2 && e.revoked != nil && cur.UID == old.UID && cur.Status.GrantGeneration > old.Status.GrantGeneration {
+		e.revoked(cur)
+	}
 	e.notify()
+}
+
+// OnGrantsRevoked sets what is called, on the informer's goroutine (it must not block), with
+// each environment whose grant generation this view sees raised. Set it before Start. A
+// raise that happens while the view is stale and rebuilt from a list is not seen.
+func (e *Environments) OnGrantsRevoked(f func(*executionv1alpha1.ExecutionEnvironment)) {
+	e.revoked = f
 }
 
 func (e *Environments) notify() {

@@ -19,6 +19,8 @@ type Metrics struct {
 	handshakes    *prometheus.CounterVec
 	observation   prometheus.Histogram
 	executorCalls *prometheus.CounterVec
+	revocations   *prometheus.CounterVec
+	revoked       prometheus.Counter
 }
 
 // methods are the RPC names used as labels; anything else is "unknown".
@@ -70,7 +72,15 @@ func NewMetrics(reg prometheus.Registerer, limiter func() security.LimiterStats)
 			Name: "execplane_gateway_executor_calls_total", Help: "Helper invocations through pods/exec, by outcome.",
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.rpcs, m.duration, m.refusals, m.handshakes, m.observation, m.executorCalls)
+	m.revocations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "execplane_gateway_command_revocations_total",
+		Help: "Revocations of an environment's durable commands this replica asked its executor for, by outcome (ok, failed, skipped: no executor or profile).",
+	}, []string{"outcome"})
+	m.revoked = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "execplane_gateway_commands_revoked_total",
+		Help: "Durable commands ended by a revocation this replica asked for.",
+	})
+	reg.MustRegister(m.rpcs, m.duration, m.refusals, m.handshakes, m.observation, m.executorCalls, m.revocations, m.revoked)
 	if limiter != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "execplane_gateway_inflight_rpcs", Help: "RPCs admitted and still running.",
@@ -112,6 +122,14 @@ const (
 	outcomeUnknown  = "outcome_unknown"
 	outcomeError    = "error"
 )
+
+// revocation counts one revocation of an environment's commands and what it ended.
+func (m *Metrics) revocation(outcome string, ended int) {
+	if m != nil {
+		m.revocations.WithLabelValues(outcome).Inc()
+		m.revoked.Add(float64(ended))
+	}
+}
 
 func (m *Metrics) executor(outcome string) {
 	if m != nil {

@@ -78,6 +78,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	revocations := newRevoker(handler, executor.ExecuteOnce)
+	envs.OnGrantsRevoked(revocations.Observe)
 	server, err = NewServer(ServerConfig{
 		Current: proc.Security.Current, MaxConcurrentRPCs: cfg.MaxConcurrentRPCs, MaxClientRPCs: cfg.MaxClientRPCs,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxRPCDeadline: cfg.MaxRPCDeadline, Logger: proc.Logger, Metrics: metrics,
@@ -103,6 +105,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			envs.Start(ctx)
 			var upkeep sync.WaitGroup
 			upkeep.Go(func() { executor.Run(ctx, envs.Changes) })
+			upkeep.Go(func() { revocations.Run(ctx) })
 			followReadiness(ctx, server, ready)
 			upkeep.Wait()
 			return nil

@@ -39,7 +39,9 @@ func Install(dest string) error {
 		err = errors.New("the running executable is larger than any helper")
 	}
 	if err == nil {
-		err = tmp.Chmod(0o555)
+		// Execute-only: the kernel makes each helper started from it not dumpable at exec
+		// (docs/commands.md "Sealed records").
+		err = tmp.Chmod(0o111)
 	}
 	if err == nil {
 		err = tmp.Sync()

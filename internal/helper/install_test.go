@@ -21,7 +21,7 @@ func TestInstallCopiesTheHelper(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("the copy differs from the running executable")
 	}
-	if fi, _ := os.Stat(dest); fi.Mode().Perm() != 0o555 {
+	if fi, _ := os.Stat(dest); fi.Mode().Perm() != 0o111 {
 		t.Fatalf("mode %v", fi.Mode())
 	}
 	for _, bad := range []string{"relative/helper", "/tmp/../helper", ""} {

@@ -258,8 +258,8 @@ func (s *session) start(req *helperv1.Request) {
 // with Request.body_response its content, sent as a body before the response.
 func (s *session) serve(req *helperv1.Request, b *body, cancel <-chan struct{}) (*helperv1.Response, []byte) {
 	id := req.GetRequestId()
-	if req.GetVersion() != helperv1.ProtocolVersion_PROTOCOL_VERSION_2 {
-		return errorResponse(id, helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "a session's requests are protocol version 2"), nil
+	if v := req.GetVersion(); !protocol.SessionVersion(v) || v > s.ready.GetVersion() {
+		return errorResponse(id, helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "a session's requests are of a session version no higher than the session's"), nil
 	}
 	if err := checkBodies(req); err != nil {
 		return failure(id, err), nil

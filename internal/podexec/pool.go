@@ -162,6 +162,13 @@ func (p *Pool) Execute(ctx context.Context, t Target, req *helperv1.Request, res
 	}
 }
 
+// ExecuteOnce runs req at t by one exec of its own, never on a session: for a call that
+// must reach an executor whose environment is no longer usable (a session to it closes at
+// once), such as the revocation of its durable commands.
+func (p *Pool) ExecuteOnce(ctx context.Context, t Target, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	return p.exec.Execute(ctx, t.Pod, req, responseCap)
+}
+
 // Stream runs a call with a body at t, its content carried as it goes. A helper without
 // bodies — one exec per operation, or a session helper without them — gets the whole
 // request. A write is not retried (its body is the caller's, consumed as it went); a read

@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -44,10 +45,21 @@ const (
 // SessionFrameCap is the largest frame of a session whose chunks are chunk bytes.
 func SessionFrameCap(chunk int) int { return chunk + chunkEnvelopeBytes }
 
+// SessionVersion reports whether v is a session version: 2, or 3 (durable requests carry
+// record keys).
+func SessionVersion(v helperv1.ProtocolVersion) bool {
+	return v == helperv1.ProtocolVersion_PROTOCOL_VERSION_2 || v == helperv1.ProtocolVersion_PROTOCOL_VERSION_3
+}
+
+// SealsRecords reports whether a session's durable requests may carry record keys.
+func SealsRecords(r *helperv1.SessionReady) bool {
+	return r.GetVersion() == helperv1.ProtocolVersion_PROTOCOL_VERSION_3
+}
+
 // NewHello is the gateway's opening frame.
 func NewHello(maxInFlight, chunk int, heartbeat time.Duration) *helperv1.SessionFrame {
 	return &helperv1.SessionFrame{Frame: &helperv1.SessionFrame_Hello{Hello: &helperv1.SessionHello{
-		Versions:        []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_2},
+		Versions:        []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_3, helperv1.ProtocolVersion_PROTOCOL_VERSION_2},
 		MaxInFlight:     uint32(maxInFlight),
 		ChunkBytes:      uint32(chunk),
 		HeartbeatMillis: uint64(heartbeat / time.Millisecond),
@@ -58,15 +70,17 @@ func NewHello(maxInFlight, chunk int, heartbeat time.Duration) *helperv1.Session
 // Accept is the helper's answer to a hello: every value the smaller of what was asked and
 // what the helper allows, or an UNSUPPORTED_VERSION / INVALID_ARGUMENT refusal.
 func Accept(h *helperv1.SessionHello) (*helperv1.SessionReady, error) {
-	speaks := false
+	version := helperv1.ProtocolVersion_PROTOCOL_VERSION_UNSPECIFIED
 	for _, v := range h.GetVersions() {
-		speaks = speaks || v == helperv1.ProtocolVersion_PROTOCOL_VERSION_2
+		if SessionVersion(v) && v > version {
+			version = v
+		}
 	}
-	if !speaks {
+	if version == helperv1.ProtocolVersion_PROTOCOL_VERSION_UNSPECIFIED {
 		return nil, Errorf(helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "no common session protocol version")
 	}
 	r := &helperv1.SessionReady{
-		Version:         helperv1.ProtocolVersion_PROTOCOL_VERSION_2,
+		Version:         version,
 		MaxInFlight:     min(h.GetMaxInFlight(), MaxInFlightCeiling),
 		ChunkBytes:      min(h.GetChunkBytes(), MaxChunkBytes),
 		HeartbeatMillis: h.GetHeartbeatMillis(),
@@ -82,7 +96,7 @@ func Accept(h *helperv1.SessionHello) (*helperv1.SessionReady, error) {
 // nothing above what the gateway asked (a hostile helper cannot raise a bound).
 func CheckReady(h *helperv1.SessionHello, r *helperv1.SessionReady) error {
 	switch {
-	case r.GetVersion() != helperv1.ProtocolVersion_PROTOCOL_VERSION_2:
+	case !SessionVersion(r.GetVersion()) || !slices.Contains(h.GetVersions(), r.GetVersion()):
 		return fmt.Errorf("%w: session version %d", ErrViolation, r.GetVersion())
 	case r.GetMaxInFlight() > h.GetMaxInFlight(), r.GetChunkBytes() > h.GetChunkBytes(), r.GetHeartbeatMillis() > h.GetHeartbeatMillis():
 		return fmt.Errorf("%w: the helper raised a session bound", ErrViolation)

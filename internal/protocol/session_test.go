@@ -139,8 +139,37 @@ func TestHandshakeTakesTheSmallerBounds(t *testing.T) {
 	if err := CheckReady(older, r); err == nil {
 		t.Fatal("a ready offering bodies to a gateway that did not ask was accepted")
 	}
+	// Version 3 (record keys) when both speak it; 2 with a gateway that offers only 2; an
+	// older helper, which knows only 2, reads the hello's 3 as an enum value it does not
+	// know, picks 2, and the gateway then gives it no keys.
+	if !SealsRecords(ready) {
+		t.Fatalf("a hello offering 3 and 2 got %v", ready.GetVersion())
+	}
+	two := &helperv1.SessionHello{Versions: []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_2}, MaxInFlight: 4, ChunkBytes: MinChunkBytes, HeartbeatMillis: 1000}
+	if r, err := Accept(two); err != nil || SealsRecords(r) || CheckReady(two, r) != nil {
+		t.Fatalf("a hello offering 2 only: %v %v", r, err)
+	}
+	if err := CheckReady(two, ready); err == nil {
+		t.Fatal("a ready of version 3 to a hello offering 2 only was accepted")
+	}
+	// As an older helper meets 3: a version its enum does not name decodes strictly (an open
+	// enum keeps the number; no unknown field) and is passed by.
+	future := proto.CloneOf(two)
+	future.Versions = []helperv1.ProtocolVersion{99, helperv1.ProtocolVersion_PROTOCOL_VERSION_2}
+	data, err := proto.Marshal(future)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded helperv1.SessionHello
+	if err := DecodeFrame(data, &decoded); err != nil {
+		t.Fatalf("a hello offering a version the helper does not know does not decode strictly: %v", err)
+	}
+	if r, err := Accept(&decoded); err != nil || r.GetVersion() != helperv1.ProtocolVersion_PROTOCOL_VERSION_2 {
+		t.Fatalf("a hello offering 99 and 2: %v %v", r, err)
+	}
 	for name, h := range map[string]*helperv1.SessionHello{
 		"no version":     {MaxInFlight: 1, ChunkBytes: MinChunkBytes, HeartbeatMillis: 1000},
+		"version 1 only": {Versions: []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_1}, MaxInFlight: 1, ChunkBytes: MinChunkBytes, HeartbeatMillis: 1000},
 		"tiny chunks":    NewHello(1, 1024, time.Second).GetHello(),
 		"no requests":    NewHello(0, MinChunkBytes, time.Second).GetHello(),
 		"rare heartbeat": NewHello(1, MinChunkBytes, time.Hour).GetHello(),

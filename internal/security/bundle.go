@@ -3,11 +3,13 @@ package security
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/execplane/execplane/pkg/problem"
@@ -44,9 +46,44 @@ type Bundle struct {
 	runSigner *grant.Signer
 	grants    GrantSettings
 
+	// recordKeys seal and verify durable commands' records, the sealing key first.
+	recordKeys []RecordKey
+
 	// serverTLS is the per-bundle server configuration that ServerTLSConfig hands out on
 	// every handshake while this bundle is current.
 	serverTLS *tls.Config
+}
+
+// RecordKey is a key durable commands' records are sealed with (docs/commands.md "Sealed
+// records"). Secret: it is never logged, and never leaves the gateway.
+type RecordKey struct {
+	ID     string
+	Secret []byte
+}
+
+// String names the key, never its secret.
+func (k RecordKey) String() string { return "record key " + k.ID }
+
+// GoString names the key, never its secret.
+func (k RecordKey) GoString() string { return k.String() }
+
+// readRecordKeys decodes the record keys' files: standard base64 of RecordKeyBytes bytes,
+// surrounding white space ignored.
+func readRecordKeys(m *Manifest, files map[string][]byte, p *problem.List) []RecordKey {
+	var out []RecordKey
+	for i, k := range m.RecordKeys {
+		data, ok := files[k.File]
+		if !ok {
+			continue
+		}
+		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+		if err != nil || len(key) != RecordKeyBytes {
+			p.Add(fmt.Sprintf("recordKeys[%d].file", i), "must hold the base64 encoding of %d bytes", RecordKeyBytes)
+			continue
+		}
+		out = append(out, RecordKey{ID: k.ID, Secret: key})
+	}
+	return out
 }
 
 // GrantSettings are the bundle's grant parameters.
@@ -169,6 +206,7 @@ func (b *Bundle) build(m *Manifest, files map[string][]byte, now time.Time, p *p
 		}
 	}
 	b.buildGrants(m, files, now, p)
+	b.recordKeys = readRecordKeys(m, files, p)
 	if !p.Empty() {
 		return
 	}
@@ -320,6 +358,9 @@ func (b *Bundle) Signer(purpose grant.Purpose) *grant.Signer {
 
 // GrantSettings are the issuer, audience and lifetimes.
 func (b *Bundle) GrantSettings() GrantSettings { return b.grants }
+
+// RecordKeys returns the record keys, the sealing key first.
+func (b *Bundle) RecordKeys() []RecordKey { return slices.Clone(b.recordKeys) }
 
 // String names the bundle by generation and digest. It never includes key material.
 func (b Bundle) String() string {

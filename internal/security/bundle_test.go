@@ -1,10 +1,13 @@
 package security
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -296,4 +299,44 @@ func TestLoadBundleReportsGrantProblemsOnce(t *testing.T) {
 	if n := strings.Count(err.Error(), "bytes of [A-Za-z0-9._-]"); n != 1 {
 		t.Fatalf("the key id problem is reported %d times:\n%v", n, err)
 	}
+}
+
+// Record keys: the file holds the base64 of exactly RecordKeyBytes bytes (white space
+// around it ignored); anything else is a problem of that key, and a key's String never
+// shows its secret.
+func TestLoadBundleRecordKeys(t *testing.T) {
+	f := newFixture(t)
+	b := f.mustLoad()
+	keys := b.RecordKeys()
+	if len(keys) != 1 || keys[0].ID != devbundle.RecordKeyID || len(keys[0].Secret) != RecordKeyBytes {
+		t.Fatalf("RecordKeys = %d keys", len(keys))
+	}
+	secret := base64.StdEncoding.EncodeToString(keys[0].Secret)
+	if s := fmt.Sprintf("%v %+v %#v %s", keys[0], keys, keys[0], keys[0]); strings.Contains(s, secret) || strings.Contains(s, fmt.Sprint(keys[0].Secret[:4])) {
+		t.Fatalf("a record key printed its secret: %s", s)
+	}
+	for name, content := range map[string]string{
+		"not base64":  "not base64!!\n",
+		"31 bytes":    base64.StdEncoding.EncodeToString(make([]byte, 31)),
+		"33 bytes":    base64.StdEncoding.EncodeToString(make([]byte, 33)),
+		"raw 32 byte": string(make([]byte, 32)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.write(devbundle.RecordKeyFile, []byte(content))
+			f.repin()
+			_, err := f.load()
+			wantProblems(t, err, "recordKeys[0].file: must hold the base64 encoding of 32 bytes")
+		})
+	}
+	t.Run("a second key verifies, the first seals", func(t *testing.T) {
+		f := newFixture(t)
+		f.write("next.key", []byte("  "+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))+"\n\n"))
+		f.m.RecordKeys = append([]RecordKeyEntry{{ID: "next", File: "next.key"}}, f.m.RecordKeys...)
+		f.repin()
+		keys := f.mustLoad().RecordKeys()
+		if len(keys) != 2 || keys[0].ID != "next" || !bytes.Equal(keys[0].Secret, bytes.Repeat([]byte{9}, 32)) || keys[1].ID != devbundle.RecordKeyID {
+			t.Fatalf("RecordKeys = %v", keys)
+		}
+	})
 }

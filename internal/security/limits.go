@@ -53,6 +53,11 @@ const (
 	// MaxKeyFileBytes bounds a key file (server key, grant public or private key). An RSA-4096
 	// PKCS#8 key is about 3.3 KiB in PEM; an Ed25519 key is about 120 bytes.
 	MaxKeyFileBytes = 16 << 10
+	// MaxRecordKeys bounds the record keys: the sealing key and those of a rotation (a
+	// request to the helper carries each, derived).
+	MaxRecordKeys = 8
+	// RecordKeyBytes is the size of a record key: HMAC-SHA256's, and its output's.
+	RecordKeyBytes = 32
 
 	// MaxFilePathBytes bounds a file name in the manifest (a path relative to the manifest's
 	// directory). Kubernetes' projected-volume item paths are short; 256 bytes is ample.

@@ -52,7 +52,7 @@ func newRenewalStage(t *testing.T, now time.Time) *renewalStage {
 	must(t, err)
 	files := map[string][]byte{}
 	for _, name := range []string{devbundle.ManifestFile, devbundle.CACertFile, devbundle.ServerIssuerFile,
-		devbundle.ServerCertFile, devbundle.ServerKeyFile, devbundle.GrantPublicFile, devbundle.GrantKeyFile} {
+		devbundle.ServerCertFile, devbundle.ServerKeyFile, devbundle.GrantPublicFile, devbundle.GrantKeyFile, devbundle.RecordKeyFile} {
 		files[name], err = os.ReadFile(filepath.Join(src, name))
 		must(t, err)
 	}

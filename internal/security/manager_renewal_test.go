@@ -157,7 +157,7 @@ func TestManagerRenewalInPlace(t *testing.T) {
 	must(t, err)
 	files := map[string][]byte{}
 	for _, name := range []string{devbundle.ManifestFile, devbundle.CACertFile, devbundle.ServerIssuerFile,
-		devbundle.ServerCertFile, devbundle.ServerKeyFile, devbundle.GrantPublicFile, devbundle.GrantKeyFile} {
+		devbundle.ServerCertFile, devbundle.ServerKeyFile, devbundle.GrantPublicFile, devbundle.GrantKeyFile, devbundle.RecordKeyFile} {
 		files[name], err = os.ReadFile(filepath.Join(src, name))
 		must(t, err)
 	}

@@ -34,6 +34,9 @@ type Manifest struct {
 	Audience string `json:"audience"`
 	// GrantLifetimes are the lifetimes of the two grant kinds.
 	GrantLifetimes GrantLifetimes `json:"grantLifetimes"`
+	// RecordKeys are the keys durable commands' records are sealed with (docs/commands.md
+	// "Sealed records"): the first seals, every one verifies. 1..MaxRecordKeys.
+	RecordKeys []RecordKeyEntry `json:"recordKeys"`
 	// Clients is the client policy.
 	Clients []ClientEntry `json:"clients"`
 	// FileDigests pins every file named above but a renewable server certificate and its key:
@@ -68,6 +71,15 @@ type ServerCertificateRenewal struct {
 	DNSNames    []string `json:"dnsNames,omitempty"`
 	IPAddresses []string `json:"ipAddresses,omitempty"`
 	URIs        []string `json:"uris,omitempty"`
+}
+
+// RecordKeyEntry is one record key in the manifest.
+type RecordKeyEntry struct {
+	// ID names the key in every record it seals: 1..64 bytes of [A-Za-z0-9._-].
+	ID string `json:"id"`
+	// File holds the key: the standard base64 encoding of RecordKeyBytes random bytes, on
+	// one line ("openssl rand -base64 32").
+	File string `json:"file"`
 }
 
 // GrantKeyEntry is one grant key in the manifest.
@@ -187,6 +199,9 @@ func (m *Manifest) files() []fileRef {
 			refs = append(refs, fileRef{fmt.Sprintf("grantKeys[%d].privateKeyFile", i), k.PrivateKeyFile, MaxKeyFileBytes, true})
 		}
 	}
+	for i, k := range m.RecordKeys {
+		refs = append(refs, fileRef{fmt.Sprintf("recordKeys[%d].file", i), k.File, MaxKeyFileBytes, true})
+	}
 	out := refs[:0]
 	for _, r := range refs {
 		if r.name != "" {
@@ -218,6 +233,7 @@ func (m *Manifest) validate(p *problem.List) (grantsOK bool) {
 	checkLifetime(p, "grantLifetimes.environment", time.Duration(m.GrantLifetimes.Environment))
 	checkLifetime(p, "grantLifetimes.run", time.Duration(m.GrantLifetimes.Run))
 	grantsOK = p.Len() == before
+	m.validateRecordKeys(p)
 	m.validateClients(p)
 	return grantsOK
 }
@@ -313,6 +329,28 @@ func (m *Manifest) validateGrantKeys(p *problem.List) {
 	}
 	if len(m.GrantKeys) > 0 && signing != 1 {
 		p.Add("grantKeys", "%d signing keys, exactly one is required", signing)
+	}
+}
+
+func (m *Manifest) validateRecordKeys(p *problem.List) {
+	switch n := len(m.RecordKeys); {
+	case n == 0:
+		p.Add("recordKeys", "at least one key (the sealing key, first) is required")
+	case n > MaxRecordKeys:
+		p.Add("recordKeys", "%d keys, at most %d", n, MaxRecordKeys)
+	}
+	ids := map[string]bool{}
+	for i, k := range m.RecordKeys {
+		at := fmt.Sprintf("recordKeys[%d]", i)
+		if !grant.ValidKeyID(k.ID) {
+			p.Add(at+".id", "must be 1..%d bytes of [A-Za-z0-9._-]", grant.MaxKeyIDBytes)
+		} else if ids[k.ID] {
+			p.Add(at+".id", "duplicate key id")
+		}
+		ids[k.ID] = true
+		if k.File == "" {
+			p.Add(at+".file", "is required")
+		}
 	}
 }
 

@@ -36,6 +36,9 @@ grantKeys:
     state: verify-only
     publicKeyFile: keys/k3.pub
     verifyFrom: 2026-11-20T00:00:00Z
+recordKeys:
+  - {id: r2, file: r2.key}
+  - {id: r1, file: r1.key}
 issuer: execplane
 audience: execplane
 grantLifetimes: {environment: 10m, run: 5m}
@@ -55,6 +58,8 @@ fileDigests:
   k2.pub: ` + pin + `
   k2.key: ` + pin + `
   keys/k3.pub: ` + pin + `
+  r2.key: ` + pin + `
+  r1.key: ` + pin + `
 `
 
 func TestParseManifestValid(t *testing.T) {
@@ -124,6 +129,11 @@ func TestParseManifestStrict(t *testing.T) {
 		{"hostile kid", edit("id: k2", `id: "../../etc/passwd"`), "grantKeys[1].id"},
 		{"duplicate kid", edit("id: k3", "id: k2"), "grantKeys[2].id: duplicate key id"},
 		{"no grant keys", edit("grantKeys:", "grantKeys: []\nx:"), "unknown field"},
+		{"no record keys", edit("recordKeys:\n  - {id: r2, file: r2.key}\n  - {id: r1, file: r1.key}\n", "recordKeys: []\n"), "recordKeys: at least one key"},
+		{"duplicate record key id", edit("{id: r1, file: r1.key}", "{id: r2, file: r1.key}"), "recordKeys[1].id: duplicate key id"},
+		{"hostile record key id", edit("{id: r1,", `{id: "a/b",`), "recordKeys[1].id"},
+		{"record key without file", edit("{id: r1, file: r1.key}", "{id: r1}"), "recordKeys[1].file: is required"},
+		{"unpinned record key", edit("  r1.key: "+pin+"\n", ""), `fileDigests: has no digest for "r1.key"`},
 		{"administratorFor without administrator", edit("administratorFor: []", "administratorFor: [spiffe://example.org/x]"), "administratorFor requires administrator"},
 		{"non-canonical client", edit("spiffe://example.org/ns/platform/sa/orchestrator\n", "spiffe://Example.org/x\n"), "clients[0].uri"},
 		{"duplicate client", edit("spiffe://example.org/ns/platform/sa/admin", "spiffe://example.org/ns/platform/sa/orchestrator"), "clients[1].uri: duplicate of clients[0]"},

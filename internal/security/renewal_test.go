@@ -304,7 +304,7 @@ func TestRenewableBundleDigest(t *testing.T) {
 	}
 	// The documented construction over the manifest and the pinned files only.
 	pinned := map[string][]byte{}
-	for _, name := range []string{devbundle.CACertFile, devbundle.GrantKeyFile, devbundle.GrantPublicFile, devbundle.ServerIssuerFile} {
+	for _, name := range []string{devbundle.CACertFile, devbundle.GrantKeyFile, devbundle.GrantPublicFile, devbundle.RecordKeyFile, devbundle.ServerIssuerFile} {
 		pinned[name] = f.read(name)
 	}
 	if want := bundleDigest(f.read(devbundle.ManifestFile), pinned); b1.Digest() != want {

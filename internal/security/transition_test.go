@@ -26,7 +26,7 @@ func TestBundleDigestConstruction(t *testing.T) {
 	}
 	buf = append(buf, "execplane security bundle v1\x00"...)
 	entry("", f.read(devbundle.ManifestFile))
-	for _, name := range []string{devbundle.CACertFile, devbundle.GrantKeyFile, devbundle.GrantPublicFile, devbundle.ServerCertFile, devbundle.ServerKeyFile} {
+	for _, name := range []string{devbundle.CACertFile, devbundle.GrantKeyFile, devbundle.GrantPublicFile, devbundle.RecordKeyFile, devbundle.ServerCertFile, devbundle.ServerKeyFile} {
 		entry(name, f.read(name))
 	}
 	if want := FileDigest(buf); b.Digest() != want {

@@ -198,11 +198,11 @@ func (s *Session) Do(ctx context.Context, req *helperv1.Request, responseCap int
 	select {
 	case a := <-c.answer:
 		s.used.Store(time.Now().UnixNano())
-		return a.resp, a.err
+		return s.unsealed(a.resp), a.err
 	case <-ctx.Done():
 		if !s.abandon(c) { // answered meanwhile
 			a := <-c.answer
-			return a.resp, a.err
+			return s.unsealed(a.resp), a.err
 		}
 		if req.GetCommand() != nil {
 			s.cancel(c.id)
@@ -214,13 +214,30 @@ func (s *Session) Do(ctx context.Context, req *helperv1.Request, responseCap int
 	}
 }
 
-// envelope is a new request around the caller's operation: its content (up to the file
-// cap) is shared, not copied.
-func envelope(id string, req *helperv1.Request) *helperv1.Request {
+// envelope is a new request around the caller's operation, of the session's version: its
+// content (up to the file cap) is shared, not copied. A helper that does not seal records
+// (version 2) is given no record keys — a field it does not know would end the session.
+func (s *Session) envelope(id string, req *helperv1.Request) *helperv1.Request {
+	op := req.GetOperation()
+	if d := req.GetDurable(); d != nil && !protocol.SealsRecords(s.ready) && (len(d.GetRecordKeys()) > 0 || d.GetGrantGeneration() > 0) {
+		op = &helperv1.Request_Durable{Durable: &helperv1.Durable{Op: d.Op}}
+	}
 	return &helperv1.Request{
-		Version: helperv1.ProtocolVersion_PROTOCOL_VERSION_2, RequestId: id, Limits: req.GetLimits(), Operation: req.GetOperation(),
+		Version: s.ready.GetVersion(), RequestId: id, Limits: req.GetLimits(), Operation: op,
 		BodyBytes: req.GetBodyBytes(), BodyResponse: req.GetBodyResponse(),
 	}
+}
+
+// unsealed marks what a helper that does not seal records says of commands as unverified:
+// it wrote them unsealed, and knows no such mark.
+func (s *Session) unsealed(resp *helperv1.Response) *helperv1.Response {
+	if protocol.SealsRecords(s.ready) {
+		return resp
+	}
+	for _, c := range resp.GetDurable().GetCommands() {
+		c.Unverified = true
+	}
+	return resp
 }
 
 // begin takes a slot, registers the call (init, when not nil, sets it up before the reader
@@ -240,7 +257,7 @@ func (s *Session) begin(ctx context.Context, req *helperv1.Request, responseCap 
 		<-s.slots
 		return nil, nil, nil, err
 	}
-	req = envelope(c.id, req)
+	req = s.envelope(c.id, req)
 	frames, err := s.requestFrames(req)
 	if err != nil {
 		s.forget(c)

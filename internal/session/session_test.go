@@ -452,3 +452,58 @@ func TestIdleSessionCost(t *testing.T) {
 	}
 	peers.Wait()
 }
+
+// A helper that seals records speaks version 3 and is given the record keys; one of an
+// older release (version 2 only) is given none — a field it does not know would end the
+// session — and what it answers of commands is marked unverified.
+func TestRecordKeysOnlyToAHelperThatSealsThem(t *testing.T) {
+	durable := func() *helperv1.Request {
+		return &helperv1.Request{Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{
+			Op:         &helperv1.Durable_Status{Status: &helperv1.DurableStatus{CommandId: "c1"}},
+			RecordKeys: []*helperv1.RecordKey{{Id: "k1", Key: make([]byte, protocol.RecordKeyBytes)}}, GrantGeneration: 4,
+		}}}
+	}
+	for _, older := range []bool{false, true} {
+		got := make(chan *helperv1.Request, 1)
+		in, out, p, end := pair(t)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f := p.read(t)
+			hello := f.GetHello()
+			if older { // as a helper of the release before: it knows version 2 only
+				hello.Versions = []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_2}
+			}
+			ready, err := protocol.Accept(hello)
+			if err != nil {
+				t.Errorf("hello: %v", err)
+				return
+			}
+			p.write(&helperv1.Frame{Frame: &helperv1.Frame_Ready{Ready: ready}})
+			req := p.read(t).GetRequest()
+			got <- req
+			p.write(&helperv1.Frame{Frame: &helperv1.Frame_Response{Response: &helperv1.Response{RequestId: req.GetRequestId(),
+				Outcome: &helperv1.Response_Durable{Durable: &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{{CommandId: "c1"}}}}}}})
+			io.Copy(io.Discard, p.in) //nolint:errcheck // until the session ends
+		}()
+		s, err := Open(context.Background(), testConfig, in, out, end)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		resp, err := s.Do(context.Background(), durable(), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := <-got
+		keys := len(req.GetDurable().GetRecordKeys()) > 0 || req.GetDurable().GetGrantGeneration() > 0
+		if keys == older || req.GetDurable().GetStatus().GetCommandId() != "c1" {
+			t.Errorf("older %v: the helper was sent %v", older, req.GetDurable())
+		}
+		if unverified := resp.GetDurable().GetCommands()[0].GetUnverified(); unverified != older {
+			t.Errorf("older %v: the answer's unverified mark is %v", older, unverified)
+		}
+		s.Close(ReasonDrain)
+		end()
+		<-done
+	}
+}

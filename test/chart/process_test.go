@@ -63,7 +63,7 @@ func TestChartRenderedProcessesServeASession(t *testing.T) {
 	// The material, as an operator provides it: the bundle in one Secret, the gateway's
 	// control-API client material in another.
 	security := map[string][]byte{}
-	for _, f := range []string{devbundle.ManifestFile, devbundle.CACertFile, devbundle.ServerCertFile, devbundle.ServerKeyFile, devbundle.GrantPublicFile, devbundle.GrantKeyFile} {
+	for _, f := range []string{devbundle.ManifestFile, devbundle.CACertFile, devbundle.ServerCertFile, devbundle.ServerKeyFile, devbundle.GrantPublicFile, devbundle.GrantKeyFile, devbundle.RecordKeyFile} {
 		if security[f], err = os.ReadFile(filepath.Join(bundle.Dir, f)); err != nil {
 			t.Fatal(err)
 		}

@@ -295,12 +295,8 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 	if err != nil || mg.GetMigrated() {
 		t.Fatalf("migrate: %v %v", mg, err)
 	}
-	rv, err := admin.RevokeEnvironment(ctx, &executionv1.RevokeEnvironmentRequest{OperationId: op(), Environment: s.envRef,
-		Preconditions: &executionv1.AdminPreconditions{GrantGeneration: ptr(env.GetGrantGeneration())}, Reason: "test"})
-	if err != nil || rv.GetEnvironment().GetGrantGeneration() != env.GetGrantGeneration()+1 {
-		t.Fatalf("revoke: %v %v", rv, err)
-	}
-	env = rv.GetEnvironment()
+	// The replacement first: a revoke would end the detached command itself (below, and
+	// TestRevocationEndsDetachedCommands).
 	rp, err := admin.ReplaceExecutor(ctx, &executionv1.ReplaceExecutorRequest{OperationId: op(), Environment: s.envRef,
 		Preconditions: &executionv1.AdminPreconditions{Epoch: ptr(env.GetEpoch()), PodUid: ptr(env.GetPodUid())}, Reason: "test"})
 	if err != nil {
@@ -310,6 +306,12 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 		env = s.latest(t)
 		return env.GetReady() && env.GetEpoch() > rp.GetEnvironment().GetEpoch()
 	})
+	rv, err := admin.RevokeEnvironment(ctx, &executionv1.RevokeEnvironmentRequest{OperationId: op(), Environment: s.envRef,
+		Preconditions: &executionv1.AdminPreconditions{GrantGeneration: ptr(env.GetGrantGeneration())}, Reason: "test"})
+	if err != nil || rv.GetEnvironment().GetGrantGeneration() != env.GetGrantGeneration()+1 {
+		t.Fatalf("revoke: %v %v", rv, err)
+	}
+	env = rv.GetEnvironment()
 	// The workspace survived the replacement.
 	s.acquire(t, "run-2")
 	if r, err := s.files(ctx, read("src/hello.txt")); err != nil || string(r.GetRead().GetContent()) != "hello, workspace\n" {

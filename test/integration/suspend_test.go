@@ -86,6 +86,13 @@ func suspendResumeKeepsTheWorkspace(t *testing.T, profile string, pool int) {
 	if _, err := s.files(callCtx(t), read("keep/notes.txt")); err != nil {
 		t.Fatalf("the run's grant after a refused suspension: %v", err)
 	}
+	// A detached command still running when the environment is suspended: the suspension
+	// revokes the grants it ran under, so it ends (docs/commands.md "Revocation").
+	token := survivorToken()
+	if _, err := api.StartCommand(callCtx(t), &executionv1.StartCommandRequest{RunGrant: s.runG, Environment: s.envRef, Detach: true, CommandId: "job",
+		Command: shell("sleep 300; : " + token)}); err != nil {
+		t.Fatalf("start a detached command: %v", err)
+	}
 	if _, err := api.ReleaseRun(callCtx(t), &executionv1.ReleaseRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef}); err != nil {
 		t.Fatalf("release: %v", err)
 	}
@@ -158,6 +165,16 @@ func suspendResumeKeepsTheWorkspace(t *testing.T, profile string, pool int) {
 	if err != nil || string(got.GetRead().GetContent()) != "kept across a suspension\n" {
 		t.Fatalf("the workspace after the resume: %q %v", got.GetRead().GetContent(), err)
 	}
+	// The detached command ended with the suspension and says how: cancelled by the
+	// revocation, or — when the executor stopped before a gateway reached it — abandoned.
+	if left := processesWith(t, token); len(left) > 0 {
+		t.Fatalf("the detached command outlived the suspension: %v", left)
+	}
+	job, err := api.CommandStatus(callCtx(t), &executionv1.CommandStatusRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "job"})
+	if st := job.GetCommand().GetState(); err != nil || (st != executionv1.CommandState_COMMAND_STATE_CANCELLED && st != executionv1.CommandState_COMMAND_STATE_ABANDONED) {
+		t.Fatalf("the detached command after the suspension: %v %v", job, err)
+	}
+	t.Logf("the detached command running at the suspension: %s (%s)", job.GetCommand().GetState(), job.GetCommand().GetMessage())
 
 	// Attaching resumes a suspended environment too.
 	if _, err := api.ReleaseRun(callCtx(t), &executionv1.ReleaseRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,6 +31,8 @@ const (
 	DefaultIssuer = "execplane"
 	// GrantKeyID is the kid of the generated grant signing key.
 	GrantKeyID = "dev-1"
+	// RecordKeyID names the record sealing key.
+	RecordKeyID = "dev-record-1"
 	// EnvironmentGrantLifetime and RunGrantLifetime are the manifest's grant lifetimes.
 	EnvironmentGrantLifetime = 10 * time.Minute
 	RunGrantLifetime         = 5 * time.Minute
@@ -47,6 +50,7 @@ const (
 	ServerIssuerFile = "server-issuer.crt"
 	GrantPublicFile  = "grant-" + GrantKeyID + ".pub"
 	GrantKeyFile     = "grant-" + GrantKeyID + ".key"
+	RecordKeyFile    = "record-" + RecordKeyID + ".key"
 )
 
 // File modes: private keys are readable by their owner only.
@@ -134,6 +138,8 @@ type Result struct {
 	// GrantKeyID names the Ed25519 grant signing key in GrantPublicKey / GrantPrivateKey.
 	GrantKeyID                      string
 	GrantPublicKey, GrantPrivateKey string
+	// RecordKey is the record sealing key's file (RecordKeyID).
+	RecordKey string
 	// Caller may attest owners; Administrator administers every client's environments;
 	// Gateway is the gateway's identity towards the controller (no capability).
 	Caller, Administrator, Gateway Client
@@ -274,6 +280,9 @@ func (g *generator) run() (*Result, error) {
 	for i, x := range o.Extra {
 		r.Extra[x.Name] = extra[i]
 	}
+	if err := g.recordKey(r); err != nil {
+		return nil, err
+	}
 	if err := g.grantKey(r); err != nil {
 		return nil, err
 	}
@@ -306,6 +315,17 @@ func (g *generator) issueSpec(ca *CA, name string, spec LeafSpec) (certPath, key
 		return "", "", err
 	}
 	return certPath, keyPath, nil
+}
+
+// recordKey writes the record sealing key: 32 random bytes, base64 on one line.
+func (g *generator) recordKey(r *Result) error {
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return err
+	}
+	var err error
+	r.RecordKey, err = g.write(RecordKeyFile, []byte(base64.StdEncoding.EncodeToString(key[:])+"\n"), keyMode)
+	return err
 }
 
 func (g *generator) grantKey(r *Result) error {

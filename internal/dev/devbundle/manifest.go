@@ -18,7 +18,7 @@ func (g *generator) manifest(r *Result) []byte {
 	line("# execplane development security bundle, generated %s. For development only.", o.Now.UTC().Format(time.RFC3339))
 	line("version: 1")
 	line("generation: %d", o.Generation)
-	pinned := []string{ServerCertFile, ServerKeyFile, CACertFile, GrantPublicFile, GrantKeyFile}
+	pinned := []string{ServerCertFile, ServerKeyFile, CACertFile, GrantPublicFile, GrantKeyFile, RecordKeyFile}
 	if o.RenewableServer {
 		// Renewable in place: the issuer and the names are fixed, the certificate and key not
 		// pinned (docs/security.md "Renewal in place").
@@ -33,7 +33,7 @@ func (g *generator) manifest(r *Result) []byte {
 			ips[i] = ip.String()
 		}
 		line("    ipAddresses: [%s]", qList(ips, nil))
-		pinned = []string{ServerIssuerFile, CACertFile, GrantPublicFile, GrantKeyFile}
+		pinned = []string{ServerIssuerFile, CACertFile, GrantPublicFile, GrantKeyFile, RecordKeyFile}
 	} else {
 		line("serverCertificate: {certFile: %s, keyFile: %s}", q(ServerCertFile), q(ServerKeyFile))
 	}
@@ -44,6 +44,8 @@ func (g *generator) manifest(r *Result) []byte {
 	line("    publicKeyFile: %s", q(GrantPublicFile))
 	line("    privateKeyFile: %s", q(GrantKeyFile))
 	line("    verifyFrom: %s", q(o.Now.Add(-backdate).UTC().Truncate(time.Second).Format(time.RFC3339)))
+	line("recordKeys:")
+	line("  - {id: %s, file: %s}", q(RecordKeyID), q(RecordKeyFile))
 	line("issuer: %s", q(DefaultIssuer))
 	line("audience: %s", q(DefaultIssuer))
 	line("grantLifetimes: {environment: %s, run: %s}", q(EnvironmentGrantLifetime.String()), q(RunGrantLifetime.String()))

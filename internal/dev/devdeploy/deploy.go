@@ -264,13 +264,14 @@ func (d *Deployment) createSecrets(ctx context.Context) error {
 		SecuritySecret: {
 			devbundle.ManifestFile: b.Manifest, devbundle.CACertFile: b.CACert, devbundle.ServerCertFile: b.ServerCert,
 			devbundle.ServerKeyFile: b.ServerKey, devbundle.GrantPublicFile: b.GrantPublicKey, devbundle.GrantKeyFile: b.GrantPrivateKey,
+			devbundle.RecordKeyFile: b.RecordKey,
 		},
 		ControlClientSecret: {controlCertKey: b.Gateway.CertFile, controlKeyKey: b.Gateway.KeyFile, controlCAKey: b.CACert},
 	}
 	if d.opts.CertManager {
 		files = map[string]map[string]string{SecuritySecret: {
 			devbundle.ManifestFile: b.Manifest, devbundle.CACertFile: b.CACert, devbundle.ServerIssuerFile: b.ServerIssuer,
-			devbundle.GrantPublicFile: b.GrantPublicKey, devbundle.GrantKeyFile: b.GrantPrivateKey,
+			devbundle.GrantPublicFile: b.GrantPublicKey, devbundle.GrantKeyFile: b.GrantPrivateKey, devbundle.RecordKeyFile: b.RecordKey,
 		}}
 	}
 	for name, keys := range files {

@@ -222,10 +222,22 @@ func HelperImage(helperBin string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return image(helperFiles(bin), "COPY helper "+HelperPath, helperConfig())
+	return image(helperFiles(bin, HelperInstallMode), "COPY helper "+HelperPath, helperConfig())
 }
 
-func helperFiles(bin []byte) []File { return []File{{Path: HelperPath, Mode: 0o555, Content: bin}} }
+// The helper's file modes. In an executor it is execute-only: a binary its process cannot
+// read makes the kernel mark that process not dumpable at exec, before any of its code runs,
+// so that no process of the workload (the same user) ever opens its /proc descriptors or
+// memory (docs/commands.md "Sealed records"). In the helper image it is also readable: its
+// --install reads itself to copy into an executor, and writes the copy execute-only.
+const (
+	HelperExecMode    = 0o111
+	HelperInstallMode = 0o555
+)
+
+func helperFiles(bin []byte, mode os.FileMode) []File {
+	return []File{{Path: HelperPath, Mode: mode, Content: bin}}
+}
 
 func helperConfig() v1.Config { return v1.Config{User: User, Entrypoint: []string{HelperPath}} }
 

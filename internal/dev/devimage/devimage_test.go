@@ -115,7 +115,7 @@ func executorFS(helper, busybox string) map[string]entry {
 		"/etc/group":        {Type: tar.TypeReg, Mode: 0o444, Content: "root:x:0:\nnonroot:x:65532:\n"},
 		"/etc/passwd":       {Type: tar.TypeReg, Mode: 0o444, Content: "root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/workspace:/bin/sh\n"},
 		"/execplane":        {Type: tar.TypeDir, Mode: 0o755},
-		"/execplane/helper": {Type: tar.TypeReg, Mode: 0o555, Content: helper},
+		"/execplane/helper": {Type: tar.TypeReg, Mode: 0o111, Content: helper},
 		"/tmp":              {Type: tar.TypeDir, Mode: 0o1777},
 		"/workspace":        {Type: tar.TypeDir, Mode: 0o755},
 	}

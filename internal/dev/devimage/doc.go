@@ -18,7 +18,8 @@
 //     pins.
 //   - The images run as the executor Pod and the chart require: a non-root user (65532, the
 //     pause image 65535), nothing writable needed in the image (the workspace and /tmp are
-//     mounted), the helper at HelperPath with mode 0555.
+//     mounted), the helper at HelperPath, execute-only (0111) in an executor image and 0555
+//     in the helper image (HelperExecMode, HelperInstallMode).
 //   - The product images and deploy/images/Dockerfile's targets have the same shape: base,
 //     program path and mode, user, working directory, ports, entrypoint (a test compares
 //     them). An executor image's userland is a parameter (Userland); only its Env is kept.

@@ -98,8 +98,8 @@ func Specs() []Spec {
 		// The leader-elected controller: control API on 9443, diagnostics on 9091.
 		{Name: "controller", Program: "controller", Path: "/controller", Mode: built, Base: BaseNonroot, Config: v1.Config{
 			User: User, WorkingDir: nonrootHome, ExposedPorts: ports("9443/tcp", "9091/tcp"), Entrypoint: []string{"/controller"}}},
-		{Name: "helper", Program: "helper", Path: HelperPath, Mode: 0o555, Base: BaseScratch, Config: helperConfig()},
-		{Name: "executor", Program: "helper", Path: HelperPath, Mode: 0o555, Base: BaseUserland, Config: executorConfig(nil)},
+		{Name: "helper", Program: "helper", Path: HelperPath, Mode: HelperInstallMode, Base: BaseScratch, Config: helperConfig()},
+		{Name: "executor", Program: "helper", Path: HelperPath, Mode: HelperExecMode, Base: BaseUserland, Config: executorConfig(nil)},
 	}
 }
 

@@ -91,7 +91,7 @@ func executor(userland v1.Image, helper []byte, p v1.Platform, st stamp) (v1.Ima
 	if err != nil {
 		return nil, err
 	}
-	if img, err = withLayer(img, helperFiles(helper), "COPY helper "+HelperPath, st); err != nil {
+	if img, err = withLayer(img, helperFiles(helper, HelperExecMode), "COPY helper "+HelperPath, st); err != nil {
 		return nil, err
 	}
 	return configure(img, p, executorConfig(cf.Config.Env), st)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -92,6 +93,9 @@ func start(l launch, p pipes) (*command, error) {
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	restore()
+	if err == nil {
+		preferChildAsOOMVictim(proc.Pid)
+	}
 	// The child holds its ends; ours must close so EOF arrives when the last writer is gone.
 	p.stdinR.Close()
 	p.outW.Close()
@@ -179,6 +183,23 @@ func preferAsOOMVictim() (restore func()) {
 		return func() {}
 	}
 	return func() { _, _ = f.WriteAt(was, 0) }
+}
+
+// preferChildAsOOMVictim is preferAsOOMVictim for a helper that could not open its own
+// adjustment — one started from an execute-only binary is not dumpable from its exec, and
+// its /proc files belong to root — : it raises the started command's own, which the command
+// may write once it has exec'd a binary it can read. Best effort, and a little late: what the
+// command forked before the write keeps the adjustment it was born with.
+func preferChildAsOOMVictim(pid int) {
+	if oomScoreAdj != nil {
+		return // the command inherited the raised adjustment at its fork
+	}
+	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return
+	}
+	_, _ = f.Write([]byte(oomVictim))
+	f.Close()
 }
 
 // copyOutput consumes one stream until EOF (no writer left) or its read deadline (see drain).

@@ -115,6 +115,9 @@ func startTerminal(l launch, t *Terminal) (*command, error) {
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL},
 	})
 	restore()
+	if err == nil {
+		preferChildAsOOMVictim(proc.Pid)
+	}
 	tty.Close() // the command holds it; the last close makes the pty's reads end
 	if err != nil {
 		pty.Close()

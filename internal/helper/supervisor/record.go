@@ -21,7 +21,7 @@ import (
 const maxProgramBytes = 1 << 10
 
 // abandonedMessage says why a command is ABANDONED.
-const abandonedMessage = "its supervisor is gone without recording an end: the executor was replaced or retired, or the supervisor was killed"
+const abandonedMessage = "its supervisor is gone without recording an end: the executor stopped (replaced, suspended, retired or deleted) or the supervisor was killed"
 
 // specDigest identifies a start: a second start of an id is the same command only when its
 // spec and how it is held (detached or attached) are equal — a streamed call must never

@@ -64,6 +64,10 @@ const (
 	ProtocolVersion_PROTOCOL_VERSION_1           ProtocolVersion = 1
 	// Sessions: many requests over one stream (SessionFrame / Frame, below).
 	ProtocolVersion_PROTOCOL_VERSION_2 ProtocolVersion = 2
+	// Sessions whose durable requests carry record keys (Durable.record_keys): a helper that
+	// seals records accepts it; an older one picks 2 from the hello (an unknown enum value
+	// is no unknown field), and the gateway gives it no keys.
+	ProtocolVersion_PROTOCOL_VERSION_3 ProtocolVersion = 3
 )
 
 // Enum value maps for ProtocolVersion.
@@ -72,11 +76,13 @@ var (
 		0: "PROTOCOL_VERSION_UNSPECIFIED",
 		1: "PROTOCOL_VERSION_1",
 		2: "PROTOCOL_VERSION_2",
+		3: "PROTOCOL_VERSION_3",
 	}
 	ProtocolVersion_value = map[string]int32{
 		"PROTOCOL_VERSION_UNSPECIFIED": 0,
 		"PROTOCOL_VERSION_1":           1,
 		"PROTOCOL_VERSION_2":           2,
+		"PROTOCOL_VERSION_3":           3,
 	}
 )
 
@@ -2549,11 +2555,12 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\rrequest_chunk\x18\x03 \x01(\v2\x10.helper.v1.ChunkH\x00R\frequestChunk\x12+\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x11.helper.v1.CancelH\x00R\x06cancel\x12&\n" +
 	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04bodyB\a\n" +
-	"\x05frame*c\n" +
+	"\x05frame*{\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PROTOCOL_VERSION_1\x10\x01\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_2\x10\x02*\xb1\x03\n" +
+	"\x12PROTOCOL_VERSION_2\x10\x02\x12\x16\n" +
+	"\x12PROTOCOL_VERSION_3\x10\x03*\xb1\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x18\n" +
