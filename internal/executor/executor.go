@@ -57,6 +57,9 @@ const (
 	// AnnotationPoolPair names the pool pair an executor Pod or claim was built as; it stays
 	// after adoption, so that an interrupted adoption is found and finished.
 	AnnotationPoolPair = "execution.mecatl.dev/pool-pair"
+	// AnnotationClaim names the workspace claim of an executor Pod whose environment adopted
+	// its claim from the warm pool (its name is the pair's, not PVCName's).
+	AnnotationClaim    = "execution.mecatl.dev/workspace-claim"
 	componentExecutor  = "executor"
 	componentWorkspace = "workspace"
 	appName            = "execplane"
@@ -138,6 +141,11 @@ func Pod(env *executionv1alpha1.ExecutionEnvironment, p profile.Entry, o PodOpti
 		return nil, err
 	}
 	pod.Annotations[AnnotationOrdinal] = strconv.FormatInt(o.Ordinal, 10)
+	if o.Claim != "" {
+		// The claim came from a warm pool pair: the chart's admission policy admits a
+		// workspace that is the environment's own claim, or the adopted one the Pod names.
+		pod.Annotations[AnnotationClaim] = o.Claim
+	}
 	pod.OwnerReferences = []metav1.OwnerReference{OwnerReference(env)}
 	return pod, nil
 }

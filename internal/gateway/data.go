@@ -211,23 +211,49 @@ var errAuthorityLost = fmt.Errorf("%w: the run claim ended during the call (revo
 
 // fenced returns ctx cancelled as soon as this gateway's view shows that the claim the call
 // was admitted under is no longer current (grants revoked, the epoch moved, the claim
-// released or taken over, the environment fenced, administered or deleted): the exec stream
-// closes and the helper kills what it runs, so no older grant keeps acting once the change
-// is observed. stop ends the watch.
+// released or taken over, the environment fenced, administered or deleted) or once the
+// claim's expiry passes unrenewed — no event marks that one, so the watch looks again at it:
+// the exec stream closes and the helper kills what it runs, so no older grant keeps acting
+// once the change is observed, and no terminal or follow outlives its claim. stop ends the
+// watch.
 func (h *Handler) fenced(ctx context.Context, env *executionv1alpha1.ExecutionEnvironment, claims authority.GrantClaims) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
-		err := h.b.Environments.Await(ctx, env.Name, MaxRPCDeadline, func(cur *executionv1alpha1.ExecutionEnvironment) error {
-			if cur == nil || cur.UID != env.UID || authority.Usable(cur) != nil || authority.ValidateRunClaim(cur, claims, h.cfg.Now()) != nil {
-				return nil
+		ends := claimEnd(env)
+		for {
+			wait := MaxRPCDeadline
+			if !ends.IsZero() {
+				wait = min(wait, max(ends.Sub(h.cfg.Now())+claimEndSlack, claimEndSlack))
 			}
-			return grant.ErrNotObserved // still current: keep watching
-		})
-		if err == nil {
-			cancel(errAuthorityLost)
+			err := h.b.Environments.Await(ctx, env.Name, wait, func(cur *executionv1alpha1.ExecutionEnvironment) error {
+				if cur == nil || cur.UID != env.UID || authority.Usable(cur) != nil || authority.ValidateRunClaim(cur, claims, h.cfg.Now()) != nil {
+					return nil
+				}
+				ends = claimEnd(cur)        // a renewal moves it
+				return grant.ErrNotObserved // still current: keep watching
+			})
+			switch {
+			case err == nil:
+				cancel(errAuthorityLost)
+				return
+			case !errors.Is(err, grant.ErrNotObserved):
+				return // the call ended, or the view cannot say
+			}
 		}
 	}()
 	return ctx, func() { cancel(nil) }
+}
+
+// claimEndSlack is how long after a claim's expiry the watch looks again: the clock's
+// granularity, and a renewal written at the last moment.
+const claimEndSlack = 50 * time.Millisecond
+
+// claimEnd is when the environment's run claim expires; zero without one.
+func claimEnd(env *executionv1alpha1.ExecutionEnvironment) time.Time {
+	if env.Status.ActiveRun == nil {
+		return time.Time{}
+	}
+	return env.Status.ActiveRun.ExpiresAt.Time
 }
 
 // execute runs req in the environment's executor Pod, for as long as the claim stays current.

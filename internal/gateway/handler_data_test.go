@@ -366,6 +366,12 @@ func filesCases() []filesCase {
 			want: unknown, msg: apierror.ErrOutcomeUnknown.Error(), execs: 1},
 		{name: "grants revoked during the call", op: writeOp("a.txt", []byte("x")), setup: setup{exec: duringCall(func(e *v1alpha1.ExecutionEnvironment) { e.Status.GrantGeneration++ })},
 			want: unknown, execs: 1},
+		{name: "claim expires during the call, unrenewed", op: writeOp("a.txt", []byte("x")), setup: setup{
+			env: func(e *v1alpha1.ExecutionEnvironment) {
+				e.Status.ActiveRun.ExpiresAt = metav1.NewTime(time.Now().Add(300 * time.Millisecond))
+			},
+			exec: duringCall(func(*v1alpha1.ExecutionEnvironment) {}), // no event: only the clock
+		}, want: unknown, msg: apierror.ErrOutcomeUnknown.Error(), execs: 1},
 		{name: "environment deleted during the call", op: writeOp("a.txt", []byte("x")), setup: setup{exec: func(ctx context.Context, w *world, req *helperv1.Request) (*helperv1.Response, error) {
 			w.envs.set(testEnv, nil)
 			<-ctx.Done()

@@ -3,6 +3,8 @@ package chart_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/executor"
@@ -54,7 +57,9 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 	admin := clustertest.Cluster(t).Kube()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	in := install(t, installOptions{set: []string{"executorNamespace.create=false"}, before: func(release string) {
+	// The chart installs the profiles the Pods below are built from: the policy holds each
+	// Pod to its own profile's image and runtime class.
+	in := install(t, installOptions{set: []string{"executorNamespace.create=false"}, values: []string{profilesValues(t)}, before: func(release string) {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: release + "-executors"}}
 		if _, err := admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -152,10 +157,61 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 		{"a host port", "open no host port", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
 		}},
+		// Keyed to the profile: what isolation and the NetworkPolicies select on.
+		{"no executor labels (no NetworkPolicy selects it)", "carry the executor labels", func(p *corev1.Pod) {
+			p.Labels = map[string]string{"app": "anything"}
+		}},
+		{"the component label changed", "carry the executor labels", func(p *corev1.Pod) { p.Labels[executor.LabelComponent] = "gateway" }},
+		{"a label of its own", "carry the executor labels", func(p *corev1.Pod) { p.Labels["team"] = "x" }},
+		{"neither an environment's nor the pool's", "carry the executor labels", func(p *corev1.Pod) {
+			delete(p.Labels, executor.LabelEnvironment)
+			delete(p.Labels, executor.LabelEnvironmentUID)
+		}},
+		{"network egress its profile does not grant", "granting network-egress", func(p *corev1.Pod) {
+			p.Labels[executor.LabelNetworkEgress] = "allowed"
+		}},
+		{"another image", "their profile's image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/attacker:1" }},
+		{"a second container", "their profile's image", func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, *p.Spec.Containers[0].DeepCopy())
+			p.Spec.Containers[1].Name = "sidecar"
+		}},
+		{"an init container of another image", "their profile's image", func(p *corev1.Pod) {
+			c := p.Spec.Containers[0].DeepCopy()
+			c.Name = "init"
+			p.Spec.InitContainers = []corev1.Container{*c}
+		}},
+		{"a runtime class its profile does not name", "runtime class", func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To("gvisor") }},
+		{"no profile", "of a profile the chart installed", func(p *corev1.Pod) { delete(p.Annotations, executor.AnnotationProfile) }},
+		{"a profile the chart does not have", "of a profile the chart installed", func(p *corev1.Pod) { p.Annotations[executor.AnnotationProfile] = "other" }},
+		{"another environment's workspace", "the environment's own claim", func(p *corev1.Pod) {
+			p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "xenv-0000000000000000000a-workspace"
+		}},
+		{"no workspace", "the environment's own claim", func(p *corev1.Pod) {
+			p.Spec.Volumes = p.Spec.Volumes[1:]
+			p.Spec.Containers[0].VolumeMounts = p.Spec.Containers[0].VolumeMounts[1:]
+		}},
 	}
+	variants = append(variants,
+		struct {
+			name, rule string
+			mutate     func(*corev1.Pod)
+		}{"its profile's runtime class dropped", "runtime class", nil},
+		struct {
+			name, rule string
+			mutate     func(*corev1.Pod)
+		}{"another image than its helper image", "their profile's image", nil})
 	for _, v := range variants {
 		pod := build("minimal")
-		v.mutate(pod)
+		switch v.name {
+		case "its profile's runtime class dropped": // the full profile runs under gVisor
+			pod = build("full")
+			pod.Spec.RuntimeClassName = nil
+		case "another image than its helper image":
+			pod = build("helper-image")
+			pod.Spec.InitContainers[0].Image = "registry.example/attacker:1"
+		default:
+			v.mutate(pod)
+		}
 		err := create(pod)
 		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 			t.Errorf("%s: admitted or refused for another reason: %v", v.name, err)
@@ -229,6 +285,64 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 		t.Errorf("the controller named a volume for an unbound claim: %v", err)
 	}
 
+	// Pods of the warm pool, and their adoption: admitted as internal/executor builds them;
+	// after their creation the controller may only adopt them (the pool label replaced by an
+	// environment's, the environment made owner) and release their finalizer.
+	entry, _ := reg.Get("minimal")
+	_, pooled, err := executor.PoolMember("pool-minimal-1", in.executors, entry, "execplane-executor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := create(pooled.DeepCopy()); err != nil {
+		t.Errorf("the policy refused a pool member: %v", err)
+	}
+	foreign := pooled.DeepCopy()
+	foreign.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "xenv-0000000000000000000a-workspace"
+	if err := create(foreign); err == nil || !strings.Contains(err.Error(), "the environment's own claim") {
+		t.Errorf("a pool member mounting another claim: %v", err)
+	}
+	adopted := build("minimal")
+	adopted.Annotations[executor.AnnotationClaim] = "pool-minimal-1"
+	adopted.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "pool-minimal-1"
+	if err := create(adopted); err != nil {
+		t.Errorf("the policy refused the executor of an environment that adopted a pool claim: %v", err)
+	}
+	// A real pooled Pod (created by the administrator; nothing runs it here), then the
+	// controller's updates, dry run.
+	live := pooled.DeepCopy()
+	live.Finalizers = nil
+	if _, err := admin.CoreV1().Pods(in.executors).Create(ctx, live, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().Pods(in.executors).Delete(context.Background(), live.Name, metav1.DeleteOptions{})
+	})
+	patchPod := func(patch string) error {
+		// Strategic: a list of containers is merged by name, as kubectl patches an image.
+		_, err := controller.CoreV1().Pods(in.executors).Patch(ctx, live.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	adoption := `{"metadata":{"labels":{"execution.mecatl.dev/pool":null,"execution.mecatl.dev/environment":"` + env.Name +
+		`","execution.mecatl.dev/environment-uid":"` + string(env.UID) + `"},"ownerReferences":[{"apiVersion":"execution.mecatl.dev/v1alpha1",` +
+		`"kind":"ExecutionEnvironment","name":"` + env.Name + `","uid":"` + string(env.UID) + `","controller":true,"blockOwnerDeletion":true}]}}`
+	if err := patchPod(adoption); err != nil {
+		t.Errorf("the policy refused the adoption of a pooled Pod: %v", err)
+	}
+	for name, patch := range map[string]string{
+		"its image patched":              `{"spec":{"containers":[{"name":"executor","image":"registry.example/attacker:1"}]}}`,
+		"a network-egress label added":   `{"metadata":{"labels":{"execution.mecatl.dev/network-egress":"allowed"}}}`,
+		"its executor labels taken away": `{"metadata":{"labels":{"app.kubernetes.io/component":null}}}`,
+		"a label of its own added":       `{"metadata":{"labels":{"team":"x"}}}`,
+		"an annotation changed":          `{"metadata":{"annotations":{"execution.mecatl.dev/profile":"full"}}}`,
+		"a finalizer added":              `{"metadata":{"finalizers":["example.com/hold"]}}`,
+		"adopted without its owner": `{"metadata":{"labels":{"execution.mecatl.dev/pool":null,"execution.mecatl.dev/environment":"` + env.Name +
+			`","execution.mecatl.dev/environment-uid":"` + string(env.UID) + `"}}}`,
+	} {
+		if err := patchPod(patch); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+
 	// The policy binds the controller only: the cluster's administrator is not held to it.
 	pod := build("minimal")
 	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVolume)
@@ -242,6 +356,36 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 	if _, err := controller.CoreV1().Pods(in.release).Create(ctx, escaped, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
 		t.Errorf("the controller created a Pod in the control plane's namespace: %v", err)
 	}
+}
+
+// profilesValues writes the executor package's profiles as chart values (the chart's schema
+// wants a storage class for each; the Pods do not depend on it) and returns the file.
+func profilesValues(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../internal/executor/testdata/profiles.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Profiles map[string]map[string]any `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range v.Profiles {
+		if _, ok := p["storageClass"]; !ok {
+			p["storageClass"] = "standard"
+		}
+	}
+	out, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "profiles.yaml")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // The gateway's identity execs into executor Pods, and is refused exec into a control-plane

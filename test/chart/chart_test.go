@@ -17,8 +17,10 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -461,5 +463,34 @@ func TestImagesMatchTheChart(t *testing.T) {
 		case c.Name() != devCommand && !built:
 			t.Errorf("the Dockerfile does not build cmd/%s", c.Name())
 		}
+	}
+}
+
+// The security material's high-water mark survives a reinstall: rendered against the cluster
+// (lookups answered by the API server, as an install renders), the chart carries the mark's
+// pre-install hook into a namespace without one, and leaves a mark that an uninstall kept
+// (generation 5) out — Helm would otherwise delete and recreate the hook at generation 0.
+func TestHighWaterMarkSurvivesAReinstall(t *testing.T) {
+	c := clustertest.Cluster(t)
+	ns := clustertest.Namespace(t)
+	const mark = "execplane-security-high-water"
+	renderInto := func() string {
+		t.Helper()
+		out, err := helm(t, "template", "execplane", chartDir, "--namespace", ns, "--dry-run=server", "--kubeconfig", c.Kubeconfig(), "--kube-version", kubeVersion,
+			"--set", "metrics.serviceMonitor.enabled=false", "--set", "crds.install=false", "--show-only", "templates/configmaps.yaml")
+		if err != nil {
+			t.Fatalf("helm template --dry-run=server: %v\n%s", err, out)
+		}
+		return out
+	}
+	if out := renderInto(); !strings.Contains(out, "name: "+mark) || !strings.Contains(out, "helm.sh/hook: pre-install") {
+		t.Fatalf("a first install does not create the mark:\n%s", out)
+	}
+	kept := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: mark, Namespace: ns}, Data: map[string]string{"generation": "5", "digest": "sha256:kept"}}
+	if _, err := c.Kube().CoreV1().ConfigMaps(ns).Create(t.Context(), kept, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := renderInto(); strings.Contains(out, "name: "+mark) {
+		t.Fatalf("a reinstall over a kept mark renders it again (Helm would reset it to generation 0):\n%s", out)
 	}
 }

@@ -312,6 +312,7 @@ func sessionEveryRPC(t *testing.T, sys *system, profile string) {
 		t.Fatalf("revoke: %v %v", rv, err)
 	}
 	env = rv.GetEnvironment()
+	s.latest(t) // an environment grant of the new generation
 	// The workspace survived the replacement.
 	s.acquire(t, "run-2")
 	if r, err := s.files(ctx, read("src/hello.txt")); err != nil || string(r.GetRead().GetContent()) != "hello, workspace\n" {

@@ -9,6 +9,9 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 const execctl = process.env.EXECCTL;
 
@@ -118,9 +121,12 @@ test("an agent session through execctl mcp", { timeout: 240_000 }, async () => {
 });
 
 // The same server over streamable HTTP: execctl mcp --http on a loopback port (0: any),
-// the URL read from its stderr; SIGTERM ends it and releases the run claim.
+// the URL read from its stderr, the bearer token from the file it wrote; a request without
+// the token is refused 401; SIGTERM ends it and releases the run claim.
 test("execctl mcp over streamable HTTP", { timeout: 120_000 }, async () => {
-  const server = spawn(required("EXECCTL"), ["mcp", "--http", "127.0.0.1:0", "--binding", process.env.EXECPLANE_BINDING + "-http"],
+  const tokenFile = join(mkdtempSync(join(tmpdir(), "execctl-mcp-")), "token");
+  const server = spawn(required("EXECCTL"), ["mcp", "--http", "127.0.0.1:0", "--token-file", tokenFile,
+    "--binding", process.env.EXECPLANE_BINDING + "-http"],
     { env: { ...process.env }, stdio: ["ignore", "inherit", "pipe"] });
   try {
     let stderr = "";
@@ -132,8 +138,12 @@ test("execctl mcp over streamable HTTP", { timeout: 120_000 }, async () => {
       });
       server.on("exit", (code) => reject(new Error(`execctl mcp exited (${code}): ${stderr}`)));
     });
+    const token = readFileSync(tokenFile, "utf8").trim();
+    const anonymous = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "x", version: "1" } } }) });
+    assert.equal(anonymous.status, 401, "a request without the bearer token is refused");
     const client = new Client({ name: "execplane-mcp-http-test", version: "1.0.0" });
-    await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+    await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
     try {
       assert.equal((await client.listTools()).tools.length, 13);
       assert.equal((await call(client, "ensure_environment", {})).state, "READY");
