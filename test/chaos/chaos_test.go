@@ -33,6 +33,10 @@ const (
 const staleBound = viewFreshnessBound + time.Second
 
 // budget is one run's shape.
+// shortRun is make test's run: long enough for a round of every fault class (13 classes:
+// about 26 s of gaps, 36 s of faults held, the API server's restarts) with room.
+const shortRun = 100 * time.Second
+
 type budget struct {
 	seed     uint64
 	duration time.Duration
@@ -48,7 +52,7 @@ type budget struct {
 
 func budgetFromEnv(t *testing.T) budget {
 	t.Helper()
-	b := budget{seed: uint64(time.Now().UnixNano()), duration: 75 * time.Second, bindings: 3, agents: 3, deleters: 2, faults: true, maxOps: 100000}
+	b := budget{seed: uint64(time.Now().UnixNano()), duration: shortRun, bindings: 3, agents: 3, deleters: 2, faults: true, maxOps: 100000}
 	if v := os.Getenv(opsEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
@@ -80,6 +84,8 @@ type outcome struct {
 	left       []string // processes left on the node
 	wrong      []string // answers no model covers that broke a promise
 	operations int
+	written    map[string]int // successful writes by binding
+	sched      *scheduler
 	report     string
 }
 
@@ -161,7 +167,9 @@ func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *schedul
 	w.mu.Lock()
 	o.wrong = append([]string(nil), w.wrong...)
 	stats := maps.Clone(w.stats)
+	o.written = maps.Clone(w.written)
 	w.mu.Unlock()
+	o.sched = sched
 	o.report = preface + report(b, elapsed, o, stats, sched, sys)
 	t.Log("\n" + o.report)
 	if path := os.Getenv(reportEnv); path != "" {
@@ -221,7 +229,11 @@ func report(b budget, elapsed time.Duration, o outcome, stats map[string]int, sc
 	for _, n := range sched.injected {
 		total += n
 	}
-	fmt.Fprintf(&r, "\nfaults injected: %d —", total)
+	fmt.Fprintf(&r, "\nwrites by binding:")
+	for _, k := range slices.Sorted(maps.Keys(o.written)) {
+		fmt.Fprintf(&r, " %s %d;", k, o.written[k])
+	}
+	fmt.Fprintf(&r, "\nfaults injected: %d in %d rounds —", total, sched.rounds)
 	for _, k := range slices.Sorted(maps.Keys(sched.injected)) {
 		fmt.Fprintf(&r, " %s %d;", k, sched.injected[k])
 	}
@@ -262,10 +274,18 @@ func TestChaos(t *testing.T) {
 	b := budgetFromEnv(t)
 	o := run(t, b)
 	o.fail(t, b.seed)
-	// The run must have exercised what it checks: claims taken and files written on every
-	// binding, and faults injected.
+	// The run must have exercised what it checks: operations, files written on every
+	// binding, and every class of fault injected.
 	if o.operations < 100*b.bindings {
 		t.Errorf("seed %d: only %d operations", b.seed, o.operations)
+	}
+	for i := range b.bindings {
+		if binding := fmt.Sprintf("chaos-%d", i); o.written[binding] == 0 {
+			t.Errorf("seed %d: binding %s wrote no file: its histories check nothing of the data path", b.seed, binding)
+		}
+	}
+	if missing := o.sched.missing(); len(missing) > 0 {
+		t.Errorf("seed %d: %d fault classes never injected in %s (%d rounds): %s", b.seed, len(missing), b.duration, o.sched.completed(), strings.Join(missing, "; "))
 	}
 }
 

@@ -46,7 +46,10 @@ var soakFaults = slices.DeleteFunc(slices.Clone(faults), func(f fault) bool {
 	return strings.HasPrefix(f.name, "kill") || strings.HasPrefix(f.name, "pause the leader") || f.name == "restart the API server"
 })
 
-// scheduler injects faults until ctx ends and records which, when.
+// scheduler injects faults until ctx ends and records which, when: in rounds, each class
+// once per round in an order drawn from the seed (a class that could not be injected is
+// tried once more at the round's end), so that a run long enough for a round exercises
+// every class.
 type scheduler struct {
 	s      *system
 	rng    *rand.Rand
@@ -54,6 +57,7 @@ type scheduler struct {
 
 	mu       sync.Mutex
 	injected map[string]int
+	rounds   int // completed
 	log      []string
 	errs     []string
 }
@@ -62,28 +66,65 @@ func newScheduler(s *system, seed uint64, from []fault) *scheduler {
 	return &scheduler{s: s, rng: rand.New(rand.NewPCG(seed, 0xfa17)), faults: from, injected: map[string]int{}}
 }
 
+// faultGap is the quiet between two faults: the system is under one most of the time, and
+// a round of every class fits the short run of make test.
+func (f *scheduler) faultGap() time.Duration { return time.Duration(1000+f.rng.IntN(2000)) * time.Millisecond }
+
 func (f *scheduler) run(ctx context.Context, began time.Time) {
 	for {
-		sleep(ctx, time.Duration(2000+f.rng.IntN(3000))*time.Millisecond)
-		if ctx.Err() != nil {
-			return
+		order := f.rng.Perm(len(f.faults))
+		retried := map[int]bool{}
+		for len(order) > 0 {
+			sleep(ctx, f.faultGap())
+			if ctx.Err() != nil {
+				return
+			}
+			i := order[0]
+			order = order[1:]
+			ft := f.faults[i]
+			heal, err := ft.inject(ctx, f.s, f.rng)
+			f.mu.Lock()
+			at := time.Since(began).Round(time.Millisecond)
+			if err != nil {
+				f.errs = append(f.errs, fmt.Sprintf("%s: %s: %v", at, ft.name, err))
+				if !retried[i] {
+					retried[i] = true
+					order = append(order, i)
+				}
+			} else {
+				f.injected[ft.name]++
+				f.log = append(f.log, fmt.Sprintf("%s %s", at, ft.name))
+			}
+			f.mu.Unlock()
+			if heal != nil {
+				sleep(context.WithoutCancel(ctx), ft.lasts) // a fault always ends, even at the end of the run
+				heal()
+			}
 		}
-		ft := f.faults[f.rng.IntN(len(f.faults))]
-		heal, err := ft.inject(ctx, f.s, f.rng)
 		f.mu.Lock()
-		at := time.Since(began).Round(time.Millisecond)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Sprintf("%s: %s: %v", at, ft.name, err))
-		} else {
-			f.injected[ft.name]++
-			f.log = append(f.log, fmt.Sprintf("%s %s", at, ft.name))
-		}
+		f.rounds++
 		f.mu.Unlock()
-		if heal != nil {
-			sleep(context.WithoutCancel(ctx), ft.lasts) // a fault always ends, even at the end of the run
-			heal()
+	}
+}
+
+// completed is how many rounds ended.
+func (f *scheduler) completed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rounds
+}
+
+// missing lists the classes not injected yet.
+func (f *scheduler) missing() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, ft := range f.faults {
+		if f.injected[ft.name] == 0 {
+			out = append(out, ft.name)
 		}
 	}
+	return out
 }
 
 // leading returns the leading controller and the other, if any.

@@ -80,8 +80,10 @@ type workload struct {
 	// wrong counts answers that break a promise no model covers (a command's output).
 	mu    sync.Mutex
 	wrong []string
-	// stats counts operations by kind and outcome.
-	stats map[string]int
+	// stats counts operations by kind and outcome; written, the writes that succeeded, by
+	// binding.
+	stats   map[string]int
+	written map[string]int
 	// deleters end their bindings' environments again and again (deleter_test.go);
 	// deletedRevs is every revision a delete of theirs answered DELETING or DELETED.
 	deleters    []*deleter
@@ -100,7 +102,7 @@ func newWorkload(sys *system) *workload {
 
 func newWorkloadOf(t target) *workload {
 	return &workload{target: t, profile: profiletest.Name, rec: history.NewRecorder(effectBound), stats: map[string]int{},
-		deletedRevs: map[string]bool{}}
+		written: map[string]int{}, deletedRevs: map[string]bool{}}
 }
 
 // claimTTL is the run claims' lifetime the agents ask for.
@@ -250,6 +252,9 @@ func (a *agent) done(p *history.Pending, kind history.Kind, out history.Output) 
 	p.Done(out)
 	a.w.mu.Lock()
 	a.w.stats[statKey(kind, out)]++
+	if kind == history.Write && out.Result == history.OK {
+		a.w.written[a.binding]++
+	}
 	a.w.mu.Unlock()
 }
 
