@@ -68,7 +68,9 @@ func newScheduler(s *system, seed uint64, from []fault) *scheduler {
 
 // faultGap is the quiet between two faults: the system is under one most of the time, and
 // a round of every class fits the short run of make test.
-func (f *scheduler) faultGap() time.Duration { return time.Duration(1000+f.rng.IntN(2000)) * time.Millisecond }
+func (f *scheduler) faultGap() time.Duration {
+	return time.Duration(1000+f.rng.IntN(2000)) * time.Millisecond
+}
 
 func (f *scheduler) run(ctx context.Context, began time.Time) {
 	for {
