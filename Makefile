@@ -198,7 +198,7 @@ bench-ensure: build bin/pause node-packages ## Ensure → Ready (cold ÷ raw PVC
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) $(GO) run ./bench/ensure $(BENCH_ARGS)
 
 .PHONY: bench-gateway
-bench-gateway: build bin/pause node-packages ## Gateway overhead on the fake and the real node: data calls, 5 MiB transfers, streamed command output and RPC/s, each ÷ its baseline (docs/benchmarks.md).
+bench-gateway: build bin/pause node-packages ## Gateway overhead on the fake and the real node: data calls, 5 MiB transfers, streamed command output, cold and warm sessions against a persistent raw exec, and RPC/s, each ÷ its baseline (docs/benchmarks.md).
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) $(GO) run ./bench/gateway $(BENCH_ARGS)
 
 .PHONY: node-bins

@@ -71,12 +71,12 @@ const (
 )
 
 type options struct {
-	n, nLarge, concurrency, rounds     int
-	idleSessions                       int
-	duration                           time.Duration
-	controller, gateway, helper, pause string
-	nodes                              []string
-	only                               *regexp.Regexp
+	n, nLarge, nCold, concurrency, rounds int
+	idleSessions                          int
+	duration                              time.Duration
+	controller, gateway, helper, pause    string
+	nodes                                 []string
+	only                                  *regexp.Regexp
 }
 
 func run(ctx context.Context, args []string) error {
@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench/gateway", flag.ContinueOnError)
 	fs.IntVar(&o.n, "n", 300, "samples per side for the small operations")
 	fs.IntVar(&o.nLarge, "n-large", 30, "samples per side for the 5 MiB transfers")
+	fs.IntVar(&o.nCold, "n-cold", 30, "samples of the first call on a new session (each after 2 s of quiet) and of the persistent raw exec")
 	fs.IntVar(&o.concurrency, "concurrency", 50, "concurrent callers for the throughput comparison")
 	fs.IntVar(&o.idleSessions, "idle-sessions", 1000, "idle sessions the gateway's pool holds for the memory figure (fake node only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "alternating rounds of the throughput comparison (the median is reported)")
@@ -144,6 +145,7 @@ type nodeResult struct {
 	idle       *idleCost
 	tp         *rates
 	durable    *durableResult
+	cost       *sessionCost
 }
 
 // benchNode runs the measurements on a fresh local cluster whose executor runs on node.
@@ -190,12 +192,17 @@ func benchNode(ctx context.Context, o options, root, node string, withThroughput
 	if _, err := sys.StartGateway("gateway-per-exec", devcluster.HelperImagePath, "--sessions=false"); err != nil {
 		return res, err
 	}
+	// A third, whose sessions close after a second idle: its first call after a pause opens
+	// a new session (the cold figure).
+	if _, err := sys.StartGateway("gateway-cold", devcluster.HelperImagePath, "--session-idle="+coldIdle.String()); err != nil {
+		return res, err
+	}
 	if err := sys.WaitReady(ctx, time.Minute); err != nil {
 		return res, err
 	}
 	// The default receive cap (4 MiB) is below a 5 MiB read: callers that move large files
 	// raise it to the gateway's own bound, as the SDK does.
-	var apis [2]executionv1grpc.ExecutionProviderServiceClient
+	var apis [3]executionv1grpc.ExecutionProviderServiceClient
 	var first *grpc.ClientConn
 	for i := range apis {
 		conn, err := sys.Dial(devsystem.Caller, i, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
@@ -231,6 +238,14 @@ func benchNode(ctx context.Context, o options, root, node string, withThroughput
 	sides := [2]dataSide{{api: apis[0], run: run}, {api: apis[1], run: run}}
 	if res.pairs, err = measureData(ctx, o, sides, raw); err != nil {
 		return res, err
+	}
+	if o.only == nil || o.only.MatchString("cold") {
+		logf("Files read 4 KiB: warm and cold sessions, and a persistent raw exec, %d samples each", o.nCold)
+		cost, err := measureSessionCost(ctx, o.nCold, sides[0], dataSide{api: apis[2], run: run}, raw)
+		if err != nil {
+			return res, err
+		}
+		res.cost = &cost
 	}
 	if o.only == nil || o.only.MatchString("durable") {
 		logf("durable output: a command writing %d MiB, streamed and in the foreground, %d samples each", durableOutputBytes>>20, o.nLarge)
@@ -428,6 +443,7 @@ func report(w io.Writer, o options, results []nodeResult) {
 		fmt.Fprintf(w, "\n| idle sessions held by the gateway's pool (%s node) | sessions | goroutines per session | heap in use per session | resident memory per session |\n|---|---|---|---|---|\n", r.node)
 		fmt.Fprintf(w, "| podexec.Pool over podexec.Exec (client-go WebSocket exec), a process of its own | %d | %.1f | %.1f KiB | %.1f KiB |\n", r.idle.N, r.idle.Goroutines, r.idle.HeapBytes/1024, r.idle.RSSBytes/1024)
 	}
+	reportCost(w, results)
 	reportDurable(w, results)
 	for _, r := range results {
 		if r.tp == nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/pkg/apierror"
@@ -79,6 +80,12 @@ func (h *Handler) durable(ctx context.Context, a *admitted, d *helperv1.Durable)
 	if err := checkDurable(d, res); err != nil {
 		return nil, fmt.Errorf("%w: %v", podexec.ErrProtocol, err)
 	}
+	if len(keys) == 0 {
+		// No record keys in the security material: nothing was sealed or proved.
+		for _, c := range res.GetCommands() {
+			c.Unverified = true
+		}
+	}
 	return res, nil
 }
 
@@ -89,6 +96,10 @@ func (h *Handler) recordKeys(env *executionv1alpha1.ExecutionEnvironment) ([]*he
 	b, ok := h.b.Material()
 	if !ok {
 		return nil, fmt.Errorf("%w: no security material", apierror.ErrUnavailable)
+	}
+	if len(b.RecordKeys()) == 0 && h.warnedUnsealed.Swap(b.Generation()) != b.Generation() {
+		h.log.Warn("the security material has no recordKeys: durable command records are not sealed, and every answer about a command says unverified (docs/commands.md \"Sealed records\")",
+			logging.KeyGeneration, b.Generation())
 	}
 	var out []*helperv1.RecordKey
 	for _, k := range b.RecordKeys() {

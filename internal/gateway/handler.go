@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -81,6 +82,8 @@ type Handler struct {
 	log hclog.Logger
 	// calls counts data calls in flight per environment.
 	calls *callSlots
+	// warnedUnsealed is the material generation last warned of having no record keys.
+	warnedUnsealed atomic.Uint64
 }
 
 var _ executionv1grpc.ExecutionProviderServiceServer = (*Handler)(nil)

@@ -78,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer, limiter func() security.LimiterStats)
 	}, []string{"outcome"})
 	m.revoked = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "execplane_gateway_commands_revoked_total",
-		Help: "Durable commands ended by a revocation this replica asked for.",
+		Help: "Durable commands a revocation this replica asked for ended (signalled, and recorded ended or killed after their grace).",
 	})
 	reg.MustRegister(m.rpcs, m.duration, m.refusals, m.handshakes, m.observation, m.executorCalls, m.revocations, m.revoked)
 	if limiter != nil {

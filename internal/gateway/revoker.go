@@ -10,6 +10,7 @@ import (
 
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/podexec"
+	"github.com/execplane/execplane/internal/protocol"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -29,6 +30,12 @@ const (
 	// maxPendingRevocations bounds the queue: beyond, the oldest is dropped (a later start
 	// in that environment still ends what it missed).
 	maxPendingRevocations = 4096
+	// revokeAgain is when each revocation is asked for a second time: a start admitted just
+	// before the raise may reach the executor after the first (its call is fenced as soon
+	// as the raise is seen, but a supervisor it had started outlives its call).
+	revokeAgain = 15 * time.Second
+	// maxRevokedAnswer bounds a revoke's answer: the commands it ended, each one record.
+	maxRevokedAnswer = protocol.MaxListCommands
 )
 
 // revoker queues the environments whose grants this replica saw revoked and asks their
@@ -45,15 +52,25 @@ type revoker struct {
 	pending map[string]*executionv1alpha1.ExecutionEnvironment // by name, the latest seen
 	order   []string
 	wake    chan struct{}
+	// again are the second passes to come, by name; stopped when Run ends.
+	again map[string]*time.Timer
 }
 
 func newRevoker(h *Handler, exec podexec.ExecuteFunc) *revoker {
-	return &revoker{h: h, exec: exec, log: h.log.Named("revoker"), pending: map[string]*executionv1alpha1.ExecutionEnvironment{}, wake: make(chan struct{}, 1)}
+	return &revoker{h: h, exec: exec, log: h.log.Named("revoker"), pending: map[string]*executionv1alpha1.ExecutionEnvironment{}, wake: make(chan struct{}, 1),
+		again: map[string]*time.Timer{}}
 }
 
 // Observe is the view's hook for an environment whose grant generation was raised: it
-// queues it and returns at once (it runs on the informer's goroutine).
+// queues it, and its second pass, and returns at once (it runs on the informer's
+// goroutine).
 func (r *revoker) Observe(env *executionv1alpha1.ExecutionEnvironment) {
+	r.queue(env)
+	r.second(env)
+}
+
+// queue adds env to the revocations to make (the latest version of it, once).
+func (r *revoker) queue(env *executionv1alpha1.ExecutionEnvironment) {
 	r.mu.Lock()
 	if _, queued := r.pending[env.Name]; !queued {
 		if len(r.order) >= maxPendingRevocations {
@@ -102,6 +119,27 @@ func (r *revoker) Run(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	r.mu.Lock()
+	for _, t := range r.again {
+		t.Stop()
+	}
+	r.again = map[string]*time.Timer{}
+	r.mu.Unlock()
+}
+
+// second asks for env's revocation once more after revokeAgain (once per raise seen).
+func (r *revoker) second(env *executionv1alpha1.ExecutionEnvironment) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.again[env.Name]; ok {
+		t.Stop()
+	}
+	r.again[env.Name] = time.AfterFunc(revokeAgain, func() {
+		r.mu.Lock()
+		delete(r.again, env.Name)
+		r.mu.Unlock()
+		r.queue(env)
+	})
 }
 
 // revoke asks env's executor to end the commands started under a generation below env's.
@@ -128,12 +166,12 @@ func (r *revoker) revoke(ctx context.Context, env *executionv1alpha1.ExecutionEn
 			RecordKeys: keys, GrantGeneration: uint64(gen),
 		}},
 	}
-	resp, err := r.exec(ctx, podexec.TargetOf(env), req, int(limits.GetMaxDetached())*recordBytes+durableOverhead)
+	resp, err := r.exec(ctx, podexec.TargetOf(env), req, maxRevokedAnswer*recordBytes+durableOverhead)
 	if err == nil {
 		err = podexec.Refused(resp)
 	}
 	if err == nil {
-		err = checkRevoked(resp.GetDurable(), int(limits.GetMaxDetached()))
+		err = checkRevoked(resp.GetDurable(), maxRevokedAnswer)
 	}
 	if err != nil {
 		r.h.cfg.Metrics.revocation("failed", 0)

@@ -45,6 +45,10 @@ type Config struct {
 	// Install, when set, copies the helper to this path and exits (install.go): the helper
 	// image's init container.
 	Install string
+
+	// refuseKeys is set by Run, not a flag: this process was dumpable from its exec (its
+	// binary readable by its user), so record keys given to it are refused.
+	refuseKeys bool
 }
 
 // DefaultConfig returns the defaults, with the root taken from RootEnv when set.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,6 +70,10 @@ type callOptions struct {
 	// ignoreHupInt starts the helper with SIGHUP and SIGINT ignored, as a container
 	// runtime's exec may.
 	ignoreHupInt bool
+	// bin, when set, is the helper binary to run instead of helperBin; credential, the
+	// user it runs as.
+	bin        string
+	credential *syscall.Credential
 }
 
 func limits() *helperv1.Limits {
@@ -86,7 +91,14 @@ func call(t testing.TB, root string, req *helperv1.Request, o callOptions) resul
 			req.Limits = limits()
 		}
 	}
-	cmd := exec.Command(helperBin, append([]string{"--root", root}, o.args...)...)
+	bin := helperBin
+	if o.bin != "" {
+		bin = o.bin
+	}
+	cmd := exec.Command(bin, append([]string{"--root", root}, o.args...)...)
+	if o.credential != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.credential}
+	}
 	if o.ignoreHupInt {
 		cmd = exec.Command("sh", append([]string{"-c", `trap "" HUP INT; exec "$0" "$@"`, helperBin, "--root", root}, o.args...)...)
 	}

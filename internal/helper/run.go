@@ -59,6 +59,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	process.ReserveThreads()
 	// Before the helper stops being dumpable, which gives its /proc files to root.
 	_ = process.OpenOOMScoreAdj()
+	// Dumpable until now — its binary readable by its user, so the kernel did not make it
+	// not dumpable at exec — a process of the workload (the same user) may have opened its
+	// descriptors meanwhile: record keys, which come on them, are refused (docs/helper.md
+	// "Execute-only"). Root's workload could read them anyway: its keys are taken.
+	if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err == nil && d != 0 && os.Geteuid() != 0 {
+		cfg.refuseKeys = true
+	}
 	// Not dumpable: a command (same user) cannot open /proc/<helper>/fd/1 to forge response
 	// frames, nor ptrace the helper. Commands are exec'd, which makes them dumpable again.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -128,7 +135,7 @@ func durable(cfg Config, req *helperv1.Request, stdin io.Reader) (*helperv1.Dura
 		_, _ = stdin.Read(b[:])
 		close(cancel)
 	}()
-	return supervisor.Do(supervisor.Config{Root: cfg.Root, Self: selfExe}, req, cancel)
+	return supervisor.Do(supervisor.Config{Root: cfg.Root, Self: selfExe, RefuseKeys: cfg.refuseKeys}, req, cancel)
 }
 
 func runCommand(root *fileops.Root, spec *executionv1.CommandSpec, lim *helperv1.Limits, heartbeat time.Duration, stdin io.Reader, out *frameWriter) (*executionv1.CommandResult, error) {

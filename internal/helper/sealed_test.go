@@ -2,6 +2,7 @@ package helper_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/precondition"
 	"github.com/execplane/execplane/internal/helper/spool"
 	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -223,4 +225,92 @@ func TestRevokeEndsCommandsOfEarlierGenerations(t *testing.T) {
 		res, _ := durableOK(t, root, sealedReq(statusReq("new", nil, 0), 3))
 		return res.GetCommands()[0].GetState() == executionv1.CommandState_COMMAND_STATE_CANCELLED
 	})
+}
+
+// Execute-only is what keeps the keys: run as a user of its own, a helper whose binary that
+// user can read was dumpable from its exec — a process of that user may have opened its
+// descriptors — and refuses the keys (records unsealed, answered unverified); installed
+// 0111, the kernel made it not dumpable at exec, and it seals.
+func TestKeysNeedAnExecuteOnlyHelper(t *testing.T) {
+	if os.Geteuid() != 0 {
+		precondition.Missing(t, "running as root, to run the helper as another user")
+	}
+	const uid = 65532
+	data, err := os.ReadFile(helperBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins := t.TempDir()
+	for _, d := range []string{bins, filepath.Dir(bins)} { // the user must reach in
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for mode, want := range map[os.FileMode]bool{0o111: true, 0o555: false} {
+		bin := filepath.Join(bins, fmt.Sprintf("helper-%o", mode))
+		if err := os.WriteFile(bin, data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(bin, mode); err != nil {
+			t.Fatal(err)
+		}
+		root := t.TempDir()
+		if err := os.Chown(root, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		o := callOptions{bin: bin, credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		res := call(t, root, sealedReq(startReq("c", "true"), 1), o)
+		if e := res.resp.GetError(); e != nil {
+			t.Fatalf("mode %o: start refused: %v", mode, e)
+		}
+		var st *helperv1.Response
+		for range 100 {
+			st = call(t, root, sealedReq(statusReq("c", nil, 0), 1), o).resp
+			if st.GetDurable().GetCommands()[0].GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := !st.GetDurable().GetCommands()[0].GetUnverified(); got != want {
+			t.Errorf("mode %o: the record proved %v, want %v (%v)", mode, got, want, st)
+		}
+		dir := commandDir(t, root, "c")
+		_, sealed, err := spool.ReadRecord(dir, []*helperv1.RecordKey{protocol.CommandRecordKey(envKeys[0], "c")})
+		if err != nil || sealed != want {
+			t.Errorf("mode %o: the record file sealed %v (%v), want %v", mode, sealed, err, want)
+		}
+	}
+}
+
+// A revoked command whose supervisor does not end it within the grace — stopped by the
+// workload, here — is killed with its supervisor and recorded CANCELLED by the revoke.
+func TestRevokeKillsWhatOutlivesItsGrace(t *testing.T) {
+	root := t.TempDir()
+	durableOK(t, root, sealedReq(startReq("stuck", "sleep 100"), 1))
+	rec, _, err := spool.ReadRecord(commandDir(t, root, "stuck"), []*helperv1.RecordKey{protocol.CommandRecordKey(envKeys[0], "stuck")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	supervisor := int(rec.GetSupervisor().GetPid())
+	if err := syscall.Kill(supervisor, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	res, _ := durableOK(t, root, sealedReq(durableReq(&helperv1.Durable{Op: &helperv1.Durable_Revoke{Revoke: &helperv1.DurableRevoke{BelowGeneration: 2}}}), 2))
+	if len(res.GetCommands()) != 1 {
+		t.Fatalf("revoked %v", res.GetCommands())
+	}
+	c := res.GetCommands()[0]
+	if c.GetState() != executionv1.CommandState_COMMAND_STATE_CANCELLED || !strings.Contains(c.GetMessage(), "killed after its grace") || c.GetUnverified() {
+		t.Fatalf("the stopped command after the revoke: %v", c)
+	}
+	t.Logf("ended %s after the revoke", time.Since(began).Round(time.Millisecond))
+	clustertest.Eventually(t, 5*time.Second, "the stopped supervisor is gone", func() bool {
+		st := procState(supervisor)
+		return st == 0 || st == 'Z'
+	})
+	status, _ := durableOK(t, root, sealedReq(statusReq("stuck", nil, 0), 2))
+	if got := status.GetCommands()[0]; got.GetState() != executionv1.CommandState_COMMAND_STATE_CANCELLED || got.GetUnverified() {
+		t.Fatalf("the record after the revoke: %v", got)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +73,13 @@ func ServeSession(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writ
 		return refuse(errorResponse("", helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "a session begins with a hello"))
 	}
 	ready, err := protocol.Accept(hello)
+	if err == nil && cfg.refuseKeys && protocol.SealsRecords(ready) {
+		// Record keys refused (Run): the session version that carries them is not offered.
+		if !slices.Contains(hello.GetVersions(), helperv1.ProtocolVersion_PROTOCOL_VERSION_2) {
+			err = protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "no common session protocol version without record keys")
+		}
+		ready.Version = helperv1.ProtocolVersion_PROTOCOL_VERSION_2
+	}
 	if err != nil {
 		return refuse(failure("", err))
 	}
@@ -302,7 +310,7 @@ func (s *session) serve(req *helperv1.Request, b *body, cancel <-chan struct{}) 
 // durable serves a durable operation; a Cancel answers a follow at once.
 func (s *session) durable(req *helperv1.Request, cancel <-chan struct{}) *helperv1.Response {
 	id := req.GetRequestId()
-	cfg := supervisor.Config{Root: s.cfg.Root, Self: selfExe, Spawn: s.children.spawnDetached}
+	cfg := supervisor.Config{Root: s.cfg.Root, Self: selfExe, Spawn: s.children.spawnDetached, RefuseKeys: s.cfg.refuseKeys}
 	res, err := supervisor.Do(cfg, req, cancel)
 	if err != nil {
 		return failure(id, err)

@@ -35,8 +35,10 @@ type Manifest struct {
 	// GrantLifetimes are the lifetimes of the two grant kinds.
 	GrantLifetimes GrantLifetimes `json:"grantLifetimes"`
 	// RecordKeys are the keys durable commands' records are sealed with (docs/commands.md
-	// "Sealed records"): the first seals, every one verifies. 1..MaxRecordKeys.
-	RecordKeys []RecordKeyEntry `json:"recordKeys"`
+	// "Sealed records"): the first seals, every one verifies. 0..MaxRecordKeys: without
+	// them (a manifest of the release before) records are written unsealed and every
+	// answer about a command says unverified; they will be required in the next release.
+	RecordKeys []RecordKeyEntry `json:"recordKeys,omitempty"`
 	// Clients is the client policy.
 	Clients []ClientEntry `json:"clients"`
 	// FileDigests pins every file named above but a renewable server certificate and its key:
@@ -333,10 +335,7 @@ func (m *Manifest) validateGrantKeys(p *problem.List) {
 }
 
 func (m *Manifest) validateRecordKeys(p *problem.List) {
-	switch n := len(m.RecordKeys); {
-	case n == 0:
-		p.Add("recordKeys", "at least one key (the sealing key, first) is required")
-	case n > MaxRecordKeys:
+	if n := len(m.RecordKeys); n > MaxRecordKeys {
 		p.Add("recordKeys", "%d keys, at most %d", n, MaxRecordKeys)
 	}
 	ids := map[string]bool{}

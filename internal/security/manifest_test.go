@@ -62,6 +62,17 @@ fileDigests:
   r1.key: ` + pin + `
 `
 
+// A manifest of the release before sealing has no record keys: valid (records are then
+// unsealed, and answered unverified).
+func TestParseManifestWithoutRecordKeys(t *testing.T) {
+	m, err := ParseManifest([]byte(strings.Replace(strings.Replace(validManifest,
+		"recordKeys:\n  - {id: r2, file: r2.key}\n  - {id: r1, file: r1.key}\n", "", 1),
+		"  r2.key: "+pin+"\n  r1.key: "+pin+"\n", "", 1)))
+	if err != nil || len(m.RecordKeys) != 0 {
+		t.Fatalf("a manifest without record keys: %v %v", m, err)
+	}
+}
+
 func TestParseManifestValid(t *testing.T) {
 	m, err := ParseManifest([]byte(validManifest))
 	if err != nil {
@@ -129,7 +140,6 @@ func TestParseManifestStrict(t *testing.T) {
 		{"hostile kid", edit("id: k2", `id: "../../etc/passwd"`), "grantKeys[1].id"},
 		{"duplicate kid", edit("id: k3", "id: k2"), "grantKeys[2].id: duplicate key id"},
 		{"no grant keys", edit("grantKeys:", "grantKeys: []\nx:"), "unknown field"},
-		{"no record keys", edit("recordKeys:\n  - {id: r2, file: r2.key}\n  - {id: r1, file: r1.key}\n", "recordKeys: []\n"), "recordKeys: at least one key"},
 		{"duplicate record key id", edit("{id: r1, file: r1.key}", "{id: r2, file: r1.key}"), "recordKeys[1].id: duplicate key id"},
 		{"hostile record key id", edit("{id: r1,", `{id: "a/b",`), "recordKeys[1].id"},
 		{"record key without file", edit("{id: r1, file: r1.key}", "{id: r1}"), "recordKeys[1].file: is required"},

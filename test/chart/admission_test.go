@@ -289,7 +289,7 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 	// after their creation the controller may only adopt them (the pool label replaced by an
 	// environment's, the environment made owner) and release their finalizer.
 	entry, _ := reg.Get("minimal")
-	_, pooled, err := executor.PoolMember("pool-minimal-1", in.executors, entry, "execplane-executor")
+	_, pooled, err := executor.PoolMember("warm-minimal-abcdefgh", in.executors, entry, "execplane-executor")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,9 +301,24 @@ func TestAdmissionPolicyLimitsTheControllerToExecutorPods(t *testing.T) {
 	if err := create(foreign); err == nil || !strings.Contains(err.Error(), "the environment's own claim") {
 		t.Errorf("a pool member mounting another claim: %v", err)
 	}
+	// A pool member named as another environment's claim would mount it: refused, the name
+	// is not a pool pair's.
+	impostor := pooled.DeepCopy()
+	impostor.Name = "xenv-0000000000000000000a-workspace"
+	impostor.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = impostor.Name
+	if err := create(impostor); err == nil || !strings.Contains(err.Error(), "the environment's own claim") {
+		t.Errorf("a pool member named as another environment's claim: %v", err)
+	}
+	// An environment's Pod naming another environment's claim as the one it adopted.
+	named := build("minimal")
+	named.Annotations[executor.AnnotationClaim] = "xenv-0000000000000000000a-workspace"
+	named.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "xenv-0000000000000000000a-workspace"
+	if err := create(named); err == nil || !strings.Contains(err.Error(), "the environment's own claim") {
+		t.Errorf("an executor naming another environment's claim as adopted: %v", err)
+	}
 	adopted := build("minimal")
-	adopted.Annotations[executor.AnnotationClaim] = "pool-minimal-1"
-	adopted.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "pool-minimal-1"
+	adopted.Annotations[executor.AnnotationClaim] = "warm-minimal-abcdefgh"
+	adopted.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "warm-minimal-abcdefgh"
 	if err := create(adopted); err != nil {
 		t.Errorf("the policy refused the executor of an environment that adopted a pool claim: %v", err)
 	}

@@ -106,7 +106,7 @@ func TestRevocationEndsDetachedCommands(t *testing.T) {
 			asked += g.metric(t, `execplane_gateway_command_revocations_total{outcome="ok"}`)
 			ended += g.metric(t, "execplane_gateway_commands_revoked_total")
 		}
-		return asked == 2
+		return asked >= 2
 	})
 	if ended < 1 || ended > 2 {
 		t.Fatalf("commands ended by the revocations: %v, want 1 or 2 (one command, seen by up to two gateways)", ended)

@@ -9,24 +9,37 @@ import (
 )
 
 // keyring is what a request gives to prove and seal records: its environment's record keys,
-// the first sealing (docs/commands.md "What a command's result proves"). Empty from a
-// gateway of an older release: records are then neither sealed nor proved, and the gateway
-// does not know the unverified mark.
-type keyring []*helperv1.RecordKey
+// the first sealing (docs/commands.md "Sealed records"). Empty from a gateway of an older
+// release or without record keys: records are then neither sealed nor proved. refused:
+// keys were given and this helper refused them (Config.RefuseKeys).
+type keyring struct {
+	keys    []*helperv1.RecordKey
+	refused bool
+}
+
+// ringOf is the keys of a request as this helper takes them.
+func ringOf(cfg Config, d *helperv1.Durable) keyring {
+	if cfg.RefuseKeys && len(d.GetRecordKeys()) > 0 {
+		return keyring{refused: true}
+	}
+	return keyring{keys: d.GetRecordKeys()}
+}
 
 // of is one command's keys.
 func (k keyring) of(id string) commandKeys {
-	c := commandKeys{given: len(k) > 0}
-	for _, e := range k {
+	c := commandKeys{given: len(k.keys) > 0, refused: k.refused}
+	for _, e := range k.keys {
 		c.all = append(c.all, protocol.CommandRecordKey(e, id))
 	}
 	return c
 }
 
-// commandKeys are one command's record keys.
+// commandKeys are one command's record keys. refused: the request gave keys this helper
+// refused (answers then say unverified: nothing is proved).
 type commandKeys struct {
-	all   []*helperv1.RecordKey
-	given bool
+	all     []*helperv1.RecordKey
+	given   bool
+	refused bool
 }
 
 // seal is the key new records are sealed with; nil without keys.
@@ -54,7 +67,7 @@ func readRecord(dir int, keys commandKeys) (proved, error) {
 	if err != nil {
 		return proved{}, err
 	}
-	if keys.given && !sealed {
+	if (keys.given || keys.refused) && !sealed {
 		rec.Info.Unverified = true
 	}
 	return proved{rec: rec, sealed: sealed}, nil

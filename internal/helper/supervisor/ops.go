@@ -3,12 +3,15 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/execplane/execplane/internal/helper/process"
 	"github.com/execplane/execplane/internal/helper/spool"
 	"github.com/execplane/execplane/internal/protocol"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -43,7 +46,7 @@ func Do(cfg Config, req *helperv1.Request, cancel <-chan struct{}) (*helperv1.Du
 		}
 		return &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{info}}, nil
 	}
-	ring := keyring(d.GetRecordKeys())
+	ring := ringOf(cfg, d)
 	switch op := d.GetOp().(type) {
 	case *helperv1.Durable_Start:
 		return one(start(cfg, req, op.Start, lim))
@@ -282,10 +285,17 @@ func cancelCommand(cfg Config, id string, keys commandKeys, grace time.Duration)
 const revokeGrace = 2 * time.Second
 
 // revoke ends every running command started under a grant generation below gen whose
-// record is proved, and answers them once recorded (or at the grace and its slack).
+// record is proved, and answers them once recorded. A command that is not recorded ended
+// after the grace and its slack — its supervisor stopped, or holding a longer grace the
+// workload gave it — is killed with everything under its supervisor, and recorded
+// CANCELLED by the revoke. Then, in an executor container (PID 1 is the helper's pause),
+// every process reparented to PID 1 that no proved record of a running command names is
+// killed with its descendants: what a command left behind by killing its own supervisor,
+// or hid by removing its record.
 func revoke(cfg Config, ring keyring, gen uint64) (*helperv1.DurableResult, error) {
 	cmds, err := spool.OpenCommands(cfg.Root, false)
 	if errors.Is(err, spool.ErrNoCommand) {
+		sweepOrphans(nil)
 		return &helperv1.DurableResult{}, nil
 	}
 	if err != nil {
@@ -306,15 +316,144 @@ func revoke(cfg Config, ring keyring, gen uint64) (*helperv1.DurableResult, erro
 			if err != nil {
 				break
 			}
-			if p.rec.GetEnded() || time.Now().After(deadline) {
+			if p.rec.GetEnded() {
 				res.Commands = append(res.Commands, p.rec.GetInfo())
+				break
+			}
+			if time.Now().After(deadline) {
+				if info, err := killRevoked(cmds, id, p, keys); err == nil {
+					res.Commands = append(res.Commands, info)
+				}
 				break
 			}
 			time.Sleep(cancelPoll)
 		}
 	}
+	if after, err := scanLocked(cmds, ring); err == nil {
+		sweepOrphans(after)
+	}
 	return res, nil
 }
+
+// revokedKilledMessage is the message of a revoked command killed after its grace.
+const revokedKilledMessage = "cancelled: the environment's grants were revoked; killed after its grace"
+
+// killRevoked kills a revoked command that outlived its grace — its supervisor and
+// everything under it — and records it CANCELLED (its supervisor cannot any more).
+func killRevoked(cmds *spool.Commands, id string, p proved, keys commandKeys) (*executionv1.CommandInfo, error) {
+	if sup := p.rec.GetSupervisor(); alive(sup) {
+		killTree(int(sup.GetPid()))
+	}
+	dir, err := cmds.Open(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	again, err := readRecord(dir, keys)
+	if err != nil || again.rec.GetEnded() || !again.sealed {
+		return again.rec.GetInfo(), err
+	}
+	info := again.rec.GetInfo()
+	info.StdoutBytes, info.StderrBytes = ends(dir)
+	info.State = executionv1.CommandState_COMMAND_STATE_CANCELLED
+	info.Message = revokedKilledMessage
+	res := &executionv1.CommandResult{
+		State: executionv1.CommandState_COMMAND_STATE_CANCELLED, ExitCode: -1, Signal: int32(unix.SIGKILL),
+		Stdout:    &executionv1.CapturedOutput{TotalBytes: info.StdoutBytes},
+		Stderr:    &executionv1.CapturedOutput{TotalBytes: info.StderrBytes},
+		StartedAt: info.GetStartedAt(), Message: revokedKilledMessage,
+	}
+	if started := info.GetStartedAt().AsTime(); !started.IsZero() {
+		res.Duration = durationSince(started)
+	}
+	res.Receipt = process.Receipt(res)
+	info.Result = res
+	again.rec.Ended = true
+	if err := spool.WriteRecord(dir, again.rec, keys.seal()); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// killTree SIGKILLs root and every descendant it has, again until none is found (a fork
+// between a look and a kill is caught by the next look).
+func killTree(root int) {
+	for range killRounds {
+		var tree []int
+		frontier := []int{root}
+		for len(frontier) > 0 && len(tree) < maxKilled {
+			pid := frontier[0]
+			frontier = frontier[1:]
+			tree = append(tree, pid)
+			frontier = append(frontier, process.Children(pid)...)
+		}
+		alive := 0
+		for _, pid := range tree {
+			if unix.Kill(pid, unix.SIGKILL) == nil {
+				alive++
+			}
+		}
+		if alive == 0 {
+			return
+		}
+		time.Sleep(cancelPoll)
+	}
+}
+
+// Bounds of killTree: rounds against forks, and processes per round (the Pod's pid limit
+// is far below).
+const (
+	killRounds = 5
+	maxKilled  = 1 << 15
+)
+
+// sweepOrphans kills, in an executor container only, each process reparented to PID 1 that
+// is not the supervisor of a proved running command (entries): an escaped descendant, or a
+// supervisor whose record the workload removed. Nothing else has PID 1 as its parent there:
+// the helpers the gateway starts are the runtime's exec's children, commands descend from
+// their helper or supervisor.
+func sweepOrphans(entries []entry) {
+	if !inExecutor() {
+		return
+	}
+	keep := map[int]bool{os.Getpid(): true}
+	for _, e := range entries {
+		if e.trusted && !e.rec.GetEnded() {
+			keep[int(e.rec.GetSupervisor().GetPid())] = true
+		}
+	}
+	for _, pid := range process.Children(1) {
+		if !keep[pid] {
+			killTree(pid)
+		}
+	}
+}
+
+// inExecutor reports whether this process runs in an executor container: its PID 1 is the
+// helper's pause (`<helper> --pause`), which the workload cannot rename. Elsewhere (the
+// local cluster's fake node runs helpers as processes of the machine) PID 1 is the
+// machine's, and nothing is swept.
+func inExecutor() bool {
+	data, err := os.ReadFile("/proc/1/cmdline")
+	if err != nil {
+		return false
+	}
+	argv := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+	return len(argv) == 2 && argv[1] == pauseFlag
+}
+
+// isSupervisor reports whether pid's command line is a supervisor's (Argv0 Flag ...).
+func isSupervisor(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	argv := strings.SplitN(string(data), "\x00", 3)
+	return len(argv) >= 2 && argv[0] == Argv0 && argv[1] == Flag
+}
+
+// pauseFlag is the executor container's main process's flag (internal/executor).
+const pauseFlag = "--pause"
 
 // scanLocked is scan under the workspace's command lock.
 func scanLocked(cmds *spool.Commands, ring keyring) ([]entry, error) {
@@ -359,7 +498,9 @@ func signalSupervisor(sup *helperv1.Supervisor, sig unix.Signal) error {
 	}
 	defer unix.Close(fd)
 	// The pidfd pins the process: if it is still the supervisor now, the signal reaches it.
-	if !alive(sup) {
+	// A process that is no supervisor at all (its command line says so: it cannot be
+	// changed from outside) is never signalled, whatever a record says.
+	if !alive(sup) || !isSupervisor(int(sup.GetPid())) {
 		return nil
 	}
 	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -372,9 +513,8 @@ func signalSupervisor(sup *helperv1.Supervisor, sig unix.Signal) error {
 // record's message follows it. The workload may write the file too (it may signal its own
 // supervisor): the message is what the file said, the state CANCELLED either way.
 const (
-	reasonCaller   = ""
-	reasonRevoked  = "revoked"
-	reasonStopping = "stopping"
+	reasonCaller  = ""
+	reasonRevoked = "revoked"
 )
 
 // writeGrace leaves a cancel's grace (and why) for the supervisor to read when it is

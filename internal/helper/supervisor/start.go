@@ -47,6 +47,10 @@ type Config struct {
 	// Spawn starts a supervisor; a session passes one that keeps it from its sweeps. Nil
 	// means os.StartProcess.
 	Spawn func(name string, argv []string, attr *os.ProcAttr) (*os.Process, error)
+	// RefuseKeys makes the operations ignore the record keys a request gives: this helper
+	// was dumpable from its exec, so the keys may have been read on their way. Records are
+	// then written unsealed and answered unverified.
+	RefuseKeys bool
 }
 
 func (c Config) spawn(name string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
@@ -86,7 +90,7 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 	}
 	defer unlock()
 
-	ring := keyring(req.GetDurable().GetRecordKeys())
+	ring := ringOf(cfg, req.GetDurable())
 	id := st.GetCommandId()
 	keys := ring.of(id)
 	if dir, err := cmds.Open(id); err == nil {
@@ -99,11 +103,16 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 			if err := cmds.Remove(id); err != nil {
 				return nil, unavailable(err)
 			}
-		case err != nil || !p.trusted(keys) || p.rec.GetSpecDigest() != digest:
-			// Another program's, or a record the keys do not prove (planted by the
-			// workload, or altered): the id is taken, and nothing is answered from it.
+		case err != nil && !errors.Is(err, spool.ErrBadRecord) && protocol.CodeOf(err) != helperv1.ErrorCode_ERROR_CODE_DATA_LOSS:
 			unix.Close(dir)
-			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "command %s exists with another program, or with a record its supervisor did not write", id)
+			return nil, unavailable(err) // the volume, not the id: retryable
+		case err != nil || !p.trusted(keys) || p.rec.GetSpecDigest() != digest || !sameStart(p.rec, st):
+			// Another program's or another run's, or a record the keys do not prove
+			// (planted by the workload, or altered): the id is taken, and nothing is
+			// answered from it. (A sealed record of an earlier run put back under a reused
+			// id is another run's: only a retry of the same run's start is answered.)
+			unix.Close(dir)
+			return nil, errorf(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "command %s exists with another program or run, or with a record its supervisor did not write", id)
 		default:
 			defer unix.Close(dir)
 			if p, err = reconcile(dir, p, keys); err != nil {
@@ -126,7 +135,9 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 	}
 	running := 0
 	for _, e := range entries {
-		if !e.rec.GetEnded() {
+		// Only proved records count: an unsealed one (planted, or an older helper's that no
+		// supervisor of this executor runs) must not hold the workspace's starts.
+		if !e.rec.GetEnded() && e.trusted {
 			running++
 		}
 	}
@@ -145,6 +156,12 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 		_ = cmds.Remove(id) // nothing ran: nothing is left
 	}
 	return info, err
+}
+
+// sameStart reports whether a record is that of this start: the same run and epoch (its
+// spec digest compared apart).
+func sameStart(rec *helperv1.CommandRecord, st *helperv1.DurableStart) bool {
+	return rec.GetInfo().GetRunId() == st.GetRunId() && rec.GetInfo().GetEpoch() == st.GetEpoch()
 }
 
 // handoverTimeout bounds writing the start to a new supervisor (a pipe's buffer holds it

@@ -263,8 +263,6 @@ func reasonMessage(reason string) string {
 	switch reason {
 	case reasonRevoked:
 		return "cancelled: the environment's grants were revoked"
-	case reasonStopping:
-		return "cancelled: the executor stopped"
 	}
 	return ""
 }

@@ -5820,8 +5820,9 @@ type StartCommandRequest struct {
 	Detach bool `protobuf:"varint,4,opt,name=detach,proto3" json:"detach,omitempty"`
 	// With detach only, optional: the caller's id for the command, 1..64 bytes of
 	// [A-Za-z0-9._-] not starting with '.' or '-'. Starting an id that exists with the same
-	// command answers that command (a retried start does not run it twice); with another,
-	// ABORTED (OPERATION_ID_REUSED). Empty: the gateway picks one.
+	// command, from the same run, answers that command (a retried start does not run it
+	// twice); with another command, from another run, or over a record its supervisor did
+	// not write, ABORTED (OPERATION_ID_REUSED). Empty: the gateway picks one.
 	CommandId     string `protobuf:"bytes,5,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -2610,8 +2610,9 @@ export type StartCommandRequest = Message<"execution.v1.StartCommandRequest"> & 
   /**
    * With detach only, optional: the caller's id for the command, 1..64 bytes of
    * [A-Za-z0-9._-] not starting with '.' or '-'. Starting an id that exists with the same
-   * command answers that command (a retried start does not run it twice); with another,
-   * ABORTED (OPERATION_ID_REUSED). Empty: the gateway picks one.
+   * command, from the same run, answers that command (a retried start does not run it
+   * twice); with another command, from another run, or over a record its supervisor did
+   * not write, ABORTED (OPERATION_ID_REUSED). Empty: the gateway picks one.
    *
    * @generated from field: string command_id = 5;
    */
