@@ -98,9 +98,9 @@ func (i *CommandInfo) End() Cursor { return Cursor{Stdout: i.StdoutBytes, Stderr
 // StartOptions configure Start and Stream.
 type StartOptions struct {
 	// ID names the command (1..64 bytes of [A-Za-z0-9._-]); empty means one is generated.
-	// Starting the same ID with the same command again answers the command the first start
-	// started — which is what makes a start safe to retry — and with another command fails
-	// with ErrOperationIDReused.
+	// Starting the same ID with the same command again, in the same run, answers the
+	// command the first start started — which is what makes a start safe to retry — and
+	// with another command, or from another run, fails with ErrOperationIDReused.
 	ID string
 }
 

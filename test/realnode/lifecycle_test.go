@@ -134,9 +134,9 @@ func TestWorkspaceSurvivesReplaceAndItsCommandsDoNot(t *testing.T) {
 	s.requireGone(t, marker, containers)
 }
 
-// RetireEnvironment on the real node, with a command still running (its caller gone, the
-// run claim expired): the command and what it detached are gone from the node with the
-// executor's container, and the termination proof records the exit the kubelet reported
+// RetireEnvironment on the real node, with a detached command still running (its caller
+// gone, the run claim expired): the command and what it detached are gone from the node with
+// the executor's container, and the termination proof records the exit the kubelet reported
 // for the executor container of that Pod — not a simulation's.
 func TestRetireEndsRunningCommandsAndRecordsTheRealExit(t *testing.T) {
 	s := startSystem(t)
@@ -153,7 +153,15 @@ func TestRetireEndsRunningCommandsAndRecordsTheRealExit(t *testing.T) {
 	pod := s.pod(t, w)
 	containers := containerIDs(t, pod)
 	const marker = 3120
-	longCommand(t, run, marker)
+	// Detached: a foreground command is cut once its run claim expires unrenewed (its call
+	// is fenced at the claim's end); a detached one outlives its claim, until the executor.
+	if _, err := run.Start(ctx(t), client.Command{Shell: fmt.Sprintf("setsid sleep %d & sleep %d", marker+1, marker)},
+		client.StartOptions{ID: "long"}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the command's processes on the node", func() bool {
+		return len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker))) == 1 && len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker+1))) == 1
+	})
 
 	// Every state the executor Pod passes through, until it is gone.
 	watch, err := s.cluster.Kube().CoreV1().Pods(pod.Namespace).Watch(ctx(t), metav1.ListOptions{
