@@ -99,7 +99,7 @@ func start(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.Creds(security.NewServerCredentials(mgr.Current, nil)), grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor(func(err error) error { return apierror.Status(err, "") })))
+	g := grpc.NewServer(grpc.Creds(security.NewServerCredentials(mgr.Current, nil, nil)), grpc.ChainUnaryInterceptor(limiter.UnaryInterceptor(func(err error) error { return apierror.Status(err, "") })))
 	controlv1.RegisterControlServiceServer(g, srv)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -71,7 +71,7 @@ func newGRPCServer(manager *security.Manager, srv controlv1.ControlServiceServer
 		return nil, err
 	}
 	s := grpc.NewServer(
-		grpc.Creds(security.NewServerCredentials(manager.Current, nil)),
+		grpc.Creds(security.NewServerCredentials(manager.Current, nil, nil)),
 		grpc.ConnectionTimeout(security.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(controlMaxMessage),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: controlMaxConnectionAge, MaxConnectionAgeGrace: controlMaxConnectionAgeGrace}),

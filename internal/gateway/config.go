@@ -4,6 +4,7 @@ import (
 	"flag"
 	"time"
 
+	"github.com/execplane/execplane/internal/backlog"
 	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/internal/startup"
@@ -30,6 +31,13 @@ const (
 	// maxEnvironmentCalls bounds --max-environment-calls: more concurrent helpers than this
 	// in one executor Pod is a fork bomb by configuration.
 	maxEnvironmentCalls = 1024
+	// minClientBacklogBytes and maxClientBacklogBytes bound --max-client-backlog-bytes: below
+	// 4 MiB ordinary reads would wait on each other; above 4 GiB one client could hold more
+	// than a gateway's usual memory limit.
+	minClientBacklogBytes = 4 << 20
+	maxClientBacklogBytes = 4 << 30
+	// maxClientConnections bounds --max-client-connections.
+	maxClientConnections = 10_000
 	// maxSessionIdle bounds --session-idle: a session is a stream through the API server
 	// and a process in the Pod; an hour unused is abandoned.
 	maxSessionIdle = time.Hour
@@ -65,6 +73,11 @@ type Config struct {
 	MaxEnvironmentCalls int
 	// MaxMessageBytes bounds a received or sent gRPC message.
 	MaxMessageBytes int
+	// MaxClientBacklogBytes bounds the answer bytes this replica holds for one client:
+	// reserved for answers being fetched plus answers not yet written to its connections
+	// (internal/backlog). MaxClientConnections bounds one client's open connections.
+	MaxClientBacklogBytes int
+	MaxClientConnections  int
 	// MaxRPCDeadline caps the deadline of any call.
 	MaxRPCDeadline time.Duration
 	// ShutdownGrace is how long in-flight calls may drain on shutdown.
@@ -85,22 +98,24 @@ type Config struct {
 // DefaultConfig returns the configuration the Helm chart's defaults render.
 func DefaultConfig() Config {
 	c := Config{
-		Config:              startup.Defaults(role),
-		ControllerCert:      "/etc/execplane/control/tls.crt",
-		ControllerKey:       "/etc/execplane/control/tls.key",
-		ControllerCA:        "/etc/execplane/control/ca.crt",
-		HelperPath:          "/execplane/helper",
-		MaxConcurrentRPCs:   2000,
-		MaxClientRPCs:       200,
-		MaxEnvironmentCalls: DefaultMaxEnvironmentCalls,
-		MaxMessageBytes:     32 << 20,
-		MaxRPCDeadline:      time.Hour,
-		ShutdownGrace:       30 * time.Second,
-		FreshnessBound:      DefaultFreshnessBound,
-		Sessions:            true,
-		SessionIdle:         podexec.DefaultIdle,
-		MaxSessions:         podexec.DefaultMaxSessions,
-		SessionMaxInFlight:  protocol.DefaultMaxInFlight,
+		Config:                startup.Defaults(role),
+		ControllerCert:        "/etc/execplane/control/tls.crt",
+		ControllerKey:         "/etc/execplane/control/tls.key",
+		ControllerCA:          "/etc/execplane/control/ca.crt",
+		HelperPath:            "/execplane/helper",
+		MaxConcurrentRPCs:     2000,
+		MaxClientRPCs:         200,
+		MaxEnvironmentCalls:   DefaultMaxEnvironmentCalls,
+		MaxMessageBytes:       32 << 20,
+		MaxClientBacklogBytes: backlog.DefaultClientBytes,
+		MaxClientConnections:  backlog.DefaultClientConns,
+		MaxRPCDeadline:        time.Hour,
+		ShutdownGrace:         30 * time.Second,
+		FreshnessBound:        DefaultFreshnessBound,
+		Sessions:              true,
+		SessionIdle:           podexec.DefaultIdle,
+		MaxSessions:           podexec.DefaultMaxSessions,
+		SessionMaxInFlight:    protocol.DefaultMaxInFlight,
 	}
 	c.ListenAddress, c.DiagnosticsAddress = ":8443", ":9090"
 	c.KubeQPS, c.KubeBurst = 500, 1000
@@ -120,6 +135,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxClientRPCs, "max-client-rpcs", c.MaxClientRPCs, "in-flight RPCs per client on this replica")
 	fs.IntVar(&c.MaxEnvironmentCalls, "max-environment-calls", c.MaxEnvironmentCalls, "concurrent data calls into one environment on this replica")
 	fs.IntVar(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest gRPC message received or sent")
+	fs.IntVar(&c.MaxClientBacklogBytes, "max-client-backlog-bytes", c.MaxClientBacklogBytes, "answer bytes held for one client: being fetched plus not yet written to its connections (more calls wait)")
+	fs.IntVar(&c.MaxClientConnections, "max-client-connections", c.MaxClientConnections, "open connections of one client on this replica (more are refused at the handshake)")
 	fs.DurationVar(&c.MaxRPCDeadline, "max-rpc-deadline", c.MaxRPCDeadline, "cap on any call's deadline")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "drain time for in-flight calls on shutdown")
 	fs.DurationVar(&c.FreshnessBound, "view-freshness-bound", c.FreshnessBound, "longest time the environment view may go unproven current (one probe read per second) before grant-authorised calls answer UNAVAILABLE")
@@ -144,6 +161,8 @@ func (c Config) Validate() error {
 	}
 	p.IntBetween("max-environment-calls", c.MaxEnvironmentCalls, 1, maxEnvironmentCalls)
 	p.IntBetween("max-message-bytes", c.MaxMessageBytes, minMessageBytes, MaxMessageBytesCeiling)
+	p.IntBetween("max-client-backlog-bytes", c.MaxClientBacklogBytes, minClientBacklogBytes, maxClientBacklogBytes)
+	p.IntBetween("max-client-connections", c.MaxClientConnections, 1, maxClientConnections)
 	p.DurationBetween("max-rpc-deadline", c.MaxRPCDeadline, time.Second, MaxRPCDeadline)
 	p.DurationBetween("shutdown-grace", c.ShutdownGrace, 0, maxShutdownGrace)
 	p.DurationBetween("view-freshness-bound", c.FreshnessBound, MinFreshnessBound, MaxFreshnessBound)

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/backlog"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/protocol"
@@ -264,6 +265,11 @@ func (h *Handler) execute(ctx context.Context, a *admitted, req *helperv1.Reques
 // run is execute through run: the Executor's Execute, or a call with a body.
 func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, run podexec.ExecuteFunc) (*helperv1.Response, error) {
 	env := a.env
+	// The answer's room in the client's backlog is taken before anything is asked, and
+	// before an environment slot: a client that does not read waits here, holding nothing.
+	if err := backlog.Reserve(ctx, int64(responseCap)); err != nil {
+		return nil, err
+	}
 	release, err := h.calls.acquire(env.UID)
 	if err != nil {
 		return nil, err

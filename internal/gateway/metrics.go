@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/execplane/execplane/internal/backlog"
 	"github.com/execplane/execplane/internal/security"
 )
 
@@ -87,6 +88,32 @@ func NewMetrics(reg prometheus.Registerer, limiter func() security.LimiterStats)
 		}, func() float64 { return float64(limiter().InFlight) }))
 	}
 	return m
+}
+
+// registerBacklogMetrics registers gauges and counters over the clients' backlog
+// (internal/backlog): what unread answers hold, per replica and for the heaviest client.
+func registerBacklogMetrics(reg prometheus.Registerer, stats func() backlog.Stats) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "execplane_gateway_backlog_bytes",
+			Help: "Answer bytes held for clients: reserved for answers being fetched plus answers not yet written to their connections.",
+		}, func() float64 { return float64(stats().Bytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "execplane_gateway_backlog_max_client_bytes",
+			Help: "The backlog of the client holding most (bounded by --max-client-backlog-bytes, plus small unreserved answers).",
+		}, func() float64 { return float64(stats().MaxClientBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "execplane_gateway_client_connections", Help: "Authenticated client connections open.",
+		}, func() float64 { return float64(stats().Conns) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "execplane_gateway_backlog_waits_total",
+			Help: "Calls that waited because their client's backlog was full (it is not reading its answers).",
+		}, func() float64 { return float64(stats().Waits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "execplane_gateway_connection_refusals_total",
+			Help: "Connections refused at the handshake because their client had --max-client-connections open.",
+		}, func() float64 { return float64(stats().RefusedConns) }),
+	)
 }
 
 // ObserveAuthority records one authority-change observation delay.

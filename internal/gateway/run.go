@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/execplane/execplane/internal/backlog"
 	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/session"
@@ -83,10 +84,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	server, err = NewServer(ServerConfig{
 		Current: proc.Security.Current, MaxConcurrentRPCs: cfg.MaxConcurrentRPCs, MaxClientRPCs: cfg.MaxClientRPCs,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxRPCDeadline: cfg.MaxRPCDeadline, Logger: proc.Logger, Metrics: metrics,
+		Backlog: backlog.Config{ClientBytes: int64(cfg.MaxClientBacklogBytes), ClientConns: cfg.MaxClientConnections},
 	}, handler)
 	if err != nil {
 		return err
 	}
+	registerBacklogMetrics(registry, server.Backlog.Stats)
 
 	ready := func() string {
 		switch {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,9 +16,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/backlog"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/apierror"
@@ -40,8 +45,12 @@ const (
 	// keepaliveTime and keepaliveTimeout detect dead peers under long commands.
 	keepaliveTime    = time.Minute
 	keepaliveTimeout = 20 * time.Second
-	// requestIDHeader carries the gateway's request id back to the caller, for support.
-	requestIDHeader = "x-request-id"
+	// requestIDHeader carries the gateway's request id back to the caller, for support; it
+	// also names the call's stream to the backlog accounting, so it is sent before the
+	// handler runs.
+	requestIDHeader = backlog.RequestIDHeader
+	// grpcMessagePrefix is the length prefix gRPC puts before every message on the wire.
+	grpcMessagePrefix = 5
 )
 
 // ServerConfig configures NewServer.
@@ -54,8 +63,10 @@ type ServerConfig struct {
 	MaxMessageBytes int
 	// MaxRPCDeadline caps every call's deadline (and gives one to calls without).
 	MaxRPCDeadline time.Duration
-	Logger         hclog.Logger
-	Metrics        *Metrics
+	// Backlog bounds what one client's unread answers and open connections hold.
+	Backlog backlog.Config
+	Logger  hclog.Logger
+	Metrics *Metrics
 }
 
 // Server is the public gRPC server: the handler behind authentication, limits, request ids,
@@ -64,6 +75,7 @@ type Server struct {
 	GRPC    *grpc.Server
 	Health  *health.Server
 	Limiter *security.RPCLimiter
+	Backlog *backlog.Ledger
 }
 
 // NewServer builds the server around h. Every call, health and reflection included, is
@@ -84,13 +96,24 @@ func NewServer(cfg ServerConfig, h executionv1grpc.ExecutionProviderServiceServe
 	if err != nil {
 		return nil, err
 	}
+	ledger, err := backlog.New(cfg.Backlog)
+	if err != nil {
+		return nil, err
+	}
+	admit := func(conn net.Conn, id security.ClientIdentity) (net.Conn, error) {
+		c, err := ledger.Accept(conn, string(id))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", security.ErrConnectionLimit, err)
+		}
+		return c, nil
+	}
 	e := &edge{cfg: cfg, limiter: limiter, log: cfg.Logger.Named("rpc")}
 	var onReject func(security.Reason)
 	if cfg.Metrics != nil {
 		onReject = cfg.Metrics.HandshakeRejected
 	}
 	s := grpc.NewServer(
-		grpc.Creds(security.NewServerCredentials(cfg.Current, onReject)),
+		grpc.Creds(security.NewServerCredentials(cfg.Current, onReject, admit)),
 		grpc.ConnectionTimeout(security.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
@@ -107,7 +130,7 @@ func NewServer(cfg ServerConfig, h executionv1grpc.ExecutionProviderServiceServe
 	hs.SetServingStatus(executionv1grpc.ExecutionProviderService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
-	return &Server{GRPC: s, Health: hs, Limiter: limiter}, nil
+	return &Server{GRPC: s, Health: hs, Limiter: limiter, Backlog: ledger}, nil
 }
 
 // SetServing sets the health status of the whole server and of the API service.
@@ -149,11 +172,22 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// begin gives the call its request id and capped deadline, and admits it.
-func (e *edge) begin(ctx context.Context) (context.Context, context.CancelFunc, func(), error) {
+// begin gives the call its request id and capped deadline, and admits it. The response
+// headers, with the request id, are sent at once: they bind the call's stream to its
+// backlog account (nil for a peer without one) before any answer is produced.
+func (e *edge) begin(ctx context.Context) (context.Context, context.CancelFunc, func(), *backlog.Call, error) {
 	id := newRequestID()
 	ctx = ContextWithRequestID(ctx, id)
-	_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, id))
+	var call *backlog.Call
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(security.AuthInfo); ok {
+			if c, ok := info.Conn.(*backlog.Conn); ok {
+				call = c.Begin(id)
+				ctx = backlog.WithCall(ctx, call)
+			}
+		}
+	}
+	_ = grpc.SendHeader(ctx, metadata.Pairs(requestIDHeader, id))
 	cancel := context.CancelFunc(func() {})
 	if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.cfg.MaxRPCDeadline {
 		ctx, cancel = context.WithTimeout(ctx, e.cfg.MaxRPCDeadline)
@@ -161,9 +195,12 @@ func (e *edge) begin(ctx context.Context) (context.Context, context.CancelFunc, 
 	admitted, release, err := e.limiter.Admit(ctx)
 	if err != nil {
 		cancel()
-		return ctx, nil, nil, err
+		if call != nil {
+			call.Done()
+		}
+		return ctx, nil, nil, nil, err
 	}
-	return admitted, cancel, release, nil
+	return admitted, cancel, release, call, nil
 }
 
 // finish translates err once, logs what deserves it, and counts the call.
@@ -191,13 +228,19 @@ func (e *edge) finish(ctx context.Context, method string, start time.Time, err e
 
 func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	start := time.Now()
-	ctx, cancel, release, err := e.begin(ctx)
+	ctx, cancel, release, call, err := e.begin(ctx)
 	if err != nil {
 		return nil, e.finish(ctx, info.FullMethod, start, err)
 	}
 	defer cancel()
 	defer release()
+	if call != nil {
+		defer call.Done()
+	}
 	resp, err = apierror.Recovered(func() (any, error) { return handler(ctx, req) })
+	if err == nil {
+		err = sending(ctx, call, resp)
+	}
 	if err != nil {
 		return nil, e.finish(ctx, info.FullMethod, start, err)
 	}
@@ -206,20 +249,47 @@ func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 
 func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	start := time.Now()
-	ctx, cancel, release, err := e.begin(ss.Context())
+	ctx, cancel, release, call, err := e.begin(ss.Context())
 	if err != nil {
 		return e.finish(ctx, info.FullMethod, start, err)
 	}
 	defer cancel()
 	defer release()
-	_, err = apierror.Recovered(func() (any, error) { return nil, handler(srv, &callStream{ServerStream: ss, ctx: ctx}) })
+	if call != nil {
+		defer call.Done()
+	}
+	_, err = apierror.Recovered(func() (any, error) {
+		return nil, handler(srv, &callStream{ServerStream: ss, ctx: ctx, call: call})
+	})
 	return e.finish(ctx, info.FullMethod, start, err)
 }
 
-// callStream is a server stream with the call's context.
+// sending counts an answer about to be handed to gRPC against its client's backlog.
+func sending(ctx context.Context, call *backlog.Call, m any) error {
+	msg, ok := m.(proto.Message)
+	if call == nil || !ok {
+		return nil
+	}
+	err := call.Send(ctx, int64(proto.Size(msg)+grpcMessagePrefix))
+	if err != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%w: %w", apierror.ErrUnavailable, err) // the connection closed
+	}
+	return err
+}
+
+// callStream is a server stream with the call's context, whose messages count against
+// the client's backlog.
 type callStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx  context.Context
+	call *backlog.Call
 }
 
 func (s *callStream) Context() context.Context { return s.ctx }
+
+func (s *callStream) SendMsg(m any) error {
+	if err := sending(s.ctx, s.call, m); err != nil {
+		return err
+	}
+	return s.ServerStream.SendMsg(m)
+}

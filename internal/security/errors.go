@@ -54,6 +54,9 @@ var (
 	ErrGlobalLimit = fmt.Errorf("%w: replica at its in-flight RPC limit", ErrResourceExhausted)
 	// ErrClientLimit: the calling client's limit of in-flight RPCs is reached.
 	ErrClientLimit = fmt.Errorf("%w: client at its in-flight RPC limit", ErrResourceExhausted)
+	// ErrConnectionLimit: the client's cap of open connections is reached (a ConnAdmitter's
+	// refusal, at the handshake).
+	ErrConnectionLimit = fmt.Errorf("%w: client at its open-connection limit", ErrResourceExhausted)
 )
 
 // Errors of configuration and security material.

@@ -63,7 +63,7 @@ func newGRPCFixture(t *testing.T) *grpcFixture {
 			g.mu.Lock()
 			g.rejects = append(g.rejects, r)
 			g.mu.Unlock()
-		})),
+		}, nil)),
 		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.ChainUnaryInterceptor(g.limiter.UnaryInterceptor(translate), record),
 		grpc.ChainStreamInterceptor(g.limiter.StreamInterceptor(translate)),
@@ -285,7 +285,7 @@ func TestAuthSlowHandshakeClosedGRPC(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	f := newFixture(t)
 	h := newHolder(f.mustLoad())
-	srv := grpc.NewServer(grpc.Creds(NewServerCredentials(h.current, nil)), grpc.ConnectionTimeout(timeout))
+	srv := grpc.NewServer(grpc.Creds(NewServerCredentials(h.current, nil, nil)), grpc.ConnectionTimeout(timeout))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

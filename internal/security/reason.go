@@ -31,6 +31,8 @@ const (
 	ReasonGlobalLimit Reason = "global_limit"
 	// ReasonClientLimit: the client's in-flight limit.
 	ReasonClientLimit Reason = "client_limit"
+	// ReasonConnectionLimit: the client's open-connection cap.
+	ReasonConnectionLimit Reason = "connection_limit"
 	// ReasonHandshake is any other handshake failure: a protocol version below TLS 1.3, no
 	// common cipher or ALPN, a bad CertificateVerify signature, a timeout, a reset.
 	ReasonHandshake Reason = "handshake"
@@ -65,6 +67,8 @@ func ReasonOf(err error) Reason {
 		return ReasonGlobalLimit
 	case errors.Is(err, ErrClientLimit):
 		return ReasonClientLimit
+	case errors.Is(err, ErrConnectionLimit):
+		return ReasonConnectionLimit
 	}
 	return ReasonHandshake
 }
