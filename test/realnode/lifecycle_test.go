@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/dev/devimage"
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/pkg/client"
 )
@@ -233,3 +234,57 @@ func TestRetireEndsRunningCommandsAndRecordsTheRealExit(t *testing.T) {
 	t.Logf("termination proof: phase %s, exit %d, reason %s; the kubelet: exit %d, reason %s, finished %s",
 		proof.PodPhase, *proof.ExitCode, proof.Reason, terminated.ExitCode, terminated.Reason, terminated.FinishedAt.Format(time.RFC3339))
 }
+
+// escapeBound is how long a revocation may take to end what escaped its supervisor: the
+// gateway's second ask (15 s after the first, for what a first pass could not see — here,
+// processes still under the closing session's helper), plus the grace and the kill.
+const escapeBound = 30 * time.Second
+
+// A detached command that kills its own supervisor leaves no record that could be
+// signalled: a revocation still ends it. Its processes, reparented to the executor's main
+// process, are swept because no proved running record names them — with no call after the
+// revoke, as the node's process table shows.
+//
+// The gateway's sessions close after a second idle, and the command waits 4 s before it
+// kills its supervisor: by then the session's helper (a subreaper, which would sweep them
+// itself when it ends) is gone, so the orphans are the executor's main process's — what
+// only the revocation's sweep reaches.
+func TestRevocationSweepsWhatEscapedItsSupervisor(t *testing.T) {
+	s := startSystem(t, "--session-idle=1s")
+	w := s.ensure(t, "escape", profileExample)
+	const marker = 3140
+	// $PPID is the supervisor: the command kills it, then waits on its two sleeps (one in
+	// a session of its own).
+	if _, err := w.run.Start(ctx(t), client.Command{Shell: fmt.Sprintf("setsid sleep %d & sleep %d & sleep 4; kill -9 $PPID; wait", marker+1, marker)},
+		client.StartOptions{ID: "escape"}); err != nil {
+		t.Fatal(err)
+	}
+	// No call for these seconds: the session idles out.
+	clustertest.Eventually(t, 30*time.Second, "the command's processes on the node, its supervisor gone", func() bool {
+		return len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker))) == 1 && len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker+1))) == 1 &&
+			len(hostProcesses("execplane-helper-supervisor")) == 0
+	})
+	if pids := hostProcesses(devimage.HelperPath + "\x00--session\x00"); len(pids) > 0 {
+		var lines []string
+		for _, pid := range pids {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			lines = append(lines, fmt.Sprintf("%d %q", pid, cmdline))
+		}
+		t.Fatalf("a session helper still runs: the orphans are its, and the test would not reach the sweep:\n%s", strings.Join(lines, "\n"))
+	}
+	if err := w.env.Refresh(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	if _, err := s.admin.Revoke(ctx(t), client.AdminRequest{ID: w.env.ID(), Revision: w.env.Revision(),
+		Preconditions: client.Preconditions{GrantGeneration: ptrTo(w.env.Status().GetGrantGeneration())}, Reason: "escape"}); err != nil {
+		t.Fatal(err)
+	}
+	// No call from here on until the processes are gone.
+	clustertest.Eventually(t, escapeBound, "what escaped its supervisor is gone from the node", func() bool {
+		return len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker))) == 0 && len(hostProcesses(fmt.Sprintf("sleep\x00%d", marker+1))) == 0
+	})
+	t.Logf("the escaped command's processes were gone %s after the revoke", time.Since(revoked).Round(time.Millisecond))
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -95,7 +95,8 @@ type system struct {
 	caller, admin *client.Client
 }
 
-func startSystem(t *testing.T) *system {
+// startSystem starts a controller and a gateway (with gatewayArgs) on the package's cluster.
+func startSystem(t *testing.T, gatewayArgs ...string) *system {
 	t.Helper()
 	if unavailable != nil {
 		precondition.Missing(t, "the real node: %v", unavailable)
@@ -112,7 +113,7 @@ func startSystem(t *testing.T) *system {
 		Kubeconfig: c.Kubeconfig(), Namespace: clustertest.Namespace(t), ExecutorNamespace: clustertest.Namespace(t),
 		Dir: logs, ControllerBin: controllerBin, GatewayBin: gatewayBin, Gateways: 1,
 		HelperPath: devimage.HelperPath, Profiles: []byte(profiles),
-		ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: []string{"--log-format", "text"},
+		ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: append([]string{"--log-format", "text"}, gatewayArgs...),
 	})
 	if sys != nil {
 		t.Cleanup(func() {
