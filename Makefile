@@ -141,9 +141,9 @@ test: build lint verify vuln node-packages executor-debs npm-packages python-pac
 	@if [ -f $(CHAOS_REPORT) ]; then cat $(CHAOS_REPORT); fi
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
 
-# The fault suite (test/chaos, docs/chaos.md): make test runs it for 100 s (a round of every fault class) and the soak for
-# a minute; make chaos for CHAOS_DURATION, make soak for SOAK_DURATION, replaying CHAOS_SEED
-# when given. Their reports go to CHAOS_REPORT.
+# The fault suite (test/chaos, docs/chaos.md): make test runs it for 100 s (a round of every fault class), its negative
+# controls (each check against builds that break what it checks) and the soak for a minute; make chaos for
+# CHAOS_DURATION, make soak for SOAK_DURATION, replaying CHAOS_SEED when given. Their reports go to CHAOS_REPORT.
 CHAOS_DURATION ?= 10m
 CHAOS_OPS      ?= 100000
 SOAK_DURATION  ?= 30m

@@ -28,6 +28,12 @@ func lifecycleFailpoint(op *executionv1alpha1.LifecycleOperation) string {
 	return "lifecycle/" + string(op.Kind) + "/" + string(op.Phase)
 }
 
+// breakKeepWorkspace, in a failpoint build asked to break it (failpoint.Breaks), completes
+// a Delete without deleting the workspace claim: the tombstone says the workspace is gone
+// while its claim stays behind. It is the fault suite's proof that its sweeps catch what a
+// delete leaves (test/chaos).
+const breakKeepWorkspace = "controller-skips-workspace-delete"
+
 // deletingWorkspace reports a DeleteRetired or a Delete past the point where the claim may
 // vanish (a completed Delete included: its tombstone has none).
 func deletingWorkspace(op *executionv1alpha1.LifecycleOperation) bool {
@@ -91,6 +97,11 @@ func (p *pass) stepLifecycle(ctx context.Context) error {
 	case executionv1alpha1.PhaseCreatingExecutor:
 		return p.createReplacement(ctx, op)
 	case executionv1alpha1.PhaseDeletingWorkspace:
+		if op.Kind == executionv1alpha1.LifecycleDelete && failpoint.Breaks(breakKeepWorkspace) {
+			p.status.PVC = nil
+			p.completeDelete(op)
+			return nil
+		}
 		if pvc := p.o.pvc; pvc != nil && pvc.DeletionTimestamp == nil {
 			if err := deleteExact(ctx, p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace).Delete, pvc.Name, pvc.UID); err != nil {
 				return err

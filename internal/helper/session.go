@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"slices"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/failpoint"
 	"github.com/execplane/execplane/internal/helper/fileops"
 	"github.com/execplane/execplane/internal/helper/supervisor"
 	"github.com/execplane/execplane/internal/protocol"
@@ -425,6 +429,29 @@ func (s *session) shutdown() {
 	case <-time.After(shutdownGrace):
 	}
 	s.children.killAll()
+	if failpoint.Breaks(breakLeaveProcess) {
+		leaveProcess()
+	}
+}
+
+// breakLeaveProcess, in a failpoint build asked to break it (failpoint.Breaks), leaves a
+// process behind at every session's end, once the session has killed what it started: a
+// sleep in a session of its own that nothing waits for or kills. It is the fault suite's
+// proof that its node check finds a process an executor's helper left (test/chaos).
+const breakLeaveProcess = "helper-leaks-process"
+
+// leftFor is how long the process breakLeaveProcess leaves lives: longer than any test
+// looks for it (the node kills it with its Pod).
+const leftFor = 10 * time.Minute
+
+// leaveProcess starts the process breakLeaveProcess leaves; its output goes nowhere, so
+// that it holds no stream of the exec that started the session.
+func leaveProcess() {
+	cmd := exec.Command("sleep", strconv.Itoa(int(leftFor/time.Second)))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cmd.Start() == nil {
+		_ = cmd.Process.Release()
+	}
 }
 
 // frameBytes encodes a frame; the frames built here always encode.

@@ -15,9 +15,20 @@ import (
 	"testing"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/internal/failpoint"
 )
 
 var controllerBin, gatewayBin string
+
+// brokenHelperDir holds, inside executor images, the stand-ins that run a failpoint build
+// of the helper asked to break one guarantee: brokenHelperDir + the guarantee's name (one
+// of helperBreaks), for a gateway's --helper-path. The helper runs in the executor Pod, so
+// it takes its environment from the Pod and from no test: the stand-in sets it.
+const brokenHelperDir = "/execplane/broken/"
+
+// helperBreaks are the guarantees a stand-in under brokenHelperDir breaks (the constants
+// beside their call sites in internal/helper).
+var helperBreaks = []string{"helper-ignores-cas", "helper-leaks-process"}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -29,19 +40,42 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	code := mainIn(m, dir)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// mainIn builds the binaries into dir and runs the tests on the package's cluster.
+func mainIn(m *testing.M, dir string) int {
 	controllerBin, gatewayBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway")
-	// The controller is a failpoint build: unarmed it behaves as any, and the test that
-	// proves the checker can fail asks it to break a guarantee (EXECPLANE_BREAK).
+	brokenHelper := filepath.Join(dir, "helper-failpoint")
+	// The controller and the gateway are failpoint builds: unarmed they behave as any, and
+	// the tests that prove the checks can fail ask them to break a guarantee
+	// (EXECPLANE_BREAK). Executors run the helper make test checks, and a failpoint build of
+	// it behind the stand-ins of brokenHelperDir.
 	for out, args := range map[string][]string{
 		controllerBin: {"-race", "-tags", "failpoint", "./cmd/controller"},
-		gatewayBin:    {"-race", "./cmd/gateway"},
+		gatewayBin:    {"-race", "-tags", "failpoint", "./cmd/gateway"},
+		brokenHelper:  {"-tags", "failpoint", "./cmd/helper"},
 	} {
 		if err := clustertest.GoBuild("../..", out, args[len(args)-1], args[:len(args)-1]...); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return 1
 		}
 	}
-	code := clustertest.MainWithExecutors(m, "../..", nil)
-	os.RemoveAll(dir)
-	os.Exit(code)
+	files, err := clustertest.ExecutorFiles(dir, "../..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, name := range helperBreaks {
+		standIn := filepath.Join(dir, "broken-"+name)
+		script := fmt.Sprintf("#!/bin/sh\nexport %s=%s\nexec '%s' \"$@\"\n", failpoint.BreakEnv, name, brokenHelper)
+		if err := os.WriteFile(standIn, []byte(script), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		files[brokenHelperDir+name] = standIn
+	}
+	return clustertest.Main(m, clustertest.Options{ImageFiles: files})
 }

@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -65,10 +66,12 @@ type system struct {
 // RESTConfig reaches the cluster's API server as its administrator.
 func (s *system) RESTConfig() *rest.Config { return s.c.RESTConfig() }
 
-// options shape a system: controllerEnv is added to the controllers' environment,
-// gatewayArgs to the gateways' flags.
+// options shape a system: controllerEnv and gatewayEnv are added to the controllers' and
+// the gateways' environment, gatewayArgs to the gateways' flags; helperPath, when set, is
+// the helper the gateways run in executors (clustertest.HelperPath otherwise).
 type options struct {
-	controllerEnv, gatewayArgs []string
+	controllerEnv, gatewayEnv, gatewayArgs []string
+	helperPath                             string
 }
 
 // startSystem starts the system in fresh namespaces.
@@ -116,10 +119,11 @@ func startSystem(t *testing.T, o options) *system {
 	sys, err := devsystem.Start(t.Context(), devsystem.Options{
 		Kubeconfig: c.Kubeconfig(), Namespace: s.ns, ExecutorNamespace: s.executors, Dir: s.dir,
 		ControllerBin: controllerBin, GatewayBin: gatewayBin, Controllers: 2, Gateways: 2,
-		HelperPath: clustertest.HelperPath, Profiles: []byte(profiletest.YAML(100)),
+		HelperPath: cmp.Or(o.helperPath, clustertest.HelperPath), Profiles: []byte(profiletest.YAML(100)),
 		ControllerArgs: append([]string{"--lease-duration", leaseDuration.String(), "--renew-deadline", renewDeadline.String(),
 			"--retry-period", retryPeriod.String(), "--resync-period", resyncPeriod.String()}, verbose...),
 		ControllerEnv: o.controllerEnv,
+		GatewayEnv:    o.gatewayEnv,
 		GatewayArgs:   append(append(verbose, "--view-freshness-bound", viewFreshnessBound.String()), o.gatewayArgs...),
 		GatewayArgsFor: func(i int) []string {
 			return []string{"--kubeconfig", kubeconfigs[i], "--controller-address", s.control[i].Addr()}

@@ -76,8 +76,9 @@ type Options struct {
 	// when set, to gateway i's after them (its own path to the API server or controller).
 	ControllerArgs, GatewayArgs []string
 	GatewayArgsFor              func(i int) []string
-	// ControllerEnv is added to the controllers' environment.
-	ControllerEnv []string
+	// ControllerEnv and GatewayEnv are added to the controllers' and the gateways'
+	// environment.
+	ControllerEnv, GatewayEnv []string
 	// Logs, when set, receives each process's output; otherwise Dir/<name>.log does.
 	Logs func(name string) io.Writer
 }
@@ -106,6 +107,7 @@ type Process struct {
 
 	bin  string
 	args []string
+	env  []string // added to this process's environment
 	cmd  *exec.Cmd
 	log  io.Closer
 	done chan struct{}
@@ -150,7 +152,7 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 			name = fmt.Sprintf("controller-%d", i)
 			args = append(args, "--identity", name)
 		}
-		p, err := s.start(name, opts.ControllerBin, args...)
+		p, err := s.start(name, opts.ControllerBin, opts.ControllerEnv, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +181,7 @@ func (s *System) StartGateway(name, helperPath string, extra ...string) (*Proces
 		"--controller-client-cert", s.Material.Gateway.CertFile, "--controller-client-key", s.Material.Gateway.KeyFile,
 		"--controller-ca", s.Material.CACert, "--helper-path", helperPath}
 	args = append(append(args, s.opts.GatewayArgs...), extra...)
-	p, err := s.start(name, s.opts.GatewayBin, args...)
+	p, err := s.start(name, s.opts.GatewayBin, s.opts.GatewayEnv, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -189,12 +191,12 @@ func (s *System) StartGateway(name, helperPath string, extra ...string) (*Proces
 	return p, nil
 }
 
-func (s *System) start(name, bin string, args ...string) (*Process, error) {
+func (s *System) start(name, bin string, env []string, args ...string) (*Process, error) {
 	addrs, err := devcluster.FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{Name: name, Diag: addrs[0], Listen: addrs[1], bin: bin, args: args}
+	p := &Process{Name: name, Diag: addrs[0], Listen: addrs[1], bin: bin, args: args, env: env}
 	if err := s.run(p); err != nil {
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func (s *System) start(name, bin string, args ...string) (*Process, error) {
 func (s *System) Restart(old *Process) (*Process, error) {
 	old.Kill()
 	old.closeLog()
-	p := &Process{Name: old.Name, Diag: old.Diag, Listen: old.Listen, bin: old.bin, args: old.args}
+	p := &Process{Name: old.Name, Diag: old.Diag, Listen: old.Listen, bin: old.bin, args: old.args, env: old.env}
 	if err := s.run(p); err != nil {
 		return nil, err
 	}
@@ -247,8 +249,8 @@ func (s *System) run(p *Process) error {
 		"--kubeconfig", s.opts.Kubeconfig, "--profiles", s.Profiles, "--security-manifest", s.Material.Manifest,
 		"--listen-address", p.Listen, "--diagnostics-address", p.Diag}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
-	if strings.HasPrefix(name, "controller") {
-		p.cmd.Env = append(os.Environ(), s.opts.ControllerEnv...)
+	if len(p.env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.env...)
 	}
 	if err := p.cmd.Start(); err != nil {
 		p.closeLog()

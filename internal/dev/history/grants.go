@@ -110,13 +110,13 @@ func Grants(ops []porcupine.Operation, bound time.Duration) Verdict {
 		}
 	}
 	v.Result = porcupine.Ok
-	if len(found) > 0 {
+	if n := len(found); n > 0 {
 		v.Result = porcupine.Illegal
 		sort.Strings(found)
-		if len(found) > maxReported {
-			found = append(found[:maxReported], fmt.Sprintf("... and %d more", len(found)-maxReported))
+		if n > maxReported {
+			found = append(found[:maxReported], fmt.Sprintf("... and %d more", n-maxReported))
 		}
-		v.Violation = fmt.Sprintf("%d data calls admitted with a claim that had ended:\n  %s\n", len(found), strings.Join(found, "\n  "))
+		v.Violation = fmt.Sprintf("%d data calls admitted with a claim that had ended:\n  %s\n", n, strings.Join(found, "\n  "))
 	}
 	return v
 }

@@ -168,6 +168,23 @@ func TestGrants(t *testing.T) {
 	}
 }
 
+// A violation counts every data call that broke the rule, also those it does not describe.
+func TestGrantsCountsWhatItDoesNotDescribe(t *testing.T) {
+	ops := h{}.op(0, 0, 10, acquire("r1"), held("c1", 1)).op(0, 20, 30, release("c1"), ok)
+	const calls = maxReported + 3
+	for i := range int64(calls) {
+		ops = ops.op(1, 40+10*i, 45+10*i, write("c1", 0, fmt.Sprint(i)), ok)
+	}
+	v := Grants(ops, bound)
+	head, _, _ := strings.Cut(v.Violation, "\n")
+	if want := fmt.Sprintf("%d data calls admitted with a claim that had ended:", calls); head != want {
+		t.Errorf("the violation begins %q, want %q", head, want)
+	}
+	if !strings.Contains(v.Violation, "... and 3 more") {
+		t.Errorf("the violation does not count the calls it leaves out:\n%s", v.Violation)
+	}
+}
+
 // An environment is checked object by object: its claim and each file apart, in the
 // order each first appears, every operation in exactly one part.
 func TestEnvironmentPartitionsByObject(t *testing.T) {

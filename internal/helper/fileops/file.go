@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/execplane/execplane/internal/failpoint"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -180,9 +181,18 @@ func (r *Root) replace(p string, content []byte, o replaceOptions) (*executionv1
 	return res.GetInfo(), nil
 }
 
+// breakCAS, in a failpoint build asked to break it (failpoint.Breaks), writes every
+// compare-and-swap — on a version, or on the file's absence (create-only) — as an
+// overwrite: a writer replaces content it never saw. It is the fault suite's proof that its
+// file model catches a lost update (test/chaos).
+const breakCAS = "helper-ignores-cas"
+
 // begin opens p's directory, checks the precondition as things stand and creates the
 // temporary file (owner-only until Commit sets its permissions).
 func (r *Root) begin(p string, size uint64, o replaceOptions) (*Upload, error) {
+	if failpoint.Breaks(breakCAS) {
+		o.mode = executionv1.WriteMode_WRITE_MODE_OVERWRITE
+	}
 	dirfd, name, err := r.openParent(p)
 	if err != nil {
 		return nil, err
