@@ -34,14 +34,20 @@ type Conn struct {
 	in   scanner
 
 	mu      sync.Mutex
-	pending map[string]*Call // calls whose response headers were not written yet
-	streams map[uint32]*Call // calls by their HTTP/2 stream
+	pending map[string]*Call    // calls whose response headers were not written yet
+	streams map[uint32]*Call    // calls by their HTTP/2 stream
+	over    map[uint32]struct{} // streams that ended before a call was bound to them
 	closed  bool
 }
 
+// maxOver bounds Conn.over: streams ended unbound are a reset racing its call's headers,
+// or calls that never reached the edge (an unknown method); past the bound the set starts
+// again, and a call then bound to a forgotten stream counts until the connection closes.
+const maxOver = 4096
+
 func newConn(c net.Conn, l *Ledger, a *account) *Conn {
 	bc := &Conn{Conn: c, l: l, a: a, gone: make(chan struct{}),
-		pending: make(map[string]*Call), streams: make(map[uint32]*Call)}
+		pending: make(map[string]*Call), streams: make(map[uint32]*Call), over: make(map[uint32]struct{})}
 	bc.hdec = hpack.NewDecoder(headerTableSize, nil)
 	bc.hdec.SetMaxStringLength(maxHeaderBlock)
 	bc.out = scanner{ev: outEvents{bc}, blocks: true}
@@ -137,10 +143,16 @@ func (e outEvents) headers(sid uint32, block []byte) error {
 		}
 		c.mu.Lock()
 		call := c.pending[f.Value]
-		if call != nil && c.streams[sid] == nil {
+		if call != nil && c.streams[sid] == nil && !c.closed {
 			delete(c.pending, f.Value)
 			call.sid = sid
-			c.streams[sid] = call
+			if _, ended := c.over[sid]; ended {
+				// The client reset the stream before its headers went out.
+				delete(c.over, sid)
+				call.ended = true
+			} else {
+				c.streams[sid] = call
+			}
 			close(call.bound)
 		}
 		c.mu.Unlock()
@@ -161,7 +173,8 @@ func (inEvents) headers(uint32, []byte) error { return nil }
 func (inEvents) ended(uint32)                 {}
 func (e inEvents) reset(sid uint32)           { e.c.end(sid) }
 
-// end frees what stream sid's call still held unwritten: the stream is over.
+// end frees what stream sid's call still held unwritten: the stream is over. A stream with
+// no call yet is remembered, for a call whose headers were still on their way.
 func (c *Conn) end(sid uint32) {
 	c.mu.Lock()
 	call := c.streams[sid]
@@ -170,6 +183,11 @@ func (c *Conn) end(sid uint32) {
 		owed = call.owed
 		call.owed, call.ended = 0, true
 		delete(c.streams, sid)
+	} else if !c.closed {
+		if len(c.over) >= maxOver {
+			clear(c.over)
+		}
+		c.over[sid] = struct{}{}
 	}
 	c.mu.Unlock()
 	c.l.release(c.a, owed)
@@ -189,30 +207,55 @@ type Call struct {
 	done     bool
 }
 
-// Reserve makes sure the call holds n bytes of its client's budget for an answer it is
-// about to fetch, waiting while the budget is spent; it fails when ctx ends first.
+// Reserve waits for room in the client's backlog and takes n more bytes of it for an answer
+// the call is about to fetch (n may be 0: only the room). It fails with ErrFull when no
+// room came within maxWait, or when ctx ends first; the call then fetches nothing.
 func (k *Call) Reserve(ctx context.Context, n int64) error {
 	c := k.conn
-	c.mu.Lock()
-	more := n - k.reserved
-	c.mu.Unlock()
-	if more <= 0 {
-		return nil
-	}
-	if err := c.l.acquire(ctx, c.a, more); err != nil {
+	if err := c.l.acquire(ctx, c.a, n); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	k.reserved += more
+	if k.done {
+		c.mu.Unlock()
+		c.l.release(c.a, n)
+		return nil
+	}
+	k.reserved += n
 	c.mu.Unlock()
 	return nil
 }
 
+// Settle makes the call's reservation n once its answer is in hand: what the fetch did not
+// need goes back at once, so a reservation lasts as long as a fetch, never a whole call.
+func (k *Call) Settle(n int64) {
+	c := k.conn
+	c.mu.Lock()
+	if k.done {
+		c.mu.Unlock()
+		return
+	}
+	diff := k.reserved - n
+	k.reserved = n
+	c.mu.Unlock()
+	if diff > 0 {
+		c.l.release(c.a, diff)
+	} else {
+		c.l.add(c.a, -diff)
+	}
+}
+
 // Send counts n bytes of answer the call is about to hand to gRPC, out of its reservation
 // first. It waits for the call's stream to be bound (its response headers written), and
-// fails with ErrNotTaken when ctx ends first: the client is not reading.
+// fails with ErrNotTaken when the connection closes or ctx ends first: the client is not
+// reading. Nothing is counted for a stream that is over: gRPC will not write to it.
 func (k *Call) Send(ctx context.Context, n int64) error {
 	c := k.conn
+	select {
+	case <-c.gone:
+		return fmt.Errorf("%w: the connection closed", ErrNotTaken)
+	default:
+	}
 	select {
 	case <-k.bound:
 	case <-c.gone:
@@ -221,9 +264,9 @@ func (k *Call) Send(ctx context.Context, n int64) error {
 		return fmt.Errorf("%w: %w", ErrNotTaken, context.Cause(ctx))
 	}
 	c.mu.Lock()
-	if k.ended {
+	if k.ended || c.closed || ctx.Err() != nil {
 		c.mu.Unlock()
-		return nil // gRPC will not write it: the stream is over
+		return nil
 	}
 	from := min(n, k.reserved)
 	k.reserved -= from
@@ -266,4 +309,11 @@ func Reserve(ctx context.Context, n int64) error {
 		return k.Reserve(ctx, n)
 	}
 	return nil
+}
+
+// Settle settles the reservation of the call of ctx (see Call.Settle), if any.
+func Settle(ctx context.Context, n int64) {
+	if k, ok := ctx.Value(callKey{}).(*Call); ok {
+		k.Settle(n)
+	}
 }

@@ -10,11 +10,14 @@
 // Invariants:
 //
 //   - A client identity's budget (Config.ClientBytes) covers two things: bytes reserved by
-//     calls still fetching an answer (Call.Reserve, before the executor is asked) and bytes
-//     of answers handed to gRPC and not yet written to the socket (Call.Send). A reservation
-//     waits while the budget is spent, so the bytes the gateway holds for one client stay
-//     within its budget plus small unreserved answers (control-plane replies, terminal
-//     output, which gRPC's per-stream write quota bounds).
+//     calls fetching an answer that arrives at once (Call.Reserve before the executor is
+//     asked, Call.Settle when the answer is in hand — a reservation lasts a fetch, never a
+//     whole call) and bytes of answers handed to gRPC and not yet written to the socket
+//     (Call.Send). A call waits for room first come, first served, for maxWait at most and
+//     behind maxWaiters at most, then is refused (ErrFull, retryable): a client that does
+//     not read holds neither memory nor, for long, the replica's call slots. Answers that
+//     arrive late (a command's, when it ends) are counted as they arrive, after their call
+//     waited for room.
 //   - An answer is attributed to its HTTP/2 stream by the request id the gateway sends in
 //     the call's response headers, sent before the handler runs: the connection decodes the
 //     HPACK header blocks it writes and binds the stream to the call. A call's bytes count

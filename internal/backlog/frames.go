@@ -24,7 +24,7 @@ const (
 	flagPriority   = 0x20
 
 	// maxHeaderBlock bounds a header block the scanner assembles: the gateway's own response
-	// headers and trailers are a few hundred bytes (a status message is capped by gRPC), so a
+	// headers and trailers are a few hundred bytes (it cuts a status message at 4 KiB), so a
 	// larger block means the accounting lost its way.
 	maxHeaderBlock = 64 << 10
 )

@@ -265,9 +265,19 @@ func (h *Handler) execute(ctx context.Context, a *admitted, req *helperv1.Reques
 // run is execute through run: the Executor's Execute, or a call with a body.
 func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, responseCap int, run podexec.ExecuteFunc) (*helperv1.Response, error) {
 	env := a.env
-	// The answer's room in the client's backlog is taken before anything is asked, and
-	// before an environment slot: a client that does not read waits here, holding nothing.
-	if err := backlog.Reserve(ctx, int64(responseCap)); err != nil {
+	// Room in the client's backlog is taken before anything is asked, and before an
+	// environment slot: a client that does not read its answers waits here (briefly),
+	// holding nothing. A file operation's answer arrives at once, so its fetch reserves its
+	// largest answer; a command's arrives when it ends (or, for a follow, when there is
+	// output) and is counted then.
+	reserve := 0
+	if req.GetFile() != nil {
+		reserve = responseCap
+	}
+	if err := backlog.Reserve(ctx, int64(reserve)); err != nil {
+		if errors.Is(err, backlog.ErrFull) {
+			err = fmt.Errorf("%w: %w", apierror.ErrBusy, err)
+		}
 		return nil, err
 	}
 	release, err := h.calls.acquire(env.UID)
@@ -280,6 +290,7 @@ func (h *Handler) run(ctx context.Context, a *admitted, req *helperv1.Request, r
 	ctx, stop := h.fenced(ctx, env, a.claims)
 	defer stop()
 	resp, err := run(ctx, podexec.TargetOf(env), req, responseCap)
+	backlog.Settle(ctx, int64(proto.Size(resp))) // the answer in hand, nothing more
 	if err != nil && errors.Is(context.Cause(ctx), errAuthorityLost) {
 		h.cfg.Metrics.executor(outcomeUnknown)
 		return nil, errAuthorityLost

@@ -90,30 +90,46 @@ func NewMetrics(reg prometheus.Registerer, limiter func() security.LimiterStats)
 	return m
 }
 
-// registerBacklogMetrics registers gauges and counters over the clients' backlog
-// (internal/backlog): what unread answers hold, per replica and for the heaviest client.
+// registerBacklogMetrics registers the clients' backlog figures (internal/backlog): what
+// unread answers hold, per replica and for the heaviest client, read once per scrape.
 func registerBacklogMetrics(reg prometheus.Registerer, stats func() backlog.Stats) {
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "execplane_gateway_backlog_bytes",
-			Help: "Answer bytes held for clients: reserved for answers being fetched plus answers not yet written to their connections.",
-		}, func() float64 { return float64(stats().Bytes) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "execplane_gateway_backlog_max_client_bytes",
-			Help: "The backlog of the client holding most (bounded by --max-client-backlog-bytes, plus small unreserved answers).",
-		}, func() float64 { return float64(stats().MaxClientBytes) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "execplane_gateway_client_connections", Help: "Authenticated client connections open.",
-		}, func() float64 { return float64(stats().Conns) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "execplane_gateway_backlog_waits_total",
-			Help: "Calls that waited because their client's backlog was full (it is not reading its answers).",
-		}, func() float64 { return float64(stats().Waits) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "execplane_gateway_connection_refusals_total",
-			Help: "Connections refused at the handshake because their client had --max-client-connections open.",
-		}, func() float64 { return float64(stats().RefusedConns) }),
-	)
+	reg.MustRegister(backlogCollector{stats})
+}
+
+var (
+	backlogBytes = prometheus.NewDesc("execplane_gateway_backlog_bytes",
+		"Answer bytes held for clients: reserved for answers being fetched plus answers not yet written to their connections.", nil, nil)
+	backlogMaxClient = prometheus.NewDesc("execplane_gateway_backlog_max_client_bytes",
+		"The backlog of the client holding most (bounded by --max-client-backlog-bytes, plus answers counted as they arrive).", nil, nil)
+	backlogConns = prometheus.NewDesc("execplane_gateway_client_connections", "Authenticated client connections open.", nil, nil)
+	backlogWaits = prometheus.NewDesc("execplane_gateway_backlog_waits_total",
+		"Calls that waited because their client's backlog was full (it is slow to read its answers).", nil, nil)
+	backlogRefusals = prometheus.NewDesc("execplane_gateway_backlog_refusals_total",
+		"Calls refused (RESOURCE_EXHAUSTED, retryable) because their client's backlog stayed full, or too many of its calls waited.", nil, nil)
+	backlogConnRefusals = prometheus.NewDesc("execplane_gateway_connection_refusals_total",
+		"Connections refused at the handshake because their client had --max-client-connections open.", nil, nil)
+	backlogInconsistencies = prometheus.NewDesc("execplane_gateway_backlog_inconsistencies_total",
+		"Releases of more backlog than was held: a bug of the accounting (clamped); report it.", nil, nil)
+)
+
+// backlogCollector reports one snapshot of the ledger per scrape.
+type backlogCollector struct{ stats func() backlog.Stats }
+
+func (backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{backlogBytes, backlogMaxClient, backlogConns, backlogWaits, backlogRefusals, backlogConnRefusals, backlogInconsistencies} {
+		ch <- d
+	}
+}
+
+func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(backlogBytes, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(backlogMaxClient, prometheus.GaugeValue, float64(s.MaxClientBytes))
+	ch <- prometheus.MustNewConstMetric(backlogConns, prometheus.GaugeValue, float64(s.Conns))
+	ch <- prometheus.MustNewConstMetric(backlogWaits, prometheus.CounterValue, float64(s.Waits))
+	ch <- prometheus.MustNewConstMetric(backlogRefusals, prometheus.CounterValue, float64(s.RefusedWaits))
+	ch <- prometheus.MustNewConstMetric(backlogConnRefusals, prometheus.CounterValue, float64(s.RefusedConns))
+	ch <- prometheus.MustNewConstMetric(backlogInconsistencies, prometheus.CounterValue, float64(s.Inconsistencies))
 }
 
 // ObserveAuthority records one authority-change observation delay.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -51,6 +52,10 @@ const (
 	requestIDHeader = backlog.RequestIDHeader
 	// grpcMessagePrefix is the length prefix gRPC puts before every message on the wire.
 	grpcMessagePrefix = 5
+	// maxStatusMessage bounds the message of an answer's status: it is for a person (the
+	// gateway's log keeps the rest), and trailers stay small enough for the backlog
+	// accounting to follow (internal/backlog).
+	maxStatusMessage = 4 << 10
 )
 
 // ServerConfig configures NewServer.
@@ -206,7 +211,7 @@ func (e *edge) begin(ctx context.Context) (context.Context, context.CancelFunc, 
 // finish translates err once, logs what deserves it, and counts the call.
 func (e *edge) finish(ctx context.Context, method string, start time.Time, err error) error {
 	id := RequestID(ctx)
-	out := apierror.Status(err, id)
+	out := shortened(apierror.Status(err, id))
 	code := status.Code(out)
 	reason := ""
 	if out != nil {
@@ -262,6 +267,22 @@ func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 		return nil, handler(srv, &callStream{ServerStream: ss, ctx: ctx, call: call})
 	})
 	return e.finish(ctx, info.FullMethod, start, err)
+}
+
+// shortened is out with its message cut to maxStatusMessage bytes (on a character
+// boundary), details kept.
+func shortened(out error) error {
+	st, ok := status.FromError(out)
+	if !ok || len(st.Message()) <= maxStatusMessage {
+		return out
+	}
+	p := st.Proto()
+	m := p.Message[:maxStatusMessage]
+	for !utf8.ValidString(m) {
+		m = m[:len(m)-1]
+	}
+	p.Message = m + "…"
+	return status.FromProto(p).Err()
 }
 
 // sending counts an answer about to be handed to gRPC against its client's backlog.

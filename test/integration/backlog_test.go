@@ -26,6 +26,9 @@ const (
 	// while it holds the hoard: the waiting calls' goroutines and requests, HTTP/2 and TLS
 	// buffers, the session's frames. Without the budget it grows by ~400 MiB.
 	hoardHeapSlack = 24 << 20
+	// hoardHeldSlack: answers count a little over what their fetch reserved (the message's
+	// own fields and gRPC's prefix, counted as they are sent).
+	hoardHeldSlack = 64 << 10
 	// victimReads is the other client's sample, idle and under the hoard; its p99 must stay
 	// within 2× (plus victimNoise, the timer and scheduling noise of a 2-core machine).
 	victimReads = 200
@@ -61,6 +64,7 @@ func TestAClientThatDoesNotReadCannotExhaustTheGateway(t *testing.T) {
 	}
 	idle := p99(t, ctx, victim)
 	base := liveHeap(t, gw)
+	callsBefore := gw.metric(t, `execplane_gateway_executor_calls_total{outcome="ok"}`)
 
 	// The hoarder's own connection keeps HTTP/2 windows of 64 KiB and never reads.
 	conn, err := sys.Dial("caller", 0, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
@@ -82,17 +86,27 @@ func TestAClientThatDoesNotReadCannotExhaustTheGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clustertest.Eventually(t, 30*time.Second, "the hoarder's calls wait for its budget", func() bool {
-		return gw.metric(t, "execplane_gateway_backlog_waits_total") >= 1
+	// The answers the gateway fetched for the hoarder, as its executor calls count them (not
+	// the ledger): the reads its budget holds (each reserves maxFileBytes + 1 MiB, then keeps
+	// its answer's size), then no more.
+	most := float64(backlog.DefaultClientBytes / (hoardAnswer + 1<<20))
+	fetched := func() float64 {
+		return gw.metric(t, `execplane_gateway_executor_calls_total{outcome="ok"}`) - callsBefore
+	}
+	clustertest.Eventually(t, time.Minute, "the reads the hoarder's budget holds are fetched, and the rest wait", func() bool {
+		return fetched() >= most && gw.metric(t, "execplane_gateway_backlog_waits_total") >= 1
 	})
 	time.Sleep(time.Second) // what would pile up has had time to
-
+	hoarded := fetched()
+	if hoarded > most {
+		t.Errorf("%.0f answers fetched for a client that reads none, over the %.0f its budget holds", hoarded, most)
+	}
 	held := gw.metric(t, "execplane_gateway_backlog_max_client_bytes")
 	heap := liveHeap(t, gw)
 	busy := p99(t, ctx, victim)
-	t.Logf("hoard of %d × %d MiB unread: backlog %.1f MiB (budget %d MiB), live heap %+.1f MiB; other client p99 %s idle, %s under the hoard",
-		hoardCalls, hoardAnswer>>20, held/(1<<20), backlog.DefaultClientBytes>>20, float64(heap-base)/(1<<20), idle, busy)
-	if held > backlog.DefaultClientBytes {
+	t.Logf("hoard of %d × %d MiB unread: %.0f answers fetched, backlog %.1f MiB (budget %d MiB), live heap %+.1f MiB; other client p99 %s idle, %s under the hoard",
+		hoardCalls, hoardAnswer>>20, hoarded, held/(1<<20), backlog.DefaultClientBytes>>20, float64(heap-base)/(1<<20), idle, busy)
+	if held > backlog.DefaultClientBytes+hoardHeldSlack {
 		t.Errorf("the gateway holds %.0f bytes for one client, over its budget of %d", held, backlog.DefaultClientBytes)
 	}
 	if heap-base > backlog.DefaultClientBytes+hoardHeapSlack {

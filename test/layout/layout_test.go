@@ -201,3 +201,19 @@ func TestArchitectureDrawsTheRealImports(t *testing.T) {
 		t.Errorf("%s's imports block is stale; run go test ./test/layout -update (-real +drawn):\n%s", docPath, diff)
 	}
 }
+
+// The gateway's backlog accounting counts an answer out as DATA frames carry it
+// (internal/backlog): it assumes answers travel uncompressed, so the gateway links no gRPC
+// compressor (linking one registers it). With one, compressed answers would stay counted
+// until their streams end.
+func TestGatewayLinksNoCompressor(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../../cmd/gateway").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "google.golang.org/grpc/encoding/gzip" || strings.Contains(p, "grpc-compress") {
+			t.Errorf("the gateway links %s", p)
+		}
+	}
+}
