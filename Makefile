@@ -110,7 +110,7 @@ vuln: ## Check the module against the pinned offline vulnerability database (gov
 
 # Hand-written Go files: generated code follows its generators' layout.
 GO_SOURCES = find . -name '*.go' -not -path './.cache/*' -not -path './bin/*' -not -path './.state/*' \
-  -not -path './pkg/generated/*' -not -name '*.pb.go' -not -name 'zz_generated.*'
+  -not -path './pkg/generated/*' -not -name '*.pb.go' -not -name '*.connect.go' -not -name 'zz_generated.*'
 LOCAL_MODULE := github.com/execplane/execplane
 
 .PHONY: fmt

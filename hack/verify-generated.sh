@@ -24,6 +24,6 @@ done < <(find "$scratch" -type f -print0)
 # ...and every committed generated file must still be generated.
 while IFS= read -r f; do
   [ -f "$scratch/$f" ] || { echo "orphaned generated file: $f" >&2; status=1; }
-done < <(find proto -name '*.pb.go'; find pkg/generated -type f 2>/dev/null; ls pkg/apis/*/*/zz_generated.*.go deploy/helm/execplane/files/crds/*.yaml 2>/dev/null
+done < <(find proto -name '*.pb.go' -o -name '*.connect.go'; find pkg/generated -type f 2>/dev/null; ls pkg/apis/*/*/zz_generated.*.go deploy/helm/execplane/files/crds/*.yaml 2>/dev/null
   find sdk/python/execplane/_proto -type f -not -path '*/__pycache__/*' 2>/dev/null; find sdk/typescript/src/gen -type f 2>/dev/null)
 exit $status
