@@ -178,8 +178,11 @@ func TestTerminalCancelledLeavesNothing(t *testing.T) {
 // A terminal's command that does not read its input, with the caller typing on, holds the
 // caller back rather than buffering without bound, and its timeout still ends it.
 func TestTerminalTimeoutEndsAStuckTerminal(t *testing.T) {
-	spec := &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Shell{Shell: "stty -icanon -echo; sleep 300"}, Timeout: durationpb.New(time.Second)}
+	spec := &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Shell{Shell: "stty -icanon -echo; echo raw-now; sleep 300"}, Timeout: durationpb.New(time.Second)}
 	r := startTestTerminal(t, spec, WindowSize{Rows: 24, Columns: 80})
+	// Only once the line discipline is raw: before it, a full canonical line buffer drops
+	// what is typed, and the terminal would seem to take it (a flake under load).
+	r.screen.waitFor(t, 0, "raw-now")
 	chunk := []byte(strings.Repeat("x", 4096))
 	took := 0
 	for took < 1<<20 {
