@@ -17,6 +17,7 @@ import (
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/apierror"
+	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/authority"
 	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/store"
@@ -200,7 +201,7 @@ func (s *Server) Ensure(ctx context.Context, in *controlv1.EnsureRequest) (*cont
 	r := in.GetRequest()
 	return s.reply(ctx, "Ensure", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
 		return st.Ensure(ctx, store.EnsureInput{Caller: c, OperationID: r.GetOperationId(), Owner: owner(r.GetOwner()), BindingID: r.GetBindingId(),
-			Profile: r.GetProfile(), ExpectedProfileDigest: r.GetExpectedProfileDigest()})
+			Profile: r.GetProfile(), ExpectedProfileDigest: r.GetExpectedProfileDigest(), Metadata: r.GetMetadata(), Deadline: deadline(r.GetDeadline())})
 	})
 }
 
@@ -406,6 +407,54 @@ func (s *Server) SetRetention(ctx context.Context, in *controlv1.SetRetentionReq
 	return s.reply(ctx, "SetRetention", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
 		return st.SetRetention(ctx, store.RetentionInput{ReferenceInput: target(r.GetTarget(), c, r.GetOperationId()), Retain: r.GetRetain()})
 	})
+}
+
+// SetDeadline implements ControlService.
+func (s *Server) SetDeadline(ctx context.Context, in *controlv1.SetDeadlineRequest) (*controlv1.EnvironmentReply, error) {
+	r := in.GetRequest()
+	return s.reply(ctx, "SetDeadline", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
+		return st.SetDeadline(ctx, store.SetDeadlineInput{ReferenceInput: target(r.GetTarget(), c, r.GetOperationId()), Deadline: deadline(r.GetDeadline())})
+	})
+}
+
+// ListEnvironments implements ControlService.
+func (s *Server) ListEnvironments(ctx context.Context, in *controlv1.ListEnvironmentsRequest) (*executionv1.ListEnvironmentsResponse, error) {
+	st, caller, err := s.begin(ctx, in.GetCaller())
+	if err != nil {
+		return nil, s.status("ListEnvironments", in.GetCaller(), err)
+	}
+	r := in.GetRequest()
+	li := store.ListEnvironmentsInput{Caller: caller, Owner: owner(r.GetOwner()), BindingID: r.GetBindingId(), Metadata: r.GetMetadata(),
+		PageSize: int(min(r.GetPageSize(), 1<<20)), PageToken: r.GetPageToken()}
+	if states := r.GetLifecycle(); len(states) > 0 {
+		li.Match = func(env *executionv1alpha1.ExecutionEnvironment) bool {
+			return slices.Contains(states, EnvironmentView(env).GetLifecycle())
+		}
+	}
+	page, err := st.ListEnvironments(ctx, li)
+	if err != nil {
+		return nil, s.status("ListEnvironments", in.GetCaller(), err)
+	}
+	out := &executionv1.ListEnvironmentsResponse{NextPageToken: page.NextPageToken}
+	for _, env := range page.Environments {
+		out.Environments = append(out.Environments, EnvironmentView(env))
+	}
+	return out, nil
+}
+
+// deadline converts an optional deadline: an unknown action is left empty, which the store
+// refuses.
+func deadline(d *executionv1.Deadline) *store.DeadlineInput {
+	if d == nil {
+		return nil
+	}
+	var action executionv1alpha1.DeadlineAction
+	for a, v := range deadlineActions {
+		if v == d.GetAction() {
+			action = a
+		}
+	}
+	return &store.DeadlineInput{After: ttl(d.GetAfter()), Action: action}
 }
 
 // ttl converts an optional duration (a run's TTL, Attach's wait): an unset one is 0 (the

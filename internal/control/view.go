@@ -1,6 +1,8 @@
 package control
 
 import (
+	"maps"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -41,6 +43,11 @@ var operationLifecycles = map[executionv1alpha1.LifecycleKind]executionv1.Lifecy
 	executionv1alpha1.LifecycleDelete:        executionv1.LifecycleState_LIFECYCLE_STATE_DELETING,
 }
 
+var deadlineActions = map[executionv1alpha1.DeadlineAction]executionv1.DeadlineAction{
+	executionv1alpha1.DeadlineDelete:  executionv1.DeadlineAction_DEADLINE_ACTION_DELETE,
+	executionv1alpha1.DeadlineSuspend: executionv1.DeadlineAction_DEADLINE_ACTION_SUSPEND,
+}
+
 // EnvironmentView is what a caller may see of an environment (never the owner, never
 // receipts).
 func EnvironmentView(env *executionv1alpha1.ExecutionEnvironment) *executionv1.Environment {
@@ -68,6 +75,12 @@ func EnvironmentView(env *executionv1alpha1.ExecutionEnvironment) *executionv1.E
 		v.Lifecycle = executionv1.LifecycleState_LIFECYCLE_STATE_DELETED // before the pass that records the phase
 	}
 	v.Retained = st.Retained()
+	if len(env.Spec.CallerMetadata) > 0 {
+		v.Metadata = maps.Clone(env.Spec.CallerMetadata)
+	}
+	if d := st.Deadline; d != nil {
+		v.Deadline, v.DeadlineAction = timestamppb.New(d.At.Time), deadlineActions[d.Action]
+	}
 	if v.Lifecycle == executionv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED {
 		v.Lifecycle = executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING
 	}

@@ -19,6 +19,14 @@ const (
 	limitRetiredTTL   = "retiredTTL"
 	limitSuspendedTTL = "suspendedTTL"
 	limitMaxLifetime  = "maxLifetime"
+	// limitDeadline is the owner's deadline with the Delete action.
+	limitDeadline = "deadline"
+)
+
+// The operation ids of the actions an owner's deadline starts.
+const (
+	deadlineDeleteOperation  = "deadline-delete"
+	deadlineSuspendOperation = "deadline-suspend"
 )
 
 // EndMetrics counts the environments the controller deleted because a profile's time limit
@@ -31,9 +39,9 @@ type EndMetrics struct {
 func NewEndMetrics(reg prometheus.Registerer) *EndMetrics {
 	m := &EndMetrics{expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "execplane_controller_environments_expired_total",
-		Help: "Environments whose Delete the controller started because a profile's time limit passed, by limit (retiredTTL, suspendedTTL, maxLifetime).",
+		Help: "Environments whose Delete the controller started because a profile's time limit or the owner's deadline passed, by limit (retiredTTL, suspendedTTL, maxLifetime, deadline).",
 	}, []string{"limit"})}
-	for _, l := range []string{limitRetiredTTL, limitSuspendedTTL, limitMaxLifetime} {
+	for _, l := range []string{limitRetiredTTL, limitSuspendedTTL, limitMaxLifetime, limitDeadline} {
 		m.expired.WithLabelValues(l) // present at 0, so that a rate over it is defined
 	}
 	if reg != nil {
@@ -83,6 +91,35 @@ func (p *pass) applyTimeLimits() {
 			fmt.Sprintf("the profile's %s (%s) passed", l.name, l.after.Duration))
 		p.expired = l.name
 		return
+	}
+}
+
+// applyDeadline starts the owner's deadline action once it has passed (E2B's sandbox
+// timeout): Delete as the owner's DeleteEnvironment, or Suspend — also under a run claim,
+// which it ends, unlike the idle policy — and asks for a pass at it until then. It waits
+// only for an operation in progress to end. A Suspend deadline is spent when it fires, in
+// the same write (a resumed environment has none until the owner sets one); one that finds
+// the environment suspended or retired already is spent without an operation.
+func (p *pass) applyDeadline() {
+	st := p.status
+	d := st.Deadline
+	if d == nil || !p.settled() || st.Deleted() || p.o.deleting {
+		return
+	}
+	if p.now.Time.Before(d.At.Time) {
+		p.wakeAfter(d.At.Time)
+		return
+	}
+	reason := fmt.Sprintf("the owner's deadline (%s) passed", d.At.UTC().Format(time.RFC3339))
+	switch d.Action {
+	case executionv1alpha1.DeadlineDelete:
+		p.startPolicyOperation(executionv1alpha1.LifecycleDelete, deadlineDeleteOperation, EventExpired, reason)
+		p.expired = limitDeadline
+	case executionv1alpha1.DeadlineSuspend:
+		st.Deadline = nil
+		if !st.Suspended() && !st.Retired() {
+			p.startPolicyOperation(executionv1alpha1.LifecycleSuspend, deadlineSuspendOperation, EventExpired, reason)
+		}
 	}
 }
 

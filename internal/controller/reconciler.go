@@ -380,6 +380,7 @@ func (p *pass) compute(ctx context.Context) error {
 	if err := p.run(ctx); err != nil || p.deleted {
 		return err
 	}
+	p.applyDeadline()
 	p.applyIdlePolicy()
 	p.applyTimeLimits()
 	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason

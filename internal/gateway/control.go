@@ -335,6 +335,24 @@ func (h *Handler) SetEnvironmentRetention(ctx context.Context, in *executionv1.S
 	return &executionv1.SetEnvironmentRetentionResponse{Environment: reply.GetEnvironment()}, nil
 }
 
+// SetEnvironmentDeadline implements ExecutionProviderService.
+func (h *Handler) SetEnvironmentDeadline(ctx context.Context, in *executionv1.SetEnvironmentDeadlineRequest) (*executionv1.SetEnvironmentDeadlineResponse, error) {
+	reply, err := forward(ctx, h, in, h.b.Control.SetDeadline, func(c *controlv1.Caller) *controlv1.SetDeadlineRequest {
+		return &controlv1.SetDeadlineRequest{Caller: c, Request: in}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.SetEnvironmentDeadlineResponse{Environment: reply.GetEnvironment()}, nil
+}
+
+// ListEnvironments implements ExecutionProviderService.
+func (h *Handler) ListEnvironments(ctx context.Context, in *executionv1.ListEnvironmentsRequest) (*executionv1.ListEnvironmentsResponse, error) {
+	return forward(ctx, h, in, h.b.Control.ListEnvironments, func(c *controlv1.Caller) *controlv1.ListEnvironmentsRequest {
+		return &controlv1.ListEnvironmentsRequest{Caller: c, Request: in}
+	})
+}
+
 // ResumeEnvironment implements ExecutionProviderService.
 func (h *Handler) ResumeEnvironment(ctx context.Context, in *executionv1.ResumeEnvironmentRequest) (*executionv1.ResumeEnvironmentResponse, error) {
 	reply, err := forward(ctx, h, in, h.b.Control.Resume, func(c *controlv1.Caller) *controlv1.ResumeRequest {

@@ -207,6 +207,18 @@ func (f *fakeControl) SetRetention(_ context.Context, in *controlv1.SetRetention
 	return f.answer("SetRetention", in)
 }
 
+func (f *fakeControl) SetDeadline(_ context.Context, in *controlv1.SetDeadlineRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
+	return f.answer("SetDeadline", in)
+}
+
+func (f *fakeControl) ListEnvironments(_ context.Context, in *controlv1.ListEnvironmentsRequest, _ ...grpc.CallOption) (*executionv1.ListEnvironmentsResponse, error) {
+	f.record("ListEnvironments", in)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &executionv1.ListEnvironmentsResponse{Environments: []*executionv1.Environment{f.reply.GetEnvironment()}}, nil
+}
+
 func (f *fakeControl) ReleaseReference(_ context.Context, in *controlv1.ReleaseReferenceRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
 	return f.answer("ReleaseReference", in)
 }

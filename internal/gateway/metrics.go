@@ -32,7 +32,7 @@ func init() {
 		"CommandStatus", "CancelCommand", "AcquireRun", "RenewRun", "ReleaseRun", "ReserveSuccessor", "CommitReference", "AbortReference",
 		"PrepareReferenceDelete", "ConfirmReferenceDelete", "CancelReferenceDelete", "ListReferenceIntents", "RetireEnvironment",
 		"ReplaceExecutor", "RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment",
-		"WriteFileStream", "ReadFileStream", "RunCommand", "WatchCommand", "ListCommands", "Terminal", "SuspendEnvironment", "ResumeEnvironment", "DeleteEnvironment", "SetEnvironmentRetention",
+		"WriteFileStream", "ReadFileStream", "RunCommand", "WatchCommand", "ListCommands", "Terminal", "SuspendEnvironment", "ResumeEnvironment", "DeleteEnvironment", "SetEnvironmentRetention", "SetEnvironmentDeadline", "ListEnvironments",
 		"Check", "Watch", "List", "ServerReflectionInfo"} {
 		methods[m] = true
 	}

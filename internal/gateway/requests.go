@@ -21,6 +21,27 @@ func checkFields(in proto.Message) error {
 		f.Identifier("binding_id", r.GetBindingId())
 		f.DNSLabel("profile", r.GetProfile())
 		f.Digest("expected_profile_digest", r.GetExpectedProfileDigest())
+		f.Metadata("metadata", r.GetMetadata())
+		if d := r.GetDeadline(); d != nil {
+			deadline(&f, "deadline", d)
+		}
+	case *executionv1.ListEnvironmentsRequest:
+		owner(&f, "owner", r.GetOwner())
+		if r.GetBindingId() != "" {
+			f.Identifier("binding_id", r.GetBindingId())
+		}
+		f.Metadata("metadata", r.GetMetadata())
+		f.PageSize("page_size", int(min(r.GetPageSize(), ident.MaxPageSize+1)))
+		f.PageToken("page_token", r.GetPageToken())
+	case *executionv1.SetEnvironmentDeadlineRequest:
+		f.Identifier("operation_id", r.GetOperationId())
+		t := r.GetTarget()
+		owner(&f, "target.owner", t.GetOwner())
+		ref(&f, "target.environment", t.GetEnvironment())
+		f.Identifier("target.binding_id", t.GetBindingId())
+		if d := r.GetDeadline(); d != nil {
+			deadline(&f, "deadline", d)
+		}
 	case *executionv1.AttachEnvironmentRequest:
 		owner(&f, "owner", r.GetOwner())
 		f.Identifier("binding_id", r.GetBindingId())
@@ -75,6 +96,17 @@ func checkFields(in proto.Message) error {
 		}
 	}
 	return f.Err()
+}
+
+func deadline(f *ident.Fields, field string, d *executionv1.Deadline) {
+	if err := d.GetAfter().CheckValid(); err != nil {
+		f.Fail(field+".after", "is required")
+	} else {
+		f.Deadline(field+".after", d.GetAfter().AsDuration())
+	}
+	if a := d.GetAction(); a != executionv1.DeadlineAction_DEADLINE_ACTION_DELETE && a != executionv1.DeadlineAction_DEADLINE_ACTION_SUSPEND {
+		f.Fail(field+".action", "must be DELETE or SUSPEND")
+	}
 }
 
 func owner(f *ident.Fields, field string, o *executionv1.Owner) {

@@ -85,6 +85,8 @@ type CommandInfo struct {
 	Result *CommandResult
 	// Message says why output stopped being kept, or why the command was abandoned.
 	Message string
+	// Program is what it runs, as recorded (argv or shell, working directory).
+	Program *executionv1.CommandProgram
 }
 
 // Running reports whether the command has not ended.
@@ -416,7 +418,7 @@ func chunkOf(c *executionv1.OutputChunk) OutputChunk {
 func infoOf(c *executionv1.CommandInfo) *CommandInfo {
 	info := &CommandInfo{ID: c.GetCommandId(), State: c.GetState(), RunID: c.GetRunId(), Epoch: c.GetEpoch(),
 		StartedAt: c.GetStartedAt().AsTime(), Detached: c.GetDetached(), StdoutBytes: c.GetStdoutBytes(), StderrBytes: c.GetStderrBytes(),
-		Message: c.GetMessage()}
+		Message: c.GetMessage(), Program: c.GetProgram()}
 	if c.GetResult() != nil {
 		info.Result = resultOf(c.GetResult())
 	}

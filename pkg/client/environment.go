@@ -40,6 +40,12 @@ type EnsureRequest struct {
 	KeepReferencePending bool
 	// NoWait returns as soon as the environment exists, without waiting until it is Ready.
 	NoWait bool
+	// Metadata is the caller's metadata for a new environment (at most 32 entries, 4 KiB),
+	// part of the request like the profile; ListEnvironments matches it.
+	Metadata map[string]string
+	// Deadline, when set, is a new environment's deadline (Environment.SetDeadline moves
+	// it), set in the same write that creates the binding's reference.
+	Deadline *Deadline
 }
 
 // Ensure returns the binding's environment, creating it on first use, and (unless NoWait)
@@ -47,7 +53,7 @@ type EnsureRequest struct {
 // environment.
 func (c *Client) Ensure(ctx context.Context, r EnsureRequest) (*Environment, error) {
 	req := &executionv1.EnsureEnvironmentRequest{OperationId: newOperationID(), Owner: r.Owner.proto(), BindingId: r.BindingID,
-		Profile: r.Profile, ExpectedProfileDigest: r.ExpectedProfileDigest}
+		Profile: r.Profile, ExpectedProfileDigest: r.ExpectedProfileDigest, Metadata: r.Metadata, Deadline: r.Deadline.proto()}
 	resp, err := call(ctx, c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.EnsureEnvironmentResponse, error) {
 		return c.api.EnsureEnvironment(ctx, req, opts...)
 	})

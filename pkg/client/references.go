@@ -95,6 +95,37 @@ func (e *Environment) SetRetention(ctx context.Context, retain bool) error {
 	})
 }
 
+// DeadlineAction is what the controller does at an environment's deadline.
+type DeadlineAction = executionv1.DeadlineAction
+
+// The deadline actions.
+const (
+	DeadlineDelete  = executionv1.DeadlineAction_DEADLINE_ACTION_DELETE
+	DeadlineSuspend = executionv1.DeadlineAction_DEADLINE_ACTION_SUSPEND
+)
+
+// Deadline asks for Action After from now (1 s..8760 h).
+type Deadline struct {
+	After  time.Duration
+	Action DeadlineAction
+}
+
+func (d *Deadline) proto() *executionv1.Deadline {
+	if d == nil {
+		return nil
+	}
+	return &executionv1.Deadline{After: durationpb.New(d.After), Action: d.Action}
+}
+
+// SetDeadline sets or moves the environment's deadline, counted from now: at it the
+// controller deletes or suspends the environment, whatever it is doing. A nil deadline
+// clears it.
+func (e *Environment) SetDeadline(ctx context.Context, d *Deadline) error {
+	return mutate(ctx, e, func(ctx context.Context, op string, t *executionv1.ReferenceTarget, opts ...grpc.CallOption) (*executionv1.SetEnvironmentDeadlineResponse, error) {
+		return e.c.api.SetEnvironmentDeadline(ctx, &executionv1.SetEnvironmentDeadlineRequest{OperationId: op, Target: t, Deadline: d.proto()}, opts...)
+	})
+}
+
 // PrepareReferenceDelete marks the binding's reference PENDING_DELETE (first phase of a
 // two-phase removal); ConfirmReferenceDelete removes it, CancelReferenceDelete restores it.
 func (e *Environment) PrepareReferenceDelete(ctx context.Context) error {
@@ -138,6 +169,56 @@ func (e *Environment) ReserveSuccessor(ctx context.Context, successorBindingID s
 type ReferenceIntent struct {
 	Environment *executionv1.EnvironmentRef
 	Reference   *executionv1.Reference
+}
+
+// ListOptions select ListEnvironments' environments; the zero value selects all of the
+// owner's.
+type ListOptions struct {
+	// BindingID keeps only that binding's environment.
+	BindingID string
+	// Lifecycle keeps only environments in these states.
+	Lifecycle []executionv1.LifecycleState
+	// Metadata keeps only environments whose metadata has every entry.
+	Metadata map[string]string
+	// PageSize is the server's page (0: its default of 100).
+	PageSize uint32
+}
+
+// ListEnvironments iterates over the environments this client created for owner, ordered
+// by id, page by page (deleted ones are never listed).
+func (c *Client) ListEnvironments(ctx context.Context, owner Owner, o ListOptions) iter.Seq2[*executionv1.Environment, error] {
+	return func(yield func(*executionv1.Environment, error) bool) {
+		token := ""
+		for {
+			envs, next, err := c.ListEnvironmentsPage(ctx, owner, o, token)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, env := range envs {
+				if !yield(env, nil) {
+					return
+				}
+			}
+			if token = next; token == "" {
+				return
+			}
+		}
+	}
+}
+
+// ListEnvironmentsPage answers one page of ListEnvironments from a page token ("" for the
+// first), and the next page's token ("" after the last): for callers that hand pages on.
+func (c *Client) ListEnvironmentsPage(ctx context.Context, owner Owner, o ListOptions, token string) ([]*executionv1.Environment, string, error) {
+	req := &executionv1.ListEnvironmentsRequest{Owner: owner.proto(), BindingId: o.BindingID, Lifecycle: o.Lifecycle,
+		Metadata: o.Metadata, PageSize: o.PageSize, PageToken: token}
+	resp, err := call(ctx, c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.ListEnvironmentsResponse, error) {
+		return c.api.ListEnvironments(ctx, req, opts...)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return resp.GetEnvironments(), resp.GetNextPageToken(), nil
 }
 
 // ListReferenceIntents iterates over the client's unfinished references, page by page: one

@@ -33,6 +33,11 @@ type AcquireOptions struct {
 	TTL time.Duration
 	// NoRenew disables the background renewal (the caller calls Renew itself).
 	NoRenew bool
+	// OperationID, when set, is the acquisition's operation id instead of a fresh one:
+	// callers that acquire with the same id (the same run id and TTL) all get the one claim
+	// it made — how replicas of a stateless front end share a run rather than fencing each
+	// other. The id must change once that claim has ended.
+	OperationID string
 }
 
 // Acquire takes the environment's run claim — execution authority, fencing any earlier
@@ -44,7 +49,11 @@ func (e *Environment) Acquire(ctx context.Context, o AcquireOptions) (*Run, erro
 		o.TTL = DefaultRunTTL
 	}
 	acquire := func() (*executionv1.AcquireRunResponse, error) {
-		req := &executionv1.AcquireRunRequest{OperationId: newOperationID(), EnvironmentGrant: e.environmentGrant(), Environment: e.Ref(),
+		op := o.OperationID
+		if op == "" {
+			op = newOperationID()
+		}
+		req := &executionv1.AcquireRunRequest{OperationId: op, EnvironmentGrant: e.environmentGrant(), Environment: e.Ref(),
 			RunId: o.RunID, Ttl: durationpb.New(o.TTL)}
 		return call(ctx, e.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.AcquireRunResponse, error) {
 			return e.c.api.AcquireRun(ctx, req, opts...)
@@ -195,6 +204,19 @@ func (r *Run) Close(ctx context.Context) error {
 		r.env.set(resp.GetEnvironment(), nil)
 	})
 	return r.closeErr
+}
+
+// Leave stops the renewal without releasing the claim: it lapses after its TTL unless
+// another holder of it (a caller that acquired with the same operation id) renews it. Calls
+// on the Run fail afterwards. It is idempotent; Close after Leave releases nothing.
+func (r *Run) Leave() {
+	r.closeOnce.Do(func() {
+		r.stop()
+		<-r.done
+		r.mu.Lock()
+		r.lost = errRunClosed
+		r.mu.Unlock()
+	})
 }
 
 // ended reports an answer that proves the claim is gone: superseded or released (stale

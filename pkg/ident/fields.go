@@ -2,6 +2,8 @@ package ident
 
 import (
 	"fmt"
+	"time"
+	"unicode/utf8"
 
 	"github.com/execplane/execplane/pkg/apierror"
 )
@@ -16,6 +18,17 @@ const (
 	MaxPageToken = 1024
 	// MaxPageSize bounds a page of a listing.
 	MaxPageSize = 500
+	// Metadata bounds: a caller's labels (E2B's sandbox metadata, a platform's tags), not a
+	// document store. Each environment's is in its resource and in every listing page, so
+	// 4 KiB × 500 per page stays within a gRPC message.
+	MaxMetadataEntries = 32
+	MaxMetadataKey     = 64
+	MaxMetadataValue   = 512
+	MaxMetadataBytes   = 4 << 10
+	// Deadline bounds: a second is the clock's resolution in practice (the controller wakes
+	// at it); a year is the longest time limit a profile may set.
+	MinDeadline = time.Second
+	MaxDeadline = 8760 * time.Hour
 )
 
 // Fields checks a request's fields in order and keeps the first problem, as
@@ -97,6 +110,34 @@ func (f *Fields) PageToken(field, s string) {
 func (f *Fields) PageSize(field string, n int) {
 	if n < 0 || n > MaxPageSize {
 		f.Fail(field, fmt.Sprintf("must be 0..%d", MaxPageSize))
+	}
+}
+
+// Metadata requires a caller's metadata within the bounds: identifier keys, UTF-8 values.
+func (f *Fields) Metadata(field string, m map[string]string) {
+	if len(m) > MaxMetadataEntries {
+		f.Fail(field, fmt.Sprintf("must have at most %d entries", MaxMetadataEntries))
+		return
+	}
+	total := 0
+	for k, v := range m {
+		total += len(k) + len(v)
+		switch {
+		case len(k) > MaxMetadataKey || !IsIdentifier(k):
+			f.Fail(field, fmt.Sprintf("keys must be identifiers of at most %d bytes", MaxMetadataKey))
+		case len(v) > MaxMetadataValue || !utf8.ValidString(v):
+			f.Fail(field, fmt.Sprintf("values must be UTF-8 of at most %d bytes", MaxMetadataValue))
+		}
+	}
+	if total > MaxMetadataBytes {
+		f.Fail(field, fmt.Sprintf("must be at most %d bytes in all", MaxMetadataBytes))
+	}
+}
+
+// Deadline requires a deadline's distance within MinDeadline..MaxDeadline.
+func (f *Fields) Deadline(field string, d time.Duration) {
+	if d < MinDeadline || d > MaxDeadline {
+		f.Fail(field, fmt.Sprintf("must be %s..%s", MinDeadline, MaxDeadline))
 	}
 }
 

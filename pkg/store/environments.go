@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -33,6 +34,10 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	c.Identifier("binding_id", in.BindingID)
 	c.DNSLabel("profile", in.Profile)
 	c.Digest("expected_profile_digest", in.ExpectedProfileDigest)
+	c.Metadata("metadata", in.Metadata)
+	if in.Deadline != nil {
+		c.deadline("deadline", *in.Deadline)
+	}
 	if c.Err() != nil {
 		return nil, c.Err()
 	}
@@ -48,7 +53,13 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	}
 	ownerHash := OwnerHash(in.Owner)
 	name := EnvironmentName(in.Caller.Client, ownerHash, in.BindingID)
-	fingerprint := hashFields("ensure", ident.ClientHash(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest)
+	request := []string{ident.ClientHash(in.Caller.Client), ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest}
+	if len(in.Metadata) > 0 {
+		// Only when there is some: the fingerprints of environments created before
+		// metadata existed stay what they were.
+		request = append(request, metadataKey(in.Metadata))
+	}
+	fingerprint := hashFields("ensure", request...)
 
 	clientHash := ident.ClientHash(in.Caller.Client)
 	// The binding's deleted environment makes room for its next one.
@@ -63,7 +74,7 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	created := first != nil
 	r, err := s.mutate(ctx, mutation{
 		op: "Ensure", id: in.OperationID, name: name, first: first, provision: created,
-		args: []string{in.Caller.Client, ownerHash, in.BindingID, in.Profile, in.ExpectedProfileDigest},
+		args: append([]string{in.Caller.Client}, request[1:]...),
 		visible: func(env *executionv1alpha1.ExecutionEnvironment) error {
 			if env.Spec.ClientHash != clientHash || env.Spec.OwnerHash != ownerHash {
 				return apierror.ErrNotFound // any incarnation: Ensure names none
@@ -101,6 +112,11 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 				return false, fmt.Errorf("%w: %d references", apierror.ErrLimitExceeded, executionv1alpha1.MaxReferences)
 			}
 			r.Reference = addRef(env, executionv1alpha1.Reference{BindingID: in.BindingID, State: executionv1alpha1.ReferencePendingCreate, OperationID: in.OperationID, UpdatedAt: now})
+			if in.Deadline != nil && env.Status.Deadline == nil {
+				// With the binding's reference, in the same write: a creator that died
+				// before it leaves neither, and its retry sets both.
+				env.Status.Deadline = newDeadline(*in.Deadline, in.BindingID, in.OperationID, now)
+			}
 			return true, nil
 		},
 		receipt: func(rc *executionv1alpha1.Receipt, r *Result) { rc.Created = r.Changed },
@@ -145,6 +161,7 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 		Spec: executionv1alpha1.ExecutionEnvironmentSpec{
 			SchemaVersion: executionv1alpha1.CurrentSchemaVersion, OwnerHash: ownerHash, ClientHash: ident.ClientHash(in.Caller.Client),
 			BindingID: in.BindingID, RequestFingerprint: fingerprint, Profile: in.Profile, ProfileDigest: digest,
+			CallerMetadata: maps.Clone(in.Metadata),
 		},
 	}
 	created, err := s.client().Create(ctx, env, metav1.CreateOptions{})

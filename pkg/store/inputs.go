@@ -41,6 +41,45 @@ type EnsureInput struct {
 	BindingID             string
 	Profile               string
 	ExpectedProfileDigest string
+	// Metadata is the caller's metadata for a new environment (ident's bounds); part of
+	// the request, like the profile.
+	Metadata map[string]string
+	// Deadline, when set, is the new environment's deadline, set with the binding's
+	// reference; not part of the request.
+	Deadline *DeadlineInput
+}
+
+// DeadlineInput asks for Action After from now.
+type DeadlineInput struct {
+	After  time.Duration
+	Action executionv1alpha1.DeadlineAction
+}
+
+// SetDeadlineInput sets (Deadline) or clears (nil) the owner's deadline of an environment.
+type SetDeadlineInput struct {
+	ReferenceInput
+	Deadline *DeadlineInput
+}
+
+// ListEnvironmentsInput pages through the environments the caller created for an owner.
+type ListEnvironmentsInput struct {
+	Caller Caller
+	Owner  Owner
+	// BindingID, when set, keeps only that binding's environment.
+	BindingID string
+	// Metadata keeps only environments whose metadata has each entry.
+	Metadata map[string]string
+	// Match, when set, keeps only the environments it accepts (the caller's view of
+	// states the store does not name).
+	Match     func(*executionv1alpha1.ExecutionEnvironment) bool
+	PageSize  int
+	PageToken string
+}
+
+// EnvironmentPage is one page of ListEnvironments: copies the caller may keep.
+type EnvironmentPage struct {
+	Environments  []*executionv1alpha1.ExecutionEnvironment
+	NextPageToken string
 }
 
 // AttachInput asks for an environment the binding holds a reference on (read-only).

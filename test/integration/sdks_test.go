@@ -59,7 +59,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the TypeScript SDK's tests failed: %v", err)
 	}
-	if !strings.Contains(string(out), "# pass 3") || !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") {
-		t.Fatal("node did not pass the three tests")
+	if !strings.Contains(string(out), "# pass 9") || !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") {
+		t.Fatal("node did not pass the nine tests (three sessions, six request shapes)")
 	}
 }

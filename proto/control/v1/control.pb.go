@@ -1508,6 +1508,110 @@ func (x *SetRetentionRequest) GetRequest() *v1.SetEnvironmentRetentionRequest {
 	return nil
 }
 
+type SetDeadlineRequest struct {
+	state         protoimpl.MessageState            `protogen:"open.v1"`
+	Caller        *Caller                           `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.SetEnvironmentDeadlineRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDeadlineRequest) Reset() {
+	*x = SetDeadlineRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDeadlineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDeadlineRequest) ProtoMessage() {}
+
+func (x *SetDeadlineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDeadlineRequest.ProtoReflect.Descriptor instead.
+func (*SetDeadlineRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetDeadlineRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *SetDeadlineRequest) GetRequest() *v1.SetEnvironmentDeadlineRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ListEnvironmentsRequest struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Caller        *Caller                     `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.ListEnvironmentsRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEnvironmentsRequest) Reset() {
+	*x = ListEnvironmentsRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEnvironmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEnvironmentsRequest) ProtoMessage() {}
+
+func (x *ListEnvironmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEnvironmentsRequest.ProtoReflect.Descriptor instead.
+func (*ListEnvironmentsRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListEnvironmentsRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *ListEnvironmentsRequest) GetRequest() *v1.ListEnvironmentsRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
@@ -1610,7 +1714,13 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2&.execution.v1.DeleteEnvironmentRequestR\arequest\"\x89\x01\n" +
 	"\x13SetRetentionRequest\x12*\n" +
 	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12F\n" +
-	"\arequest\x18\x02 \x01(\v2,.execution.v1.SetEnvironmentRetentionRequestR\arequest2\x9d\x0e\n" +
+	"\arequest\x18\x02 \x01(\v2,.execution.v1.SetEnvironmentRetentionRequestR\arequest\"\x87\x01\n" +
+	"\x12SetDeadlineRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12E\n" +
+	"\arequest\x18\x02 \x01(\v2+.execution.v1.SetEnvironmentDeadlineRequestR\arequest\"\x86\x01\n" +
+	"\x17ListEnvironmentsRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12?\n" +
+	"\arequest\x18\x02 \x01(\v2%.execution.v1.ListEnvironmentsRequestR\arequest2\xcb\x0f\n" +
 	"\x0eControlService\x12A\n" +
 	"\x06Ensure\x12\x19.control.v1.EnsureRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
 	"\x06Attach\x12\x19.control.v1.AttachRequest\x1a\x1c.control.v1.EnvironmentReply\x12U\n" +
@@ -1636,7 +1746,9 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\aSuspend\x12\x1a.control.v1.SuspendRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
 	"\x06Resume\x12\x19.control.v1.ResumeRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
 	"\x06Delete\x12\x19.control.v1.DeleteRequest\x1a\x1c.control.v1.EnvironmentReply\x12M\n" +
-	"\fSetRetention\x12\x1f.control.v1.SetRetentionRequest\x1a\x1c.control.v1.EnvironmentReplyB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
+	"\fSetRetention\x12\x1f.control.v1.SetRetentionRequest\x1a\x1c.control.v1.EnvironmentReply\x12K\n" +
+	"\vSetDeadline\x12\x1e.control.v1.SetDeadlineRequest\x1a\x1c.control.v1.EnvironmentReply\x12_\n" +
+	"\x10ListEnvironments\x12#.control.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponseB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1650,7 +1762,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 	return file_control_v1_control_proto_rawDescData
 }
 
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_control_v1_control_proto_goTypes = []any{
 	(*Caller)(nil),                             // 0: control.v1.Caller
 	(*VerifiedGrant)(nil),                      // 1: control.v1.VerifiedGrant
@@ -1678,142 +1790,155 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*ResumeRequest)(nil),                      // 23: control.v1.ResumeRequest
 	(*DeleteRequest)(nil),                      // 24: control.v1.DeleteRequest
 	(*SetRetentionRequest)(nil),                // 25: control.v1.SetRetentionRequest
-	(*v1.EnvironmentRef)(nil),                  // 26: execution.v1.EnvironmentRef
-	(*timestamppb.Timestamp)(nil),              // 27: google.protobuf.Timestamp
-	(*v1.Environment)(nil),                     // 28: execution.v1.Environment
-	(*v1.Reference)(nil),                       // 29: execution.v1.Reference
-	(*v1.RunClaim)(nil),                        // 30: execution.v1.RunClaim
-	(*v1.EnsureEnvironmentRequest)(nil),        // 31: execution.v1.EnsureEnvironmentRequest
-	(*v1.AttachEnvironmentRequest)(nil),        // 32: execution.v1.AttachEnvironmentRequest
-	(*v1.ReleaseReferenceRequest)(nil),         // 33: execution.v1.ReleaseReferenceRequest
-	(*v1.ReserveSuccessorRequest)(nil),         // 34: execution.v1.ReserveSuccessorRequest
-	(*v1.CommitReferenceRequest)(nil),          // 35: execution.v1.CommitReferenceRequest
-	(*v1.AbortReferenceRequest)(nil),           // 36: execution.v1.AbortReferenceRequest
-	(*v1.PrepareReferenceDeleteRequest)(nil),   // 37: execution.v1.PrepareReferenceDeleteRequest
-	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 38: execution.v1.ConfirmReferenceDeleteRequest
-	(*v1.CancelReferenceDeleteRequest)(nil),    // 39: execution.v1.CancelReferenceDeleteRequest
-	(*v1.ListReferenceIntentsRequest)(nil),     // 40: execution.v1.ListReferenceIntentsRequest
-	(*v1.AcquireRunRequest)(nil),               // 41: execution.v1.AcquireRunRequest
-	(*v1.RenewRunRequest)(nil),                 // 42: execution.v1.RenewRunRequest
-	(*v1.ReleaseRunRequest)(nil),               // 43: execution.v1.ReleaseRunRequest
-	(*v1.RetireEnvironmentRequest)(nil),        // 44: execution.v1.RetireEnvironmentRequest
-	(*v1.ReplaceExecutorRequest)(nil),          // 45: execution.v1.ReplaceExecutorRequest
-	(*v1.RevokeEnvironmentRequest)(nil),        // 46: execution.v1.RevokeEnvironmentRequest
-	(*v1.RecoverEnvironmentRequest)(nil),       // 47: execution.v1.RecoverEnvironmentRequest
-	(*v1.MigrateEnvironmentRequest)(nil),       // 48: execution.v1.MigrateEnvironmentRequest
-	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 49: execution.v1.DeleteRetiredEnvironmentRequest
-	(*v1.SuspendEnvironmentRequest)(nil),       // 50: execution.v1.SuspendEnvironmentRequest
-	(*v1.ResumeEnvironmentRequest)(nil),        // 51: execution.v1.ResumeEnvironmentRequest
-	(*v1.DeleteEnvironmentRequest)(nil),        // 52: execution.v1.DeleteEnvironmentRequest
-	(*v1.SetEnvironmentRetentionRequest)(nil),  // 53: execution.v1.SetEnvironmentRetentionRequest
-	(*v1.ListReferenceIntentsResponse)(nil),    // 54: execution.v1.ListReferenceIntentsResponse
+	(*SetDeadlineRequest)(nil),                 // 26: control.v1.SetDeadlineRequest
+	(*ListEnvironmentsRequest)(nil),            // 27: control.v1.ListEnvironmentsRequest
+	(*v1.EnvironmentRef)(nil),                  // 28: execution.v1.EnvironmentRef
+	(*timestamppb.Timestamp)(nil),              // 29: google.protobuf.Timestamp
+	(*v1.Environment)(nil),                     // 30: execution.v1.Environment
+	(*v1.Reference)(nil),                       // 31: execution.v1.Reference
+	(*v1.RunClaim)(nil),                        // 32: execution.v1.RunClaim
+	(*v1.EnsureEnvironmentRequest)(nil),        // 33: execution.v1.EnsureEnvironmentRequest
+	(*v1.AttachEnvironmentRequest)(nil),        // 34: execution.v1.AttachEnvironmentRequest
+	(*v1.ReleaseReferenceRequest)(nil),         // 35: execution.v1.ReleaseReferenceRequest
+	(*v1.ReserveSuccessorRequest)(nil),         // 36: execution.v1.ReserveSuccessorRequest
+	(*v1.CommitReferenceRequest)(nil),          // 37: execution.v1.CommitReferenceRequest
+	(*v1.AbortReferenceRequest)(nil),           // 38: execution.v1.AbortReferenceRequest
+	(*v1.PrepareReferenceDeleteRequest)(nil),   // 39: execution.v1.PrepareReferenceDeleteRequest
+	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 40: execution.v1.ConfirmReferenceDeleteRequest
+	(*v1.CancelReferenceDeleteRequest)(nil),    // 41: execution.v1.CancelReferenceDeleteRequest
+	(*v1.ListReferenceIntentsRequest)(nil),     // 42: execution.v1.ListReferenceIntentsRequest
+	(*v1.AcquireRunRequest)(nil),               // 43: execution.v1.AcquireRunRequest
+	(*v1.RenewRunRequest)(nil),                 // 44: execution.v1.RenewRunRequest
+	(*v1.ReleaseRunRequest)(nil),               // 45: execution.v1.ReleaseRunRequest
+	(*v1.RetireEnvironmentRequest)(nil),        // 46: execution.v1.RetireEnvironmentRequest
+	(*v1.ReplaceExecutorRequest)(nil),          // 47: execution.v1.ReplaceExecutorRequest
+	(*v1.RevokeEnvironmentRequest)(nil),        // 48: execution.v1.RevokeEnvironmentRequest
+	(*v1.RecoverEnvironmentRequest)(nil),       // 49: execution.v1.RecoverEnvironmentRequest
+	(*v1.MigrateEnvironmentRequest)(nil),       // 50: execution.v1.MigrateEnvironmentRequest
+	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 51: execution.v1.DeleteRetiredEnvironmentRequest
+	(*v1.SuspendEnvironmentRequest)(nil),       // 52: execution.v1.SuspendEnvironmentRequest
+	(*v1.ResumeEnvironmentRequest)(nil),        // 53: execution.v1.ResumeEnvironmentRequest
+	(*v1.DeleteEnvironmentRequest)(nil),        // 54: execution.v1.DeleteEnvironmentRequest
+	(*v1.SetEnvironmentRetentionRequest)(nil),  // 55: execution.v1.SetEnvironmentRetentionRequest
+	(*v1.SetEnvironmentDeadlineRequest)(nil),   // 56: execution.v1.SetEnvironmentDeadlineRequest
+	(*v1.ListEnvironmentsRequest)(nil),         // 57: execution.v1.ListEnvironmentsRequest
+	(*v1.ListReferenceIntentsResponse)(nil),    // 58: execution.v1.ListReferenceIntentsResponse
+	(*v1.ListEnvironmentsResponse)(nil),        // 59: execution.v1.ListEnvironmentsResponse
 }
 var file_control_v1_control_proto_depIdxs = []int32{
-	26, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
-	27, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
-	29, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
-	30, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
+	28, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
+	29, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
+	31, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
+	32, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
 	0,  // 5: control.v1.EnsureRequest.caller:type_name -> control.v1.Caller
-	31, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
+	33, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
 	0,  // 7: control.v1.AttachRequest.caller:type_name -> control.v1.Caller
-	32, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
+	34, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
 	0,  // 9: control.v1.ReleaseReferenceRequest.caller:type_name -> control.v1.Caller
-	33, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
+	35, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
 	0,  // 11: control.v1.ReserveSuccessorRequest.caller:type_name -> control.v1.Caller
-	34, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
+	36, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
 	0,  // 13: control.v1.CommitReferenceRequest.caller:type_name -> control.v1.Caller
-	35, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
+	37, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
 	0,  // 15: control.v1.AbortReferenceRequest.caller:type_name -> control.v1.Caller
-	36, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
+	38, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
 	0,  // 17: control.v1.PrepareReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	37, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
+	39, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
 	0,  // 19: control.v1.ConfirmReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	38, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
+	40, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
 	0,  // 21: control.v1.CancelReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	39, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
+	41, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
 	0,  // 23: control.v1.ListReferenceIntentsRequest.caller:type_name -> control.v1.Caller
-	40, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
+	42, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
 	0,  // 25: control.v1.AcquireRunRequest.caller:type_name -> control.v1.Caller
-	41, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
+	43, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
 	1,  // 27: control.v1.AcquireRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 28: control.v1.RenewRunRequest.caller:type_name -> control.v1.Caller
-	42, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
+	44, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
 	1,  // 30: control.v1.RenewRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 31: control.v1.ReleaseRunRequest.caller:type_name -> control.v1.Caller
-	43, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
+	45, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
 	1,  // 33: control.v1.ReleaseRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 34: control.v1.RetireRequest.caller:type_name -> control.v1.Caller
-	44, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
+	46, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
 	0,  // 36: control.v1.ReplaceRequest.caller:type_name -> control.v1.Caller
-	45, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
+	47, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
 	0,  // 38: control.v1.RevokeRequest.caller:type_name -> control.v1.Caller
-	46, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
+	48, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
 	0,  // 40: control.v1.RecoverRequest.caller:type_name -> control.v1.Caller
-	47, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
+	49, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
 	0,  // 42: control.v1.MigrateRequest.caller:type_name -> control.v1.Caller
-	48, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
+	50, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
 	0,  // 44: control.v1.DeleteRetiredRequest.caller:type_name -> control.v1.Caller
-	49, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
+	51, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
 	0,  // 46: control.v1.SuspendRequest.caller:type_name -> control.v1.Caller
-	50, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
+	52, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
 	0,  // 48: control.v1.ResumeRequest.caller:type_name -> control.v1.Caller
-	51, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
+	53, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
 	0,  // 50: control.v1.DeleteRequest.caller:type_name -> control.v1.Caller
-	52, // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
+	54, // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
 	0,  // 52: control.v1.SetRetentionRequest.caller:type_name -> control.v1.Caller
-	53, // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
-	3,  // 54: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
-	4,  // 55: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
-	5,  // 56: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
-	6,  // 57: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
-	7,  // 58: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
-	8,  // 59: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
-	9,  // 60: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
-	10, // 61: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
-	11, // 62: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
-	12, // 63: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
-	13, // 64: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
-	14, // 65: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
-	15, // 66: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
-	16, // 67: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
-	17, // 68: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
-	18, // 69: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
-	19, // 70: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
-	20, // 71: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
-	21, // 72: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
-	22, // 73: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
-	23, // 74: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
-	24, // 75: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
-	25, // 76: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
-	2,  // 77: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
-	2,  // 78: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
-	2,  // 79: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
-	2,  // 80: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
-	2,  // 81: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
-	2,  // 82: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
-	2,  // 83: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 84: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 85: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
-	54, // 86: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	2,  // 87: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
-	2,  // 88: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
-	2,  // 89: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
-	2,  // 90: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
-	2,  // 91: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
-	2,  // 92: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
-	2,  // 93: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
-	2,  // 94: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
-	2,  // 95: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
-	2,  // 96: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
-	2,  // 97: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
-	2,  // 98: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
-	2,  // 99: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
-	77, // [77:100] is the sub-list for method output_type
-	54, // [54:77] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	55, // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
+	0,  // 54: control.v1.SetDeadlineRequest.caller:type_name -> control.v1.Caller
+	56, // 55: control.v1.SetDeadlineRequest.request:type_name -> execution.v1.SetEnvironmentDeadlineRequest
+	0,  // 56: control.v1.ListEnvironmentsRequest.caller:type_name -> control.v1.Caller
+	57, // 57: control.v1.ListEnvironmentsRequest.request:type_name -> execution.v1.ListEnvironmentsRequest
+	3,  // 58: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
+	4,  // 59: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
+	5,  // 60: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
+	6,  // 61: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
+	7,  // 62: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
+	8,  // 63: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
+	9,  // 64: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
+	10, // 65: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
+	11, // 66: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
+	12, // 67: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
+	13, // 68: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
+	14, // 69: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
+	15, // 70: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
+	16, // 71: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
+	17, // 72: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
+	18, // 73: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
+	19, // 74: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
+	20, // 75: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
+	21, // 76: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
+	22, // 77: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
+	23, // 78: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
+	24, // 79: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
+	25, // 80: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
+	26, // 81: control.v1.ControlService.SetDeadline:input_type -> control.v1.SetDeadlineRequest
+	27, // 82: control.v1.ControlService.ListEnvironments:input_type -> control.v1.ListEnvironmentsRequest
+	2,  // 83: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
+	2,  // 84: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
+	2,  // 85: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
+	2,  // 86: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
+	2,  // 87: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
+	2,  // 88: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
+	2,  // 89: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 90: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 91: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
+	58, // 92: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	2,  // 93: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
+	2,  // 94: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
+	2,  // 95: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
+	2,  // 96: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
+	2,  // 97: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
+	2,  // 98: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
+	2,  // 99: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
+	2,  // 100: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
+	2,  // 101: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
+	2,  // 102: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
+	2,  // 103: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
+	2,  // 104: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
+	2,  // 105: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
+	2,  // 106: control.v1.ControlService.SetDeadline:output_type -> control.v1.EnvironmentReply
+	59, // 107: control.v1.ControlService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
+	83, // [83:108] is the sub-list for method output_type
+	58, // [58:83] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -1827,7 +1952,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,8 @@ const (
 	ControlService_Resume_FullMethodName                 = "/control.v1.ControlService/Resume"
 	ControlService_Delete_FullMethodName                 = "/control.v1.ControlService/Delete"
 	ControlService_SetRetention_FullMethodName           = "/control.v1.ControlService/SetRetention"
+	ControlService_SetDeadline_FullMethodName            = "/control.v1.ControlService/SetDeadline"
+	ControlService_ListEnvironments_FullMethodName       = "/control.v1.ControlService/ListEnvironments"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -87,6 +89,8 @@ type ControlServiceClient interface {
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
+	SetDeadline(ctx context.Context, in *SetDeadlineRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
+	ListEnvironments(ctx context.Context, in *ListEnvironmentsRequest, opts ...grpc.CallOption) (*v1.ListEnvironmentsResponse, error)
 }
 
 type controlServiceClient struct {
@@ -327,6 +331,26 @@ func (c *controlServiceClient) SetRetention(ctx context.Context, in *SetRetentio
 	return out, nil
 }
 
+func (c *controlServiceClient) SetDeadline(ctx context.Context, in *SetDeadlineRequest, opts ...grpc.CallOption) (*EnvironmentReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnvironmentReply)
+	err := c.cc.Invoke(ctx, ControlService_SetDeadline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) ListEnvironments(ctx context.Context, in *ListEnvironmentsRequest, opts ...grpc.CallOption) (*v1.ListEnvironmentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListEnvironmentsResponse)
+	err := c.cc.Invoke(ctx, ControlService_ListEnvironments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -356,6 +380,8 @@ type ControlServiceServer interface {
 	Resume(context.Context, *ResumeRequest) (*EnvironmentReply, error)
 	Delete(context.Context, *DeleteRequest) (*EnvironmentReply, error)
 	SetRetention(context.Context, *SetRetentionRequest) (*EnvironmentReply, error)
+	SetDeadline(context.Context, *SetDeadlineRequest) (*EnvironmentReply, error)
+	ListEnvironments(context.Context, *ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -434,6 +460,12 @@ func (UnimplementedControlServiceServer) Delete(context.Context, *DeleteRequest)
 }
 func (UnimplementedControlServiceServer) SetRetention(context.Context, *SetRetentionRequest) (*EnvironmentReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetRetention not implemented")
+}
+func (UnimplementedControlServiceServer) SetDeadline(context.Context, *SetDeadlineRequest) (*EnvironmentReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetDeadline not implemented")
+}
+func (UnimplementedControlServiceServer) ListEnvironments(context.Context, *ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEnvironments not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -870,6 +902,42 @@ func _ControlService_SetRetention_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_SetDeadline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetDeadlineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).SetDeadline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_SetDeadline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).SetDeadline(ctx, req.(*SetDeadlineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_ListEnvironments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEnvironmentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).ListEnvironments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_ListEnvironments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).ListEnvironments(ctx, req.(*ListEnvironmentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -968,6 +1036,14 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetRetention",
 			Handler:    _ControlService_SetRetention_Handler,
+		},
+		{
+			MethodName: "SetDeadline",
+			Handler:    _ControlService_SetDeadline_Handler,
+		},
+		{
+			MethodName: "ListEnvironments",
+			Handler:    _ControlService_ListEnvironments_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -39,6 +39,8 @@ var additions = []struct {
 	{"ResumeEnvironment", false, false, ""},
 	{"DeleteEnvironment", false, false, ""},
 	{"SetEnvironmentRetention", false, false, ""},
+	{"SetEnvironmentDeadline", false, false, ""},
+	{"ListEnvironments", false, false, ""},
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {

@@ -394,6 +394,59 @@ func (ReferenceState) EnumDescriptor() ([]byte, []int) {
 	return file_execution_v1_execution_proto_rawDescGZIP(), []int{3}
 }
 
+// DeadlineAction is what the controller does at an environment's deadline.
+type DeadlineAction int32
+
+const (
+	DeadlineAction_DEADLINE_ACTION_UNSPECIFIED DeadlineAction = 0
+	// Delete the environment as DeleteEnvironment does: executor and workspace.
+	DeadlineAction_DEADLINE_ACTION_DELETE DeadlineAction = 1
+	// Suspend it as SuspendEnvironment does — even under a run claim, which it ends — and keep
+	// the workspace. The deadline is spent: a resumed environment has none until one is set.
+	DeadlineAction_DEADLINE_ACTION_SUSPEND DeadlineAction = 2
+)
+
+// Enum value maps for DeadlineAction.
+var (
+	DeadlineAction_name = map[int32]string{
+		0: "DEADLINE_ACTION_UNSPECIFIED",
+		1: "DEADLINE_ACTION_DELETE",
+		2: "DEADLINE_ACTION_SUSPEND",
+	}
+	DeadlineAction_value = map[string]int32{
+		"DEADLINE_ACTION_UNSPECIFIED": 0,
+		"DEADLINE_ACTION_DELETE":      1,
+		"DEADLINE_ACTION_SUSPEND":     2,
+	}
+)
+
+func (x DeadlineAction) Enum() *DeadlineAction {
+	p := new(DeadlineAction)
+	*p = x
+	return p
+}
+
+func (x DeadlineAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DeadlineAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_execution_v1_execution_proto_enumTypes[4].Descriptor()
+}
+
+func (DeadlineAction) Type() protoreflect.EnumType {
+	return &file_execution_v1_execution_proto_enumTypes[4]
+}
+
+func (x DeadlineAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DeadlineAction.Descriptor instead.
+func (DeadlineAction) EnumDescriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{4}
+}
+
 // FileType is the type of a file system object, from fstat.
 type FileType int32
 
@@ -435,11 +488,11 @@ func (x FileType) String() string {
 }
 
 func (FileType) Descriptor() protoreflect.EnumDescriptor {
-	return file_execution_v1_execution_proto_enumTypes[4].Descriptor()
+	return file_execution_v1_execution_proto_enumTypes[5].Descriptor()
 }
 
 func (FileType) Type() protoreflect.EnumType {
-	return &file_execution_v1_execution_proto_enumTypes[4]
+	return &file_execution_v1_execution_proto_enumTypes[5]
 }
 
 func (x FileType) Number() protoreflect.EnumNumber {
@@ -448,7 +501,7 @@ func (x FileType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileType.Descriptor instead.
 func (FileType) EnumDescriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{4}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{5}
 }
 
 // WriteMode chooses how WriteFile treats an existing file.
@@ -492,11 +545,11 @@ func (x WriteMode) String() string {
 }
 
 func (WriteMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_execution_v1_execution_proto_enumTypes[5].Descriptor()
+	return file_execution_v1_execution_proto_enumTypes[6].Descriptor()
 }
 
 func (WriteMode) Type() protoreflect.EnumType {
-	return &file_execution_v1_execution_proto_enumTypes[5]
+	return &file_execution_v1_execution_proto_enumTypes[6]
 }
 
 func (x WriteMode) Number() protoreflect.EnumNumber {
@@ -505,7 +558,7 @@ func (x WriteMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WriteMode.Descriptor instead.
 func (WriteMode) EnumDescriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{5}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{6}
 }
 
 // CommandState is how a command ended.
@@ -575,11 +628,11 @@ func (x CommandState) String() string {
 }
 
 func (CommandState) Descriptor() protoreflect.EnumDescriptor {
-	return file_execution_v1_execution_proto_enumTypes[6].Descriptor()
+	return file_execution_v1_execution_proto_enumTypes[7].Descriptor()
 }
 
 func (CommandState) Type() protoreflect.EnumType {
-	return &file_execution_v1_execution_proto_enumTypes[6]
+	return &file_execution_v1_execution_proto_enumTypes[7]
 }
 
 func (x CommandState) Number() protoreflect.EnumNumber {
@@ -588,7 +641,7 @@ func (x CommandState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CommandState.Descriptor instead.
 func (CommandState) EnumDescriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{6}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 // OutputStream names one of a command's output streams.
@@ -625,11 +678,11 @@ func (x OutputStream) String() string {
 }
 
 func (OutputStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_execution_v1_execution_proto_enumTypes[7].Descriptor()
+	return file_execution_v1_execution_proto_enumTypes[8].Descriptor()
 }
 
 func (OutputStream) Type() protoreflect.EnumType {
-	return &file_execution_v1_execution_proto_enumTypes[7]
+	return &file_execution_v1_execution_proto_enumTypes[8]
 }
 
 func (x OutputStream) Number() protoreflect.EnumNumber {
@@ -638,7 +691,7 @@ func (x OutputStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutputStream.Descriptor instead.
 func (OutputStream) EnumDescriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 // Owner is the end user on whose behalf the client acts, attested by the client.
@@ -1013,9 +1066,15 @@ type Environment struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// The owner asked to keep the workspace (SetEnvironmentRetention): the profile's time
 	// limits (retiredTTL, suspendedTTL, maxLifetime) do not delete it.
-	Retained      bool `protobuf:"varint,17,opt,name=retained,proto3" json:"retained,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retained bool `protobuf:"varint,17,opt,name=retained,proto3" json:"retained,omitempty"`
+	// The caller's metadata, as EnsureEnvironment set it when it created the environment.
+	Metadata map[string]string `protobuf:"bytes,18,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The owner's deadline (EnsureEnvironment's deadline, SetEnvironmentDeadline), absent when
+	// none: at it the controller starts deadline_action, whatever the environment is doing.
+	Deadline       *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	DeadlineAction DeadlineAction         `protobuf:"varint,20,opt,name=deadline_action,json=deadlineAction,proto3,enum=execution.v1.DeadlineAction" json:"deadline_action,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Environment) Reset() {
@@ -1167,6 +1226,82 @@ func (x *Environment) GetRetained() bool {
 	return false
 }
 
+func (x *Environment) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Environment) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *Environment) GetDeadlineAction() DeadlineAction {
+	if x != nil {
+		return x.DeadlineAction
+	}
+	return DeadlineAction_DEADLINE_ACTION_UNSPECIFIED
+}
+
+// Deadline asks for an action a duration from now.
+type Deadline struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 s .. 8760 h, in whole milliseconds.
+	After *durationpb.Duration `protobuf:"bytes,1,opt,name=after,proto3" json:"after,omitempty"`
+	// Required.
+	Action        DeadlineAction `protobuf:"varint,2,opt,name=action,proto3,enum=execution.v1.DeadlineAction" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Deadline) Reset() {
+	*x = Deadline{}
+	mi := &file_execution_v1_execution_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Deadline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Deadline) ProtoMessage() {}
+
+func (x *Deadline) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Deadline.ProtoReflect.Descriptor instead.
+func (*Deadline) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Deadline) GetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *Deadline) GetAction() DeadlineAction {
+	if x != nil {
+		return x.Action
+	}
+	return DeadlineAction_DEADLINE_ACTION_UNSPECIFIED
+}
+
 // Profile is the externally visible part of an operator-defined profile.
 type Profile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1191,7 +1326,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_execution_v1_execution_proto_msgTypes[6]
+	mi := &file_execution_v1_execution_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1338,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[6]
+	mi := &file_execution_v1_execution_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1351,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{6}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Profile) GetName() string {
@@ -1274,7 +1409,7 @@ type ValidateProfileRequest struct {
 
 func (x *ValidateProfileRequest) Reset() {
 	*x = ValidateProfileRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[7]
+	mi := &file_execution_v1_execution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1421,7 @@ func (x *ValidateProfileRequest) String() string {
 func (*ValidateProfileRequest) ProtoMessage() {}
 
 func (x *ValidateProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[7]
+	mi := &file_execution_v1_execution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1434,7 @@ func (x *ValidateProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateProfileRequest.ProtoReflect.Descriptor instead.
 func (*ValidateProfileRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ValidateProfileRequest) GetProfile() string {
@@ -1325,7 +1460,7 @@ type ValidateProfileResponse struct {
 
 func (x *ValidateProfileResponse) Reset() {
 	*x = ValidateProfileResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[8]
+	mi := &file_execution_v1_execution_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1472,7 @@ func (x *ValidateProfileResponse) String() string {
 func (*ValidateProfileResponse) ProtoMessage() {}
 
 func (x *ValidateProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[8]
+	mi := &file_execution_v1_execution_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1485,7 @@ func (x *ValidateProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateProfileResponse.ProtoReflect.Descriptor instead.
 func (*ValidateProfileResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{8}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ValidateProfileResponse) GetProfile() *Profile {
@@ -1371,13 +1506,23 @@ type EnsureEnvironmentRequest struct {
 	Profile string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
 	// When set, the profile must have this digest (see ValidateProfileRequest).
 	ExpectedProfileDigest string `protobuf:"bytes,5,opt,name=expected_profile_digest,json=expectedProfileDigest,proto3" json:"expected_profile_digest,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The caller's metadata for a new environment, returned in Environment.metadata and
+	// matched by ListEnvironments. At most 32 entries; keys are identifiers of at most 64
+	// bytes; values UTF-8 of at most 512 bytes; 4 KiB in all. Part of the request: another
+	// Ensure of the binding with other metadata is ALREADY_EXISTS, as with another profile.
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When set, the deadline of a new environment (see Environment.deadline), counted from
+	// the call that creates it; in the same write, so no environment exists without it. Not
+	// part of the request's identity: a later Ensure of the binding leaves the deadline as it
+	// is (SetEnvironmentDeadline moves it).
+	Deadline      *Deadline `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnsureEnvironmentRequest) Reset() {
 	*x = EnsureEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[9]
+	mi := &file_execution_v1_execution_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1534,7 @@ func (x *EnsureEnvironmentRequest) String() string {
 func (*EnsureEnvironmentRequest) ProtoMessage() {}
 
 func (x *EnsureEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[9]
+	mi := &file_execution_v1_execution_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1547,7 @@ func (x *EnsureEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*EnsureEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{9}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EnsureEnvironmentRequest) GetOperationId() string {
@@ -1440,6 +1585,20 @@ func (x *EnsureEnvironmentRequest) GetExpectedProfileDigest() string {
 	return ""
 }
 
+func (x *EnsureEnvironmentRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *EnsureEnvironmentRequest) GetDeadline() *Deadline {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
 type EnsureEnvironmentResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Environment *Environment           `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
@@ -1453,7 +1612,7 @@ type EnsureEnvironmentResponse struct {
 
 func (x *EnsureEnvironmentResponse) Reset() {
 	*x = EnsureEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[10]
+	mi := &file_execution_v1_execution_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1624,7 @@ func (x *EnsureEnvironmentResponse) String() string {
 func (*EnsureEnvironmentResponse) ProtoMessage() {}
 
 func (x *EnsureEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[10]
+	mi := &file_execution_v1_execution_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1637,7 @@ func (x *EnsureEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*EnsureEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{10}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnsureEnvironmentResponse) GetEnvironment() *Environment {
@@ -1518,7 +1677,7 @@ type AttachEnvironmentRequest struct {
 
 func (x *AttachEnvironmentRequest) Reset() {
 	*x = AttachEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[11]
+	mi := &file_execution_v1_execution_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1689,7 @@ func (x *AttachEnvironmentRequest) String() string {
 func (*AttachEnvironmentRequest) ProtoMessage() {}
 
 func (x *AttachEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[11]
+	mi := &file_execution_v1_execution_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1702,7 @@ func (x *AttachEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*AttachEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{11}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AttachEnvironmentRequest) GetOwner() *Owner {
@@ -1584,7 +1743,7 @@ type AttachEnvironmentResponse struct {
 
 func (x *AttachEnvironmentResponse) Reset() {
 	*x = AttachEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[12]
+	mi := &file_execution_v1_execution_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1755,7 @@ func (x *AttachEnvironmentResponse) String() string {
 func (*AttachEnvironmentResponse) ProtoMessage() {}
 
 func (x *AttachEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[12]
+	mi := &file_execution_v1_execution_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1768,7 @@ func (x *AttachEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*AttachEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{12}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AttachEnvironmentResponse) GetEnvironment() *Environment {
@@ -1638,7 +1797,7 @@ type ReferenceTarget struct {
 
 func (x *ReferenceTarget) Reset() {
 	*x = ReferenceTarget{}
-	mi := &file_execution_v1_execution_proto_msgTypes[13]
+	mi := &file_execution_v1_execution_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1809,7 @@ func (x *ReferenceTarget) String() string {
 func (*ReferenceTarget) ProtoMessage() {}
 
 func (x *ReferenceTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[13]
+	mi := &file_execution_v1_execution_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1822,7 @@ func (x *ReferenceTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReferenceTarget.ProtoReflect.Descriptor instead.
 func (*ReferenceTarget) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{13}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReferenceTarget) GetOwner() *Owner {
@@ -1697,7 +1856,7 @@ type ReleaseReferenceRequest struct {
 
 func (x *ReleaseReferenceRequest) Reset() {
 	*x = ReleaseReferenceRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[14]
+	mi := &file_execution_v1_execution_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1868,7 @@ func (x *ReleaseReferenceRequest) String() string {
 func (*ReleaseReferenceRequest) ProtoMessage() {}
 
 func (x *ReleaseReferenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[14]
+	mi := &file_execution_v1_execution_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1881,7 @@ func (x *ReleaseReferenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseReferenceRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseReferenceRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{14}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReleaseReferenceRequest) GetOperationId() string {
@@ -1748,7 +1907,7 @@ type ReleaseReferenceResponse struct {
 
 func (x *ReleaseReferenceResponse) Reset() {
 	*x = ReleaseReferenceResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[15]
+	mi := &file_execution_v1_execution_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1919,7 @@ func (x *ReleaseReferenceResponse) String() string {
 func (*ReleaseReferenceResponse) ProtoMessage() {}
 
 func (x *ReleaseReferenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[15]
+	mi := &file_execution_v1_execution_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1932,7 @@ func (x *ReleaseReferenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseReferenceResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseReferenceResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{15}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseReferenceResponse) GetEnvironment() *Environment {
@@ -1798,7 +1957,7 @@ type ReserveSuccessorRequest struct {
 
 func (x *ReserveSuccessorRequest) Reset() {
 	*x = ReserveSuccessorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[16]
+	mi := &file_execution_v1_execution_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1969,7 @@ func (x *ReserveSuccessorRequest) String() string {
 func (*ReserveSuccessorRequest) ProtoMessage() {}
 
 func (x *ReserveSuccessorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[16]
+	mi := &file_execution_v1_execution_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1982,7 @@ func (x *ReserveSuccessorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveSuccessorRequest.ProtoReflect.Descriptor instead.
 func (*ReserveSuccessorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{16}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReserveSuccessorRequest) GetOperationId() string {
@@ -1871,7 +2030,7 @@ type ReserveSuccessorResponse struct {
 
 func (x *ReserveSuccessorResponse) Reset() {
 	*x = ReserveSuccessorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[17]
+	mi := &file_execution_v1_execution_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2042,7 @@ func (x *ReserveSuccessorResponse) String() string {
 func (*ReserveSuccessorResponse) ProtoMessage() {}
 
 func (x *ReserveSuccessorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[17]
+	mi := &file_execution_v1_execution_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2055,7 @@ func (x *ReserveSuccessorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveSuccessorResponse.ProtoReflect.Descriptor instead.
 func (*ReserveSuccessorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{17}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReserveSuccessorResponse) GetEnvironment() *Environment {
@@ -1923,7 +2082,7 @@ type CommitReferenceRequest struct {
 
 func (x *CommitReferenceRequest) Reset() {
 	*x = CommitReferenceRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[18]
+	mi := &file_execution_v1_execution_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2094,7 @@ func (x *CommitReferenceRequest) String() string {
 func (*CommitReferenceRequest) ProtoMessage() {}
 
 func (x *CommitReferenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[18]
+	mi := &file_execution_v1_execution_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2107,7 @@ func (x *CommitReferenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitReferenceRequest.ProtoReflect.Descriptor instead.
 func (*CommitReferenceRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{18}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommitReferenceRequest) GetOperationId() string {
@@ -1975,7 +2134,7 @@ type CommitReferenceResponse struct {
 
 func (x *CommitReferenceResponse) Reset() {
 	*x = CommitReferenceResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[19]
+	mi := &file_execution_v1_execution_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2146,7 @@ func (x *CommitReferenceResponse) String() string {
 func (*CommitReferenceResponse) ProtoMessage() {}
 
 func (x *CommitReferenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[19]
+	mi := &file_execution_v1_execution_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2159,7 @@ func (x *CommitReferenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitReferenceResponse.ProtoReflect.Descriptor instead.
 func (*CommitReferenceResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{19}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommitReferenceResponse) GetEnvironment() *Environment {
@@ -2027,7 +2186,7 @@ type AbortReferenceRequest struct {
 
 func (x *AbortReferenceRequest) Reset() {
 	*x = AbortReferenceRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[20]
+	mi := &file_execution_v1_execution_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2198,7 @@ func (x *AbortReferenceRequest) String() string {
 func (*AbortReferenceRequest) ProtoMessage() {}
 
 func (x *AbortReferenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[20]
+	mi := &file_execution_v1_execution_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2211,7 @@ func (x *AbortReferenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortReferenceRequest.ProtoReflect.Descriptor instead.
 func (*AbortReferenceRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{20}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AbortReferenceRequest) GetOperationId() string {
@@ -2078,7 +2237,7 @@ type AbortReferenceResponse struct {
 
 func (x *AbortReferenceResponse) Reset() {
 	*x = AbortReferenceResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[21]
+	mi := &file_execution_v1_execution_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2249,7 @@ func (x *AbortReferenceResponse) String() string {
 func (*AbortReferenceResponse) ProtoMessage() {}
 
 func (x *AbortReferenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[21]
+	mi := &file_execution_v1_execution_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2262,7 @@ func (x *AbortReferenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortReferenceResponse.ProtoReflect.Descriptor instead.
 func (*AbortReferenceResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{21}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AbortReferenceResponse) GetEnvironment() *Environment {
@@ -2123,7 +2282,7 @@ type PrepareReferenceDeleteRequest struct {
 
 func (x *PrepareReferenceDeleteRequest) Reset() {
 	*x = PrepareReferenceDeleteRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[22]
+	mi := &file_execution_v1_execution_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2294,7 @@ func (x *PrepareReferenceDeleteRequest) String() string {
 func (*PrepareReferenceDeleteRequest) ProtoMessage() {}
 
 func (x *PrepareReferenceDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[22]
+	mi := &file_execution_v1_execution_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2307,7 @@ func (x *PrepareReferenceDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareReferenceDeleteRequest.ProtoReflect.Descriptor instead.
 func (*PrepareReferenceDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{22}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PrepareReferenceDeleteRequest) GetOperationId() string {
@@ -2175,7 +2334,7 @@ type PrepareReferenceDeleteResponse struct {
 
 func (x *PrepareReferenceDeleteResponse) Reset() {
 	*x = PrepareReferenceDeleteResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[23]
+	mi := &file_execution_v1_execution_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2346,7 @@ func (x *PrepareReferenceDeleteResponse) String() string {
 func (*PrepareReferenceDeleteResponse) ProtoMessage() {}
 
 func (x *PrepareReferenceDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[23]
+	mi := &file_execution_v1_execution_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2359,7 @@ func (x *PrepareReferenceDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareReferenceDeleteResponse.ProtoReflect.Descriptor instead.
 func (*PrepareReferenceDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{23}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrepareReferenceDeleteResponse) GetEnvironment() *Environment {
@@ -2227,7 +2386,7 @@ type ConfirmReferenceDeleteRequest struct {
 
 func (x *ConfirmReferenceDeleteRequest) Reset() {
 	*x = ConfirmReferenceDeleteRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[24]
+	mi := &file_execution_v1_execution_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2398,7 @@ func (x *ConfirmReferenceDeleteRequest) String() string {
 func (*ConfirmReferenceDeleteRequest) ProtoMessage() {}
 
 func (x *ConfirmReferenceDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[24]
+	mi := &file_execution_v1_execution_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2411,7 @@ func (x *ConfirmReferenceDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmReferenceDeleteRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmReferenceDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{24}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConfirmReferenceDeleteRequest) GetOperationId() string {
@@ -2278,7 +2437,7 @@ type ConfirmReferenceDeleteResponse struct {
 
 func (x *ConfirmReferenceDeleteResponse) Reset() {
 	*x = ConfirmReferenceDeleteResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[25]
+	mi := &file_execution_v1_execution_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2449,7 @@ func (x *ConfirmReferenceDeleteResponse) String() string {
 func (*ConfirmReferenceDeleteResponse) ProtoMessage() {}
 
 func (x *ConfirmReferenceDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[25]
+	mi := &file_execution_v1_execution_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2462,7 @@ func (x *ConfirmReferenceDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmReferenceDeleteResponse.ProtoReflect.Descriptor instead.
 func (*ConfirmReferenceDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{25}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConfirmReferenceDeleteResponse) GetEnvironment() *Environment {
@@ -2323,7 +2482,7 @@ type CancelReferenceDeleteRequest struct {
 
 func (x *CancelReferenceDeleteRequest) Reset() {
 	*x = CancelReferenceDeleteRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[26]
+	mi := &file_execution_v1_execution_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2494,7 @@ func (x *CancelReferenceDeleteRequest) String() string {
 func (*CancelReferenceDeleteRequest) ProtoMessage() {}
 
 func (x *CancelReferenceDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[26]
+	mi := &file_execution_v1_execution_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2507,7 @@ func (x *CancelReferenceDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReferenceDeleteRequest.ProtoReflect.Descriptor instead.
 func (*CancelReferenceDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{26}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelReferenceDeleteRequest) GetOperationId() string {
@@ -2375,7 +2534,7 @@ type CancelReferenceDeleteResponse struct {
 
 func (x *CancelReferenceDeleteResponse) Reset() {
 	*x = CancelReferenceDeleteResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[27]
+	mi := &file_execution_v1_execution_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2546,7 @@ func (x *CancelReferenceDeleteResponse) String() string {
 func (*CancelReferenceDeleteResponse) ProtoMessage() {}
 
 func (x *CancelReferenceDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[27]
+	mi := &file_execution_v1_execution_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2559,7 @@ func (x *CancelReferenceDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReferenceDeleteResponse.ProtoReflect.Descriptor instead.
 func (*CancelReferenceDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{27}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelReferenceDeleteResponse) GetEnvironment() *Environment {
@@ -2428,7 +2587,7 @@ type ReferenceIntent struct {
 
 func (x *ReferenceIntent) Reset() {
 	*x = ReferenceIntent{}
-	mi := &file_execution_v1_execution_proto_msgTypes[28]
+	mi := &file_execution_v1_execution_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2599,7 @@ func (x *ReferenceIntent) String() string {
 func (*ReferenceIntent) ProtoMessage() {}
 
 func (x *ReferenceIntent) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[28]
+	mi := &file_execution_v1_execution_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2612,7 @@ func (x *ReferenceIntent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReferenceIntent.ProtoReflect.Descriptor instead.
 func (*ReferenceIntent) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{28}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReferenceIntent) GetEnvironment() *EnvironmentRef {
@@ -2484,7 +2643,7 @@ type ListReferenceIntentsRequest struct {
 
 func (x *ListReferenceIntentsRequest) Reset() {
 	*x = ListReferenceIntentsRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[29]
+	mi := &file_execution_v1_execution_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2655,7 @@ func (x *ListReferenceIntentsRequest) String() string {
 func (*ListReferenceIntentsRequest) ProtoMessage() {}
 
 func (x *ListReferenceIntentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[29]
+	mi := &file_execution_v1_execution_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2668,7 @@ func (x *ListReferenceIntentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReferenceIntentsRequest.ProtoReflect.Descriptor instead.
 func (*ListReferenceIntentsRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{29}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListReferenceIntentsRequest) GetOwner() *Owner {
@@ -2544,7 +2703,7 @@ type ListReferenceIntentsResponse struct {
 
 func (x *ListReferenceIntentsResponse) Reset() {
 	*x = ListReferenceIntentsResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[30]
+	mi := &file_execution_v1_execution_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2715,7 @@ func (x *ListReferenceIntentsResponse) String() string {
 func (*ListReferenceIntentsResponse) ProtoMessage() {}
 
 func (x *ListReferenceIntentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[30]
+	mi := &file_execution_v1_execution_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2728,7 @@ func (x *ListReferenceIntentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReferenceIntentsResponse.ProtoReflect.Descriptor instead.
 func (*ListReferenceIntentsResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{30}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListReferenceIntentsResponse) GetIntents() []*ReferenceIntent {
@@ -2602,7 +2761,7 @@ type AcquireRunRequest struct {
 
 func (x *AcquireRunRequest) Reset() {
 	*x = AcquireRunRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[31]
+	mi := &file_execution_v1_execution_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2773,7 @@ func (x *AcquireRunRequest) String() string {
 func (*AcquireRunRequest) ProtoMessage() {}
 
 func (x *AcquireRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[31]
+	mi := &file_execution_v1_execution_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2786,7 @@ func (x *AcquireRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRunRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRunRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{31}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AcquireRunRequest) GetOperationId() string {
@@ -2678,7 +2837,7 @@ type AcquireRunResponse struct {
 
 func (x *AcquireRunResponse) Reset() {
 	*x = AcquireRunResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[32]
+	mi := &file_execution_v1_execution_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2849,7 @@ func (x *AcquireRunResponse) String() string {
 func (*AcquireRunResponse) ProtoMessage() {}
 
 func (x *AcquireRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[32]
+	mi := &file_execution_v1_execution_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2862,7 @@ func (x *AcquireRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRunResponse.ProtoReflect.Descriptor instead.
 func (*AcquireRunResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{32}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AcquireRunResponse) GetEnvironment() *Environment {
@@ -2740,7 +2899,7 @@ type RenewRunRequest struct {
 
 func (x *RenewRunRequest) Reset() {
 	*x = RenewRunRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[33]
+	mi := &file_execution_v1_execution_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2911,7 @@ func (x *RenewRunRequest) String() string {
 func (*RenewRunRequest) ProtoMessage() {}
 
 func (x *RenewRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[33]
+	mi := &file_execution_v1_execution_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2924,7 @@ func (x *RenewRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRunRequest.ProtoReflect.Descriptor instead.
 func (*RenewRunRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{33}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RenewRunRequest) GetOperationId() string {
@@ -2806,7 +2965,7 @@ type RenewRunResponse struct {
 
 func (x *RenewRunResponse) Reset() {
 	*x = RenewRunResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[34]
+	mi := &file_execution_v1_execution_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2977,7 @@ func (x *RenewRunResponse) String() string {
 func (*RenewRunResponse) ProtoMessage() {}
 
 func (x *RenewRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[34]
+	mi := &file_execution_v1_execution_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +2990,7 @@ func (x *RenewRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRunResponse.ProtoReflect.Descriptor instead.
 func (*RenewRunResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{34}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RenewRunResponse) GetRun() *RunClaim {
@@ -2859,7 +3018,7 @@ type ReleaseRunRequest struct {
 
 func (x *ReleaseRunRequest) Reset() {
 	*x = ReleaseRunRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[35]
+	mi := &file_execution_v1_execution_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3030,7 @@ func (x *ReleaseRunRequest) String() string {
 func (*ReleaseRunRequest) ProtoMessage() {}
 
 func (x *ReleaseRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[35]
+	mi := &file_execution_v1_execution_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3043,7 @@ func (x *ReleaseRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRunRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRunRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{35}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseRunRequest) GetOperationId() string {
@@ -2917,7 +3076,7 @@ type ReleaseRunResponse struct {
 
 func (x *ReleaseRunResponse) Reset() {
 	*x = ReleaseRunResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[36]
+	mi := &file_execution_v1_execution_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3088,7 @@ func (x *ReleaseRunResponse) String() string {
 func (*ReleaseRunResponse) ProtoMessage() {}
 
 func (x *ReleaseRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[36]
+	mi := &file_execution_v1_execution_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3101,7 @@ func (x *ReleaseRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRunResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseRunResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{36}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseRunResponse) GetEnvironment() *Environment {
@@ -2974,7 +3133,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_execution_v1_execution_proto_msgTypes[37]
+	mi := &file_execution_v1_execution_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3145,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[37]
+	mi := &file_execution_v1_execution_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3158,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{37}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FileInfo) GetPath() []byte {
@@ -3064,7 +3223,7 @@ type ReadFile struct {
 
 func (x *ReadFile) Reset() {
 	*x = ReadFile{}
-	mi := &file_execution_v1_execution_proto_msgTypes[38]
+	mi := &file_execution_v1_execution_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3235,7 @@ func (x *ReadFile) String() string {
 func (*ReadFile) ProtoMessage() {}
 
 func (x *ReadFile) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[38]
+	mi := &file_execution_v1_execution_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3248,7 @@ func (x *ReadFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFile.ProtoReflect.Descriptor instead.
 func (*ReadFile) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{38}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadFile) GetPath() []byte {
@@ -3126,7 +3285,7 @@ type ReadFileResult struct {
 
 func (x *ReadFileResult) Reset() {
 	*x = ReadFileResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[39]
+	mi := &file_execution_v1_execution_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3297,7 @@ func (x *ReadFileResult) String() string {
 func (*ReadFileResult) ProtoMessage() {}
 
 func (x *ReadFileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[39]
+	mi := &file_execution_v1_execution_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3310,7 @@ func (x *ReadFileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResult.ProtoReflect.Descriptor instead.
 func (*ReadFileResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{39}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadFileResult) GetContent() []byte {
@@ -3195,7 +3354,7 @@ type WriteFile struct {
 
 func (x *WriteFile) Reset() {
 	*x = WriteFile{}
-	mi := &file_execution_v1_execution_proto_msgTypes[40]
+	mi := &file_execution_v1_execution_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3366,7 @@ func (x *WriteFile) String() string {
 func (*WriteFile) ProtoMessage() {}
 
 func (x *WriteFile) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[40]
+	mi := &file_execution_v1_execution_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3379,7 @@ func (x *WriteFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFile.ProtoReflect.Descriptor instead.
 func (*WriteFile) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{40}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteFile) GetPath() []byte {
@@ -3274,7 +3433,7 @@ type WriteFileResult struct {
 
 func (x *WriteFileResult) Reset() {
 	*x = WriteFileResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[41]
+	mi := &file_execution_v1_execution_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3445,7 @@ func (x *WriteFileResult) String() string {
 func (*WriteFileResult) ProtoMessage() {}
 
 func (x *WriteFileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[41]
+	mi := &file_execution_v1_execution_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3458,7 @@ func (x *WriteFileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResult.ProtoReflect.Descriptor instead.
 func (*WriteFileResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{41}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WriteFileResult) GetInfo() *FileInfo {
@@ -3318,7 +3477,7 @@ type StatFile struct {
 
 func (x *StatFile) Reset() {
 	*x = StatFile{}
-	mi := &file_execution_v1_execution_proto_msgTypes[42]
+	mi := &file_execution_v1_execution_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3489,7 @@ func (x *StatFile) String() string {
 func (*StatFile) ProtoMessage() {}
 
 func (x *StatFile) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[42]
+	mi := &file_execution_v1_execution_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3502,7 @@ func (x *StatFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFile.ProtoReflect.Descriptor instead.
 func (*StatFile) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{42}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatFile) GetPath() []byte {
@@ -3362,7 +3521,7 @@ type StatFileResult struct {
 
 func (x *StatFileResult) Reset() {
 	*x = StatFileResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[43]
+	mi := &file_execution_v1_execution_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3533,7 @@ func (x *StatFileResult) String() string {
 func (*StatFileResult) ProtoMessage() {}
 
 func (x *StatFileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[43]
+	mi := &file_execution_v1_execution_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3546,7 @@ func (x *StatFileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResult.ProtoReflect.Descriptor instead.
 func (*StatFileResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{43}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatFileResult) GetInfo() *FileInfo {
@@ -3411,7 +3570,7 @@ type ListDirectory struct {
 
 func (x *ListDirectory) Reset() {
 	*x = ListDirectory{}
-	mi := &file_execution_v1_execution_proto_msgTypes[44]
+	mi := &file_execution_v1_execution_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3582,7 @@ func (x *ListDirectory) String() string {
 func (*ListDirectory) ProtoMessage() {}
 
 func (x *ListDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[44]
+	mi := &file_execution_v1_execution_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3595,7 @@ func (x *ListDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectory.ProtoReflect.Descriptor instead.
 func (*ListDirectory) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{44}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListDirectory) GetPath() []byte {
@@ -3471,7 +3630,7 @@ type ListDirectoryResult struct {
 
 func (x *ListDirectoryResult) Reset() {
 	*x = ListDirectoryResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[45]
+	mi := &file_execution_v1_execution_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3483,7 +3642,7 @@ func (x *ListDirectoryResult) String() string {
 func (*ListDirectoryResult) ProtoMessage() {}
 
 func (x *ListDirectoryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[45]
+	mi := &file_execution_v1_execution_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3496,7 +3655,7 @@ func (x *ListDirectoryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectoryResult.ProtoReflect.Descriptor instead.
 func (*ListDirectoryResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{45}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListDirectoryResult) GetEntries() []*FileInfo {
@@ -3526,7 +3685,7 @@ type MakeDirectory struct {
 
 func (x *MakeDirectory) Reset() {
 	*x = MakeDirectory{}
-	mi := &file_execution_v1_execution_proto_msgTypes[46]
+	mi := &file_execution_v1_execution_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3697,7 @@ func (x *MakeDirectory) String() string {
 func (*MakeDirectory) ProtoMessage() {}
 
 func (x *MakeDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[46]
+	mi := &file_execution_v1_execution_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +3710,7 @@ func (x *MakeDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectory.ProtoReflect.Descriptor instead.
 func (*MakeDirectory) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{46}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MakeDirectory) GetPath() []byte {
@@ -3584,7 +3743,7 @@ type MakeDirectoryResult struct {
 
 func (x *MakeDirectoryResult) Reset() {
 	*x = MakeDirectoryResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[47]
+	mi := &file_execution_v1_execution_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3755,7 @@ func (x *MakeDirectoryResult) String() string {
 func (*MakeDirectoryResult) ProtoMessage() {}
 
 func (x *MakeDirectoryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[47]
+	mi := &file_execution_v1_execution_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3768,7 @@ func (x *MakeDirectoryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResult.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{47}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MakeDirectoryResult) GetInfo() *FileInfo {
@@ -3634,7 +3793,7 @@ type RemovePath struct {
 
 func (x *RemovePath) Reset() {
 	*x = RemovePath{}
-	mi := &file_execution_v1_execution_proto_msgTypes[48]
+	mi := &file_execution_v1_execution_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +3805,7 @@ func (x *RemovePath) String() string {
 func (*RemovePath) ProtoMessage() {}
 
 func (x *RemovePath) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[48]
+	mi := &file_execution_v1_execution_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +3818,7 @@ func (x *RemovePath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePath.ProtoReflect.Descriptor instead.
 func (*RemovePath) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{48}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemovePath) GetPath() []byte {
@@ -3693,7 +3852,7 @@ type RemovePathResult struct {
 
 func (x *RemovePathResult) Reset() {
 	*x = RemovePathResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[49]
+	mi := &file_execution_v1_execution_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3864,7 @@ func (x *RemovePathResult) String() string {
 func (*RemovePathResult) ProtoMessage() {}
 
 func (x *RemovePathResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[49]
+	mi := &file_execution_v1_execution_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3877,7 @@ func (x *RemovePathResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePathResult.ProtoReflect.Descriptor instead.
 func (*RemovePathResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{49}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemovePathResult) GetRemoved() uint64 {
@@ -3740,7 +3899,7 @@ type RenamePath struct {
 
 func (x *RenamePath) Reset() {
 	*x = RenamePath{}
-	mi := &file_execution_v1_execution_proto_msgTypes[50]
+	mi := &file_execution_v1_execution_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +3911,7 @@ func (x *RenamePath) String() string {
 func (*RenamePath) ProtoMessage() {}
 
 func (x *RenamePath) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[50]
+	mi := &file_execution_v1_execution_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +3924,7 @@ func (x *RenamePath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenamePath.ProtoReflect.Descriptor instead.
 func (*RenamePath) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{50}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RenamePath) GetFrom() []byte {
@@ -3798,7 +3957,7 @@ type RenamePathResult struct {
 
 func (x *RenamePathResult) Reset() {
 	*x = RenamePathResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[51]
+	mi := &file_execution_v1_execution_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3810,7 +3969,7 @@ func (x *RenamePathResult) String() string {
 func (*RenamePathResult) ProtoMessage() {}
 
 func (x *RenamePathResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[51]
+	mi := &file_execution_v1_execution_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3823,7 +3982,7 @@ func (x *RenamePathResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenamePathResult.ProtoReflect.Descriptor instead.
 func (*RenamePathResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{51}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RenamePathResult) GetInfo() *FileInfo {
@@ -3846,7 +4005,7 @@ type CopyPath struct {
 
 func (x *CopyPath) Reset() {
 	*x = CopyPath{}
-	mi := &file_execution_v1_execution_proto_msgTypes[52]
+	mi := &file_execution_v1_execution_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +4017,7 @@ func (x *CopyPath) String() string {
 func (*CopyPath) ProtoMessage() {}
 
 func (x *CopyPath) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[52]
+	mi := &file_execution_v1_execution_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +4030,7 @@ func (x *CopyPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyPath.ProtoReflect.Descriptor instead.
 func (*CopyPath) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{52}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CopyPath) GetFrom() []byte {
@@ -3913,7 +4072,7 @@ type CopyPathResult struct {
 
 func (x *CopyPathResult) Reset() {
 	*x = CopyPathResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[53]
+	mi := &file_execution_v1_execution_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4084,7 @@ func (x *CopyPathResult) String() string {
 func (*CopyPathResult) ProtoMessage() {}
 
 func (x *CopyPathResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[53]
+	mi := &file_execution_v1_execution_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4097,7 @@ func (x *CopyPathResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyPathResult.ProtoReflect.Descriptor instead.
 func (*CopyPathResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{53}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CopyPathResult) GetInfo() *FileInfo {
@@ -3978,7 +4137,7 @@ type Glob struct {
 
 func (x *Glob) Reset() {
 	*x = Glob{}
-	mi := &file_execution_v1_execution_proto_msgTypes[54]
+	mi := &file_execution_v1_execution_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4149,7 @@ func (x *Glob) String() string {
 func (*Glob) ProtoMessage() {}
 
 func (x *Glob) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[54]
+	mi := &file_execution_v1_execution_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4162,7 @@ func (x *Glob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Glob.ProtoReflect.Descriptor instead.
 func (*Glob) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{54}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Glob) GetPattern() []byte {
@@ -4039,7 +4198,7 @@ type GlobResult struct {
 
 func (x *GlobResult) Reset() {
 	*x = GlobResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[55]
+	mi := &file_execution_v1_execution_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4051,7 +4210,7 @@ func (x *GlobResult) String() string {
 func (*GlobResult) ProtoMessage() {}
 
 func (x *GlobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[55]
+	mi := &file_execution_v1_execution_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4064,7 +4223,7 @@ func (x *GlobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobResult.ProtoReflect.Descriptor instead.
 func (*GlobResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{55}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GlobResult) GetPaths() [][]byte {
@@ -4100,7 +4259,7 @@ type Grep struct {
 
 func (x *Grep) Reset() {
 	*x = Grep{}
-	mi := &file_execution_v1_execution_proto_msgTypes[56]
+	mi := &file_execution_v1_execution_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4112,7 +4271,7 @@ func (x *Grep) String() string {
 func (*Grep) ProtoMessage() {}
 
 func (x *Grep) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[56]
+	mi := &file_execution_v1_execution_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4125,7 +4284,7 @@ func (x *Grep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grep.ProtoReflect.Descriptor instead.
 func (*Grep) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{56}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Grep) GetPattern() string {
@@ -4176,7 +4335,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_execution_v1_execution_proto_msgTypes[57]
+	mi := &file_execution_v1_execution_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4347,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[57]
+	mi := &file_execution_v1_execution_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4360,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{57}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GrepMatch) GetPath() []byte {
@@ -4238,7 +4397,7 @@ type GrepResult struct {
 
 func (x *GrepResult) Reset() {
 	*x = GrepResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[58]
+	mi := &file_execution_v1_execution_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4409,7 @@ func (x *GrepResult) String() string {
 func (*GrepResult) ProtoMessage() {}
 
 func (x *GrepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[58]
+	mi := &file_execution_v1_execution_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4422,7 @@ func (x *GrepResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepResult.ProtoReflect.Descriptor instead.
 func (*GrepResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{58}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GrepResult) GetMatches() []*GrepMatch {
@@ -4316,7 +4475,7 @@ type FileOperation struct {
 
 func (x *FileOperation) Reset() {
 	*x = FileOperation{}
-	mi := &file_execution_v1_execution_proto_msgTypes[59]
+	mi := &file_execution_v1_execution_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4328,7 +4487,7 @@ func (x *FileOperation) String() string {
 func (*FileOperation) ProtoMessage() {}
 
 func (x *FileOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[59]
+	mi := &file_execution_v1_execution_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4341,7 +4500,7 @@ func (x *FileOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileOperation.ProtoReflect.Descriptor instead.
 func (*FileOperation) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{59}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FileOperation) GetOperation() isFileOperation_Operation {
@@ -4527,7 +4686,7 @@ type FileResult struct {
 
 func (x *FileResult) Reset() {
 	*x = FileResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[60]
+	mi := &file_execution_v1_execution_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +4698,7 @@ func (x *FileResult) String() string {
 func (*FileResult) ProtoMessage() {}
 
 func (x *FileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[60]
+	mi := &file_execution_v1_execution_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +4711,7 @@ func (x *FileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileResult.ProtoReflect.Descriptor instead.
 func (*FileResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{60}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FileResult) GetResult() isFileResult_Result {
@@ -4728,7 +4887,7 @@ type FilesRequest struct {
 
 func (x *FilesRequest) Reset() {
 	*x = FilesRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[61]
+	mi := &file_execution_v1_execution_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4740,7 +4899,7 @@ func (x *FilesRequest) String() string {
 func (*FilesRequest) ProtoMessage() {}
 
 func (x *FilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[61]
+	mi := &file_execution_v1_execution_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4753,7 +4912,7 @@ func (x *FilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesRequest.ProtoReflect.Descriptor instead.
 func (*FilesRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{61}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FilesRequest) GetRunGrant() *Grant {
@@ -4786,7 +4945,7 @@ type FilesResponse struct {
 
 func (x *FilesResponse) Reset() {
 	*x = FilesResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[62]
+	mi := &file_execution_v1_execution_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4798,7 +4957,7 @@ func (x *FilesResponse) String() string {
 func (*FilesResponse) ProtoMessage() {}
 
 func (x *FilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[62]
+	mi := &file_execution_v1_execution_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4811,7 +4970,7 @@ func (x *FilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesResponse.ProtoReflect.Descriptor instead.
 func (*FilesResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{62}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *FilesResponse) GetResult() *FileResult {
@@ -4839,7 +4998,7 @@ type WriteFileStreamRequest struct {
 
 func (x *WriteFileStreamRequest) Reset() {
 	*x = WriteFileStreamRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[63]
+	mi := &file_execution_v1_execution_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +5010,7 @@ func (x *WriteFileStreamRequest) String() string {
 func (*WriteFileStreamRequest) ProtoMessage() {}
 
 func (x *WriteFileStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[63]
+	mi := &file_execution_v1_execution_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +5023,7 @@ func (x *WriteFileStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileStreamRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{63}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WriteFileStreamRequest) GetRunGrant() *Grant {
@@ -4911,7 +5070,7 @@ type WriteFileStreamResponse struct {
 
 func (x *WriteFileStreamResponse) Reset() {
 	*x = WriteFileStreamResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[64]
+	mi := &file_execution_v1_execution_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4923,7 +5082,7 @@ func (x *WriteFileStreamResponse) String() string {
 func (*WriteFileStreamResponse) ProtoMessage() {}
 
 func (x *WriteFileStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[64]
+	mi := &file_execution_v1_execution_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4936,7 +5095,7 @@ func (x *WriteFileStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileStreamResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{64}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WriteFileStreamResponse) GetResult() *WriteFileResult {
@@ -4957,7 +5116,7 @@ type ReadFileStreamRequest struct {
 
 func (x *ReadFileStreamRequest) Reset() {
 	*x = ReadFileStreamRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[65]
+	mi := &file_execution_v1_execution_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4969,7 +5128,7 @@ func (x *ReadFileStreamRequest) String() string {
 func (*ReadFileStreamRequest) ProtoMessage() {}
 
 func (x *ReadFileStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[65]
+	mi := &file_execution_v1_execution_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4982,7 +5141,7 @@ func (x *ReadFileStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileStreamRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileStreamRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{65}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReadFileStreamRequest) GetRunGrant() *Grant {
@@ -5019,7 +5178,7 @@ type ReadFileStreamResponse struct {
 
 func (x *ReadFileStreamResponse) Reset() {
 	*x = ReadFileStreamResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[66]
+	mi := &file_execution_v1_execution_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +5190,7 @@ func (x *ReadFileStreamResponse) String() string {
 func (*ReadFileStreamResponse) ProtoMessage() {}
 
 func (x *ReadFileStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[66]
+	mi := &file_execution_v1_execution_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +5203,7 @@ func (x *ReadFileStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileStreamResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileStreamResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{66}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReadFileStreamResponse) GetContent() []byte {
@@ -5074,7 +5233,7 @@ type EnvironmentVariable struct {
 
 func (x *EnvironmentVariable) Reset() {
 	*x = EnvironmentVariable{}
-	mi := &file_execution_v1_execution_proto_msgTypes[67]
+	mi := &file_execution_v1_execution_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5086,7 +5245,7 @@ func (x *EnvironmentVariable) String() string {
 func (*EnvironmentVariable) ProtoMessage() {}
 
 func (x *EnvironmentVariable) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[67]
+	mi := &file_execution_v1_execution_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5099,7 +5258,7 @@ func (x *EnvironmentVariable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentVariable.ProtoReflect.Descriptor instead.
 func (*EnvironmentVariable) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{67}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *EnvironmentVariable) GetName() string {
@@ -5137,7 +5296,7 @@ type CommandSpec struct {
 
 func (x *CommandSpec) Reset() {
 	*x = CommandSpec{}
-	mi := &file_execution_v1_execution_proto_msgTypes[68]
+	mi := &file_execution_v1_execution_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5149,7 +5308,7 @@ func (x *CommandSpec) String() string {
 func (*CommandSpec) ProtoMessage() {}
 
 func (x *CommandSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[68]
+	mi := &file_execution_v1_execution_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5162,7 +5321,7 @@ func (x *CommandSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSpec.ProtoReflect.Descriptor instead.
 func (*CommandSpec) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{68}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CommandSpec) GetProgram() isCommandSpec_Program {
@@ -5246,7 +5405,7 @@ type Argv struct {
 
 func (x *Argv) Reset() {
 	*x = Argv{}
-	mi := &file_execution_v1_execution_proto_msgTypes[69]
+	mi := &file_execution_v1_execution_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5258,7 +5417,7 @@ func (x *Argv) String() string {
 func (*Argv) ProtoMessage() {}
 
 func (x *Argv) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[69]
+	mi := &file_execution_v1_execution_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5271,7 +5430,7 @@ func (x *Argv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Argv.ProtoReflect.Descriptor instead.
 func (*Argv) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{69}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Argv) GetArgs() []string {
@@ -5298,7 +5457,7 @@ type CapturedOutput struct {
 
 func (x *CapturedOutput) Reset() {
 	*x = CapturedOutput{}
-	mi := &file_execution_v1_execution_proto_msgTypes[70]
+	mi := &file_execution_v1_execution_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5310,7 +5469,7 @@ func (x *CapturedOutput) String() string {
 func (*CapturedOutput) ProtoMessage() {}
 
 func (x *CapturedOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[70]
+	mi := &file_execution_v1_execution_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5323,7 +5482,7 @@ func (x *CapturedOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapturedOutput.ProtoReflect.Descriptor instead.
 func (*CapturedOutput) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{70}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CapturedOutput) GetHead() []byte {
@@ -5376,7 +5535,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_execution_v1_execution_proto_msgTypes[71]
+	mi := &file_execution_v1_execution_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5388,7 +5547,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[71]
+	mi := &file_execution_v1_execution_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5401,7 +5560,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{71}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CommandResult) GetState() CommandState {
@@ -5479,7 +5638,7 @@ type OutputCursor struct {
 
 func (x *OutputCursor) Reset() {
 	*x = OutputCursor{}
-	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	mi := &file_execution_v1_execution_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5491,7 +5650,7 @@ func (x *OutputCursor) String() string {
 func (*OutputCursor) ProtoMessage() {}
 
 func (x *OutputCursor) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[72]
+	mi := &file_execution_v1_execution_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5504,7 +5663,7 @@ func (x *OutputCursor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputCursor.ProtoReflect.Descriptor instead.
 func (*OutputCursor) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{72}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *OutputCursor) GetStdout() uint64 {
@@ -5537,7 +5696,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	mi := &file_execution_v1_execution_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5549,7 +5708,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[73]
+	mi := &file_execution_v1_execution_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5562,7 +5721,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{73}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *OutputChunk) GetStream() OutputStream {
@@ -5608,7 +5767,7 @@ type CommandProgram struct {
 
 func (x *CommandProgram) Reset() {
 	*x = CommandProgram{}
-	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	mi := &file_execution_v1_execution_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5620,7 +5779,7 @@ func (x *CommandProgram) String() string {
 func (*CommandProgram) ProtoMessage() {}
 
 func (x *CommandProgram) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[74]
+	mi := &file_execution_v1_execution_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5633,7 +5792,7 @@ func (x *CommandProgram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProgram.ProtoReflect.Descriptor instead.
 func (*CommandProgram) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{74}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CommandProgram) GetArgv() []string {
@@ -5697,7 +5856,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	mi := &file_execution_v1_execution_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5709,7 +5868,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[75]
+	mi := &file_execution_v1_execution_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5722,7 +5881,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{75}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -5830,7 +5989,7 @@ type StartCommandRequest struct {
 
 func (x *StartCommandRequest) Reset() {
 	*x = StartCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[76]
+	mi := &file_execution_v1_execution_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5842,7 +6001,7 @@ func (x *StartCommandRequest) String() string {
 func (*StartCommandRequest) ProtoMessage() {}
 
 func (x *StartCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[76]
+	mi := &file_execution_v1_execution_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5855,7 +6014,7 @@ func (x *StartCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCommandRequest.ProtoReflect.Descriptor instead.
 func (*StartCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{76}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *StartCommandRequest) GetRunGrant() *Grant {
@@ -5905,7 +6064,7 @@ type StartCommandResponse struct {
 
 func (x *StartCommandResponse) Reset() {
 	*x = StartCommandResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[77]
+	mi := &file_execution_v1_execution_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5917,7 +6076,7 @@ func (x *StartCommandResponse) String() string {
 func (*StartCommandResponse) ProtoMessage() {}
 
 func (x *StartCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[77]
+	mi := &file_execution_v1_execution_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5930,7 +6089,7 @@ func (x *StartCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCommandResponse.ProtoReflect.Descriptor instead.
 func (*StartCommandResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{77}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *StartCommandResponse) GetResult() *CommandResult {
@@ -5963,7 +6122,7 @@ type CommandStatusRequest struct {
 
 func (x *CommandStatusRequest) Reset() {
 	*x = CommandStatusRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[78]
+	mi := &file_execution_v1_execution_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5975,7 +6134,7 @@ func (x *CommandStatusRequest) String() string {
 func (*CommandStatusRequest) ProtoMessage() {}
 
 func (x *CommandStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[78]
+	mi := &file_execution_v1_execution_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5988,7 +6147,7 @@ func (x *CommandStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStatusRequest.ProtoReflect.Descriptor instead.
 func (*CommandStatusRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{78}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CommandStatusRequest) GetRunGrant() *Grant {
@@ -6039,7 +6198,7 @@ type CommandStatusResponse struct {
 
 func (x *CommandStatusResponse) Reset() {
 	*x = CommandStatusResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[79]
+	mi := &file_execution_v1_execution_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6051,7 +6210,7 @@ func (x *CommandStatusResponse) String() string {
 func (*CommandStatusResponse) ProtoMessage() {}
 
 func (x *CommandStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[79]
+	mi := &file_execution_v1_execution_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6064,7 +6223,7 @@ func (x *CommandStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandStatusResponse.ProtoReflect.Descriptor instead.
 func (*CommandStatusResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{79}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CommandStatusResponse) GetResult() *CommandResult {
@@ -6102,7 +6261,7 @@ type CancelCommandRequest struct {
 
 func (x *CancelCommandRequest) Reset() {
 	*x = CancelCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[80]
+	mi := &file_execution_v1_execution_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6114,7 +6273,7 @@ func (x *CancelCommandRequest) String() string {
 func (*CancelCommandRequest) ProtoMessage() {}
 
 func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[80]
+	mi := &file_execution_v1_execution_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6127,7 +6286,7 @@ func (x *CancelCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandRequest.ProtoReflect.Descriptor instead.
 func (*CancelCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{80}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CancelCommandRequest) GetRunGrant() *Grant {
@@ -6168,7 +6327,7 @@ type CancelCommandResponse struct {
 
 func (x *CancelCommandResponse) Reset() {
 	*x = CancelCommandResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[81]
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6180,7 +6339,7 @@ func (x *CancelCommandResponse) String() string {
 func (*CancelCommandResponse) ProtoMessage() {}
 
 func (x *CancelCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[81]
+	mi := &file_execution_v1_execution_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6193,7 +6352,7 @@ func (x *CancelCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelCommandResponse.ProtoReflect.Descriptor instead.
 func (*CancelCommandResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{81}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CancelCommandResponse) GetCommand() *CommandInfo {
@@ -6221,7 +6380,7 @@ type RunCommandRequest struct {
 
 func (x *RunCommandRequest) Reset() {
 	*x = RunCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6233,7 +6392,7 @@ func (x *RunCommandRequest) String() string {
 func (*RunCommandRequest) ProtoMessage() {}
 
 func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[82]
+	mi := &file_execution_v1_execution_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6246,7 +6405,7 @@ func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{82}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RunCommandRequest) GetRunGrant() *Grant {
@@ -6300,7 +6459,7 @@ type CommandEvent struct {
 
 func (x *CommandEvent) Reset() {
 	*x = CommandEvent{}
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6312,7 +6471,7 @@ func (x *CommandEvent) String() string {
 func (*CommandEvent) ProtoMessage() {}
 
 func (x *CommandEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[83]
+	mi := &file_execution_v1_execution_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6325,7 +6484,7 @@ func (x *CommandEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandEvent.ProtoReflect.Descriptor instead.
 func (*CommandEvent) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{83}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CommandEvent) GetEvent() isCommandEvent_Event {
@@ -6399,7 +6558,7 @@ type WatchCommandRequest struct {
 
 func (x *WatchCommandRequest) Reset() {
 	*x = WatchCommandRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6411,7 +6570,7 @@ func (x *WatchCommandRequest) String() string {
 func (*WatchCommandRequest) ProtoMessage() {}
 
 func (x *WatchCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[84]
+	mi := &file_execution_v1_execution_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6424,7 +6583,7 @@ func (x *WatchCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCommandRequest.ProtoReflect.Descriptor instead.
 func (*WatchCommandRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{84}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WatchCommandRequest) GetRunGrant() *Grant {
@@ -6467,7 +6626,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6479,7 +6638,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[85]
+	mi := &file_execution_v1_execution_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6492,7 +6651,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{85}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListCommandsRequest) GetRunGrant() *Grant {
@@ -6528,7 +6687,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6540,7 +6699,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[86]
+	mi := &file_execution_v1_execution_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6553,7 +6712,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{86}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -6582,7 +6741,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6594,7 +6753,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[87]
+	mi := &file_execution_v1_execution_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6607,7 +6766,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{87}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -6643,7 +6802,7 @@ type TerminalStart struct {
 
 func (x *TerminalStart) Reset() {
 	*x = TerminalStart{}
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6655,7 +6814,7 @@ func (x *TerminalStart) String() string {
 func (*TerminalStart) ProtoMessage() {}
 
 func (x *TerminalStart) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[88]
+	mi := &file_execution_v1_execution_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6668,7 +6827,7 @@ func (x *TerminalStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalStart.ProtoReflect.Descriptor instead.
 func (*TerminalStart) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{88}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *TerminalStart) GetRunGrant() *Grant {
@@ -6717,7 +6876,7 @@ type TerminalRequest struct {
 
 func (x *TerminalRequest) Reset() {
 	*x = TerminalRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6729,7 +6888,7 @@ func (x *TerminalRequest) String() string {
 func (*TerminalRequest) ProtoMessage() {}
 
 func (x *TerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[89]
+	mi := &file_execution_v1_execution_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6742,7 +6901,7 @@ func (x *TerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalRequest.ProtoReflect.Descriptor instead.
 func (*TerminalRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{89}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *TerminalRequest) GetFrame() isTerminalRequest_Frame {
@@ -6820,7 +6979,7 @@ type TerminalResponse struct {
 
 func (x *TerminalResponse) Reset() {
 	*x = TerminalResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6832,7 +6991,7 @@ func (x *TerminalResponse) String() string {
 func (*TerminalResponse) ProtoMessage() {}
 
 func (x *TerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[90]
+	mi := &file_execution_v1_execution_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6845,7 +7004,7 @@ func (x *TerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalResponse.ProtoReflect.Descriptor instead.
 func (*TerminalResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{90}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *TerminalResponse) GetEvent() isTerminalResponse_Event {
@@ -6926,7 +7085,7 @@ type AdminPreconditions struct {
 
 func (x *AdminPreconditions) Reset() {
 	*x = AdminPreconditions{}
-	mi := &file_execution_v1_execution_proto_msgTypes[91]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6938,7 +7097,7 @@ func (x *AdminPreconditions) String() string {
 func (*AdminPreconditions) ProtoMessage() {}
 
 func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[91]
+	mi := &file_execution_v1_execution_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6951,7 +7110,7 @@ func (x *AdminPreconditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminPreconditions.ProtoReflect.Descriptor instead.
 func (*AdminPreconditions) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{91}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *AdminPreconditions) GetEpoch() uint64 {
@@ -6993,7 +7152,7 @@ type SuspendEnvironmentRequest struct {
 
 func (x *SuspendEnvironmentRequest) Reset() {
 	*x = SuspendEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7005,7 +7164,7 @@ func (x *SuspendEnvironmentRequest) String() string {
 func (*SuspendEnvironmentRequest) ProtoMessage() {}
 
 func (x *SuspendEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[92]
+	mi := &file_execution_v1_execution_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7018,7 +7177,7 @@ func (x *SuspendEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*SuspendEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{92}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *SuspendEnvironmentRequest) GetOperationId() string {
@@ -7044,7 +7203,7 @@ type SuspendEnvironmentResponse struct {
 
 func (x *SuspendEnvironmentResponse) Reset() {
 	*x = SuspendEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7056,7 +7215,7 @@ func (x *SuspendEnvironmentResponse) String() string {
 func (*SuspendEnvironmentResponse) ProtoMessage() {}
 
 func (x *SuspendEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[93]
+	mi := &file_execution_v1_execution_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7069,7 +7228,7 @@ func (x *SuspendEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*SuspendEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{93}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *SuspendEnvironmentResponse) GetEnvironment() *Environment {
@@ -7095,7 +7254,7 @@ type DeleteEnvironmentRequest struct {
 
 func (x *DeleteEnvironmentRequest) Reset() {
 	*x = DeleteEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7107,7 +7266,7 @@ func (x *DeleteEnvironmentRequest) String() string {
 func (*DeleteEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[94]
+	mi := &file_execution_v1_execution_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7120,7 +7279,7 @@ func (x *DeleteEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{94}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DeleteEnvironmentRequest) GetOperationId() string {
@@ -7155,7 +7314,7 @@ type DeleteEnvironmentResponse struct {
 
 func (x *DeleteEnvironmentResponse) Reset() {
 	*x = DeleteEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7167,7 +7326,7 @@ func (x *DeleteEnvironmentResponse) String() string {
 func (*DeleteEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[95]
+	mi := &file_execution_v1_execution_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7180,7 +7339,7 @@ func (x *DeleteEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{95}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *DeleteEnvironmentResponse) GetEnvironment() *Environment {
@@ -7203,7 +7362,7 @@ type SetEnvironmentRetentionRequest struct {
 
 func (x *SetEnvironmentRetentionRequest) Reset() {
 	*x = SetEnvironmentRetentionRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7215,7 +7374,7 @@ func (x *SetEnvironmentRetentionRequest) String() string {
 func (*SetEnvironmentRetentionRequest) ProtoMessage() {}
 
 func (x *SetEnvironmentRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[96]
+	mi := &file_execution_v1_execution_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7228,7 +7387,7 @@ func (x *SetEnvironmentRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEnvironmentRetentionRequest.ProtoReflect.Descriptor instead.
 func (*SetEnvironmentRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{96}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *SetEnvironmentRetentionRequest) GetOperationId() string {
@@ -7261,7 +7420,7 @@ type SetEnvironmentRetentionResponse struct {
 
 func (x *SetEnvironmentRetentionResponse) Reset() {
 	*x = SetEnvironmentRetentionResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7273,7 +7432,7 @@ func (x *SetEnvironmentRetentionResponse) String() string {
 func (*SetEnvironmentRetentionResponse) ProtoMessage() {}
 
 func (x *SetEnvironmentRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[97]
+	mi := &file_execution_v1_execution_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7286,7 +7445,7 @@ func (x *SetEnvironmentRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEnvironmentRetentionResponse.ProtoReflect.Descriptor instead.
 func (*SetEnvironmentRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{97}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *SetEnvironmentRetentionResponse) GetEnvironment() *Environment {
@@ -7294,6 +7453,259 @@ func (x *SetEnvironmentRetentionResponse) GetEnvironment() *Environment {
 		return x.Environment
 	}
 	return nil
+}
+
+type SetEnvironmentDeadlineRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// The binding's reference (published or pending, not being deleted) on the environment.
+	Target *ReferenceTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// The new deadline, counted from this call; absent clears the deadline.
+	Deadline      *Deadline `protobuf:"bytes,3,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEnvironmentDeadlineRequest) Reset() {
+	*x = SetEnvironmentDeadlineRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEnvironmentDeadlineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEnvironmentDeadlineRequest) ProtoMessage() {}
+
+func (x *SetEnvironmentDeadlineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEnvironmentDeadlineRequest.ProtoReflect.Descriptor instead.
+func (*SetEnvironmentDeadlineRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
+}
+
+func (x *SetEnvironmentDeadlineRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *SetEnvironmentDeadlineRequest) GetTarget() *ReferenceTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *SetEnvironmentDeadlineRequest) GetDeadline() *Deadline {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+type SetEnvironmentDeadlineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   *Environment           `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEnvironmentDeadlineResponse) Reset() {
+	*x = SetEnvironmentDeadlineResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEnvironmentDeadlineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEnvironmentDeadlineResponse) ProtoMessage() {}
+
+func (x *SetEnvironmentDeadlineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEnvironmentDeadlineResponse.ProtoReflect.Descriptor instead.
+func (*SetEnvironmentDeadlineResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *SetEnvironmentDeadlineResponse) GetEnvironment() *Environment {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+type ListEnvironmentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: the owner whose environments (created by this client) are listed. Requires
+	// the MayAttestOwner capability.
+	Owner *Owner `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// When set, only this binding's environment.
+	BindingId string `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	// When set, only environments in one of these states. Deleted environments are never
+	// listed.
+	Lifecycle []LifecycleState `protobuf:"varint,3,rep,packed,name=lifecycle,proto3,enum=execution.v1.LifecycleState" json:"lifecycle,omitempty"`
+	// When set, only environments whose metadata has every one of these entries (same bounds
+	// as EnsureEnvironmentRequest.metadata).
+	Metadata map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// 1..500; 0 means 100.
+	PageSize uint32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response; empty for the first page. At most 1024 bytes, opaque.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEnvironmentsRequest) Reset() {
+	*x = ListEnvironmentsRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEnvironmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEnvironmentsRequest) ProtoMessage() {}
+
+func (x *ListEnvironmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEnvironmentsRequest.ProtoReflect.Descriptor instead.
+func (*ListEnvironmentsRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *ListEnvironmentsRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *ListEnvironmentsRequest) GetBindingId() string {
+	if x != nil {
+		return x.BindingId
+	}
+	return ""
+}
+
+func (x *ListEnvironmentsRequest) GetLifecycle() []LifecycleState {
+	if x != nil {
+		return x.Lifecycle
+	}
+	return nil
+}
+
+func (x *ListEnvironmentsRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *ListEnvironmentsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEnvironmentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListEnvironmentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ordered by environment id.
+	Environments []*Environment `protobuf:"bytes,1,rep,name=environments,proto3" json:"environments,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEnvironmentsResponse) Reset() {
+	*x = ListEnvironmentsResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEnvironmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEnvironmentsResponse) ProtoMessage() {}
+
+func (x *ListEnvironmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEnvironmentsResponse.ProtoReflect.Descriptor instead.
+func (*ListEnvironmentsResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *ListEnvironmentsResponse) GetEnvironments() []*Environment {
+	if x != nil {
+		return x.Environments
+	}
+	return nil
+}
+
+func (x *ListEnvironmentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ResumeEnvironmentRequest struct {
@@ -7307,7 +7719,7 @@ type ResumeEnvironmentRequest struct {
 
 func (x *ResumeEnvironmentRequest) Reset() {
 	*x = ResumeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7319,7 +7731,7 @@ func (x *ResumeEnvironmentRequest) String() string {
 func (*ResumeEnvironmentRequest) ProtoMessage() {}
 
 func (x *ResumeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[98]
+	mi := &file_execution_v1_execution_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7332,7 +7744,7 @@ func (x *ResumeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*ResumeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{98}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ResumeEnvironmentRequest) GetOperationId() string {
@@ -7358,7 +7770,7 @@ type ResumeEnvironmentResponse struct {
 
 func (x *ResumeEnvironmentResponse) Reset() {
 	*x = ResumeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7370,7 +7782,7 @@ func (x *ResumeEnvironmentResponse) String() string {
 func (*ResumeEnvironmentResponse) ProtoMessage() {}
 
 func (x *ResumeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[99]
+	mi := &file_execution_v1_execution_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7383,7 +7795,7 @@ func (x *ResumeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*ResumeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{99}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ResumeEnvironmentResponse) GetEnvironment() *Environment {
@@ -7407,7 +7819,7 @@ type RetireEnvironmentRequest struct {
 
 func (x *RetireEnvironmentRequest) Reset() {
 	*x = RetireEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	mi := &file_execution_v1_execution_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7419,7 +7831,7 @@ func (x *RetireEnvironmentRequest) String() string {
 func (*RetireEnvironmentRequest) ProtoMessage() {}
 
 func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[100]
+	mi := &file_execution_v1_execution_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7432,7 +7844,7 @@ func (x *RetireEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{100}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RetireEnvironmentRequest) GetOperationId() string {
@@ -7472,7 +7884,7 @@ type RetireEnvironmentResponse struct {
 
 func (x *RetireEnvironmentResponse) Reset() {
 	*x = RetireEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	mi := &file_execution_v1_execution_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7484,7 +7896,7 @@ func (x *RetireEnvironmentResponse) String() string {
 func (*RetireEnvironmentResponse) ProtoMessage() {}
 
 func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[101]
+	mi := &file_execution_v1_execution_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7497,7 +7909,7 @@ func (x *RetireEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RetireEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{101}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RetireEnvironmentResponse) GetEnvironment() *Environment {
@@ -7520,7 +7932,7 @@ type ReplaceExecutorRequest struct {
 
 func (x *ReplaceExecutorRequest) Reset() {
 	*x = ReplaceExecutorRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	mi := &file_execution_v1_execution_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7532,7 +7944,7 @@ func (x *ReplaceExecutorRequest) String() string {
 func (*ReplaceExecutorRequest) ProtoMessage() {}
 
 func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[102]
+	mi := &file_execution_v1_execution_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7545,7 +7957,7 @@ func (x *ReplaceExecutorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{102}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ReplaceExecutorRequest) GetOperationId() string {
@@ -7585,7 +7997,7 @@ type ReplaceExecutorResponse struct {
 
 func (x *ReplaceExecutorResponse) Reset() {
 	*x = ReplaceExecutorResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[103]
+	mi := &file_execution_v1_execution_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7597,7 +8009,7 @@ func (x *ReplaceExecutorResponse) String() string {
 func (*ReplaceExecutorResponse) ProtoMessage() {}
 
 func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[103]
+	mi := &file_execution_v1_execution_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7610,7 +8022,7 @@ func (x *ReplaceExecutorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceExecutorResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceExecutorResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{103}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ReplaceExecutorResponse) GetEnvironment() *Environment {
@@ -7633,7 +8045,7 @@ type RevokeEnvironmentRequest struct {
 
 func (x *RevokeEnvironmentRequest) Reset() {
 	*x = RevokeEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[104]
+	mi := &file_execution_v1_execution_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7645,7 +8057,7 @@ func (x *RevokeEnvironmentRequest) String() string {
 func (*RevokeEnvironmentRequest) ProtoMessage() {}
 
 func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[104]
+	mi := &file_execution_v1_execution_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7658,7 +8070,7 @@ func (x *RevokeEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{104}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *RevokeEnvironmentRequest) GetOperationId() string {
@@ -7698,7 +8110,7 @@ type RevokeEnvironmentResponse struct {
 
 func (x *RevokeEnvironmentResponse) Reset() {
 	*x = RevokeEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[105]
+	mi := &file_execution_v1_execution_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7710,7 +8122,7 @@ func (x *RevokeEnvironmentResponse) String() string {
 func (*RevokeEnvironmentResponse) ProtoMessage() {}
 
 func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[105]
+	mi := &file_execution_v1_execution_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7723,7 +8135,7 @@ func (x *RevokeEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{105}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *RevokeEnvironmentResponse) GetEnvironment() *Environment {
@@ -7746,7 +8158,7 @@ type RecoverEnvironmentRequest struct {
 
 func (x *RecoverEnvironmentRequest) Reset() {
 	*x = RecoverEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[106]
+	mi := &file_execution_v1_execution_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7758,7 +8170,7 @@ func (x *RecoverEnvironmentRequest) String() string {
 func (*RecoverEnvironmentRequest) ProtoMessage() {}
 
 func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[106]
+	mi := &file_execution_v1_execution_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7771,7 +8183,7 @@ func (x *RecoverEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{106}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RecoverEnvironmentRequest) GetOperationId() string {
@@ -7811,7 +8223,7 @@ type RecoverEnvironmentResponse struct {
 
 func (x *RecoverEnvironmentResponse) Reset() {
 	*x = RecoverEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[107]
+	mi := &file_execution_v1_execution_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7823,7 +8235,7 @@ func (x *RecoverEnvironmentResponse) String() string {
 func (*RecoverEnvironmentResponse) ProtoMessage() {}
 
 func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[107]
+	mi := &file_execution_v1_execution_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7836,7 +8248,7 @@ func (x *RecoverEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*RecoverEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{107}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *RecoverEnvironmentResponse) GetEnvironment() *Environment {
@@ -7860,7 +8272,7 @@ type MigrateEnvironmentRequest struct {
 
 func (x *MigrateEnvironmentRequest) Reset() {
 	*x = MigrateEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[108]
+	mi := &file_execution_v1_execution_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7872,7 +8284,7 @@ func (x *MigrateEnvironmentRequest) String() string {
 func (*MigrateEnvironmentRequest) ProtoMessage() {}
 
 func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[108]
+	mi := &file_execution_v1_execution_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7885,7 +8297,7 @@ func (x *MigrateEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{108}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *MigrateEnvironmentRequest) GetOperationId() string {
@@ -7927,7 +8339,7 @@ type MigrateEnvironmentResponse struct {
 
 func (x *MigrateEnvironmentResponse) Reset() {
 	*x = MigrateEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[109]
+	mi := &file_execution_v1_execution_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7939,7 +8351,7 @@ func (x *MigrateEnvironmentResponse) String() string {
 func (*MigrateEnvironmentResponse) ProtoMessage() {}
 
 func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[109]
+	mi := &file_execution_v1_execution_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7952,7 +8364,7 @@ func (x *MigrateEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*MigrateEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{109}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *MigrateEnvironmentResponse) GetEnvironment() *Environment {
@@ -7982,7 +8394,7 @@ type DeleteRetiredEnvironmentRequest struct {
 
 func (x *DeleteRetiredEnvironmentRequest) Reset() {
 	*x = DeleteRetiredEnvironmentRequest{}
-	mi := &file_execution_v1_execution_proto_msgTypes[110]
+	mi := &file_execution_v1_execution_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7994,7 +8406,7 @@ func (x *DeleteRetiredEnvironmentRequest) String() string {
 func (*DeleteRetiredEnvironmentRequest) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[110]
+	mi := &file_execution_v1_execution_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8007,7 +8419,7 @@ func (x *DeleteRetiredEnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{110}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *DeleteRetiredEnvironmentRequest) GetOperationId() string {
@@ -8046,7 +8458,7 @@ type DeleteRetiredEnvironmentResponse struct {
 
 func (x *DeleteRetiredEnvironmentResponse) Reset() {
 	*x = DeleteRetiredEnvironmentResponse{}
-	mi := &file_execution_v1_execution_proto_msgTypes[111]
+	mi := &file_execution_v1_execution_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8058,7 +8470,7 @@ func (x *DeleteRetiredEnvironmentResponse) String() string {
 func (*DeleteRetiredEnvironmentResponse) ProtoMessage() {}
 
 func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_execution_v1_execution_proto_msgTypes[111]
+	mi := &file_execution_v1_execution_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8071,7 +8483,7 @@ func (x *DeleteRetiredEnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRetiredEnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_execution_v1_execution_proto_rawDescGZIP(), []int{111}
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{116}
 }
 
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
@@ -8105,7 +8517,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12)\n" +
 	"\x10grant_generation\x18\x05 \x01(\x04R\x0fgrantGeneration\x129\n" +
 	"\n" +
-	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xa5\x05\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xa6\a\n" +
 	"\vEnvironment\x12.\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1c.execution.v1.EnvironmentRefR\x03ref\x12\x1d\n" +
 	"\n" +
@@ -8130,7 +8542,16 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\amessage\x18\x0f \x01(\tR\amessage\x129\n" +
 	"\n" +
 	"created_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
-	"\bretained\x18\x11 \x01(\bR\bretained\"\xf8\x01\n" +
+	"\bretained\x18\x11 \x01(\bR\bretained\x12C\n" +
+	"\bmetadata\x18\x12 \x03(\v2'.execution.v1.Environment.MetadataEntryR\bmetadata\x126\n" +
+	"\bdeadline\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12E\n" +
+	"\x0fdeadline_action\x18\x14 \x01(\x0e2\x1c.execution.v1.DeadlineActionR\x0edeadlineAction\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
+	"\bDeadline\x12/\n" +
+	"\x05after\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05after\x124\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x1c.execution.v1.DeadlineActionR\x06action\"\xf8\x01\n" +
 	"\aProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12$\n" +
@@ -8142,14 +8563,19 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12'\n" +
 	"\x0fexpected_digest\x18\x02 \x01(\tR\x0eexpectedDigest\"J\n" +
 	"\x17ValidateProfileResponse\x12/\n" +
-	"\aprofile\x18\x01 \x01(\v2\x15.execution.v1.ProfileR\aprofile\"\xd9\x01\n" +
+	"\aprofile\x18\x01 \x01(\v2\x15.execution.v1.ProfileR\aprofile\"\x9c\x03\n" +
 	"\x18EnsureEnvironmentRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12)\n" +
 	"\x05owner\x18\x02 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x1d\n" +
 	"\n" +
 	"binding_id\x18\x03 \x01(\tR\tbindingId\x12\x18\n" +
 	"\aprofile\x18\x04 \x01(\tR\aprofile\x126\n" +
-	"\x17expected_profile_digest\x18\x05 \x01(\tR\x15expectedProfileDigest\"\xb4\x01\n" +
+	"\x17expected_profile_digest\x18\x05 \x01(\tR\x15expectedProfileDigest\x12P\n" +
+	"\bmetadata\x18\x06 \x03(\v24.execution.v1.EnsureEnvironmentRequest.MetadataEntryR\bmetadata\x122\n" +
+	"\bdeadline\x18\a \x01(\v2\x16.execution.v1.DeadlineR\bdeadline\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +
 	"\x19EnsureEnvironmentResponse\x12;\n" +
 	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\x12@\n" +
 	"\x11environment_grant\x18\x02 \x01(\v2\x13.execution.v1.GrantR\x10environmentGrant\x12\x18\n" +
@@ -8550,7 +8976,28 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\x12\x16\n" +
 	"\x06retain\x18\x03 \x01(\bR\x06retain\"^\n" +
 	"\x1fSetEnvironmentRetentionResponse\x12;\n" +
-	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"t\n" +
+	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"\xad\x01\n" +
+	"\x1dSetEnvironmentDeadlineRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
+	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\x122\n" +
+	"\bdeadline\x18\x03 \x01(\v2\x16.execution.v1.DeadlineR\bdeadline\"]\n" +
+	"\x1eSetEnvironmentDeadlineResponse\x12;\n" +
+	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\"\xe9\x02\n" +
+	"\x17ListEnvironmentsRequest\x12)\n" +
+	"\x05owner\x18\x01 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x1d\n" +
+	"\n" +
+	"binding_id\x18\x02 \x01(\tR\tbindingId\x12:\n" +
+	"\tlifecycle\x18\x03 \x03(\x0e2\x1c.execution.v1.LifecycleStateR\tlifecycle\x12O\n" +
+	"\bmetadata\x18\x04 \x03(\v23.execution.v1.ListEnvironmentsRequest.MetadataEntryR\bmetadata\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x81\x01\n" +
+	"\x18ListEnvironmentsResponse\x12=\n" +
+	"\fenvironments\x18\x01 \x03(\v2\x19.execution.v1.EnvironmentR\fenvironments\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"t\n" +
 	"\x18ResumeEnvironmentRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
 	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\"X\n" +
@@ -8648,7 +9095,11 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x1eREFERENCE_STATE_PENDING_CREATE\x10\x01\x12\x1d\n" +
 	"\x19REFERENCE_STATE_PUBLISHED\x10\x02\x12\"\n" +
 	"\x1eREFERENCE_STATE_PENDING_DELETE\x10\x03\x12&\n" +
-	"\"REFERENCE_STATE_RESERVED_SUCCESSOR\x10\x04*\x81\x01\n" +
+	"\"REFERENCE_STATE_RESERVED_SUCCESSOR\x10\x04*j\n" +
+	"\x0eDeadlineAction\x12\x1f\n" +
+	"\x1bDEADLINE_ACTION_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16DEADLINE_ACTION_DELETE\x10\x01\x12\x1b\n" +
+	"\x17DEADLINE_ACTION_SUSPEND\x10\x02*\x81\x01\n" +
 	"\bFileType\x12\x19\n" +
 	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -8688,314 +9139,337 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 	return file_execution_v1_execution_proto_rawDescData
 }
 
-var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 112)
+var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 120)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
 	(LifecycleState)(0),                      // 2: execution.v1.LifecycleState
 	(ReferenceState)(0),                      // 3: execution.v1.ReferenceState
-	(FileType)(0),                            // 4: execution.v1.FileType
-	(WriteMode)(0),                           // 5: execution.v1.WriteMode
-	(CommandState)(0),                        // 6: execution.v1.CommandState
-	(OutputStream)(0),                        // 7: execution.v1.OutputStream
-	(*Owner)(nil),                            // 8: execution.v1.Owner
-	(*EnvironmentRef)(nil),                   // 9: execution.v1.EnvironmentRef
-	(*Grant)(nil),                            // 10: execution.v1.Grant
-	(*Reference)(nil),                        // 11: execution.v1.Reference
-	(*RunClaim)(nil),                         // 12: execution.v1.RunClaim
-	(*Environment)(nil),                      // 13: execution.v1.Environment
-	(*Profile)(nil),                          // 14: execution.v1.Profile
-	(*ValidateProfileRequest)(nil),           // 15: execution.v1.ValidateProfileRequest
-	(*ValidateProfileResponse)(nil),          // 16: execution.v1.ValidateProfileResponse
-	(*EnsureEnvironmentRequest)(nil),         // 17: execution.v1.EnsureEnvironmentRequest
-	(*EnsureEnvironmentResponse)(nil),        // 18: execution.v1.EnsureEnvironmentResponse
-	(*AttachEnvironmentRequest)(nil),         // 19: execution.v1.AttachEnvironmentRequest
-	(*AttachEnvironmentResponse)(nil),        // 20: execution.v1.AttachEnvironmentResponse
-	(*ReferenceTarget)(nil),                  // 21: execution.v1.ReferenceTarget
-	(*ReleaseReferenceRequest)(nil),          // 22: execution.v1.ReleaseReferenceRequest
-	(*ReleaseReferenceResponse)(nil),         // 23: execution.v1.ReleaseReferenceResponse
-	(*ReserveSuccessorRequest)(nil),          // 24: execution.v1.ReserveSuccessorRequest
-	(*ReserveSuccessorResponse)(nil),         // 25: execution.v1.ReserveSuccessorResponse
-	(*CommitReferenceRequest)(nil),           // 26: execution.v1.CommitReferenceRequest
-	(*CommitReferenceResponse)(nil),          // 27: execution.v1.CommitReferenceResponse
-	(*AbortReferenceRequest)(nil),            // 28: execution.v1.AbortReferenceRequest
-	(*AbortReferenceResponse)(nil),           // 29: execution.v1.AbortReferenceResponse
-	(*PrepareReferenceDeleteRequest)(nil),    // 30: execution.v1.PrepareReferenceDeleteRequest
-	(*PrepareReferenceDeleteResponse)(nil),   // 31: execution.v1.PrepareReferenceDeleteResponse
-	(*ConfirmReferenceDeleteRequest)(nil),    // 32: execution.v1.ConfirmReferenceDeleteRequest
-	(*ConfirmReferenceDeleteResponse)(nil),   // 33: execution.v1.ConfirmReferenceDeleteResponse
-	(*CancelReferenceDeleteRequest)(nil),     // 34: execution.v1.CancelReferenceDeleteRequest
-	(*CancelReferenceDeleteResponse)(nil),    // 35: execution.v1.CancelReferenceDeleteResponse
-	(*ReferenceIntent)(nil),                  // 36: execution.v1.ReferenceIntent
-	(*ListReferenceIntentsRequest)(nil),      // 37: execution.v1.ListReferenceIntentsRequest
-	(*ListReferenceIntentsResponse)(nil),     // 38: execution.v1.ListReferenceIntentsResponse
-	(*AcquireRunRequest)(nil),                // 39: execution.v1.AcquireRunRequest
-	(*AcquireRunResponse)(nil),               // 40: execution.v1.AcquireRunResponse
-	(*RenewRunRequest)(nil),                  // 41: execution.v1.RenewRunRequest
-	(*RenewRunResponse)(nil),                 // 42: execution.v1.RenewRunResponse
-	(*ReleaseRunRequest)(nil),                // 43: execution.v1.ReleaseRunRequest
-	(*ReleaseRunResponse)(nil),               // 44: execution.v1.ReleaseRunResponse
-	(*FileInfo)(nil),                         // 45: execution.v1.FileInfo
-	(*ReadFile)(nil),                         // 46: execution.v1.ReadFile
-	(*ReadFileResult)(nil),                   // 47: execution.v1.ReadFileResult
-	(*WriteFile)(nil),                        // 48: execution.v1.WriteFile
-	(*WriteFileResult)(nil),                  // 49: execution.v1.WriteFileResult
-	(*StatFile)(nil),                         // 50: execution.v1.StatFile
-	(*StatFileResult)(nil),                   // 51: execution.v1.StatFileResult
-	(*ListDirectory)(nil),                    // 52: execution.v1.ListDirectory
-	(*ListDirectoryResult)(nil),              // 53: execution.v1.ListDirectoryResult
-	(*MakeDirectory)(nil),                    // 54: execution.v1.MakeDirectory
-	(*MakeDirectoryResult)(nil),              // 55: execution.v1.MakeDirectoryResult
-	(*RemovePath)(nil),                       // 56: execution.v1.RemovePath
-	(*RemovePathResult)(nil),                 // 57: execution.v1.RemovePathResult
-	(*RenamePath)(nil),                       // 58: execution.v1.RenamePath
-	(*RenamePathResult)(nil),                 // 59: execution.v1.RenamePathResult
-	(*CopyPath)(nil),                         // 60: execution.v1.CopyPath
-	(*CopyPathResult)(nil),                   // 61: execution.v1.CopyPathResult
-	(*Glob)(nil),                             // 62: execution.v1.Glob
-	(*GlobResult)(nil),                       // 63: execution.v1.GlobResult
-	(*Grep)(nil),                             // 64: execution.v1.Grep
-	(*GrepMatch)(nil),                        // 65: execution.v1.GrepMatch
-	(*GrepResult)(nil),                       // 66: execution.v1.GrepResult
-	(*FileOperation)(nil),                    // 67: execution.v1.FileOperation
-	(*FileResult)(nil),                       // 68: execution.v1.FileResult
-	(*FilesRequest)(nil),                     // 69: execution.v1.FilesRequest
-	(*FilesResponse)(nil),                    // 70: execution.v1.FilesResponse
-	(*WriteFileStreamRequest)(nil),           // 71: execution.v1.WriteFileStreamRequest
-	(*WriteFileStreamResponse)(nil),          // 72: execution.v1.WriteFileStreamResponse
-	(*ReadFileStreamRequest)(nil),            // 73: execution.v1.ReadFileStreamRequest
-	(*ReadFileStreamResponse)(nil),           // 74: execution.v1.ReadFileStreamResponse
-	(*EnvironmentVariable)(nil),              // 75: execution.v1.EnvironmentVariable
-	(*CommandSpec)(nil),                      // 76: execution.v1.CommandSpec
-	(*Argv)(nil),                             // 77: execution.v1.Argv
-	(*CapturedOutput)(nil),                   // 78: execution.v1.CapturedOutput
-	(*CommandResult)(nil),                    // 79: execution.v1.CommandResult
-	(*OutputCursor)(nil),                     // 80: execution.v1.OutputCursor
-	(*OutputChunk)(nil),                      // 81: execution.v1.OutputChunk
-	(*CommandProgram)(nil),                   // 82: execution.v1.CommandProgram
-	(*CommandInfo)(nil),                      // 83: execution.v1.CommandInfo
-	(*StartCommandRequest)(nil),              // 84: execution.v1.StartCommandRequest
-	(*StartCommandResponse)(nil),             // 85: execution.v1.StartCommandResponse
-	(*CommandStatusRequest)(nil),             // 86: execution.v1.CommandStatusRequest
-	(*CommandStatusResponse)(nil),            // 87: execution.v1.CommandStatusResponse
-	(*CancelCommandRequest)(nil),             // 88: execution.v1.CancelCommandRequest
-	(*CancelCommandResponse)(nil),            // 89: execution.v1.CancelCommandResponse
-	(*RunCommandRequest)(nil),                // 90: execution.v1.RunCommandRequest
-	(*CommandEvent)(nil),                     // 91: execution.v1.CommandEvent
-	(*WatchCommandRequest)(nil),              // 92: execution.v1.WatchCommandRequest
-	(*ListCommandsRequest)(nil),              // 93: execution.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),             // 94: execution.v1.ListCommandsResponse
-	(*TerminalSize)(nil),                     // 95: execution.v1.TerminalSize
-	(*TerminalStart)(nil),                    // 96: execution.v1.TerminalStart
-	(*TerminalRequest)(nil),                  // 97: execution.v1.TerminalRequest
-	(*TerminalResponse)(nil),                 // 98: execution.v1.TerminalResponse
-	(*AdminPreconditions)(nil),               // 99: execution.v1.AdminPreconditions
-	(*SuspendEnvironmentRequest)(nil),        // 100: execution.v1.SuspendEnvironmentRequest
-	(*SuspendEnvironmentResponse)(nil),       // 101: execution.v1.SuspendEnvironmentResponse
-	(*DeleteEnvironmentRequest)(nil),         // 102: execution.v1.DeleteEnvironmentRequest
-	(*DeleteEnvironmentResponse)(nil),        // 103: execution.v1.DeleteEnvironmentResponse
-	(*SetEnvironmentRetentionRequest)(nil),   // 104: execution.v1.SetEnvironmentRetentionRequest
-	(*SetEnvironmentRetentionResponse)(nil),  // 105: execution.v1.SetEnvironmentRetentionResponse
-	(*ResumeEnvironmentRequest)(nil),         // 106: execution.v1.ResumeEnvironmentRequest
-	(*ResumeEnvironmentResponse)(nil),        // 107: execution.v1.ResumeEnvironmentResponse
-	(*RetireEnvironmentRequest)(nil),         // 108: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 109: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 110: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 111: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 112: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 113: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 114: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 115: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 116: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 117: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 118: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 119: execution.v1.DeleteRetiredEnvironmentResponse
-	(*timestamppb.Timestamp)(nil),            // 120: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 121: google.protobuf.Duration
+	(DeadlineAction)(0),                      // 4: execution.v1.DeadlineAction
+	(FileType)(0),                            // 5: execution.v1.FileType
+	(WriteMode)(0),                           // 6: execution.v1.WriteMode
+	(CommandState)(0),                        // 7: execution.v1.CommandState
+	(OutputStream)(0),                        // 8: execution.v1.OutputStream
+	(*Owner)(nil),                            // 9: execution.v1.Owner
+	(*EnvironmentRef)(nil),                   // 10: execution.v1.EnvironmentRef
+	(*Grant)(nil),                            // 11: execution.v1.Grant
+	(*Reference)(nil),                        // 12: execution.v1.Reference
+	(*RunClaim)(nil),                         // 13: execution.v1.RunClaim
+	(*Environment)(nil),                      // 14: execution.v1.Environment
+	(*Deadline)(nil),                         // 15: execution.v1.Deadline
+	(*Profile)(nil),                          // 16: execution.v1.Profile
+	(*ValidateProfileRequest)(nil),           // 17: execution.v1.ValidateProfileRequest
+	(*ValidateProfileResponse)(nil),          // 18: execution.v1.ValidateProfileResponse
+	(*EnsureEnvironmentRequest)(nil),         // 19: execution.v1.EnsureEnvironmentRequest
+	(*EnsureEnvironmentResponse)(nil),        // 20: execution.v1.EnsureEnvironmentResponse
+	(*AttachEnvironmentRequest)(nil),         // 21: execution.v1.AttachEnvironmentRequest
+	(*AttachEnvironmentResponse)(nil),        // 22: execution.v1.AttachEnvironmentResponse
+	(*ReferenceTarget)(nil),                  // 23: execution.v1.ReferenceTarget
+	(*ReleaseReferenceRequest)(nil),          // 24: execution.v1.ReleaseReferenceRequest
+	(*ReleaseReferenceResponse)(nil),         // 25: execution.v1.ReleaseReferenceResponse
+	(*ReserveSuccessorRequest)(nil),          // 26: execution.v1.ReserveSuccessorRequest
+	(*ReserveSuccessorResponse)(nil),         // 27: execution.v1.ReserveSuccessorResponse
+	(*CommitReferenceRequest)(nil),           // 28: execution.v1.CommitReferenceRequest
+	(*CommitReferenceResponse)(nil),          // 29: execution.v1.CommitReferenceResponse
+	(*AbortReferenceRequest)(nil),            // 30: execution.v1.AbortReferenceRequest
+	(*AbortReferenceResponse)(nil),           // 31: execution.v1.AbortReferenceResponse
+	(*PrepareReferenceDeleteRequest)(nil),    // 32: execution.v1.PrepareReferenceDeleteRequest
+	(*PrepareReferenceDeleteResponse)(nil),   // 33: execution.v1.PrepareReferenceDeleteResponse
+	(*ConfirmReferenceDeleteRequest)(nil),    // 34: execution.v1.ConfirmReferenceDeleteRequest
+	(*ConfirmReferenceDeleteResponse)(nil),   // 35: execution.v1.ConfirmReferenceDeleteResponse
+	(*CancelReferenceDeleteRequest)(nil),     // 36: execution.v1.CancelReferenceDeleteRequest
+	(*CancelReferenceDeleteResponse)(nil),    // 37: execution.v1.CancelReferenceDeleteResponse
+	(*ReferenceIntent)(nil),                  // 38: execution.v1.ReferenceIntent
+	(*ListReferenceIntentsRequest)(nil),      // 39: execution.v1.ListReferenceIntentsRequest
+	(*ListReferenceIntentsResponse)(nil),     // 40: execution.v1.ListReferenceIntentsResponse
+	(*AcquireRunRequest)(nil),                // 41: execution.v1.AcquireRunRequest
+	(*AcquireRunResponse)(nil),               // 42: execution.v1.AcquireRunResponse
+	(*RenewRunRequest)(nil),                  // 43: execution.v1.RenewRunRequest
+	(*RenewRunResponse)(nil),                 // 44: execution.v1.RenewRunResponse
+	(*ReleaseRunRequest)(nil),                // 45: execution.v1.ReleaseRunRequest
+	(*ReleaseRunResponse)(nil),               // 46: execution.v1.ReleaseRunResponse
+	(*FileInfo)(nil),                         // 47: execution.v1.FileInfo
+	(*ReadFile)(nil),                         // 48: execution.v1.ReadFile
+	(*ReadFileResult)(nil),                   // 49: execution.v1.ReadFileResult
+	(*WriteFile)(nil),                        // 50: execution.v1.WriteFile
+	(*WriteFileResult)(nil),                  // 51: execution.v1.WriteFileResult
+	(*StatFile)(nil),                         // 52: execution.v1.StatFile
+	(*StatFileResult)(nil),                   // 53: execution.v1.StatFileResult
+	(*ListDirectory)(nil),                    // 54: execution.v1.ListDirectory
+	(*ListDirectoryResult)(nil),              // 55: execution.v1.ListDirectoryResult
+	(*MakeDirectory)(nil),                    // 56: execution.v1.MakeDirectory
+	(*MakeDirectoryResult)(nil),              // 57: execution.v1.MakeDirectoryResult
+	(*RemovePath)(nil),                       // 58: execution.v1.RemovePath
+	(*RemovePathResult)(nil),                 // 59: execution.v1.RemovePathResult
+	(*RenamePath)(nil),                       // 60: execution.v1.RenamePath
+	(*RenamePathResult)(nil),                 // 61: execution.v1.RenamePathResult
+	(*CopyPath)(nil),                         // 62: execution.v1.CopyPath
+	(*CopyPathResult)(nil),                   // 63: execution.v1.CopyPathResult
+	(*Glob)(nil),                             // 64: execution.v1.Glob
+	(*GlobResult)(nil),                       // 65: execution.v1.GlobResult
+	(*Grep)(nil),                             // 66: execution.v1.Grep
+	(*GrepMatch)(nil),                        // 67: execution.v1.GrepMatch
+	(*GrepResult)(nil),                       // 68: execution.v1.GrepResult
+	(*FileOperation)(nil),                    // 69: execution.v1.FileOperation
+	(*FileResult)(nil),                       // 70: execution.v1.FileResult
+	(*FilesRequest)(nil),                     // 71: execution.v1.FilesRequest
+	(*FilesResponse)(nil),                    // 72: execution.v1.FilesResponse
+	(*WriteFileStreamRequest)(nil),           // 73: execution.v1.WriteFileStreamRequest
+	(*WriteFileStreamResponse)(nil),          // 74: execution.v1.WriteFileStreamResponse
+	(*ReadFileStreamRequest)(nil),            // 75: execution.v1.ReadFileStreamRequest
+	(*ReadFileStreamResponse)(nil),           // 76: execution.v1.ReadFileStreamResponse
+	(*EnvironmentVariable)(nil),              // 77: execution.v1.EnvironmentVariable
+	(*CommandSpec)(nil),                      // 78: execution.v1.CommandSpec
+	(*Argv)(nil),                             // 79: execution.v1.Argv
+	(*CapturedOutput)(nil),                   // 80: execution.v1.CapturedOutput
+	(*CommandResult)(nil),                    // 81: execution.v1.CommandResult
+	(*OutputCursor)(nil),                     // 82: execution.v1.OutputCursor
+	(*OutputChunk)(nil),                      // 83: execution.v1.OutputChunk
+	(*CommandProgram)(nil),                   // 84: execution.v1.CommandProgram
+	(*CommandInfo)(nil),                      // 85: execution.v1.CommandInfo
+	(*StartCommandRequest)(nil),              // 86: execution.v1.StartCommandRequest
+	(*StartCommandResponse)(nil),             // 87: execution.v1.StartCommandResponse
+	(*CommandStatusRequest)(nil),             // 88: execution.v1.CommandStatusRequest
+	(*CommandStatusResponse)(nil),            // 89: execution.v1.CommandStatusResponse
+	(*CancelCommandRequest)(nil),             // 90: execution.v1.CancelCommandRequest
+	(*CancelCommandResponse)(nil),            // 91: execution.v1.CancelCommandResponse
+	(*RunCommandRequest)(nil),                // 92: execution.v1.RunCommandRequest
+	(*CommandEvent)(nil),                     // 93: execution.v1.CommandEvent
+	(*WatchCommandRequest)(nil),              // 94: execution.v1.WatchCommandRequest
+	(*ListCommandsRequest)(nil),              // 95: execution.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),             // 96: execution.v1.ListCommandsResponse
+	(*TerminalSize)(nil),                     // 97: execution.v1.TerminalSize
+	(*TerminalStart)(nil),                    // 98: execution.v1.TerminalStart
+	(*TerminalRequest)(nil),                  // 99: execution.v1.TerminalRequest
+	(*TerminalResponse)(nil),                 // 100: execution.v1.TerminalResponse
+	(*AdminPreconditions)(nil),               // 101: execution.v1.AdminPreconditions
+	(*SuspendEnvironmentRequest)(nil),        // 102: execution.v1.SuspendEnvironmentRequest
+	(*SuspendEnvironmentResponse)(nil),       // 103: execution.v1.SuspendEnvironmentResponse
+	(*DeleteEnvironmentRequest)(nil),         // 104: execution.v1.DeleteEnvironmentRequest
+	(*DeleteEnvironmentResponse)(nil),        // 105: execution.v1.DeleteEnvironmentResponse
+	(*SetEnvironmentRetentionRequest)(nil),   // 106: execution.v1.SetEnvironmentRetentionRequest
+	(*SetEnvironmentRetentionResponse)(nil),  // 107: execution.v1.SetEnvironmentRetentionResponse
+	(*SetEnvironmentDeadlineRequest)(nil),    // 108: execution.v1.SetEnvironmentDeadlineRequest
+	(*SetEnvironmentDeadlineResponse)(nil),   // 109: execution.v1.SetEnvironmentDeadlineResponse
+	(*ListEnvironmentsRequest)(nil),          // 110: execution.v1.ListEnvironmentsRequest
+	(*ListEnvironmentsResponse)(nil),         // 111: execution.v1.ListEnvironmentsResponse
+	(*ResumeEnvironmentRequest)(nil),         // 112: execution.v1.ResumeEnvironmentRequest
+	(*ResumeEnvironmentResponse)(nil),        // 113: execution.v1.ResumeEnvironmentResponse
+	(*RetireEnvironmentRequest)(nil),         // 114: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 115: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 116: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 117: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 118: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 119: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 120: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 121: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 122: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 123: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 124: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 125: execution.v1.DeleteRetiredEnvironmentResponse
+	nil,                                      // 126: execution.v1.Environment.MetadataEntry
+	nil,                                      // 127: execution.v1.EnsureEnvironmentRequest.MetadataEntry
+	nil,                                      // 128: execution.v1.ListEnvironmentsRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),            // 129: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 130: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	120, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	129, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	120, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	120, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
-	9,   // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
+	129, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	129, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	10,  // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
-	12,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
-	11,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	120, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	121, // 10: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
-	14,  // 11: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
-	8,   // 12: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	13,  // 13: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 14: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	8,   // 15: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	9,   // 16: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	121, // 17: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
-	13,  // 18: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 19: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	8,   // 20: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
-	9,   // 21: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
-	21,  // 22: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 23: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
-	8,   // 24: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
-	9,   // 25: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	13,  // 26: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
-	11,  // 27: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
-	21,  // 28: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 29: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
-	11,  // 30: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
-	21,  // 31: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 32: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
-	21,  // 33: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 34: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	11,  // 35: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	21,  // 36: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 37: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	21,  // 38: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 39: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	11,  // 40: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	9,   // 41: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
-	11,  // 42: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
-	8,   // 43: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
-	36,  // 44: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
-	10,  // 45: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
-	9,   // 46: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	121, // 47: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
-	13,  // 48: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
-	12,  // 49: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
-	10,  // 50: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
-	10,  // 51: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 52: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	121, // 53: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
-	12,  // 54: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
-	10,  // 55: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
-	10,  // 56: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 57: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	13,  // 58: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
-	4,   // 59: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	120, // 60: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	45,  // 61: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
-	5,   // 62: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
-	45,  // 63: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
-	45,  // 64: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
-	45,  // 65: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
-	45,  // 66: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
-	45,  // 67: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
-	45,  // 68: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
-	65,  // 69: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
-	46,  // 70: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
-	48,  // 71: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
-	50,  // 72: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
-	52,  // 73: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
-	54,  // 74: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
-	56,  // 75: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
-	58,  // 76: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
-	60,  // 77: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
-	62,  // 78: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
-	64,  // 79: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
-	47,  // 80: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
-	49,  // 81: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
-	51,  // 82: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
-	53,  // 83: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
-	55,  // 84: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
-	57,  // 85: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
-	59,  // 86: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
-	61,  // 87: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
-	63,  // 88: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
-	66,  // 89: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
-	10,  // 90: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 91: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
-	67,  // 92: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
-	68,  // 93: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
-	10,  // 94: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 95: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	48,  // 96: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
-	49,  // 97: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
-	10,  // 98: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 99: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	46,  // 100: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
-	47,  // 101: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
-	77,  // 102: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
-	75,  // 103: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	121, // 104: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
-	6,   // 105: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
-	78,  // 106: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
-	78,  // 107: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	120, // 108: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	121, // 109: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
-	7,   // 110: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
-	6,   // 111: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
-	82,  // 112: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	120, // 113: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	79,  // 114: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
-	10,  // 115: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 116: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	76,  // 117: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
-	79,  // 118: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
-	83,  // 119: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
-	10,  // 120: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 121: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
-	80,  // 122: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
-	79,  // 123: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
-	83,  // 124: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
-	81,  // 125: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
-	10,  // 126: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 127: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	121, // 128: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
-	83,  // 129: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
-	10,  // 130: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 131: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	76,  // 132: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
-	83,  // 133: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
-	81,  // 134: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
-	83,  // 135: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
-	10,  // 136: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 137: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	80,  // 138: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
-	10,  // 139: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
-	9,   // 140: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
-	83,  // 141: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
-	10,  // 142: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
-	9,   // 143: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
-	76,  // 144: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
-	95,  // 145: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
-	96,  // 146: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
-	95,  // 147: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
-	120, // 148: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
-	79,  // 149: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
-	21,  // 150: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 151: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	21,  // 152: execution.v1.DeleteEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	121, // 153: execution.v1.DeleteEnvironmentRequest.wait:type_name -> google.protobuf.Duration
-	13,  // 154: execution.v1.DeleteEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	21,  // 155: execution.v1.SetEnvironmentRetentionRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 156: execution.v1.SetEnvironmentRetentionResponse.environment:type_name -> execution.v1.Environment
-	21,  // 157: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	13,  // 158: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 159: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 160: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 161: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 162: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 163: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 164: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	9,   // 165: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 166: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 167: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 168: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 169: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 170: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 171: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 172: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	13,  // 173: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	9,   // 174: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	99,  // 175: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	176, // [176:176] is the sub-list for method output_type
-	176, // [176:176] is the sub-list for method input_type
-	176, // [176:176] is the sub-list for extension type_name
-	176, // [176:176] is the sub-list for extension extendee
-	0,   // [0:176] is the sub-list for field type_name
+	13,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
+	12,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
+	129, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	126, // 10: execution.v1.Environment.metadata:type_name -> execution.v1.Environment.MetadataEntry
+	129, // 11: execution.v1.Environment.deadline:type_name -> google.protobuf.Timestamp
+	4,   // 12: execution.v1.Environment.deadline_action:type_name -> execution.v1.DeadlineAction
+	130, // 13: execution.v1.Deadline.after:type_name -> google.protobuf.Duration
+	4,   // 14: execution.v1.Deadline.action:type_name -> execution.v1.DeadlineAction
+	130, // 15: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	16,  // 16: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
+	9,   // 17: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	127, // 18: execution.v1.EnsureEnvironmentRequest.metadata:type_name -> execution.v1.EnsureEnvironmentRequest.MetadataEntry
+	15,  // 19: execution.v1.EnsureEnvironmentRequest.deadline:type_name -> execution.v1.Deadline
+	14,  // 20: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	11,  // 21: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	9,   // 22: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	10,  // 23: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	130, // 24: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
+	14,  // 25: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	11,  // 26: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	9,   // 27: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
+	10,  // 28: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
+	23,  // 29: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 30: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
+	9,   // 31: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
+	10,  // 32: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	14,  // 33: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
+	12,  // 34: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
+	23,  // 35: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 36: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
+	12,  // 37: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
+	23,  // 38: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 39: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
+	23,  // 40: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 41: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	12,  // 42: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	23,  // 43: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 44: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	23,  // 45: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 46: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	12,  // 47: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	10,  // 48: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
+	12,  // 49: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
+	9,   // 50: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
+	38,  // 51: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
+	11,  // 52: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
+	10,  // 53: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	130, // 54: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	14,  // 55: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
+	13,  // 56: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
+	11,  // 57: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
+	11,  // 58: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 59: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	130, // 60: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	13,  // 61: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
+	11,  // 62: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
+	11,  // 63: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 64: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	14,  // 65: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
+	5,   // 66: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
+	129, // 67: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	47,  // 68: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
+	6,   // 69: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
+	47,  // 70: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
+	47,  // 71: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
+	47,  // 72: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
+	47,  // 73: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
+	47,  // 74: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
+	47,  // 75: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
+	67,  // 76: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
+	48,  // 77: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
+	50,  // 78: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
+	52,  // 79: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
+	54,  // 80: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
+	56,  // 81: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
+	58,  // 82: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
+	60,  // 83: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
+	62,  // 84: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
+	64,  // 85: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
+	66,  // 86: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
+	49,  // 87: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
+	51,  // 88: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
+	53,  // 89: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
+	55,  // 90: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
+	57,  // 91: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
+	59,  // 92: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
+	61,  // 93: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
+	63,  // 94: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
+	65,  // 95: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
+	68,  // 96: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
+	11,  // 97: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 98: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
+	69,  // 99: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
+	70,  // 100: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
+	11,  // 101: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 102: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	50,  // 103: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
+	51,  // 104: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
+	11,  // 105: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 106: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	48,  // 107: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
+	49,  // 108: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
+	79,  // 109: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
+	77,  // 110: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
+	130, // 111: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	7,   // 112: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
+	80,  // 113: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
+	80,  // 114: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
+	129, // 115: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	130, // 116: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	8,   // 117: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
+	7,   // 118: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
+	84,  // 119: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
+	129, // 120: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	81,  // 121: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
+	11,  // 122: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 123: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	78,  // 124: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
+	81,  // 125: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
+	85,  // 126: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
+	11,  // 127: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 128: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
+	82,  // 129: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
+	81,  // 130: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
+	85,  // 131: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
+	83,  // 132: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
+	11,  // 133: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 134: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	130, // 135: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	85,  // 136: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
+	11,  // 137: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 138: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	78,  // 139: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
+	85,  // 140: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
+	83,  // 141: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
+	85,  // 142: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
+	11,  // 143: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 144: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	82,  // 145: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
+	11,  // 146: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
+	10,  // 147: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
+	85,  // 148: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
+	11,  // 149: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
+	10,  // 150: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
+	78,  // 151: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
+	97,  // 152: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
+	98,  // 153: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
+	97,  // 154: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
+	129, // 155: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
+	81,  // 156: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
+	23,  // 157: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 158: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	23,  // 159: execution.v1.DeleteEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	130, // 160: execution.v1.DeleteEnvironmentRequest.wait:type_name -> google.protobuf.Duration
+	14,  // 161: execution.v1.DeleteEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	23,  // 162: execution.v1.SetEnvironmentRetentionRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 163: execution.v1.SetEnvironmentRetentionResponse.environment:type_name -> execution.v1.Environment
+	23,  // 164: execution.v1.SetEnvironmentDeadlineRequest.target:type_name -> execution.v1.ReferenceTarget
+	15,  // 165: execution.v1.SetEnvironmentDeadlineRequest.deadline:type_name -> execution.v1.Deadline
+	14,  // 166: execution.v1.SetEnvironmentDeadlineResponse.environment:type_name -> execution.v1.Environment
+	9,   // 167: execution.v1.ListEnvironmentsRequest.owner:type_name -> execution.v1.Owner
+	2,   // 168: execution.v1.ListEnvironmentsRequest.lifecycle:type_name -> execution.v1.LifecycleState
+	128, // 169: execution.v1.ListEnvironmentsRequest.metadata:type_name -> execution.v1.ListEnvironmentsRequest.MetadataEntry
+	14,  // 170: execution.v1.ListEnvironmentsResponse.environments:type_name -> execution.v1.Environment
+	23,  // 171: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	14,  // 172: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 173: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	101, // 174: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	14,  // 175: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 176: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	101, // 177: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	14,  // 178: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	10,  // 179: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	101, // 180: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	14,  // 181: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 182: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	101, // 183: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	14,  // 184: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 185: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	101, // 186: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	14,  // 187: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	10,  // 188: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	101, // 189: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	190, // [190:190] is the sub-list for method output_type
+	190, // [190:190] is the sub-list for method input_type
+	190, // [190:190] is the sub-list for extension type_name
+	190, // [190:190] is the sub-list for extension extendee
+	0,   // [0:190] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -9003,7 +9477,7 @@ func file_execution_v1_execution_proto_init() {
 	if File_execution_v1_execution_proto != nil {
 		return
 	}
-	file_execution_v1_execution_proto_msgTypes[59].OneofWrappers = []any{
+	file_execution_v1_execution_proto_msgTypes[60].OneofWrappers = []any{
 		(*FileOperation_Read)(nil),
 		(*FileOperation_Write)(nil),
 		(*FileOperation_Stat)(nil),
@@ -9015,7 +9489,7 @@ func file_execution_v1_execution_proto_init() {
 		(*FileOperation_Glob)(nil),
 		(*FileOperation_Grep)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[60].OneofWrappers = []any{
+	file_execution_v1_execution_proto_msgTypes[61].OneofWrappers = []any{
 		(*FileResult_Read)(nil),
 		(*FileResult_Write)(nil),
 		(*FileResult_Stat)(nil),
@@ -9027,33 +9501,33 @@ func file_execution_v1_execution_proto_init() {
 		(*FileResult_Glob)(nil),
 		(*FileResult_Grep)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[68].OneofWrappers = []any{
+	file_execution_v1_execution_proto_msgTypes[69].OneofWrappers = []any{
 		(*CommandSpec_Argv)(nil),
 		(*CommandSpec_Shell)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[83].OneofWrappers = []any{
+	file_execution_v1_execution_proto_msgTypes[84].OneofWrappers = []any{
 		(*CommandEvent_Started)(nil),
 		(*CommandEvent_Output)(nil),
 		(*CommandEvent_Ended)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[89].OneofWrappers = []any{
+	file_execution_v1_execution_proto_msgTypes[90].OneofWrappers = []any{
 		(*TerminalRequest_Start)(nil),
 		(*TerminalRequest_Input)(nil),
 		(*TerminalRequest_Resize)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[90].OneofWrappers = []any{
+	file_execution_v1_execution_proto_msgTypes[91].OneofWrappers = []any{
 		(*TerminalResponse_Started)(nil),
 		(*TerminalResponse_Output)(nil),
 		(*TerminalResponse_Result)(nil),
 	}
-	file_execution_v1_execution_proto_msgTypes[91].OneofWrappers = []any{}
+	file_execution_v1_execution_proto_msgTypes[92].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   112,
+			NumEnums:      9,
+			NumMessages:   120,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

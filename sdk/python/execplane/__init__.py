@@ -19,10 +19,10 @@ from execplane.client import Client, new_operation_id
 from execplane.environment import Environment
 from execplane.errors import ExecplaneError
 from execplane.run import DEFAULT_RUN_TTL, MAX_RUN_TTL, MIN_RUN_TTL, Run, RunClosed
-from execplane.types import Chunk, CommandInfo, CommandOutput, CommandResult, FileInfo, GrepMatch, GrepResult, Output, Owner
+from execplane.types import Chunk, CommandInfo, CommandOutput, CommandResult, Deadline, FileInfo, GrepMatch, GrepResult, Output, Owner
 
 __all__ = [
-    "Chunk", "Client", "CommandInfo", "CommandOutput", "CommandResult", "DEFAULT_RUN_TTL", "Environment", "ExecplaneError",
+    "Chunk", "Client", "CommandInfo", "CommandOutput", "CommandResult", "DEFAULT_RUN_TTL", "Deadline", "Environment", "ExecplaneError",
     "FileInfo", "GrepMatch", "GrepResult", "MAX_RUN_TTL", "MIN_RUN_TTL", "Output", "Owner", "Run", "RunClosed", "errors",
     "new_operation_id",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 
@@ -12,13 +12,16 @@ from execplane._call import DEFAULT_READY_TIMEOUT, new_operation_id
 from execplane._proto.execution.v1 import execution_pb2 as pb
 from execplane._proto.execution.v1 import service_pb2_grpc
 from execplane.environment import Environment
-from execplane.types import Owner
+from execplane.types import Deadline, Owner
 
 T = TypeVar("T")
 
 # Bounds one call that names no timeout of its own (a file operation, a reference step): the
 # server's work is bounded by the profile, so a call that takes longer is stuck, not slow.
 DEFAULT_TIMEOUT = 30.0
+# ListEnvironments' page bound (the server's): a page of environments with their metadata
+# stays within one gRPC message.
+MAX_PAGE_SIZE = 500
 
 
 class Client:
@@ -81,20 +84,31 @@ class Client:
                          pb.ValidateProfileRequest(profile=name, expected_digest=expected_digest))
 
     def ensure(self, owner: Owner, binding_id: str, profile: str, *, expected_profile_digest: str = "",
+               metadata: Mapping[str, str] | None = None, deadline: Deadline | None = None,
                keep_reference_pending: bool = False, wait: bool = True, timeout: float = DEFAULT_READY_TIMEOUT) -> Environment:
         """The binding's environment, created on first use; identical concurrent calls yield
         one environment. Unless ``keep_reference_pending``, the binding's reference is
-        committed; unless ``wait`` is false, waits until the environment is Ready."""
-        deadline = time.monotonic() + timeout
+        committed; unless ``wait`` is false, waits until the environment is Ready.
+
+        ``metadata`` (at most 32 entries: identifier keys of at most 64 bytes, values of at
+        most 512, 4 KiB in all) is a new environment's, returned in ``status.metadata`` and
+        matched by ``list_environments``; it is part of the request, like the profile: the
+        binding ensured again with other metadata is AlreadyExists. ``deadline`` is a new
+        environment's, set in the same write as the binding's reference; a later ensure
+        leaves it as it is (``Environment.set_deadline`` moves it)."""
+        deadline_at = time.monotonic() + timeout
         req = pb.EnsureEnvironmentRequest(operation_id=new_operation_id(), owner=owner.proto(), binding_id=binding_id,
-                                          profile=profile, expected_profile_digest=expected_profile_digest)
+                                          profile=profile, expected_profile_digest=expected_profile_digest,
+                                          metadata=dict(metadata or {}))
+        if deadline is not None:
+            req.deadline.CopyFrom(deadline.proto())
         resp = self.call(_call.Safety.IDEMPOTENT, self.api.EnsureEnvironment, req, timeout=self.timeout)
         env = Environment(self, owner, binding_id, resp.environment, resp.environment_grant)
         env.created = resp.created
         if not keep_reference_pending and env.reference_state() == pb.REFERENCE_STATE_PENDING_CREATE:
             env.commit_reference()
         if wait:
-            env.wait_ready(timeout=max(deadline - time.monotonic(), 0.0))
+            env.wait_ready(timeout=max(deadline_at - time.monotonic(), 0.0))
         return env
 
     def attach(self, owner: Owner, binding_id: str, environment_id: str, revision: str) -> Environment:
@@ -103,3 +117,39 @@ class Client:
         env = Environment(self, owner, binding_id, pb.Environment(ref=pb.EnvironmentRef(id=environment_id, revision=revision)), None)
         env.refresh()
         return env
+
+    def list_environments(self, owner: Owner, binding_id: str | None = None, lifecycle: Iterable[int | str] | None = None,
+                          metadata: Mapping[str, str] | None = None, page_size: int = 0) -> Iterator[pb.Environment]:
+        """The environments this client created for owner, ordered by id (deleted ones are
+        never listed), fetched page by page as the iteration reaches them: only
+        ``binding_id``'s; only those in one of the ``lifecycle`` states (names such as
+        ``"READY"`` or ``"SUSPENDED"``, or ``LifecycleState`` values); only those whose
+        metadata has every entry of ``metadata``. ``page_size`` is the server's page (0: its
+        default of 100). Requires the client to be allowed to attest owners."""
+        if not 0 <= page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page size {page_size}: want 0..{MAX_PAGE_SIZE}")
+        # Built here, not in the generator, so that a bad argument fails at the call.
+        first = pb.ListEnvironmentsRequest(owner=owner.proto(), binding_id=binding_id or "",
+                                           lifecycle=[_lifecycle_state(s) for s in lifecycle or ()],
+                                           metadata=dict(metadata or {}), page_size=page_size)
+        return self._pages(first)
+
+    def _pages(self, first: pb.ListEnvironmentsRequest) -> Iterator[pb.Environment]:
+        req = first
+        while True:
+            # Each page's request is its own, so every retry of a page sends it unchanged.
+            resp = self.call(_call.Safety.IDEMPOTENT, self.api.ListEnvironments, req)
+            yield from resp.environments
+            if not resp.next_page_token:
+                return
+            req = pb.ListEnvironmentsRequest()
+            req.CopyFrom(first)
+            req.page_token = resp.next_page_token
+
+
+def _lifecycle_state(state: int | str) -> int:
+    """A LifecycleState value from itself or its name, with or without the prefix."""
+    if isinstance(state, str):
+        return pb.LifecycleState.Value(state if state.startswith("LIFECYCLE_STATE_") else "LIFECYCLE_STATE_" + state)
+    pb.LifecycleState.Name(state)  # an unknown value raises ValueError
+    return state

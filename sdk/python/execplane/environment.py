@@ -12,7 +12,7 @@ from execplane import _call, errors
 from execplane._call import DEFAULT_READY_TIMEOUT, duration, new_operation_id
 from execplane._proto.execution.v1 import execution_pb2 as pb
 from execplane.run import DEFAULT_RUN_TTL, MAX_RUN_TTL, MIN_RUN_TTL, Run
-from execplane.types import Owner
+from execplane.types import Deadline, Owner
 
 if TYPE_CHECKING:
     from execplane.client import Client
@@ -169,6 +169,14 @@ class Environment:
         maxLifetime) when retain is true — a workspace the owner still wants outlives them —
         and lets them apply again when false. status.retained says which holds."""
         self._reference(self._client.api.SetEnvironmentRetention, pb.SetEnvironmentRetentionRequest, retain=retain)
+
+    def set_deadline(self, deadline: Deadline | None) -> None:
+        """Sets or moves the environment's deadline, counted from now: at it the controller
+        deletes or suspends the environment (``deadline.action``), whatever it is doing — a
+        suspension ends a held run claim. None clears it. status.deadline and
+        status.deadline_action say which holds."""
+        fields = {"deadline": deadline.proto()} if deadline is not None else {}
+        self._reference(self._client.api.SetEnvironmentDeadline, pb.SetEnvironmentDeadlineRequest, **fields)
 
     def acquire(self, run_id: str, *, ttl: float = DEFAULT_RUN_TTL, renew: bool = True) -> Run:
         """Takes the environment's run claim — execution authority, fencing any earlier

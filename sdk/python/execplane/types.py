@@ -1,11 +1,18 @@
-"""Plain values the SDK returns: files, command results, durable commands."""
+"""Plain values the SDK takes and returns: owners, deadlines, files, command results, durable
+commands."""
 
 from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
 
+from execplane._call import duration
 from execplane._proto.execution.v1 import execution_pb2 as pb
+
+# A deadline's distance from the call that sets it (the server's bounds), in seconds: a
+# second is the controller's resolution in practice; a year is the longest time limit a
+# profile may set.
+MIN_DEADLINE, MAX_DEADLINE = 1.0, 8760 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -17,6 +24,26 @@ class Owner:
 
     def proto(self) -> pb.Owner:
         return pb.Owner(issuer=self.issuer, subject=self.subject)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """Asks for ``action`` — ``"DELETE"`` the environment (executor and workspace) or
+    ``"SUSPEND"`` it (keeping the workspace, ending a held run claim) — ``after`` seconds
+    from the call that sets it (1 s .. 8760 h). ``Environment.status.deadline`` and
+    ``deadline_action`` say which one holds."""
+
+    after: float
+    action: str  # "DELETE", "SUSPEND"
+
+    def __post_init__(self) -> None:
+        if not MIN_DEADLINE <= self.after <= MAX_DEADLINE:
+            raise ValueError(f"deadline after {self.after} s: want {MIN_DEADLINE:.0f}..{MAX_DEADLINE:.0f} s")
+        if self.action not in ("DELETE", "SUSPEND"):
+            raise ValueError(f"deadline action {self.action!r}: want 'DELETE' or 'SUSPEND'")
+
+    def proto(self) -> pb.Deadline:
+        return pb.Deadline(after=duration(self.after), action=pb.DeadlineAction.Value("DEADLINE_ACTION_" + self.action))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from execplane import Client, Environment, Owner, _call, errors
+from execplane import Client, Deadline, Environment, Owner, _call, errors
 from execplane._proto.execution.v1 import execution_pb2 as pb
 
 
@@ -38,6 +38,9 @@ class _Api:
 
     def SetEnvironmentRetention(self, request: pb.SetEnvironmentRetentionRequest, timeout: float | None = None) -> object:
         return self._answer(request, timeout, pb.SetEnvironmentRetentionResponse)
+
+    def SetEnvironmentDeadline(self, request: pb.SetEnvironmentDeadlineRequest, timeout: float | None = None) -> object:
+        return self._answer(request, timeout, pb.SetEnvironmentDeadlineResponse)
 
 
 class _Client:
@@ -99,6 +102,40 @@ def test_set_retention(retain: bool) -> None:
     assert first is retry
     assert (first.target, first.retain) == (_target(), retain)
     assert env.status.retained == retain
+
+
+@pytest.mark.parametrize("deadline,want", [
+    (Deadline(after=3600, action="SUSPEND"), pb.Deadline(after=_call.duration(3600), action=pb.DEADLINE_ACTION_SUSPEND)),
+    (Deadline(after=1.5, action="DELETE"), pb.Deadline(after=_call.duration(1.5), action=pb.DEADLINE_ACTION_DELETE)),
+    (None, None),  # clears: no deadline sent
+])
+def test_set_deadline(deadline: Deadline | None, want: pb.Deadline | None) -> None:
+    answer = pb.Environment(ref=_REF, lifecycle=pb.LIFECYCLE_STATE_READY, ready=True)
+    if want is not None:
+        answer.deadline.FromSeconds(1_000_000)
+        answer.deadline_action = want.action
+    env, api = _environment(answer)
+    env.set_deadline(deadline)
+
+    (first, _), (retry, _) = api.requests
+    assert first is retry  # the same operation id: the server counts from the first attempt
+    assert first.operation_id.startswith("sdk-") and first.target == _target()
+    assert first.HasField("deadline") == (want is not None)
+    if want is not None:
+        assert first.deadline == want
+    assert env.status.HasField("deadline") == (want is not None)
+
+
+@pytest.mark.parametrize("after,action", [
+    (0.5, "DELETE"),  # under a second
+    (8760 * 3600 + 1, "DELETE"),  # over a year
+    (60, "delete"),
+    (60, "DEADLINE_ACTION_DELETE"),
+    (60, ""),
+])
+def test_deadline_out_of_bounds(after: float, action: str) -> None:
+    with pytest.raises(ValueError):
+        Deadline(after=after, action=action)
 
 
 def test_a_deleted_environment_is_never_ready() -> None:

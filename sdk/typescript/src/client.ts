@@ -1,19 +1,34 @@
 // The client: one mTLS HTTP/2 connection to a gateway (gRPC), and the calls that start
 // from a binding.
 import { readFileSync } from "node:fs";
-import { create } from "@bufbuild/protobuf";
+import { clone, create } from "@bufbuild/protobuf";
 import { createClient, type Client as RpcClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { Environment } from "./environment.js";
+import { deadlineProto, Environment, type Deadline } from "./environment.js";
 import { ExecutionProviderService } from "./gen/execution/v1/executionv1grpc/service_pb.js";
 import * as pb from "./gen/execution/v1/execution_pb.js";
-import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, newOperationId } from "./limits.js";
+import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_PAGE_SIZE, newOperationId } from "./limits.js";
 import { call, defaultRetry, Safety, type RetryPolicy } from "./retry.js";
 
 /** The end user a client acts for (the client must be allowed to attest owners). */
 export interface Owner {
   issuer: string;
   subject: string;
+}
+
+/** A lifecycle state by name ("READY", "SUSPENDED", …). */
+export type LifecycleName = Exclude<keyof typeof pb.LifecycleState, "UNSPECIFIED">;
+
+/** Selects listEnvironments' environments; none selects all of the owner's. */
+export interface ListOptions {
+  /** Only this binding's environment. */
+  bindingId?: string;
+  /** Only environments in one of these states (names or status.lifecycle values). */
+  lifecycle?: (LifecycleName | pb.LifecycleState)[];
+  /** Only environments whose metadata has every one of these entries. */
+  metadata?: Record<string, string>;
+  /** The server's page (0: its default of 100; at most 500). */
+  pageSize?: number;
 }
 
 export interface ClientOptions {
@@ -86,13 +101,20 @@ export class Client {
    * The binding's environment, created on first use (identical concurrent calls yield one).
    * Unless keepReferencePending, the binding's reference is committed; unless wait is false,
    * waits until the environment is Ready.
+   *
+   * metadata (at most 32 entries: identifier keys of at most 64 bytes, values of at most 512,
+   * 4 KiB in all) is a new environment's, returned in status.metadata and matched by
+   * listEnvironments; it is part of the request, like the profile: the binding ensured again
+   * with other metadata is ALREADY_EXISTS. deadline is a new environment's, set in the same
+   * write as the binding's reference; a later ensure leaves it as it is (setDeadline moves it).
    */
   async ensure(owner: Owner, bindingId: string, profile: string,
-    opts: { expectedProfileDigest?: string; keepReferencePending?: boolean; wait?: boolean; timeoutMs?: number } = {}): Promise<Environment> {
+    opts: { expectedProfileDigest?: string; metadata?: Record<string, string>; deadline?: Deadline; keepReferencePending?: boolean; wait?: boolean; timeoutMs?: number } = {}): Promise<Environment> {
     const deadline = Date.now() + (opts.timeoutMs ?? DEFAULT_READY_TIMEOUT_MS);
     const req = create(pb.EnsureEnvironmentRequestSchema, {
       operationId: newOperationId(), owner: create(pb.OwnerSchema, owner), bindingId, profile,
-      expectedProfileDigest: opts.expectedProfileDigest ?? "",
+      expectedProfileDigest: opts.expectedProfileDigest ?? "", metadata: { ...opts.metadata },
+      deadline: opts.deadline ? deadlineProto(opts.deadline) : undefined,
     });
     const resp = await this.call(Safety.Idempotent, (o) => this.api.ensureEnvironment(req, o));
     const env = new Environment(this, owner, bindingId, resp.environment!, resp.environmentGrant);
@@ -110,4 +132,37 @@ export class Client {
     await env.refresh();
     return env;
   }
+
+  /**
+   * The environments this client created for owner, ordered by id (deleted ones are never
+   * listed), fetched page by page as the iteration reaches them. Requires the client to be
+   * allowed to attest owners. Arguments out of bounds throw here, before any call.
+   */
+  listEnvironments(owner: Owner, opts: ListOptions = {}): AsyncIterable<pb.Environment> {
+    const pageSize = opts.pageSize ?? 0;
+    if (!Number.isInteger(pageSize) || pageSize < 0 || pageSize > MAX_PAGE_SIZE) throw new RangeError(`page size ${pageSize}: want 0..${MAX_PAGE_SIZE}`);
+    const first = create(pb.ListEnvironmentsRequestSchema, {
+      owner: create(pb.OwnerSchema, owner), bindingId: opts.bindingId ?? "", lifecycle: (opts.lifecycle ?? []).map(lifecycleState),
+      metadata: { ...opts.metadata }, pageSize,
+    });
+    return this.pages(first);
+  }
+
+  private async *pages(first: pb.ListEnvironmentsRequest): AsyncGenerator<pb.Environment> {
+    for (let req = first; ;) {
+      // Each page's request is its own, so every retry of a page sends it unchanged.
+      const page = req;
+      const resp = await this.call(Safety.Idempotent, (o) => this.api.listEnvironments(page, o));
+      yield* resp.environments;
+      if (!resp.nextPageToken) return;
+      req = clone(pb.ListEnvironmentsRequestSchema, first);
+      req.pageToken = resp.nextPageToken;
+    }
+  }
+}
+
+function lifecycleState(s: LifecycleName | pb.LifecycleState): pb.LifecycleState {
+  const v = typeof s === "string" ? pb.LifecycleState[s] : s;
+  if (pb.LifecycleState[v] === undefined) throw new RangeError(`lifecycle ${String(s)}: not a LifecycleState`);
+  return v;
 }

@@ -5,7 +5,7 @@ import { Code } from "@connectrpc/connect";
 import type { Client, Owner } from "./client.js";
 import { ExecplaneError, isGrantInvalid, isNotReady, isRevoked } from "./errors.js";
 import * as pb from "./gen/execution/v1/execution_pb.js";
-import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_RUN_TTL_MS, MAX_RUN_TTL_MS, MIN_RUN_TTL_MS, newOperationId, readyLongPollMs, readyMarginMs } from "./limits.js";
+import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_RUN_TTL_MS, MAX_DEADLINE_MS, MAX_RUN_TTL_MS, MIN_DEADLINE_MS, MIN_RUN_TTL_MS, newOperationId, readyLongPollMs, readyMarginMs } from "./limits.js";
 import { Safety } from "./retry.js";
 import { Run } from "./run.js";
 
@@ -13,6 +13,23 @@ const terminal = new Set([pb.LifecycleState.RETIRING, pb.LifecycleState.RETIRED,
 // DeleteEnvironment's wait bound (the server's): it holds its answer at most this long for
 // the deletion to complete.
 const maxDeleteWaitMs = 30_000;
+
+/**
+ * Asks for action — DELETE the environment (executor and workspace) or SUSPEND it (keeping
+ * the workspace, ending a held run claim) — afterMs from the call that sets it (1 s .. 8760 h).
+ * status.deadline and status.deadlineAction say which one holds.
+ */
+export interface Deadline {
+  afterMs: number;
+  action: "DELETE" | "SUSPEND";
+}
+
+/** @internal The wire form of a deadline, refused here when out of the server's bounds. */
+export function deadlineProto(d: Deadline): pb.Deadline {
+  if (!(d.afterMs >= MIN_DEADLINE_MS && d.afterMs <= MAX_DEADLINE_MS)) throw new RangeError(`deadline after ${d.afterMs} ms: want ${MIN_DEADLINE_MS}..${MAX_DEADLINE_MS}`);
+  if (d.action !== "DELETE" && d.action !== "SUSPEND") throw new RangeError(`deadline action ${String(d.action)}: want DELETE or SUSPEND`);
+  return create(pb.DeadlineSchema, { after: durationFromMs(d.afterMs), action: pb.DeadlineAction[d.action] });
+}
 
 /** One binding's environment. */
 export class Environment {
@@ -120,6 +137,15 @@ export class Environment {
   /** Keeps the workspace from the profile's time limits (retiredTTL, suspendedTTL, maxLifetime), or lets them apply again; status.retained says which holds. */
   setRetention(retain: boolean): Promise<void> {
     return this.reference((r, o) => this.client.api.setEnvironmentRetention(create(pb.SetEnvironmentRetentionRequestSchema, { ...r, retain }), o));
+  }
+  /**
+   * Sets or moves the environment's deadline, counted from now: at it the controller deletes
+   * or suspends the environment (deadline.action), whatever it is doing — a suspension ends a
+   * held run claim. null clears it. status.deadline and status.deadlineAction say which holds.
+   */
+  async setDeadline(deadline: Deadline | null): Promise<void> {
+    const d = deadline ? deadlineProto(deadline) : undefined;
+    await this.reference((r, o) => this.client.api.setEnvironmentDeadline(create(pb.SetEnvironmentDeadlineRequestSchema, { ...r, deadline: d }), o));
   }
 
   /**

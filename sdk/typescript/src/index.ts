@@ -2,9 +2,10 @@
 // the Go SDK's (docs/sdks.md): operation ids kept across retries, only what the server marks
 // retryable retried, OUTCOME_UNKNOWN never retried, the run claim renewed and released, the
 // API's reasons on every error.
-export { Client, type ClientOptions, type Owner } from "./client.js";
-export { Environment, withRun } from "./environment.js";
+export { Client, type ClientOptions, type LifecycleName, type ListOptions, type Owner } from "./client.js";
+export { Environment, withRun, type Deadline } from "./environment.js";
 export { Run, type FileInfo, type CommandResult, type CommandInfo, type CommandOptions } from "./run.js";
-export { newOperationId, DEFAULT_TIMEOUT_MS, DEFAULT_READY_TIMEOUT_MS, MIN_RUN_TTL_MS, MAX_RUN_TTL_MS, DEFAULT_RUN_TTL_MS } from "./limits.js";
+export { newOperationId, DEFAULT_TIMEOUT_MS, DEFAULT_READY_TIMEOUT_MS, MIN_RUN_TTL_MS, MAX_RUN_TTL_MS, DEFAULT_RUN_TTL_MS,
+  MIN_DEADLINE_MS, MAX_DEADLINE_MS, MAX_PAGE_SIZE } from "./limits.js";
 export * from "./errors.js";
 export { Safety, type RetryPolicy } from "./retry.js";

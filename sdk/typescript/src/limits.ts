@@ -9,6 +9,14 @@ export const DEFAULT_READY_TIMEOUT_MS = 300_000;
 export const MIN_RUN_TTL_MS = 30_000;
 export const MAX_RUN_TTL_MS = 300_000;
 export const DEFAULT_RUN_TTL_MS = 60_000;
+/**
+ * A deadline's distance bounds (the server's): a second is the controller's resolution in
+ * practice; a year is the longest time limit a profile may set.
+ */
+export const MIN_DEADLINE_MS = 1_000;
+export const MAX_DEADLINE_MS = 8760 * 3_600_000;
+/** ListEnvironments' page bound (the server's): a page with its metadata stays within one gRPC message. */
+export const MAX_PAGE_SIZE = 500;
 // WaitReady's long poll and the margin kept before the caller's deadline.
 export const readyLongPollMs = 20_000;
 export const readyMarginMs = 250;

@@ -50,6 +50,7 @@ func full(name string) *v1alpha1.ExecutionEnvironment {
 		Spec: v1alpha1.ExecutionEnvironmentSpec{
 			SchemaVersion: 1, OwnerHash: hex64, ClientHash: hex64, BindingID: "conversation:42",
 			RequestFingerprint: hex64, Profile: "python", ProfileDigest: "sha256:" + hex64,
+			CallerMetadata: map[string]string{"team": "a"},
 		},
 		Status: v1alpha1.ExecutionEnvironmentStatus{
 			ObservedGeneration: 1, Phase: v1alpha1.PhaseReady, Epoch: 7, GrantGeneration: 2,
@@ -65,6 +66,7 @@ func full(name string) *v1alpha1.ExecutionEnvironment {
 				ExpectedPodUID: "pod-uid", ExpectedPVCUID: "pvc-uid", Reason: "image update", StartedAt: now, CompletedAt: ptr.To(now),
 			},
 			Retention:          &v1alpha1.Retention{Retain: true, BindingID: "conversation:42", OperationID: "op-4", UpdatedAt: now},
+			Deadline:           &v1alpha1.Deadline{At: now, Action: v1alpha1.DeadlineSuspend, BindingID: "conversation:42", OperationID: "op-5", UpdatedAt: now},
 			TerminationProof:   &v1alpha1.TerminationProof{PodName: "p", PodUID: "pod-uid", PodPhase: "Failed", ExitCode: ptr.To[int32](137), Reason: "OOMKilled", ObservedAt: now},
 			AuthorityChangedAt: ptr.To(metav1.NewMicroTime(now.Time.Add(123456 * time.Microsecond))),
 			LastReplacement:    &v1alpha1.Replacement{OldPodUID: "old", NewPodUID: "new", Epoch: 6, CompletedAt: now},

@@ -72,6 +72,11 @@ type ExecutionEnvironmentSpec struct {
 	// ProfileDigest is the profile's digest at creation (docs/profiles.md).
 	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
 	ProfileDigest string `json:"profileDigest"`
+	// CallerMetadata is the creating caller's metadata (EnsureEnvironment's), returned to
+	// it and matched by ListEnvironments; bounded by the API (32 entries, 4 KiB).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	CallerMetadata map[string]string `json:"callerMetadata,omitempty"`
 }
 
 // FenceState reports whether execution authority is proven.
@@ -196,6 +201,29 @@ type LifecycleOperation struct {
 type Retention struct {
 	// Retain keeps the workspace: no time limit deletes it.
 	Retain bool `json:"retain"`
+	// BindingID set it, under OperationID.
+	// +kubebuilder:validation:MaxLength=128
+	BindingID string `json:"bindingID"`
+	// +kubebuilder:validation:MaxLength=128
+	OperationID string      `json:"operationID"`
+	UpdatedAt   metav1.Time `json:"updatedAt"`
+}
+
+// DeadlineAction is what the controller starts at an owner's deadline.
+// +kubebuilder:validation:Enum=Delete;Suspend
+type DeadlineAction string
+
+// The deadline actions.
+const (
+	DeadlineDelete  DeadlineAction = "Delete"
+	DeadlineSuspend DeadlineAction = "Suspend"
+)
+
+// Deadline is the owner's deadline on an environment, and who set it last.
+type Deadline struct {
+	// At is when the controller starts Action.
+	At     metav1.Time    `json:"at"`
+	Action DeadlineAction `json:"action"`
 	// BindingID set it, under OperationID.
 	// +kubebuilder:validation:MaxLength=128
 	BindingID string `json:"bindingID"`
@@ -344,6 +372,10 @@ type ExecutionEnvironmentStatus struct {
 	// DeleteEnvironment and an administrator's DeleteRetiredEnvironment still do.
 	// +optional
 	Retention *Retention `json:"retention,omitempty"`
+	// Deadline is the owner's deadline: at it the controller starts its action, whatever
+	// the environment is doing. A Suspend deadline is spent when it fires.
+	// +optional
+	Deadline *Deadline `json:"deadline,omitempty"`
 	// TerminationProof is the last executor termination observed.
 	// +optional
 	TerminationProof *TerminationProof `json:"terminationProof,omitempty"`

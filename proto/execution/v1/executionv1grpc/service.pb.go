@@ -30,7 +30,7 @@ var File_execution_v1_executionv1grpc_service_proto protoreflect.FileDescriptor
 
 const file_execution_v1_executionv1grpc_service_proto_rawDesc = "" +
 	"\n" +
-	"*execution/v1/executionv1grpc/service.proto\x12\fexecution.v1\x1a\x1cexecution/v1/execution.proto2\xf9\x19\n" +
+	"*execution/v1/executionv1grpc/service.proto\x12\fexecution.v1\x1a\x1cexecution/v1/execution.proto2\xd1\x1b\n" +
 	"\x18ExecutionProviderService\x12^\n" +
 	"\x0fValidateProfile\x12$.execution.v1.ValidateProfileRequest\x1a%.execution.v1.ValidateProfileResponse\x12d\n" +
 	"\x11EnsureEnvironment\x12&.execution.v1.EnsureEnvironmentRequest\x1a'.execution.v1.EnsureEnvironmentResponse\x12d\n" +
@@ -68,7 +68,9 @@ const file_execution_v1_executionv1grpc_service_proto_rawDesc = "" +
 	"\x12SuspendEnvironment\x12'.execution.v1.SuspendEnvironmentRequest\x1a(.execution.v1.SuspendEnvironmentResponse\x12d\n" +
 	"\x11ResumeEnvironment\x12&.execution.v1.ResumeEnvironmentRequest\x1a'.execution.v1.ResumeEnvironmentResponse\x12d\n" +
 	"\x11DeleteEnvironment\x12&.execution.v1.DeleteEnvironmentRequest\x1a'.execution.v1.DeleteEnvironmentResponse\x12v\n" +
-	"\x17SetEnvironmentRetention\x12,.execution.v1.SetEnvironmentRetentionRequest\x1a-.execution.v1.SetEnvironmentRetentionResponseBSZQgithub.com/execplane/execplane/proto/execution/v1/executionv1grpc;executionv1grpcb\x06proto3"
+	"\x17SetEnvironmentRetention\x12,.execution.v1.SetEnvironmentRetentionRequest\x1a-.execution.v1.SetEnvironmentRetentionResponse\x12s\n" +
+	"\x16SetEnvironmentDeadline\x12+.execution.v1.SetEnvironmentDeadlineRequest\x1a,.execution.v1.SetEnvironmentDeadlineResponse\x12a\n" +
+	"\x10ListEnvironments\x12%.execution.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponseBSZQgithub.com/execplane/execplane/proto/execution/v1/executionv1grpc;executionv1grpcb\x06proto3"
 
 var file_execution_v1_executionv1grpc_service_proto_goTypes = []any{
 	(*v1.ValidateProfileRequest)(nil),           // 0: execution.v1.ValidateProfileRequest
@@ -105,39 +107,43 @@ var file_execution_v1_executionv1grpc_service_proto_goTypes = []any{
 	(*v1.ResumeEnvironmentRequest)(nil),         // 31: execution.v1.ResumeEnvironmentRequest
 	(*v1.DeleteEnvironmentRequest)(nil),         // 32: execution.v1.DeleteEnvironmentRequest
 	(*v1.SetEnvironmentRetentionRequest)(nil),   // 33: execution.v1.SetEnvironmentRetentionRequest
-	(*v1.ValidateProfileResponse)(nil),          // 34: execution.v1.ValidateProfileResponse
-	(*v1.EnsureEnvironmentResponse)(nil),        // 35: execution.v1.EnsureEnvironmentResponse
-	(*v1.AttachEnvironmentResponse)(nil),        // 36: execution.v1.AttachEnvironmentResponse
-	(*v1.ReleaseReferenceResponse)(nil),         // 37: execution.v1.ReleaseReferenceResponse
-	(*v1.FilesResponse)(nil),                    // 38: execution.v1.FilesResponse
-	(*v1.StartCommandResponse)(nil),             // 39: execution.v1.StartCommandResponse
-	(*v1.CommandStatusResponse)(nil),            // 40: execution.v1.CommandStatusResponse
-	(*v1.CancelCommandResponse)(nil),            // 41: execution.v1.CancelCommandResponse
-	(*v1.AcquireRunResponse)(nil),               // 42: execution.v1.AcquireRunResponse
-	(*v1.RenewRunResponse)(nil),                 // 43: execution.v1.RenewRunResponse
-	(*v1.ReleaseRunResponse)(nil),               // 44: execution.v1.ReleaseRunResponse
-	(*v1.ReserveSuccessorResponse)(nil),         // 45: execution.v1.ReserveSuccessorResponse
-	(*v1.CommitReferenceResponse)(nil),          // 46: execution.v1.CommitReferenceResponse
-	(*v1.AbortReferenceResponse)(nil),           // 47: execution.v1.AbortReferenceResponse
-	(*v1.PrepareReferenceDeleteResponse)(nil),   // 48: execution.v1.PrepareReferenceDeleteResponse
-	(*v1.ConfirmReferenceDeleteResponse)(nil),   // 49: execution.v1.ConfirmReferenceDeleteResponse
-	(*v1.CancelReferenceDeleteResponse)(nil),    // 50: execution.v1.CancelReferenceDeleteResponse
-	(*v1.ListReferenceIntentsResponse)(nil),     // 51: execution.v1.ListReferenceIntentsResponse
-	(*v1.RetireEnvironmentResponse)(nil),        // 52: execution.v1.RetireEnvironmentResponse
-	(*v1.ReplaceExecutorResponse)(nil),          // 53: execution.v1.ReplaceExecutorResponse
-	(*v1.RevokeEnvironmentResponse)(nil),        // 54: execution.v1.RevokeEnvironmentResponse
-	(*v1.RecoverEnvironmentResponse)(nil),       // 55: execution.v1.RecoverEnvironmentResponse
-	(*v1.MigrateEnvironmentResponse)(nil),       // 56: execution.v1.MigrateEnvironmentResponse
-	(*v1.DeleteRetiredEnvironmentResponse)(nil), // 57: execution.v1.DeleteRetiredEnvironmentResponse
-	(*v1.WriteFileStreamResponse)(nil),          // 58: execution.v1.WriteFileStreamResponse
-	(*v1.ReadFileStreamResponse)(nil),           // 59: execution.v1.ReadFileStreamResponse
-	(*v1.CommandEvent)(nil),                     // 60: execution.v1.CommandEvent
-	(*v1.ListCommandsResponse)(nil),             // 61: execution.v1.ListCommandsResponse
-	(*v1.TerminalResponse)(nil),                 // 62: execution.v1.TerminalResponse
-	(*v1.SuspendEnvironmentResponse)(nil),       // 63: execution.v1.SuspendEnvironmentResponse
-	(*v1.ResumeEnvironmentResponse)(nil),        // 64: execution.v1.ResumeEnvironmentResponse
-	(*v1.DeleteEnvironmentResponse)(nil),        // 65: execution.v1.DeleteEnvironmentResponse
-	(*v1.SetEnvironmentRetentionResponse)(nil),  // 66: execution.v1.SetEnvironmentRetentionResponse
+	(*v1.SetEnvironmentDeadlineRequest)(nil),    // 34: execution.v1.SetEnvironmentDeadlineRequest
+	(*v1.ListEnvironmentsRequest)(nil),          // 35: execution.v1.ListEnvironmentsRequest
+	(*v1.ValidateProfileResponse)(nil),          // 36: execution.v1.ValidateProfileResponse
+	(*v1.EnsureEnvironmentResponse)(nil),        // 37: execution.v1.EnsureEnvironmentResponse
+	(*v1.AttachEnvironmentResponse)(nil),        // 38: execution.v1.AttachEnvironmentResponse
+	(*v1.ReleaseReferenceResponse)(nil),         // 39: execution.v1.ReleaseReferenceResponse
+	(*v1.FilesResponse)(nil),                    // 40: execution.v1.FilesResponse
+	(*v1.StartCommandResponse)(nil),             // 41: execution.v1.StartCommandResponse
+	(*v1.CommandStatusResponse)(nil),            // 42: execution.v1.CommandStatusResponse
+	(*v1.CancelCommandResponse)(nil),            // 43: execution.v1.CancelCommandResponse
+	(*v1.AcquireRunResponse)(nil),               // 44: execution.v1.AcquireRunResponse
+	(*v1.RenewRunResponse)(nil),                 // 45: execution.v1.RenewRunResponse
+	(*v1.ReleaseRunResponse)(nil),               // 46: execution.v1.ReleaseRunResponse
+	(*v1.ReserveSuccessorResponse)(nil),         // 47: execution.v1.ReserveSuccessorResponse
+	(*v1.CommitReferenceResponse)(nil),          // 48: execution.v1.CommitReferenceResponse
+	(*v1.AbortReferenceResponse)(nil),           // 49: execution.v1.AbortReferenceResponse
+	(*v1.PrepareReferenceDeleteResponse)(nil),   // 50: execution.v1.PrepareReferenceDeleteResponse
+	(*v1.ConfirmReferenceDeleteResponse)(nil),   // 51: execution.v1.ConfirmReferenceDeleteResponse
+	(*v1.CancelReferenceDeleteResponse)(nil),    // 52: execution.v1.CancelReferenceDeleteResponse
+	(*v1.ListReferenceIntentsResponse)(nil),     // 53: execution.v1.ListReferenceIntentsResponse
+	(*v1.RetireEnvironmentResponse)(nil),        // 54: execution.v1.RetireEnvironmentResponse
+	(*v1.ReplaceExecutorResponse)(nil),          // 55: execution.v1.ReplaceExecutorResponse
+	(*v1.RevokeEnvironmentResponse)(nil),        // 56: execution.v1.RevokeEnvironmentResponse
+	(*v1.RecoverEnvironmentResponse)(nil),       // 57: execution.v1.RecoverEnvironmentResponse
+	(*v1.MigrateEnvironmentResponse)(nil),       // 58: execution.v1.MigrateEnvironmentResponse
+	(*v1.DeleteRetiredEnvironmentResponse)(nil), // 59: execution.v1.DeleteRetiredEnvironmentResponse
+	(*v1.WriteFileStreamResponse)(nil),          // 60: execution.v1.WriteFileStreamResponse
+	(*v1.ReadFileStreamResponse)(nil),           // 61: execution.v1.ReadFileStreamResponse
+	(*v1.CommandEvent)(nil),                     // 62: execution.v1.CommandEvent
+	(*v1.ListCommandsResponse)(nil),             // 63: execution.v1.ListCommandsResponse
+	(*v1.TerminalResponse)(nil),                 // 64: execution.v1.TerminalResponse
+	(*v1.SuspendEnvironmentResponse)(nil),       // 65: execution.v1.SuspendEnvironmentResponse
+	(*v1.ResumeEnvironmentResponse)(nil),        // 66: execution.v1.ResumeEnvironmentResponse
+	(*v1.DeleteEnvironmentResponse)(nil),        // 67: execution.v1.DeleteEnvironmentResponse
+	(*v1.SetEnvironmentRetentionResponse)(nil),  // 68: execution.v1.SetEnvironmentRetentionResponse
+	(*v1.SetEnvironmentDeadlineResponse)(nil),   // 69: execution.v1.SetEnvironmentDeadlineResponse
+	(*v1.ListEnvironmentsResponse)(nil),         // 70: execution.v1.ListEnvironmentsResponse
 }
 var file_execution_v1_executionv1grpc_service_proto_depIdxs = []int32{
 	0,  // 0: execution.v1.ExecutionProviderService.ValidateProfile:input_type -> execution.v1.ValidateProfileRequest
@@ -174,42 +180,46 @@ var file_execution_v1_executionv1grpc_service_proto_depIdxs = []int32{
 	31, // 31: execution.v1.ExecutionProviderService.ResumeEnvironment:input_type -> execution.v1.ResumeEnvironmentRequest
 	32, // 32: execution.v1.ExecutionProviderService.DeleteEnvironment:input_type -> execution.v1.DeleteEnvironmentRequest
 	33, // 33: execution.v1.ExecutionProviderService.SetEnvironmentRetention:input_type -> execution.v1.SetEnvironmentRetentionRequest
-	34, // 34: execution.v1.ExecutionProviderService.ValidateProfile:output_type -> execution.v1.ValidateProfileResponse
-	35, // 35: execution.v1.ExecutionProviderService.EnsureEnvironment:output_type -> execution.v1.EnsureEnvironmentResponse
-	36, // 36: execution.v1.ExecutionProviderService.AttachEnvironment:output_type -> execution.v1.AttachEnvironmentResponse
-	37, // 37: execution.v1.ExecutionProviderService.ReleaseReference:output_type -> execution.v1.ReleaseReferenceResponse
-	38, // 38: execution.v1.ExecutionProviderService.Files:output_type -> execution.v1.FilesResponse
-	39, // 39: execution.v1.ExecutionProviderService.StartCommand:output_type -> execution.v1.StartCommandResponse
-	40, // 40: execution.v1.ExecutionProviderService.CommandStatus:output_type -> execution.v1.CommandStatusResponse
-	41, // 41: execution.v1.ExecutionProviderService.CancelCommand:output_type -> execution.v1.CancelCommandResponse
-	42, // 42: execution.v1.ExecutionProviderService.AcquireRun:output_type -> execution.v1.AcquireRunResponse
-	43, // 43: execution.v1.ExecutionProviderService.RenewRun:output_type -> execution.v1.RenewRunResponse
-	44, // 44: execution.v1.ExecutionProviderService.ReleaseRun:output_type -> execution.v1.ReleaseRunResponse
-	45, // 45: execution.v1.ExecutionProviderService.ReserveSuccessor:output_type -> execution.v1.ReserveSuccessorResponse
-	46, // 46: execution.v1.ExecutionProviderService.CommitReference:output_type -> execution.v1.CommitReferenceResponse
-	47, // 47: execution.v1.ExecutionProviderService.AbortReference:output_type -> execution.v1.AbortReferenceResponse
-	48, // 48: execution.v1.ExecutionProviderService.PrepareReferenceDelete:output_type -> execution.v1.PrepareReferenceDeleteResponse
-	49, // 49: execution.v1.ExecutionProviderService.ConfirmReferenceDelete:output_type -> execution.v1.ConfirmReferenceDeleteResponse
-	50, // 50: execution.v1.ExecutionProviderService.CancelReferenceDelete:output_type -> execution.v1.CancelReferenceDeleteResponse
-	51, // 51: execution.v1.ExecutionProviderService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	52, // 52: execution.v1.ExecutionProviderService.RetireEnvironment:output_type -> execution.v1.RetireEnvironmentResponse
-	53, // 53: execution.v1.ExecutionProviderService.ReplaceExecutor:output_type -> execution.v1.ReplaceExecutorResponse
-	54, // 54: execution.v1.ExecutionProviderService.RevokeEnvironment:output_type -> execution.v1.RevokeEnvironmentResponse
-	55, // 55: execution.v1.ExecutionProviderService.RecoverEnvironment:output_type -> execution.v1.RecoverEnvironmentResponse
-	56, // 56: execution.v1.ExecutionProviderService.MigrateEnvironment:output_type -> execution.v1.MigrateEnvironmentResponse
-	57, // 57: execution.v1.ExecutionProviderService.DeleteRetiredEnvironment:output_type -> execution.v1.DeleteRetiredEnvironmentResponse
-	58, // 58: execution.v1.ExecutionProviderService.WriteFileStream:output_type -> execution.v1.WriteFileStreamResponse
-	59, // 59: execution.v1.ExecutionProviderService.ReadFileStream:output_type -> execution.v1.ReadFileStreamResponse
-	60, // 60: execution.v1.ExecutionProviderService.RunCommand:output_type -> execution.v1.CommandEvent
-	60, // 61: execution.v1.ExecutionProviderService.WatchCommand:output_type -> execution.v1.CommandEvent
-	61, // 62: execution.v1.ExecutionProviderService.ListCommands:output_type -> execution.v1.ListCommandsResponse
-	62, // 63: execution.v1.ExecutionProviderService.Terminal:output_type -> execution.v1.TerminalResponse
-	63, // 64: execution.v1.ExecutionProviderService.SuspendEnvironment:output_type -> execution.v1.SuspendEnvironmentResponse
-	64, // 65: execution.v1.ExecutionProviderService.ResumeEnvironment:output_type -> execution.v1.ResumeEnvironmentResponse
-	65, // 66: execution.v1.ExecutionProviderService.DeleteEnvironment:output_type -> execution.v1.DeleteEnvironmentResponse
-	66, // 67: execution.v1.ExecutionProviderService.SetEnvironmentRetention:output_type -> execution.v1.SetEnvironmentRetentionResponse
-	34, // [34:68] is the sub-list for method output_type
-	0,  // [0:34] is the sub-list for method input_type
+	34, // 34: execution.v1.ExecutionProviderService.SetEnvironmentDeadline:input_type -> execution.v1.SetEnvironmentDeadlineRequest
+	35, // 35: execution.v1.ExecutionProviderService.ListEnvironments:input_type -> execution.v1.ListEnvironmentsRequest
+	36, // 36: execution.v1.ExecutionProviderService.ValidateProfile:output_type -> execution.v1.ValidateProfileResponse
+	37, // 37: execution.v1.ExecutionProviderService.EnsureEnvironment:output_type -> execution.v1.EnsureEnvironmentResponse
+	38, // 38: execution.v1.ExecutionProviderService.AttachEnvironment:output_type -> execution.v1.AttachEnvironmentResponse
+	39, // 39: execution.v1.ExecutionProviderService.ReleaseReference:output_type -> execution.v1.ReleaseReferenceResponse
+	40, // 40: execution.v1.ExecutionProviderService.Files:output_type -> execution.v1.FilesResponse
+	41, // 41: execution.v1.ExecutionProviderService.StartCommand:output_type -> execution.v1.StartCommandResponse
+	42, // 42: execution.v1.ExecutionProviderService.CommandStatus:output_type -> execution.v1.CommandStatusResponse
+	43, // 43: execution.v1.ExecutionProviderService.CancelCommand:output_type -> execution.v1.CancelCommandResponse
+	44, // 44: execution.v1.ExecutionProviderService.AcquireRun:output_type -> execution.v1.AcquireRunResponse
+	45, // 45: execution.v1.ExecutionProviderService.RenewRun:output_type -> execution.v1.RenewRunResponse
+	46, // 46: execution.v1.ExecutionProviderService.ReleaseRun:output_type -> execution.v1.ReleaseRunResponse
+	47, // 47: execution.v1.ExecutionProviderService.ReserveSuccessor:output_type -> execution.v1.ReserveSuccessorResponse
+	48, // 48: execution.v1.ExecutionProviderService.CommitReference:output_type -> execution.v1.CommitReferenceResponse
+	49, // 49: execution.v1.ExecutionProviderService.AbortReference:output_type -> execution.v1.AbortReferenceResponse
+	50, // 50: execution.v1.ExecutionProviderService.PrepareReferenceDelete:output_type -> execution.v1.PrepareReferenceDeleteResponse
+	51, // 51: execution.v1.ExecutionProviderService.ConfirmReferenceDelete:output_type -> execution.v1.ConfirmReferenceDeleteResponse
+	52, // 52: execution.v1.ExecutionProviderService.CancelReferenceDelete:output_type -> execution.v1.CancelReferenceDeleteResponse
+	53, // 53: execution.v1.ExecutionProviderService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	54, // 54: execution.v1.ExecutionProviderService.RetireEnvironment:output_type -> execution.v1.RetireEnvironmentResponse
+	55, // 55: execution.v1.ExecutionProviderService.ReplaceExecutor:output_type -> execution.v1.ReplaceExecutorResponse
+	56, // 56: execution.v1.ExecutionProviderService.RevokeEnvironment:output_type -> execution.v1.RevokeEnvironmentResponse
+	57, // 57: execution.v1.ExecutionProviderService.RecoverEnvironment:output_type -> execution.v1.RecoverEnvironmentResponse
+	58, // 58: execution.v1.ExecutionProviderService.MigrateEnvironment:output_type -> execution.v1.MigrateEnvironmentResponse
+	59, // 59: execution.v1.ExecutionProviderService.DeleteRetiredEnvironment:output_type -> execution.v1.DeleteRetiredEnvironmentResponse
+	60, // 60: execution.v1.ExecutionProviderService.WriteFileStream:output_type -> execution.v1.WriteFileStreamResponse
+	61, // 61: execution.v1.ExecutionProviderService.ReadFileStream:output_type -> execution.v1.ReadFileStreamResponse
+	62, // 62: execution.v1.ExecutionProviderService.RunCommand:output_type -> execution.v1.CommandEvent
+	62, // 63: execution.v1.ExecutionProviderService.WatchCommand:output_type -> execution.v1.CommandEvent
+	63, // 64: execution.v1.ExecutionProviderService.ListCommands:output_type -> execution.v1.ListCommandsResponse
+	64, // 65: execution.v1.ExecutionProviderService.Terminal:output_type -> execution.v1.TerminalResponse
+	65, // 66: execution.v1.ExecutionProviderService.SuspendEnvironment:output_type -> execution.v1.SuspendEnvironmentResponse
+	66, // 67: execution.v1.ExecutionProviderService.ResumeEnvironment:output_type -> execution.v1.ResumeEnvironmentResponse
+	67, // 68: execution.v1.ExecutionProviderService.DeleteEnvironment:output_type -> execution.v1.DeleteEnvironmentResponse
+	68, // 69: execution.v1.ExecutionProviderService.SetEnvironmentRetention:output_type -> execution.v1.SetEnvironmentRetentionResponse
+	69, // 70: execution.v1.ExecutionProviderService.SetEnvironmentDeadline:output_type -> execution.v1.SetEnvironmentDeadlineResponse
+	70, // 71: execution.v1.ExecutionProviderService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
+	36, // [36:72] is the sub-list for method output_type
+	0,  // [0:36] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

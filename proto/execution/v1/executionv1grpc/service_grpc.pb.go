@@ -59,6 +59,8 @@ const (
 	ExecutionProviderService_ResumeEnvironment_FullMethodName        = "/execution.v1.ExecutionProviderService/ResumeEnvironment"
 	ExecutionProviderService_DeleteEnvironment_FullMethodName        = "/execution.v1.ExecutionProviderService/DeleteEnvironment"
 	ExecutionProviderService_SetEnvironmentRetention_FullMethodName  = "/execution.v1.ExecutionProviderService/SetEnvironmentRetention"
+	ExecutionProviderService_SetEnvironmentDeadline_FullMethodName   = "/execution.v1.ExecutionProviderService/SetEnvironmentDeadline"
+	ExecutionProviderService_ListEnvironments_FullMethodName         = "/execution.v1.ExecutionProviderService/ListEnvironments"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -185,6 +187,14 @@ type ExecutionProviderServiceClient interface {
 	// suspendedTTL, maxLifetime), or lets them apply again. For the owner of a binding that holds
 	// a reference on it; idempotent by operation id.
 	SetEnvironmentRetention(ctx context.Context, in *v1.SetEnvironmentRetentionRequest, opts ...grpc.CallOption) (*v1.SetEnvironmentRetentionResponse, error)
+	// SetEnvironmentDeadline sets, moves or clears the owner's deadline of an environment (see
+	// Environment.deadline). For the owner of a binding that holds a reference on it;
+	// idempotent by operation id.
+	SetEnvironmentDeadline(ctx context.Context, in *v1.SetEnvironmentDeadlineRequest, opts ...grpc.CallOption) (*v1.SetEnvironmentDeadlineResponse, error)
+	// ListEnvironments pages through the environments this client created for an owner,
+	// optionally of one binding, in some states or with some metadata. Not mutating; requires
+	// the MayAttestOwner capability.
+	ListEnvironments(ctx context.Context, in *v1.ListEnvironmentsRequest, opts ...grpc.CallOption) (*v1.ListEnvironmentsResponse, error)
 }
 
 type executionProviderServiceClient struct {
@@ -568,6 +578,26 @@ func (c *executionProviderServiceClient) SetEnvironmentRetention(ctx context.Con
 	return out, nil
 }
 
+func (c *executionProviderServiceClient) SetEnvironmentDeadline(ctx context.Context, in *v1.SetEnvironmentDeadlineRequest, opts ...grpc.CallOption) (*v1.SetEnvironmentDeadlineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.SetEnvironmentDeadlineResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_SetEnvironmentDeadline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionProviderServiceClient) ListEnvironments(ctx context.Context, in *v1.ListEnvironmentsRequest, opts ...grpc.CallOption) (*v1.ListEnvironmentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListEnvironmentsResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_ListEnvironments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -692,6 +722,14 @@ type ExecutionProviderServiceServer interface {
 	// suspendedTTL, maxLifetime), or lets them apply again. For the owner of a binding that holds
 	// a reference on it; idempotent by operation id.
 	SetEnvironmentRetention(context.Context, *v1.SetEnvironmentRetentionRequest) (*v1.SetEnvironmentRetentionResponse, error)
+	// SetEnvironmentDeadline sets, moves or clears the owner's deadline of an environment (see
+	// Environment.deadline). For the owner of a binding that holds a reference on it;
+	// idempotent by operation id.
+	SetEnvironmentDeadline(context.Context, *v1.SetEnvironmentDeadlineRequest) (*v1.SetEnvironmentDeadlineResponse, error)
+	// ListEnvironments pages through the environments this client created for an owner,
+	// optionally of one binding, in some states or with some metadata. Not mutating; requires
+	// the MayAttestOwner capability.
+	ListEnvironments(context.Context, *v1.ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error)
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -803,6 +841,12 @@ func (UnimplementedExecutionProviderServiceServer) DeleteEnvironment(context.Con
 }
 func (UnimplementedExecutionProviderServiceServer) SetEnvironmentRetention(context.Context, *v1.SetEnvironmentRetentionRequest) (*v1.SetEnvironmentRetentionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetEnvironmentRetention not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) SetEnvironmentDeadline(context.Context, *v1.SetEnvironmentDeadlineRequest) (*v1.SetEnvironmentDeadlineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetEnvironmentDeadline not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) ListEnvironments(context.Context, *v1.ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEnvironments not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -1395,6 +1439,42 @@ func _ExecutionProviderService_SetEnvironmentRetention_Handler(srv interface{}, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionProviderService_SetEnvironmentDeadline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.SetEnvironmentDeadlineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).SetEnvironmentDeadline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_SetEnvironmentDeadline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).SetEnvironmentDeadline(ctx, req.(*v1.SetEnvironmentDeadlineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionProviderService_ListEnvironments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.ListEnvironmentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).ListEnvironments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_ListEnvironments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).ListEnvironments(ctx, req.(*v1.ListEnvironmentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1517,6 +1597,14 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetEnvironmentRetention",
 			Handler:    _ExecutionProviderService_SetEnvironmentRetention_Handler,
+		},
+		{
+			MethodName: "SetEnvironmentDeadline",
+			Handler:    _ExecutionProviderService_SetEnvironmentDeadline_Handler,
+		},
+		{
+			MethodName: "ListEnvironments",
+			Handler:    _ExecutionProviderService_ListEnvironments_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

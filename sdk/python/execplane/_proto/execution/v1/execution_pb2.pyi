@@ -16,6 +16,9 @@ COMMAND_STATE_START_FAILED: CommandState
 COMMAND_STATE_SUCCEEDED: CommandState
 COMMAND_STATE_TIMED_OUT: CommandState
 COMMAND_STATE_UNSPECIFIED: CommandState
+DEADLINE_ACTION_DELETE: DeadlineAction
+DEADLINE_ACTION_SUSPEND: DeadlineAction
+DEADLINE_ACTION_UNSPECIFIED: DeadlineAction
 DESCRIPTOR: _descriptor.FileDescriptor
 ERROR_REASON_ALREADY_EXISTS: ErrorReason
 ERROR_REASON_CONFLICT: ErrorReason
@@ -358,6 +361,14 @@ class CopyPathResult(_message.Message):
     info: FileInfo
     def __init__(self, info: _Optional[_Union[FileInfo, _Mapping]] = ..., copied_bytes: _Optional[int] = ..., copied_entries: _Optional[int] = ...) -> None: ...
 
+class Deadline(_message.Message):
+    __slots__ = ["action", "after"]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    action: DeadlineAction
+    after: _duration_pb2.Duration
+    def __init__(self, after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., action: _Optional[_Union[DeadlineAction, str]] = ...) -> None: ...
+
 class DeleteEnvironmentRequest(_message.Message):
     __slots__ = ["operation_id", "target", "wait"]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -391,18 +402,29 @@ class DeleteRetiredEnvironmentResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class EnsureEnvironmentRequest(_message.Message):
-    __slots__ = ["binding_id", "expected_profile_digest", "operation_id", "owner", "profile"]
+    __slots__ = ["binding_id", "deadline", "expected_profile_digest", "metadata", "operation_id", "owner", "profile"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_PROFILE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     binding_id: str
+    deadline: Deadline
     expected_profile_digest: str
+    metadata: _containers.ScalarMap[str, str]
     operation_id: str
     owner: Owner
     profile: str
-    def __init__(self, operation_id: _Optional[str] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., expected_profile_digest: _Optional[str] = ...) -> None: ...
+    def __init__(self, operation_id: _Optional[str] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., expected_profile_digest: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deadline: _Optional[_Union[Deadline, _Mapping]] = ...) -> None: ...
 
 class EnsureEnvironmentResponse(_message.Message):
     __slots__ = ["created", "environment", "environment_grant"]
@@ -415,15 +437,25 @@ class EnsureEnvironmentResponse(_message.Message):
     def __init__(self, environment: _Optional[_Union[Environment, _Mapping]] = ..., environment_grant: _Optional[_Union[Grant, _Mapping]] = ..., created: bool = ...) -> None: ...
 
 class Environment(_message.Message):
-    __slots__ = ["active_run", "binding_id", "created_at", "epoch", "fence_state", "grant_generation", "lifecycle", "message", "pod_uid", "profile", "profile_digest", "pvc_uid", "ready", "ref", "references", "retained", "schema_version"]
+    __slots__ = ["active_run", "binding_id", "created_at", "deadline", "deadline_action", "epoch", "fence_state", "grant_generation", "lifecycle", "message", "metadata", "pod_uid", "profile", "profile_digest", "pvc_uid", "ready", "ref", "references", "retained", "schema_version"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ACTIVE_RUN_FIELD_NUMBER: _ClassVar[int]
     BINDING_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_ACTION_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     FENCE_STATE_FIELD_NUMBER: _ClassVar[int]
     GRANT_GENERATION_FIELD_NUMBER: _ClassVar[int]
     LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     POD_UID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
@@ -436,11 +468,14 @@ class Environment(_message.Message):
     active_run: RunClaim
     binding_id: str
     created_at: _timestamp_pb2.Timestamp
+    deadline: _timestamp_pb2.Timestamp
+    deadline_action: DeadlineAction
     epoch: int
     fence_state: FenceState
     grant_generation: int
     lifecycle: LifecycleState
     message: str
+    metadata: _containers.ScalarMap[str, str]
     pod_uid: str
     profile: str
     profile_digest: str
@@ -450,7 +485,7 @@ class Environment(_message.Message):
     references: _containers.RepeatedCompositeFieldContainer[Reference]
     retained: bool
     schema_version: int
-    def __init__(self, ref: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., profile_digest: _Optional[str] = ..., lifecycle: _Optional[_Union[LifecycleState, str]] = ..., ready: bool = ..., fence_state: _Optional[_Union[FenceState, str]] = ..., epoch: _Optional[int] = ..., grant_generation: _Optional[int] = ..., active_run: _Optional[_Union[RunClaim, _Mapping]] = ..., references: _Optional[_Iterable[_Union[Reference, _Mapping]]] = ..., pod_uid: _Optional[str] = ..., pvc_uid: _Optional[str] = ..., schema_version: _Optional[int] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retained: bool = ...) -> None: ...
+    def __init__(self, ref: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., profile_digest: _Optional[str] = ..., lifecycle: _Optional[_Union[LifecycleState, str]] = ..., ready: bool = ..., fence_state: _Optional[_Union[FenceState, str]] = ..., epoch: _Optional[int] = ..., grant_generation: _Optional[int] = ..., active_run: _Optional[_Union[RunClaim, _Mapping]] = ..., references: _Optional[_Iterable[_Union[Reference, _Mapping]]] = ..., pod_uid: _Optional[str] = ..., pvc_uid: _Optional[str] = ..., schema_version: _Optional[int] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retained: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., deadline_action: _Optional[_Union[DeadlineAction, str]] = ...) -> None: ...
 
 class EnvironmentRef(_message.Message):
     __slots__ = ["id", "revision"]
@@ -647,6 +682,37 @@ class ListDirectoryResult(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[FileInfo]
     next_page_token: bytes
     def __init__(self, entries: _Optional[_Iterable[_Union[FileInfo, _Mapping]]] = ..., next_page_token: _Optional[bytes] = ...) -> None: ...
+
+class ListEnvironmentsRequest(_message.Message):
+    __slots__ = ["binding_id", "lifecycle", "metadata", "owner", "page_size", "page_token"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    binding_id: str
+    lifecycle: _containers.RepeatedScalarFieldContainer[LifecycleState]
+    metadata: _containers.ScalarMap[str, str]
+    owner: Owner
+    page_size: int
+    page_token: str
+    def __init__(self, owner: _Optional[_Union[Owner, _Mapping]] = ..., binding_id: _Optional[str] = ..., lifecycle: _Optional[_Iterable[_Union[LifecycleState, str]]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListEnvironmentsResponse(_message.Message):
+    __slots__ = ["environments", "next_page_token"]
+    ENVIRONMENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    environments: _containers.RepeatedCompositeFieldContainer[Environment]
+    next_page_token: str
+    def __init__(self, environments: _Optional[_Iterable[_Union[Environment, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListReferenceIntentsRequest(_message.Message):
     __slots__ = ["owner", "page_size", "page_token"]
@@ -1051,6 +1117,22 @@ class RunCommandRequest(_message.Message):
     run_grant: Grant
     def __init__(self, run_grant: _Optional[_Union[Grant, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., command_id: _Optional[str] = ..., detach: bool = ...) -> None: ...
 
+class SetEnvironmentDeadlineRequest(_message.Message):
+    __slots__ = ["deadline", "operation_id", "target"]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    deadline: Deadline
+    operation_id: str
+    target: ReferenceTarget
+    def __init__(self, operation_id: _Optional[str] = ..., target: _Optional[_Union[ReferenceTarget, _Mapping]] = ..., deadline: _Optional[_Union[Deadline, _Mapping]] = ...) -> None: ...
+
+class SetEnvironmentDeadlineResponse(_message.Message):
+    __slots__ = ["environment"]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    environment: Environment
+    def __init__(self, environment: _Optional[_Union[Environment, _Mapping]] = ...) -> None: ...
+
 class SetEnvironmentRetentionRequest(_message.Message):
     __slots__ = ["operation_id", "retain", "target"]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -1232,6 +1314,9 @@ class LifecycleState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class ReferenceState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class DeadlineAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -187,6 +187,16 @@ class ExecutionProviderServiceStub(object):
                 request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionRequest.SerializeToString,
                 response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionResponse.FromString,
                 )
+        self.SetEnvironmentDeadline = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/SetEnvironmentDeadline',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentDeadlineRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentDeadlineResponse.FromString,
+                )
+        self.ListEnvironments = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/ListEnvironments',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsResponse.FromString,
+                )
 
 
 class ExecutionProviderServiceServicer(object):
@@ -481,6 +491,24 @@ class ExecutionProviderServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetEnvironmentDeadline(self, request, context):
+        """SetEnvironmentDeadline sets, moves or clears the owner's deadline of an environment (see
+        Environment.deadline). For the owner of a binding that holds a reference on it;
+        idempotent by operation id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEnvironments(self, request, context):
+        """ListEnvironments pages through the environments this client created for an owner,
+        optionally of one binding, in some states or with some metadata. Not mutating; requires
+        the MayAttestOwner capability.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutionProviderServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -653,6 +681,16 @@ def add_ExecutionProviderServiceServicer_to_server(servicer, server):
                     servicer.SetEnvironmentRetention,
                     request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionRequest.FromString,
                     response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionResponse.SerializeToString,
+            ),
+            'SetEnvironmentDeadline': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetEnvironmentDeadline,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentDeadlineRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentDeadlineResponse.SerializeToString,
+            ),
+            'ListEnvironments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEnvironments,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1242,5 +1280,39 @@ class ExecutionProviderService(object):
         return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/SetEnvironmentRetention',
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionRequest.SerializeToString,
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentRetentionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetEnvironmentDeadline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/SetEnvironmentDeadline',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentDeadlineRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.SetEnvironmentDeadlineResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListEnvironments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/ListEnvironments',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
