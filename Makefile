@@ -19,7 +19,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X github.com/execplane/execplane/internal/version.Version=$(VERSION) \
              -X github.com/execplane/execplane/internal/version.Commit=$(COMMIT)
-BINARIES  := gateway controller execctl execplane-dev helper
+BINARIES  := gateway controller execctl execplane-dev helper e2b
 GO_TEST_FLAGS ?=
 # Builds the cluster binaries on first use (cached by version) and prints their directory.
 CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
@@ -37,12 +37,13 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/gateway, bin/controller, bin/execctl, bin/execplane-dev (the local stack) and a static bin/helper.
+build: ## Build bin/gateway, bin/controller, bin/execctl, bin/execplane-dev (the local stack), bin/e2b (the E2B front end) and a static bin/helper.
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/gateway ./cmd/gateway
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/controller ./cmd/controller
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execctl ./cmd/execctl
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execplane-dev ./cmd/execplane-dev
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/e2b ./cmd/e2b
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/helper ./cmd/helper
 
 # The product images, built in Go without Docker (internal/dev/devimage; docs/deployment.md,

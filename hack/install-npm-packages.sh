@@ -6,7 +6,7 @@
 # run costs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dirs=(test/mcp sdk/typescript)
+dirs=(test/mcp test/e2b sdk/typescript)
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   hack/apt-install.sh install-npm-packages nodejs npm
 fi

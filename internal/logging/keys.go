@@ -31,6 +31,9 @@ const (
 	KeyError       = "error"
 	KeyCount       = "count"
 	KeyPath        = "path"
+	// KeySandbox is an E2B sandbox id; KeyTenant the id of the API key that acts.
+	KeySandbox = "sandbox"
+	KeyTenant  = "tenant"
 )
 
 // Keys lists the vocabulary, for tests that check a log line uses only known keys.
@@ -38,5 +41,5 @@ var Keys = []string{
 	KeyComponent, KeyRPC, KeyRequestID, KeyClient, KeyEnvironment, KeyRevision, KeyBinding,
 	KeyOperationID, KeyRunID, KeyEpoch, KeyGeneration, KeyPod, KeyPVC, KeyProfile, KeyNamespace,
 	KeyPhase, KeyReason, KeyCode, KeyDuration, KeyAddress, KeyKeyID, KeyVersion, KeyLeader, KeyReplica,
-	KeyError, KeyCount, KeyPath,
+	KeyError, KeyCount, KeyPath, KeySandbox, KeyTenant,
 }

@@ -26,7 +26,7 @@ import (
 	"github.com/execplane/execplane/proto/execution/v1/executionv1grpc"
 )
 
-var controllerBin, gatewayBin, execctlBin, grpcurlBin, healthProbeBin string
+var controllerBin, gatewayBin, execctlBin, e2bBin, grpcurlBin, healthProbeBin string
 
 // realNodeMissing says why the package's cluster has no real node (nil when it has one).
 var realNodeMissing error
@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	controllerBin, gatewayBin, execctlBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway"), filepath.Join(dir, "execctl")
+	e2bBin = filepath.Join(dir, "e2b")
 	grpcurlBin, healthProbeBin = filepath.Join(dir, "grpcurl"), filepath.Join(dir, "grpc-health-probe")
 	builds := []struct {
 		out, pkg string
@@ -46,6 +47,7 @@ func TestMain(m *testing.M) {
 		{controllerBin, "./cmd/controller", []string{"-race"}},
 		{gatewayBin, "./cmd/gateway", []string{"-race"}},
 		{execctlBin, "./cmd/execctl", []string{"-race"}},
+		{e2bBin, "./cmd/e2b", []string{"-race"}},
 		// Third-party clients, pinned in hack/tools/go.mod.
 		{grpcurlBin, "github.com/fullstorydev/grpcurl/cmd/grpcurl", []string{"-modfile=hack/tools/go.mod"}},
 		{healthProbeBin, "github.com/grpc-ecosystem/grpc-health-probe", []string{"-modfile=hack/tools/go.mod"}},

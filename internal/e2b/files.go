@@ -1,0 +1,236 @@
+package e2b
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/execplane/execplane/pkg/client"
+)
+
+// Bounds of uploads.
+const (
+	// maxUploadParts bounds the files of one multipart upload.
+	maxUploadParts = 1000
+	// maxPartHeaderBytes bounds a part's headers (a path and a content type).
+	maxPartHeaderBytes = 16 << 10
+)
+
+// upload is one file of a POST /files, spooled to a temporary file so that every file of
+// the request is checked (path, size, duplicates) before any is written.
+type upload struct {
+	rel  string
+	file *os.File
+	size int64
+}
+
+// readFile serves GET /files?path=: the file's content, streamed from the workspace with
+// its length; 404 for a missing file, 400 for a directory, as envd answers.
+func (f *frontEnd) readFile(w http.ResponseWriter, r *http.Request) {
+	if err := checkUser(r.URL.Query().Get("username")); err != nil {
+		writeError(w, err)
+		return
+	}
+	run, rel, err := f.runAt(r.Context(), r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	info, err := run.Stat(r.Context(), rel)
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		writeError(w, &problem{http.StatusNotFound, 0, fmt.Sprintf("path '%s' does not exist", e2bPath(rel))})
+		return
+	case err != nil:
+		writeError(w, err)
+		return
+	case info.IsDir():
+		writeError(w, badRequest("path '%s' is a directory", e2bPath(rel)))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", fmt.Sprint(info.Size))
+	if _, err := run.ReadFileTo(r.Context(), rel, w); err != nil {
+		// The status is sent: cut the connection rather than end a short body cleanly (the
+		// length says it is short too).
+		f.log.Debug("read cut", "error", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// writeFiles serves POST /files: a multipart body whose parts' filenames are the paths (the
+// path query, when given, names the only file), or an octet-stream body for the path query,
+// gzip-encoded or not. Every file is received and checked before the first is written;
+// each write is atomic (a file is replaced whole or not at all), the set of them is not.
+func (f *frontEnd) writeFiles(w http.ResponseWriter, r *http.Request) {
+	if err := checkUser(r.URL.Query().Get("username")); err != nil {
+		writeError(w, err)
+		return
+	}
+	cl := callerOf(r.Context())
+	limit, err := f.maxFileBytes(r.Context(), cl.sandbox.env.Status().GetProfile())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	uploads, err := f.receive(r, limit)
+	defer func() {
+		for _, u := range uploads {
+			u.file.Close()
+			os.Remove(u.file.Name())
+		}
+	}()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	run, err := f.run(r.Context(), cl.sandbox)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	type written struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+		Path string `json:"path"`
+	}
+	var out []written
+	for _, u := range uploads {
+		if _, err := run.WriteFileFrom(r.Context(), u.rel, u.file, u.size, client.CreateParents()); err != nil {
+			writeError(w, err)
+			return
+		}
+		p := e2bPath(u.rel)
+		out = append(out, written{Name: p[strings.LastIndex(p, "/")+1:], Type: "file", Path: p})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// receive spools a POST /files body's files, each within limit bytes.
+func (f *frontEnd) receive(r *http.Request, limit int64) ([]upload, error) {
+	query := r.URL.Query()
+	named := query.Has("path")
+	var uploads []upload
+	seen := map[string]bool{}
+	add := func(p string, body io.Reader) error {
+		rel, err := workspacePath(p)
+		if err != nil {
+			return err
+		}
+		if seen[rel] {
+			return badRequest("path '%s' is given twice", e2bPath(rel))
+		}
+		seen[rel] = true
+		u, err := spool(body, limit, f.cfg.SpoolDir)
+		if err != nil {
+			return err
+		}
+		u.rel = rel
+		uploads = append(uploads, u)
+		return nil
+	}
+	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return nil, badRequest("a Content-Type of multipart/form-data or application/octet-stream is required")
+	}
+	switch mediaType {
+	case "application/octet-stream":
+		if !named {
+			return nil, badRequest("an octet-stream upload needs the path query")
+		}
+		var body io.Reader = r.Body
+		switch enc := r.Header.Get("Content-Encoding"); enc {
+		case "", "identity":
+		case "gzip":
+			gz, err := gzip.NewReader(r.Body)
+			if err != nil {
+				return nil, badRequest("the gzip body is malformed")
+			}
+			defer gz.Close()
+			body = gz
+		default:
+			return nil, badRequest("Content-Encoding %q is not supported (gzip is)", enc)
+		}
+		err := add(query.Get("path"), body)
+		return uploads, err
+	case "multipart/form-data":
+		mr := multipart.NewReader(r.Body, params["boundary"])
+		for {
+			part, err := mr.NextRawPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return uploads, badRequest("the multipart body is malformed")
+			}
+			if len(uploads) == maxUploadParts {
+				return uploads, badRequest("at most %d files per upload", maxUploadParts)
+			}
+			p, err := partPath(part)
+			if err != nil {
+				return uploads, err
+			}
+			if named {
+				if len(uploads) > 0 {
+					return uploads, badRequest("the path query names one file; the body has more")
+				}
+				p = query.Get("path")
+			}
+			if err := add(p, part); err != nil {
+				return uploads, err
+			}
+		}
+		if len(uploads) == 0 {
+			return nil, badRequest("the upload has no file")
+		}
+		return uploads, nil
+	}
+	return nil, badRequest("a Content-Type of multipart/form-data or application/octet-stream is required")
+}
+
+// partPath is a part's filename as sent, with its directories: envd's path for a file of a
+// multi-file write (Go's FileName keeps only the base name). Node's FormData escapes only
+// the quote, LF and CR in it.
+func partPath(part *multipart.Part) (string, error) {
+	cd := part.Header.Get("Content-Disposition")
+	if len(cd) > maxPartHeaderBytes {
+		return "", badRequest("a part's Content-Disposition is too long")
+	}
+	_, params, err := mime.ParseMediaType(cd)
+	if err != nil || params["filename"] == "" {
+		return "", badRequest("each part needs a Content-Disposition with the file's path as its filename")
+	}
+	return strings.NewReplacer("%22", `"`, "%0A", "\n", "%0D", "\r").Replace(params["filename"]), nil
+}
+
+// spool copies body into a temporary file, refusing more than limit bytes.
+func spool(body io.Reader, limit int64, dir string) (upload, error) {
+	tmp, err := os.CreateTemp(dir, "e2b-upload-*")
+	if err != nil {
+		return upload{}, err
+	}
+	n, err := io.Copy(tmp, io.LimitReader(body, limit+1))
+	u := upload{file: tmp, size: n}
+	if err == nil && n > limit {
+		err = &problem{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("a file is larger than the sandbox's limit of %d bytes", limit)}
+	}
+	if err == nil {
+		_, err = tmp.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		var p *problem
+		if errors.As(err, &p) {
+			return upload{}, p
+		}
+		return upload{}, badRequest("the upload broke off: %v", err)
+	}
+	return u, nil
+}

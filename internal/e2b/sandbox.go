@@ -1,0 +1,286 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/execplane/execplane/pkg/client"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
+)
+
+// A sandbox is the environment of (the API key's owner, binding = the sandbox id): the id is
+// minted at create, so it is stable across pause and resume, and another key's sandbox is
+// simply not found (another owner's binding).
+const (
+	// sandboxIDLength: E2B's ids are 20 lowercase letters and digits; so are ours, "i" and
+	// 19 random base-32 characters (95 bits).
+	sandboxIDLength = 20
+	// runID names the run every replica of the front end shares in a sandbox.
+	runID = "e2b"
+	// runTTL is the shared claim's TTL: renewed every third of it by each replica that
+	// holds it; it lapses this long after the last replica stopped using the sandbox.
+	runTTL = 2 * time.Minute
+	// idleAfter is how long a replica keeps a sandbox it does not use open (its handle,
+	// grant and a renewed claim).
+	idleAfter = 5 * time.Minute
+)
+
+// sandboxAlphabet is base-32 in lowercase, without the easily confused letters.
+const sandboxAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+
+// newSandboxID mints a sandbox id.
+func newSandboxID() string {
+	var b [sandboxIDLength - 1]byte
+	_, _ = rand.Read(b[:])
+	id := []byte{'i'}
+	for _, c := range b {
+		id = append(id, sandboxAlphabet[c&31])
+	}
+	return string(id)
+}
+
+// validSandboxID reports whether id could have been minted here: anything else is not
+// found without a call.
+func validSandboxID(id string) bool {
+	if len(id) != sandboxIDLength || id[0] != 'i' {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		c := id[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// errSandboxNotFound: absent, deleted, or another key's.
+var errSandboxNotFound = errors.New("sandbox not found")
+
+// errSandboxNotRunning: paused (or pausing, or being deleted): envd calls answer 502 as
+// E2B's edge does for a sandbox that is not running.
+var errSandboxNotRunning = errors.New("sandbox is not running")
+
+// sandbox is one sandbox as this replica holds it open: the attached environment and the
+// shared run.
+type sandbox struct {
+	id     string
+	tenant *Tenant
+	env    *client.Environment
+
+	mu   sync.Mutex
+	run  *client.Run
+	used time.Time
+}
+
+type sandboxKey struct{ keyID, id string }
+
+// sandboxes are the sandboxes this replica holds open. Nothing here is the truth: every
+// entry can be rebuilt from the API (ListEnvironments, AttachEnvironment), by any replica.
+type sandboxes struct {
+	c     *client.Client
+	now   func() time.Time
+	group singleflight.Group
+
+	mu   sync.Mutex
+	open map[sandboxKey]*sandbox
+}
+
+func newSandboxes(c *client.Client) *sandboxes {
+	return &sandboxes{c: c, now: time.Now, open: map[sandboxKey]*sandbox{}}
+}
+
+// lookup returns the sandbox's environment as the API answers now, without attaching (an
+// attach resumes a suspended environment; a look must not).
+func (s *sandboxes) lookup(ctx context.Context, t *Tenant, id string) (*executionv1.Environment, error) {
+	if !validSandboxID(id) {
+		return nil, errSandboxNotFound
+	}
+	for env, err := range s.c.ListEnvironments(ctx, t.Owner, client.ListOptions{BindingID: id}) {
+		if err != nil {
+			return nil, err
+		}
+		return env, nil
+	}
+	return nil, errSandboxNotFound
+}
+
+// get returns the sandbox held open, opening it when it is running: the calls of envd
+// (commands, files) act on a running sandbox only.
+func (s *sandboxes) get(ctx context.Context, t *Tenant, id string) (*sandbox, error) {
+	key := sandboxKey{t.KeyID, id}
+	s.mu.Lock()
+	sb := s.open[key]
+	s.mu.Unlock()
+	if sb != nil {
+		sb.touch(s.now())
+		return sb, nil
+	}
+	v, err, _ := s.group.Do(key.keyID+"\x00"+key.id, func() (any, error) {
+		env, err := s.lookup(ctx, t, id)
+		if err != nil {
+			return nil, err
+		}
+		if !running(env.GetLifecycle()) {
+			return nil, errSandboxNotRunning
+		}
+		h, err := s.c.Attach(ctx, client.AttachRequest{Owner: t.Owner, BindingID: id, ID: env.GetRef().GetId(), Revision: env.GetRef().GetRevision()})
+		if err != nil {
+			return nil, err
+		}
+		return s.add(t, id, h), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*sandbox), nil
+}
+
+// add holds an environment open as the sandbox (after create or connect).
+func (s *sandboxes) add(t *Tenant, id string, env *client.Environment) *sandbox {
+	sb := &sandbox{id: id, tenant: t, env: env, used: s.now()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.open[sandboxKey{t.KeyID, id}]; old != nil {
+		old.leave()
+	}
+	s.open[sandboxKey{t.KeyID, id}] = sb
+	return sb
+}
+
+// drop forgets a sandbox (killed, paused): its run is left to lapse or was released.
+func (s *sandboxes) drop(t *Tenant, id string) {
+	s.mu.Lock()
+	sb := s.open[sandboxKey{t.KeyID, id}]
+	delete(s.open, sandboxKey{t.KeyID, id})
+	s.mu.Unlock()
+	if sb != nil {
+		sb.leave()
+	}
+}
+
+// sweep forgets the sandboxes not used for idleAfter, so that their claims lapse and the
+// profile's idle policy and the sandbox's own timeout see them as they are.
+func (s *sandboxes) sweep() {
+	now := s.now()
+	s.mu.Lock()
+	var idle []*sandbox
+	for k, sb := range s.open {
+		if sb.idleSince(now) > idleAfter {
+			idle = append(idle, sb)
+			delete(s.open, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, sb := range idle {
+		sb.leave()
+	}
+}
+
+// closeAll leaves every run (at shutdown: the claims lapse or another replica renews them).
+func (s *sandboxes) closeAll() {
+	s.mu.Lock()
+	open := s.open
+	s.open = map[sandboxKey]*sandbox{}
+	s.mu.Unlock()
+	for _, sb := range open {
+		sb.leave()
+	}
+}
+
+func (sb *sandbox) touch(now time.Time) {
+	sb.mu.Lock()
+	sb.used = now
+	sb.mu.Unlock()
+}
+
+func (sb *sandbox) idleSince(now time.Time) time.Duration {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return now.Sub(sb.used)
+}
+
+func (sb *sandbox) leave() {
+	sb.mu.Lock()
+	run := sb.run
+	sb.run = nil
+	sb.mu.Unlock()
+	if run != nil {
+		run.Leave()
+	}
+}
+
+// release ends the shared claim (before a pause: a suspension waits for no claim).
+func (sb *sandbox) release(ctx context.Context) error {
+	sb.mu.Lock()
+	run := sb.run
+	sb.run = nil
+	sb.mu.Unlock()
+	if run != nil {
+		return run.Close(ctx)
+	}
+	return nil
+}
+
+// runFor returns the sandbox's run, acquiring the shared claim when this replica holds none
+// that is alive. Every replica acquires with the operation id derived from the epoch the
+// claim was (or will be) acquired at: the first acquisition makes the claim, the others get
+// its receipt — the same claim — instead of fencing each other. A lapsed or foreign claim
+// shows in the environment's status; then the epoch has moved and so has the id.
+func (sb *sandbox) runFor(ctx context.Context) (*client.Run, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.run != nil && sb.run.Err() == nil {
+		return sb.run, nil
+	}
+	if sb.run != nil {
+		sb.run.Leave()
+		sb.run = nil
+	}
+	if err := sb.env.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	run, err := sb.env.Acquire(ctx, client.AcquireOptions{RunID: runID, TTL: runTTL, OperationID: runOperation(sb.env.Status(), time.Now())})
+	if err != nil {
+		return nil, err
+	}
+	sb.run = run
+	return run, nil
+}
+
+// runOperation is the operation id of the shared claim's acquisition: from the epoch the
+// live claim of the front end's run was acquired at (AcquireRun raised it by one), or from
+// the current epoch when there is none.
+func runOperation(env *executionv1.Environment, now time.Time) string {
+	epoch := env.GetEpoch()
+	if c := env.GetActiveRun(); c != nil && c.GetRunId() == runID && c.GetExpiresAt().AsTime().After(now) && c.GetEpoch() > 0 {
+		epoch = c.GetEpoch() - 1
+	}
+	return fmt.Sprintf("e2b-run-%d", epoch)
+}
+
+// running reports the states in which a sandbox is "running" for E2B: its calls are served
+// (or will be in a moment: a replacement, a resume the SDK's connect started).
+func running(l executionv1.LifecycleState) bool {
+	switch l {
+	case executionv1.LifecycleState_LIFECYCLE_STATE_PROVISIONING, executionv1.LifecycleState_LIFECYCLE_STATE_READY,
+		executionv1.LifecycleState_LIFECYCLE_STATE_REPLACING, executionv1.LifecycleState_LIFECYCLE_STATE_RESUMING:
+		return true
+	}
+	return false
+}
+
+// paused reports the states E2B calls "paused".
+func paused(l executionv1.LifecycleState) bool {
+	switch l {
+	case executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDING, executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDED:
+		return true
+	}
+	return false
+}

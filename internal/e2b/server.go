@@ -1,0 +1,282 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/diagnostics"
+	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/pkg/client"
+	"github.com/execplane/execplane/proto/envd/filesystem/envdfilesystemconnect"
+	"github.com/execplane/execplane/proto/envd/process/envdprocessconnect"
+)
+
+// Server bounds. The SDK holds one connection per running command for its whole life, so
+// there is no write timeout; headers and idle connections are bounded.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	shutdownTimeout   = 10 * time.Second
+	// maxConnectMessage bounds an envd request message (a command line with its
+	// environment, a path): far above what the SDK sends, far below memory.
+	maxConnectMessage = 4 << 20
+	// profileCacheFor is how long a profile's limits are reused before asked again.
+	profileCacheFor = time.Minute
+)
+
+// frontEnd is one replica of the E2B front end: stateless beyond caches that any replica
+// rebuilds from the API.
+type frontEnd struct {
+	cfg       Config
+	log       hclog.Logger
+	api       *client.Client
+	keys      atomic.Pointer[Keys]
+	sandboxes *sandboxes
+
+	profilesMu sync.Mutex
+	profiles   map[string]cachedProfile
+}
+
+type cachedProfile struct {
+	profile client.Profile
+	at      time.Time
+}
+
+// callerKey carries the caller of an envd request: the sandbox its token opens.
+type callerKey struct{}
+
+type caller struct {
+	tenant  *Tenant
+	sandbox *sandbox
+}
+
+func callerOf(ctx context.Context) *caller { return ctx.Value(callerKey{}).(*caller) }
+
+// Run is the front end's main: flags, the key file, the client of the gateway, then the
+// server until ctx ends.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := DefaultConfig()
+	if done, err := cli.Load("e2b", &cfg, args, stdout, stderr); done {
+		return err
+	}
+	cfg.Log.Output = stderr
+	log, err := logging.New(cfg.Log)
+	if err != nil {
+		return err
+	}
+	keys, err := LoadKeys(cfg.KeysFile)
+	if err != nil {
+		return err
+	}
+	api, err := client.Dial(client.Config{Address: cfg.Gateway, CAFile: cfg.GatewayCA, CertFile: cfg.ClientCert, KeyFile: cfg.ClientKey,
+		ServerName: cfg.GatewayServerName})
+	if err != nil {
+		return err
+	}
+	defer api.Close() //nolint:errcheck // closing on exit
+	f := newFrontEnd(cfg, log, api, keys)
+	defer f.sandboxes.closeAll()
+
+	l, err := net.Listen("tcp", cfg.ListenAddress)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: f.routes(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
+		ErrorLog: log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
+	registry := prometheus.NewRegistry()
+	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: func() string { return "" }}, registry)
+	log.Info("serving", logging.KeyAddress, l.Addr().String(), "templates", len(cfg.Templates))
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		if cfg.TLSCertFile != "" {
+			err = srv.ServeTLS(l, cfg.TLSCertFile, cfg.TLSKeyFile)
+		} else {
+			err = srv.Serve(l)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	})
+	g.Go(func() error { return diag.Serve(ctx) })
+	g.Go(func() error { f.maintain(ctx); return nil })
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return g.Wait()
+}
+
+func newFrontEnd(cfg Config, log hclog.Logger, api *client.Client, keys *Keys) *frontEnd {
+	f := &frontEnd{cfg: cfg, log: log, api: api, sandboxes: newSandboxes(api), profiles: map[string]cachedProfile{}}
+	f.keys.Store(keys)
+	return f
+}
+
+// maintain reloads the key file when it changes (a rotation: a key added, one dropped) and
+// lets idle sandboxes go, until ctx ends.
+func (f *frontEnd) maintain(ctx context.Context) {
+	reload := time.NewTicker(keysReloadEvery)
+	defer reload.Stop()
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sweep.C:
+			f.sandboxes.sweep()
+		case <-reload.C:
+			st, err := os.Stat(f.cfg.KeysFile)
+			if err != nil || st.ModTime().Equal(last) {
+				continue
+			}
+			keys, err := LoadKeys(f.cfg.KeysFile)
+			if err != nil {
+				// The keys in use stay: a broken file is the operator's to fix, not a
+				// reason to lock every tenant out.
+				f.log.Error("the key file could not be reloaded; the previous keys stay", logging.KeyError, err)
+				continue
+			}
+			last = st.ModTime()
+			f.keys.Store(keys)
+			f.log.Info("key file reloaded", logging.KeyCount, len(keys.byID))
+		}
+	}
+}
+
+// routes is the one handler of both APIs: the control API by the SDK's paths, envd's by
+// its (the Connect services' paths, /files, /health), which never collide.
+func (f *frontEnd) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v2/sandboxes", f.tenantHandler(f.create))
+	mux.HandleFunc("GET /v2/sandboxes", f.tenantHandler(f.list))
+	mux.HandleFunc("GET /sandboxes", f.tenantHandler(f.list))
+	mux.HandleFunc("GET /sandboxes/{id}", f.tenantHandler(f.getInfo))
+	mux.HandleFunc("DELETE /sandboxes/{id}", f.tenantHandler(f.kill))
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", f.tenantHandler(f.setTimeout))
+	mux.HandleFunc("POST /sandboxes/{id}/pause", f.tenantHandler(f.pause))
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", f.tenantHandler(f.connect))
+	mux.HandleFunc("POST /sandboxes/{id}/resume", f.tenantHandler(f.connect))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", f.tenantHandler(f.metrics))
+
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxConnectMessage)}
+	path, h := envdprocessconnect.NewProcessHandler(processService{f}, opts...)
+	mux.Handle(path, f.envd(h, true))
+	path, h = envdfilesystemconnect.NewFilesystemHandler(filesystemService{f}, opts...)
+	mux.Handle(path, f.envd(h, true))
+	mux.Handle("GET /files", f.envd(http.HandlerFunc(f.readFile), false))
+	mux.Handle("POST /files", f.envd(http.HandlerFunc(f.writeFiles), false))
+	mux.Handle("GET /health", f.envd(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }), false))
+	return mux
+}
+
+// envd authenticates an envd request — the sandbox in E2b-Sandbox-Id, its access token in
+// X-Access-Token — and opens the sandbox for it: 401 for a token that is not that
+// sandbox's, 502 (E2B's edge's answer) for a sandbox that is not running or not there.
+func (f *frontEnd) envd(next http.Handler, rpc bool) http.Handler {
+	errs := connect.NewErrorWriter()
+	fail := func(w http.ResponseWriter, r *http.Request, err error) {
+		if rpc {
+			_ = errs.Write(w, r, connectError(err))
+			return
+		}
+		writeError(w, err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("E2b-Sandbox-Id")
+		if id == "" {
+			fail(w, r, errSandboxNotRunning)
+			return
+		}
+		t := f.keys.Load().Verify(r.Header.Get("X-Access-Token"), id)
+		if t == nil {
+			fail(w, r, errBadToken)
+			return
+		}
+		sb, err := f.sandboxes.get(r.Context(), t, id)
+		if errors.Is(err, errSandboxNotFound) {
+			err = errSandboxNotRunning
+		}
+		if err != nil {
+			fail(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, &caller{tenant: t, sandbox: sb})))
+	})
+}
+
+// run is the sandbox's shared run, acquired again once when it turns out lost (lapsed,
+// superseded by a resume or a replacement).
+func (f *frontEnd) run(ctx context.Context, sb *sandbox) (*client.Run, error) {
+	return sb.runFor(ctx)
+}
+
+// runAt is the run of the request's sandbox and an E2B path in its workspace.
+func (f *frontEnd) runAt(ctx context.Context, p string) (*client.Run, string, error) {
+	rel, err := workspacePath(p)
+	if err != nil {
+		return nil, "", err
+	}
+	run, err := f.run(ctx, callerOf(ctx).sandbox)
+	if err != nil {
+		return nil, "", err
+	}
+	return run, rel, nil
+}
+
+// profile is a profile's limits, cached for a minute.
+func (f *frontEnd) profile(ctx context.Context, name string) (client.Profile, error) {
+	f.profilesMu.Lock()
+	c, ok := f.profiles[name]
+	f.profilesMu.Unlock()
+	if ok && time.Since(c.at) < profileCacheFor {
+		return c.profile, nil
+	}
+	p, err := f.api.ValidateProfile(ctx, name, "")
+	if err != nil {
+		return client.Profile{}, fmt.Errorf("profile %s: %w", name, err)
+	}
+	f.profilesMu.Lock()
+	f.profiles[name] = cachedProfile{profile: p, at: time.Now()}
+	f.profilesMu.Unlock()
+	return p, nil
+}
+
+// maxFileBytes is the largest file a sandbox of the profile takes.
+func (f *frontEnd) maxFileBytes(ctx context.Context, profile string) (int64, error) {
+	p, err := f.profile(ctx, profile)
+	if err != nil {
+		return 0, err
+	}
+	return int64(min(p.MaxFileBytes, 1<<62)), nil
+}
+
+// maxCommandDuration is the longest a command of the profile may run (0 when unknown: the
+// API applies it).
+func (f *frontEnd) maxCommandDuration(ctx context.Context, profile string) time.Duration {
+	p, err := f.profile(ctx, profile)
+	if err != nil {
+		return 0
+	}
+	return p.MaxCommandDuration
+}
