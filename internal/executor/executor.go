@@ -18,8 +18,9 @@ import (
 
 // Paths and identities inside the executor Pod.
 const (
-	// WorkspacePath is where the claim is mounted.
-	WorkspacePath = "/workspace"
+	// WorkspacePath is where the claim is mounted unless the profile says otherwise
+	// (workspacePath): also the working directory and HOME.
+	WorkspacePath = profile.DefaultWorkspacePath
 	// TmpPath is the size-limited scratch directory.
 	TmpPath = "/tmp"
 	// ContainerName is the executor container (pods/exec targets it).
@@ -190,6 +191,10 @@ func pod(name, namespace string, objLabels map[string]string, claim string, p pr
 	if serviceAccount == "" {
 		return nil, errors.New("executor: a ServiceAccount is required (never the namespace default)")
 	}
+	workspace := spec.WorkspacePath
+	if workspace == "" {
+		workspace = WorkspacePath
+	}
 	helper := spec.HelperPath
 	if helper == "" {
 		helper = profile.DefaultHelperPath
@@ -225,10 +230,10 @@ func pod(name, namespace string, objLabels map[string]string, claim string, p pr
 				Image:           spec.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Command:         []string{helper, "--pause"},
-				WorkingDir:      WorkspacePath,
+				WorkingDir:      workspace,
 				Env: []corev1.EnvVar{
-					{Name: RootEnv, Value: WorkspacePath},
-					{Name: "HOME", Value: WorkspacePath},
+					{Name: RootEnv, Value: workspace},
+					{Name: "HOME", Value: workspace},
 					{Name: "TMPDIR", Value: TmpPath},
 				},
 				Resources: resources(spec),
@@ -241,7 +246,7 @@ func pod(name, namespace string, objLabels map[string]string, claim string, p pr
 					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				},
 				VolumeMounts: []corev1.VolumeMount{
-					{Name: "workspace", MountPath: WorkspacePath},
+					{Name: "workspace", MountPath: workspace},
 					{Name: "tmp", MountPath: TmpPath},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,

@@ -52,6 +52,11 @@ func canonicalEncoding(s *ProfileSpec) ([]byte, error) {
 	putString(doc, "storageClass", s.StorageClass)
 	putString(doc, "runtimeClassName", s.RuntimeClassName)
 	putString(doc, "helperImage", s.HelperImage)
+	if s.WorkspacePath != DefaultWorkspacePath {
+		// Only when not the default: the digests of profiles written before the field
+		// existed stay what they were.
+		putString(doc, "workspacePath", s.WorkspacePath)
+	}
 	putBytes(doc, "storageSize", s.StorageSize)
 	putMillicores(doc, "cpuRequest", s.CPURequest)
 	putMillicores(doc, "cpuLimit", s.CPULimit)

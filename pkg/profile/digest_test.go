@@ -154,6 +154,7 @@ func TestDigestChangesWithEveryField(t *testing.T) {
 		"maxEnvironments":         func(s *ProfileSpec) { s.MaxEnvironments++ },
 		"helperPath":              func(s *ProfileSpec) { s.HelperPath = "/execplane/helper2" },
 		"helperImage":             func(s *ProfileSpec) { s.HelperImage, s.HelperPath = "registry.example/helper:2", "" },
+		"workspacePath":           func(s *ProfileSpec) { s.WorkspacePath = "/home/user" },
 		"capabilities":            func(s *ProfileSpec) { s.Capabilities = s.Capabilities[:1] },
 		"commands":                func(s *ProfileSpec) { s.Commands = &CommandsSpec{MaxDetached: 2} },
 		// Each field of commands, set on its own.

@@ -52,7 +52,7 @@ func TestParseMinimal(t *testing.T) {
 		t.Errorf("helperPath = %q, want the default %q", e.Spec.HelperPath, DefaultHelperPath)
 	}
 	var p problem.List
-	checkHelperPath(&p, "default", DefaultHelperPath)
+	checkHelperPath(&p, "default", DefaultHelperPath, DefaultWorkspacePath)
 	if err := p.Err(ErrInvalidProfile); err != nil {
 		t.Errorf("DefaultHelperPath is invalid: %v", err)
 	}

@@ -10,6 +10,10 @@ import (
 // does not say otherwise. It matches the gateway's --helper-path default.
 const DefaultHelperPath = "/execplane/helper"
 
+// DefaultWorkspacePath is where the workspace is mounted in the executor when a profile does
+// not say otherwise: the container's working directory and HOME.
+const DefaultWorkspacePath = "/workspace"
+
 // CapabilityNetworkEgress lets executor Pods built from a profile open outbound connections;
 // without it the executor NetworkPolicy denies all egress.
 const CapabilityNetworkEgress = "network-egress"
@@ -81,6 +85,10 @@ type ProfileSpec struct {
 	// directory, so any executor image works without the helper baked in. HelperPath must
 	// then be DefaultHelperPath (or empty).
 	HelperImage string `json:"helperImage,omitempty"`
+	// WorkspacePath is where the workspace is mounted in the executor container, which is
+	// also its working directory and HOME; empty means DefaultWorkspacePath. E2B's programs
+	// expect /home/user (docs/e2b.md). The helper resolves every path beneath it.
+	WorkspacePath string `json:"workspacePath,omitempty"`
 	// Capabilities the profile grants, such as CapabilityNetworkEgress. A loaded registry
 	// holds them sorted.
 	Capabilities []string `json:"capabilities,omitempty"`

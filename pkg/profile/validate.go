@@ -77,13 +77,10 @@ const (
 	maxTolerationSeconds = 1<<53 - 1
 )
 
-// Mount points of the executor Pod (DESIGN §5). The helper may not live under them: they are
-// writable by the workload, which could replace the binary the gateway executes, and
-// /workspace is an empty volume on first use.
-const (
-	workspaceMountPath = "/workspace"
-	tmpMountPath       = "/tmp"
-)
+// tmpMountPath is the executor's temporary folder (DESIGN §5). The helper may not live under
+// it nor under the workspace (workspacePath): both are writable by the workload, which could
+// replace the binary the gateway executes, and the workspace is an empty volume on first use.
+const tmpMountPath = "/tmp"
 
 // Quantity bounds: Kubernetes accounts bytes as int64 and CPU as int64 millicores, so larger
 // values would overflow in the scheduler and the kubelet.
@@ -113,6 +110,9 @@ const (
 func normalize(s *ProfileSpec) {
 	if s.HelperPath == "" {
 		s.HelperPath = DefaultHelperPath
+	}
+	if s.WorkspacePath == "" {
+		s.WorkspacePath = DefaultWorkspacePath
 	}
 	if len(s.Capabilities) > 0 {
 		sort.Strings(s.Capabilities)
@@ -206,8 +206,15 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 		}
 	}
 
+	workspace := DefaultWorkspacePath
+	if s.WorkspacePath != "" {
+		workspace = s.WorkspacePath
+		checkWorkspacePath(p, field("workspacePath"), s.WorkspacePath)
+	}
 	if s.HelperPath != "" {
-		checkHelperPath(p, field("helperPath"), s.HelperPath)
+		checkHelperPath(p, field("helperPath"), s.HelperPath, workspace)
+	} else if isUnder(DefaultHelperPath, workspace) {
+		p.Add(field("workspacePath"), "%q holds the helper's default path %s, which the workload could then write", workspace, DefaultHelperPath)
 	}
 	if s.HelperImage != "" {
 		checkImage(p, field("helperImage"), s.HelperImage, o.RequireDigestPinnedImages)
@@ -333,7 +340,7 @@ func checkToleration(p *problem.List, path string, t *corev1.Toleration) {
 
 // checkHelperPath requires an absolute, clean path of plain characters outside the
 // workload-writable mounts.
-func checkHelperPath(p *problem.List, field, helper string) {
+func checkHelperPath(p *problem.List, field, helper, workspace string) {
 	switch {
 	case len(helper) > maxHelperPathBytes:
 		p.Add(field, "is %d bytes, more than %d", len(helper), maxHelperPathBytes)
@@ -343,8 +350,34 @@ func checkHelperPath(p *problem.List, field, helper string) {
 		p.Add(field, "%q may contain only ASCII letters, digits and . _ + - /", helper)
 	case path.Clean(helper) != helper || helper == "/":
 		p.Add(field, "%q is not a clean path to a file (want %q)", helper, path.Clean(helper))
-	case isUnder(helper, workspaceMountPath) || isUnder(helper, tmpMountPath):
-		p.Add(field, "%q is under %s or %s, which the workload can write", helper, workspaceMountPath, tmpMountPath)
+	case isUnder(helper, workspace) || isUnder(helper, tmpMountPath):
+		p.Add(field, "%q is under %s or %s, which the workload can write", helper, workspace, tmpMountPath)
+	}
+}
+
+// reservedMounts are where a workspace may not be mounted: the executor's temporary folder
+// and the kernel's and runtime's file systems.
+var reservedMounts = []string{tmpMountPath, "/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var/run", "/run"}
+
+// checkWorkspacePath requires an absolute, clean path of plain characters below the root,
+// not on or under a reserved mount, nor above one.
+func checkWorkspacePath(p *problem.List, field, workspace string) {
+	switch {
+	case len(workspace) > maxHelperPathBytes:
+		p.Add(field, "is %d bytes, more than %d", len(workspace), maxHelperPathBytes)
+	case !strings.HasPrefix(workspace, "/"):
+		p.Add(field, "%q is not an absolute path", workspace)
+	case !isHelperPathChars(workspace):
+		p.Add(field, "%q may contain only ASCII letters, digits and . _ + - /", workspace)
+	case path.Clean(workspace) != workspace || workspace == "/":
+		p.Add(field, "%q is not a clean path below the root (want %q)", workspace, path.Clean(workspace))
+	default:
+		for _, r := range reservedMounts {
+			if isUnder(workspace, r) || isUnder(r, workspace) {
+				p.Add(field, "%q is on, under or above %s", workspace, r)
+				return
+			}
+		}
 	}
 }
 
