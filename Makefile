@@ -47,7 +47,7 @@ build: ## Build bin/gateway, bin/controller, bin/execctl, bin/execplane-dev (the
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/helper ./cmd/helper
 
 # The product images, built in Go without Docker (internal/dev/devimage; docs/deployment.md,
-# "Images"): the gateway, controller and helper static (CGO_ENABLED=0) for each of PLATFORMS
+# "Images"): the gateway, controller, helper and e2b static (CGO_ENABLED=0) for each of PLATFORMS
 # under bin/<os>_<arch>/, then one OCI image layout per image under IMAGES_DIR. Reproducible:
 # every timestamp is SOURCE_DATE_EPOCH, the commit's time, so one commit gives the same
 # digests. PLATFORMS=linux/amd64,linux/arm64 gives image indexes (cross-compiled; the example
@@ -59,8 +59,8 @@ REGISTRY          ?=
 INSECURE          ?=
 define build-images
 	@for p in $$(tr , ' ' <<< '$(PLATFORMS)'); do \
-	  echo "go build gateway controller helper for $$p (CGO_ENABLED=0) into bin/$${p%%/*}_$${p#*/}"; \
-	  for b in gateway controller helper; do \
+	  echo "go build gateway controller helper e2b for $$p (CGO_ENABLED=0) into bin/$${p%%/*}_$${p#*/}"; \
+	  for b in gateway controller helper e2b; do \
 	    CGO_ENABLED=0 GOOS=$${p%%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/$${p%%/*}_$${p#*/}/$$b ./cmd/$$b; \
 	  done; \
 	done
@@ -69,7 +69,7 @@ define build-images
 endef
 
 .PHONY: images
-images: executor-debs ## Build the gateway, controller, helper and executor images in Go (no Docker) as OCI layouts under bin/images, reproducibly; prints each digest (PLATFORMS=linux/amd64,linux/arm64 for indexes).
+images: executor-debs ## Build the gateway, controller, helper, executor and e2b images in Go (no Docker) as OCI layouts under bin/images, reproducibly; prints each digest (PLATFORMS=linux/amd64,linux/arm64 for indexes).
 	$(call build-images)
 
 .PHONY: images-push
@@ -202,6 +202,10 @@ bench-ensure: build bin/pause node-packages ## Ensure → Ready (cold ÷ raw PVC
 bench-gateway: build bin/pause node-packages ## Gateway overhead on the fake and the real node: data calls, 5 MiB transfers, streamed command output, cold and warm sessions against a persistent raw exec, and RPC/s, each ÷ its baseline (docs/benchmarks.md).
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) $(GO) run ./bench/gateway $(BENCH_ARGS)
 
+.PHONY: bench-e2b
+bench-e2b: build bin/pause node-packages npm-packages ## The E2B front end with the unmodified E2B SDK ÷ the Go SDK: commands.run('echo hi'), 1 MiB files, creates from a warm pool and cold; BENCH_ARGS="-nodes kwok,real" for the real node too (docs/benchmarks.md).
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) $(GO) run ./bench/e2b $(BENCH_ARGS)
+
 .PHONY: node-bins
 node-bins: ## Build the real node's containerd, shim, ctr and kubelet (once; cached by version).
 	@hack/build-node-bins.sh
@@ -234,11 +238,12 @@ cluster-down: ## Stop what cluster-up or demo started.
 
 .PHONY: demo
 demo: $(DEV_PREREQS) ## Build, start the local cluster (executors on its real node; DEV_NODE=kwok: on fake nodes) with a controller and a gateway, and walk a client through a session.
-	@$(DEV_UP) --controller bin/controller --gateway bin/gateway
+	@$(DEV_UP) --controller bin/controller --gateway bin/gateway --e2b bin/e2b
 	@bin/execplane-dev demo --state-dir $(DEV_STATE)
 	@echo
 	@echo "The stack keeps running. Try it by hand:"
 	@echo "  source $(DEV_STATE)/caller.env      # EXECPLANE_ADDRESS, _CA, _CERT, _KEY; KUBECONFIG"
+	@echo "  source $(DEV_STATE)/e2b.env         # E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY: E2B SDK programs, unchanged (docs/e2b.md)"
 	@echo "  bin/execplane-dev demo              # the walkthrough again"
 	@echo "  kubectl get executionenvironments -A   # kubectl: bin/execplane-dev status"
 	@echo "Stop it with: make demo-down"

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/pkg/client"
 	"github.com/execplane/execplane/pkg/ident"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -88,7 +89,7 @@ func (f *frontEnd) tenantHandler(h func(http.ResponseWriter, *http.Request, *Ten
 			return
 		}
 		if err := h(w, r, t); err != nil {
-			writeError(w, err)
+			f.fail(w, r, err)
 		}
 	}
 }
@@ -171,16 +172,17 @@ func (f *frontEnd) create(w http.ResponseWriter, r *http.Request, t *Tenant) err
 		return err
 	}
 	id := newSandboxID()
+	// The reference is committed after the answer (the sandbox id the SDK holds is the
+	// record a two-phase caller would keep; a pending reference serves every call alike):
+	// a create from a warm pool is then one write.
 	env, err := f.api.Ensure(r.Context(), client.EnsureRequest{Owner: t.Owner, BindingID: id, Profile: profile, Metadata: md,
-		Deadline: &client.Deadline{After: timeout, Action: action}})
+		Deadline: &client.Deadline{After: timeout, Action: action}, KeepReferencePending: true})
 	if err != nil {
 		return err
 	}
 	sb := f.sandboxes.add(t, id, env)
-	if _, err := f.run(r.Context(), sb); err != nil {
-		return err
-	}
-	f.log.Info("sandbox created", "sandbox", id, "key", t.KeyID, "template", template, "environment", env.ID())
+	f.prepareRun(sb)
+	f.log.Info("sandbox created", logging.KeySandbox, id, logging.KeyTenant, t.KeyID, logging.KeyProfile, profile, logging.KeyEnvironment, env.ID())
 	writeJSON(w, http.StatusCreated, f.sandboxAnswer(t, id, template))
 	return nil
 }
@@ -385,7 +387,7 @@ func (f *frontEnd) kill(w http.ResponseWriter, r *http.Request, t *Tenant) error
 	if err := untilSettled(r.Context(), func() error { return h.Delete(r.Context(), 0) }); err != nil {
 		return err
 	}
-	f.log.Info("sandbox killed", "sandbox", env.GetBindingId(), "key", t.KeyID)
+	f.log.Info("sandbox killed", logging.KeySandbox, env.GetBindingId(), logging.KeyTenant, t.KeyID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -465,7 +467,7 @@ func (f *frontEnd) pause(w http.ResponseWriter, r *http.Request, t *Tenant) erro
 	}); err != nil {
 		return err
 	}
-	f.log.Info("sandbox paused", "sandbox", id, "key", t.KeyID)
+	f.log.Info("sandbox paused", logging.KeySandbox, id, logging.KeyTenant, t.KeyID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -506,9 +508,7 @@ func (f *frontEnd) connect(w http.ResponseWriter, r *http.Request, t *Tenant) er
 		}
 	}
 	sb := f.sandboxes.add(t, id, h)
-	if _, err := f.run(r.Context(), sb); err != nil {
-		return err
-	}
+	f.prepareRun(sb)
 	writeJSON(w, status, f.sandboxAnswer(t, id, env.GetMetadata()[metaTemplate]))
 	return nil
 }

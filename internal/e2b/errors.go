@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"connectrpc.com/connect"
+	"github.com/hashicorp/go-hclog"
 
+	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/pkg/client"
 )
 
@@ -103,6 +106,51 @@ func classify(err error) *problem {
 func connectError(err error) error {
 	p := classify(err)
 	return connect.NewError(p.code, errors.New(p.message))
+}
+
+// errorLog logs the calls that fail for a reason of the server's side (unavailable,
+// internal, unknown, data loss): the procedure, the code and the message the caller got —
+// the API's, with its request id for the gateway's logs; never a key, a token or content.
+type errorLog struct{ log hclog.Logger }
+
+func (e errorLog) note(procedure string, err error) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return
+	}
+	switch ce.Code() {
+	case connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:
+		e.log.Warn("call failed", logging.KeyRPC, procedure, logging.KeyCode, ce.Code().String(), logging.KeyError, ce.Message())
+	}
+}
+
+func (e errorLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		e.note(req.Spec().Procedure, err)
+		return resp, err
+	}
+}
+
+func (e errorLog) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (e errorLog) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		err := next(ctx, conn)
+		e.note(conn.Spec().Procedure, err)
+		return err
+	}
+}
+
+// fail answers an HTTP request with E2B's error body, logging a failure of the server's side
+// as errorLog does.
+func (f *frontEnd) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if p := classify(err); p.status >= http.StatusInternalServerError {
+		f.log.Warn("call failed", logging.KeyRPC, r.Method+" "+r.URL.Path, logging.KeyCode, strconv.Itoa(p.status), logging.KeyError, p.message)
+	}
+	writeError(w, err)
 }
 
 // writeError answers an HTTP request with E2B's error body: {"code": <status>, "message"}.

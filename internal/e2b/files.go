@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/pkg/client"
 )
 
@@ -22,45 +23,74 @@ const (
 	maxPartHeaderBytes = 16 << 10
 )
 
-// upload is one file of a POST /files, spooled to a temporary file so that every file of
-// the request is checked (path, size, duplicates) before any is written.
+// upload is one file of a POST /files, held so that every file of the request is checked
+// (path, size, duplicates) before any is written: in memory up to memorySpool bytes (one
+// unary write, as a Go SDK caller's), in a temporary file beyond (a streamed write).
 type upload struct {
-	rel  string
-	file *os.File
-	size int64
+	rel     string
+	content []byte
+	file    *os.File
+	size    int64
+}
+
+// memorySpool is the largest upload held in memory: the files agents write are mostly
+// small, and a unary write of them is the cheapest; larger ones go through the disk so that
+// memory stays bounded by requests × memorySpool.
+const memorySpool = 4 << 20
+
+func (u upload) discard() {
+	if u.file != nil {
+		u.file.Close()
+		os.Remove(u.file.Name())
+	}
 }
 
 // readFile serves GET /files?path=: the file's content, streamed from the workspace with
 // its length; 404 for a missing file, 400 for a directory, as envd answers.
 func (f *frontEnd) readFile(w http.ResponseWriter, r *http.Request) {
 	if err := checkUser(r.URL.Query().Get("username")); err != nil {
-		writeError(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	run, rel, err := f.runAt(r.Context(), r.URL.Query().Get("path"))
 	if err != nil {
-		writeError(w, err)
+		f.fail(w, r, err)
 		return
 	}
-	info, err := run.Stat(r.Context(), rel)
+	// One call answers a file up to the profile's maxFileBytes (most of them) with its size;
+	// a larger one follows in further calls, each checked against the first's version.
+	first, err := run.ReadRange(r.Context(), rel, 0, 0)
 	switch {
 	case errors.Is(err, client.ErrNotFound):
-		writeError(w, &problem{http.StatusNotFound, 0, fmt.Sprintf("path '%s' does not exist", e2bPath(rel))})
+		f.fail(w, r, &problem{http.StatusNotFound, 0, fmt.Sprintf("path '%s' does not exist", e2bPath(rel))})
+		return
+	case errors.Is(err, client.ErrWrongType):
+		f.fail(w, r, badRequest("path '%s' is not a regular file (a directory?)", e2bPath(rel)))
 		return
 	case err != nil:
-		writeError(w, err)
-		return
-	case info.IsDir():
-		writeError(w, badRequest("path '%s' is a directory", e2bPath(rel)))
+		f.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", fmt.Sprint(info.Size))
-	if _, err := run.ReadFileTo(r.Context(), rel, w); err != nil {
-		// The status is sent: cut the connection rather than end a short body cleanly (the
-		// length says it is short too).
-		f.log.Debug("read cut", "error", err)
-		panic(http.ErrAbortHandler)
+	w.Header().Set("Content-Length", fmt.Sprint(first.Info.Size))
+	if _, err := w.Write(first.Content); err != nil {
+		return
+	}
+	for offset, more := uint64(len(first.Content)), first.More; more; {
+		next, err := run.ReadRange(r.Context(), rel, offset, 0)
+		if err == nil && next.Info.Version != first.Info.Version {
+			err = errors.New("the file changed while it was read")
+		}
+		if err != nil || len(next.Content) == 0 && next.More {
+			// The status is sent: cut the connection rather than end a short body
+			// cleanly (the length says it is short too).
+			f.log.Debug("read cut", logging.KeyError, err)
+			panic(http.ErrAbortHandler)
+		}
+		if _, err := w.Write(next.Content); err != nil {
+			return
+		}
+		offset, more = offset+uint64(len(next.Content)), next.More
 	}
 }
 
@@ -70,29 +100,28 @@ func (f *frontEnd) readFile(w http.ResponseWriter, r *http.Request) {
 // each write is atomic (a file is replaced whole or not at all), the set of them is not.
 func (f *frontEnd) writeFiles(w http.ResponseWriter, r *http.Request) {
 	if err := checkUser(r.URL.Query().Get("username")); err != nil {
-		writeError(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	cl := callerOf(r.Context())
 	limit, err := f.maxFileBytes(r.Context(), cl.sandbox.env.Status().GetProfile())
 	if err != nil {
-		writeError(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	uploads, err := f.receive(r, limit)
 	defer func() {
 		for _, u := range uploads {
-			u.file.Close()
-			os.Remove(u.file.Name())
+			u.discard()
 		}
 	}()
 	if err != nil {
-		writeError(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	run, err := f.run(r.Context(), cl.sandbox)
 	if err != nil {
-		writeError(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	type written struct {
@@ -102,8 +131,14 @@ func (f *frontEnd) writeFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	var out []written
 	for _, u := range uploads {
-		if _, err := run.WriteFileFrom(r.Context(), u.rel, u.file, u.size, client.CreateParents()); err != nil {
-			writeError(w, err)
+		var err error
+		if u.file == nil {
+			_, err = run.WriteFile(r.Context(), u.rel, u.content, client.CreateParents())
+		} else {
+			_, err = run.WriteFileFrom(r.Context(), u.rel, u.file, u.size, client.CreateParents())
+		}
+		if err != nil {
+			f.fail(w, r, err)
 			return
 		}
 		p := e2bPath(u.rel)
@@ -209,27 +244,40 @@ func partPath(part *multipart.Part) (string, error) {
 	return strings.NewReplacer("%22", `"`, "%0A", "\n", "%0D", "\r").Replace(params["filename"]), nil
 }
 
-// spool copies body into a temporary file, refusing more than limit bytes.
+// spool reads body into memory, or into a temporary file past memorySpool bytes, refusing
+// more than limit bytes.
 func spool(body io.Reader, limit int64, dir string) (upload, error) {
+	tooLarge := &problem{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("a file is larger than the sandbox's limit of %d bytes", limit)}
+	head, err := io.ReadAll(io.LimitReader(body, min(limit, memorySpool)+1))
+	if err != nil {
+		return upload{}, badRequest("the upload broke off: %v", err)
+	}
+	n := int64(len(head))
+	if n > limit {
+		return upload{}, tooLarge
+	}
+	if n <= memorySpool {
+		return upload{content: head, size: n}, nil
+	}
 	tmp, err := os.CreateTemp(dir, "e2b-upload-*")
 	if err != nil {
 		return upload{}, err
 	}
-	n, err := io.Copy(tmp, io.LimitReader(body, limit+1))
-	u := upload{file: tmp, size: n}
-	if err == nil && n > limit {
-		err = &problem{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("a file is larger than the sandbox's limit of %d bytes", limit)}
+	u := upload{file: tmp}
+	if _, err = tmp.Write(head); err == nil {
+		var rest int64
+		rest, err = io.Copy(tmp, io.LimitReader(body, limit-n+1))
+		u.size = n + rest
+	}
+	if err == nil && u.size > limit {
+		u.discard()
+		return upload{}, tooLarge
 	}
 	if err == nil {
 		_, err = tmp.Seek(0, io.SeekStart)
 	}
 	if err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		var p *problem
-		if errors.As(err, &p) {
-			return upload{}, p
-		}
+		u.discard()
 		return upload{}, badRequest("the upload broke off: %v", err)
 	}
 	return u, nil

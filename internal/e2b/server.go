@@ -16,13 +16,16 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/execplane/execplane/internal/cli"
 	"github.com/execplane/execplane/internal/diagnostics"
 	"github.com/execplane/execplane/internal/logging"
+	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/pkg/client"
 	"github.com/execplane/execplane/proto/envd/filesystem/envdfilesystemconnect"
 	"github.com/execplane/execplane/proto/envd/process/envdprocessconnect"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // Server bounds. The SDK holds one connection per running command for its whole life, so
@@ -34,6 +37,8 @@ const (
 	// maxConnectMessage bounds an envd request message (a command line with its
 	// environment, a path): far above what the SDK sends, far below memory.
 	maxConnectMessage = 4 << 20
+	// prepareRunTimeout bounds the background acquisition of a new sandbox's run.
+	prepareRunTimeout = 30 * time.Second
 	// profileCacheFor is how long a profile's limits are reused before asked again.
 	profileCacheFor = time.Minute
 )
@@ -82,8 +87,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	api, err := client.Dial(client.Config{Address: cfg.Gateway, CAFile: cfg.GatewayCA, CertFile: cfg.ClientCert, KeyFile: cfg.ClientKey,
-		ServerName: cfg.GatewayServerName})
+	// The client certificate is read again for every new connection to the gateway, so
+	// that its renewal in place (cert-manager) needs no restart.
+	files := security.ClientFiles{CertFile: cfg.ClientCert, KeyFile: cfg.ClientKey, CAFile: cfg.GatewayCA, ServerName: cfg.GatewayServerName}
+	tlsCfg, err := security.LoadClientTLSConfig(files)
+	if err != nil {
+		return err // refused at start, what would fail on every connection
+	}
+	api, err := client.Dial(client.Config{Address: cfg.Gateway, TLS: tlsCfg,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(security.ReloadingClientCredentials(files))}})
 	if err != nil {
 		return err
 	}
@@ -99,7 +111,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ErrorLog: log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	registry := prometheus.NewRegistry()
 	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: func() string { return "" }}, registry)
-	log.Info("serving", logging.KeyAddress, l.Addr().String(), "templates", len(cfg.Templates))
+	log.Info("serving", logging.KeyAddress, l.Addr().String(), logging.KeyCount, len(cfg.Templates))
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -139,6 +151,9 @@ func (f *frontEnd) maintain(ctx context.Context) {
 	sweep := time.NewTicker(sweepEvery)
 	defer sweep.Stop()
 	var last time.Time
+	if st, err := os.Stat(f.cfg.KeysFile); err == nil {
+		last = st.ModTime() // the file Run loaded
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -179,7 +194,7 @@ func (f *frontEnd) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/resume", f.tenantHandler(f.connect))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", f.tenantHandler(f.metrics))
 
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxConnectMessage)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxConnectMessage), connect.WithInterceptors(errorLog{f.log})}
 	path, h := envdprocessconnect.NewProcessHandler(processService{f}, opts...)
 	mux.Handle(path, f.envd(h, true))
 	path, h = envdfilesystemconnect.NewFilesystemHandler(filesystemService{f}, opts...)
@@ -200,7 +215,7 @@ func (f *frontEnd) envd(next http.Handler, rpc bool) http.Handler {
 			_ = errs.Write(w, r, connectError(err))
 			return
 		}
-		writeError(w, err)
+		f.fail(w, r, err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("E2b-Sandbox-Id")
@@ -229,6 +244,34 @@ func (f *frontEnd) envd(next http.Handler, rpc bool) http.Handler {
 // superseded by a resume or a replacement).
 func (f *frontEnd) run(ctx context.Context, sb *sandbox) (*client.Run, error) {
 	return sb.runFor(ctx)
+}
+
+// prepareRun commits the binding's reference if it is pending (a new sandbox's) and
+// acquires the sandbox's run, in the background: the SDK's first envd call follows its
+// create or connect at once, and finds the run held (or waits for this acquisition, which
+// runFor serialises) rather than acquiring it then. A failure here is only logged: the
+// first call acquires again and answers it, a connect commits again.
+func (f *frontEnd) prepareRun(sb *sandbox) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), prepareRunTimeout)
+		defer cancel()
+		if err := commitPending(ctx, sb.env); err != nil {
+			f.log.Debug("reference not committed", logging.KeySandbox, sb.id, logging.KeyError, err)
+		}
+		if _, err := f.run(ctx, sb); err != nil {
+			f.log.Debug("run not acquired ahead", logging.KeySandbox, sb.id, logging.KeyError, err)
+		}
+	}()
+}
+
+// commitPending publishes the binding's reference when it is still pending.
+func commitPending(ctx context.Context, env *client.Environment) error {
+	for _, ref := range env.Status().GetReferences() {
+		if ref.GetBindingId() == env.BindingID() && ref.GetState() == executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE {
+			return env.CommitReference(ctx)
+		}
+	}
+	return nil
 }
 
 // runAt is the run of the request's sandbox and an E2B path in its workspace.

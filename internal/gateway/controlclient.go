@@ -2,16 +2,13 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -63,7 +60,7 @@ func DialControl(address string, files ControlFiles) (controlv1.ControlServiceCl
 		return nil, nil, err // refuse at start what would fail on every connection
 	}
 	conn, err := grpc.NewClient(address,
-		grpc.WithTransportCredentials(&reloadingCredentials{files: files}),
+		grpc.WithTransportCredentials(security.ReloadingClientCredentials(files)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxControlMessage)),
 		grpc.WithChainUnaryInterceptor(retryControl),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -157,38 +154,3 @@ func normalise(err error) error {
 	}
 	return err
 }
-
-// reloadingCredentials reads the client material for every handshake.
-type reloadingCredentials struct {
-	files ControlFiles
-}
-
-func (c *reloadingCredentials) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	cfg, err := security.LoadClientTLSConfig(c.files)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cfg.ServerName == "" {
-		host, _, splitErr := net.SplitHostPort(authority)
-		if splitErr != nil {
-			host = authority
-		}
-		cfg.ServerName = host
-	}
-	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, conn)
-}
-
-func (c *reloadingCredentials) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	return nil, nil, errors.New("gateway: control credentials are client-side only")
-}
-
-func (c *reloadingCredentials) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
-}
-
-func (c *reloadingCredentials) Clone() credentials.TransportCredentials {
-	return &reloadingCredentials{files: c.files}
-}
-
-// OverrideServerName is deprecated in gRPC and unused.
-func (c *reloadingCredentials) OverrideServerName(string) error { return nil }

@@ -284,7 +284,7 @@ func upgradeImages(t *testing.T, dir string) (string, [2][]devimage.Built) {
 	}
 	for i, version := range []string{"0.0.0-upgrade-a", "0.0.0-upgrade-b"} {
 		bin := filepath.Join(dir, version)
-		for _, p := range []string{"gateway", "controller", "helper"} {
+		for _, p := range []string{"gateway", "controller", "helper", "e2b"} {
 			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-X github.com/execplane/execplane/internal/version.Version="+version,
 				"-o", filepath.Join(bin, "linux_"+runtime.GOARCH, p), "./cmd/"+p)
 			cmd.Dir, cmd.Env = "../..", append(os.Environ(), "CGO_ENABLED=0")

@@ -1,7 +1,7 @@
 // Package chart_test checks the Helm chart (deploy/helm/execplane) with the pinned helm
-// (hack/tools/go.mod): lint, golden renders of the default and a production-like values
-// file, the values schema's refusals, least-privilege RBAC, and that the binaries accept
-// exactly the arguments the chart renders.
+// (hack/tools/go.mod): lint, golden renders of the default, a production-like and an E2B
+// front end values file, the values schema's refusals, least-privilege RBAC, and that the
+// binaries accept exactly the arguments the chart renders.
 package chart_test
 
 import (
@@ -36,7 +36,7 @@ const (
 	kubeVersion = "1.37.2"
 )
 
-var helmBin, gatewayBin, controllerBin string
+var helmBin, gatewayBin, controllerBin, e2bBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -49,11 +49,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	helmBin, gatewayBin, controllerBin = filepath.Join(dir, "helm"), filepath.Join(dir, "gateway"), filepath.Join(dir, "controller")
+	helmBin, gatewayBin, controllerBin, e2bBin = filepath.Join(dir, "helm"), filepath.Join(dir, "gateway"), filepath.Join(dir, "controller"), filepath.Join(dir, "e2b")
 	for _, b := range [][]string{
 		{helmBin, "helm.sh/helm/v3/cmd/helm", "-modfile=hack/tools/go.mod"},
 		{gatewayBin, "./cmd/gateway"},
 		{controllerBin, "./cmd/controller"},
+		{e2bBin, "./cmd/e2b"},
 	} {
 		if err := clustertest.GoBuild("../..", b[0], b[1], b[2:]...); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -90,7 +91,7 @@ func render(t *testing.T, values ...string) string {
 }
 
 func TestLint(t *testing.T) {
-	for _, values := range [][]string{nil, {production}, {podValues}} {
+	for _, values := range [][]string{nil, {production}, {podValues}, {e2bValues}} {
 		args := []string{"lint", chartDir, "--strict", "--kube-version", kubeVersion}
 		for _, v := range values {
 			args = append(args, "-f", v)
@@ -105,7 +106,7 @@ func TestLint(t *testing.T) {
 // The goldens leave out the CRD: it is the generated file with the chart's metadata
 // (TestCRDTemplate), and hundreds of lines in each golden would only repeat it.
 func TestTemplateGolden(t *testing.T) {
-	for name, values := range map[string][]string{"default.yaml": nil, "production.yaml": {production}, "pod.yaml": {podValues}} {
+	for name, values := range map[string][]string{"default.yaml": nil, "production.yaml": {production}, "pod.yaml": {podValues}, "e2b.yaml": {e2bValues}} {
 		golden.Check(t, filepath.Join("testdata", name), withoutCRDs(render(t, values...)), *update)
 	}
 }
@@ -139,9 +140,24 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"image.digests.gateway=sha256:ABC", "/image/digests/gateway'"},
 		{"image.digests.helper=sha256:" + strings.Repeat("a", 64), "additional properties 'helper' not allowed"},
 		{"gateway.preStopSleepSeconds=61", "/gateway/preStopSleepSeconds': maximum: got 61, want 60"},
+		{"image.digests.e2b=latest", "/image/digests/e2b': 'latest' does not match pattern"},
+		{"e2b.bogus=1", "additional properties 'bogus' not allowed"},
+		{"e2b.enabled=yes", "/e2b/enabled': got string, want boolean"},
+		{"e2b.replicas=0", "/e2b/replicas': minimum: got 0, want 1"},
+		{"e2b.templates.base=Python", "/e2b/templates/base': 'Python' does not match pattern"},
+		{"e2b.templates.-base=python", "invalid propertyName '-base'"},
+		{"e2b.maxTimeout=1d", "/e2b/maxTimeout': '1d' does not match pattern"},
+		{"e2b.keysSecret=", "/e2b/keysSecret': minLength: got 0, want 1"},
+		{"e2b.clientCertSecret=", "/e2b/clientCertSecret': minLength: got 0, want 1"},
+		{"e2b.service.type=External", "/e2b/service/type'"},
+		{"e2b.service.port=0", "/e2b/service/port': minimum: got 0, want 1"},
+		{"e2b.spoolSizeLimit=2G", "/e2b/spoolSizeLimit': '2G' does not match pattern"},
+		{"e2b.preStopSleepSeconds=61", "/e2b/preStopSleepSeconds': maximum: got 61, want 60"},
+		{"e2b.podDisruptionBudget.maxUnavailable=0", "/e2b/podDisruptionBudget/maxUnavailable': minimum: got 0, want 1"},
+		{"networkPolicy.e2bClients.bogus=1", "additional properties 'bogus' not allowed"},
 	}
-	// Each Pod metadata and scheduling value of both Deployments, of a wrong type.
-	for _, c := range []string{"controller", "gateway"} {
+	// Each Pod metadata and scheduling value of the three Deployments, of a wrong type.
+	for _, c := range []string{"controller", "gateway", "e2b"} {
 		cases = append(cases, []struct{ set, want string }{
 			{c + ".podAnnotations=x", "/" + c + "/podAnnotations': got string, want object"},
 			{c + ".podAnnotations.a=1", "/" + c + "/podAnnotations/a': got number, want string"},
@@ -192,7 +208,7 @@ func documents[T any](t *testing.T, render, kind string) []T {
 // Least privilege: namespaced Roles only; no wildcard, no Secrets, exec only for the
 // gateway; the executor account mounts no token.
 func TestRBAC(t *testing.T) {
-	for _, values := range [][]string{nil, {production}} {
+	for _, values := range [][]string{nil, {production}, {e2bValues}} {
 		r := render(t, values...)
 		if strings.Contains(r, "kind: ClusterRole") {
 			t.Error("a cluster-wide role")
@@ -257,14 +273,18 @@ func TestExecutorEgressExcludesMetadataAndClusterRanges(t *testing.T) {
 // The binaries accept exactly the arguments the chart renders (a flag they do not know
 // fails here, not in a cluster).
 func TestRenderedArgsAreAccepted(t *testing.T) {
-	for _, values := range [][]string{nil, {production}} {
+	for _, tc := range []struct {
+		values      []string
+		deployments int
+	}{{nil, 2}, {[]string{production}, 2}, {[]string{e2bValues}, 3}} {
+		values := tc.values
 		deployments := documents[appsv1.Deployment](t, render(t, values...), "Deployment")
-		if len(deployments) != 2 {
-			t.Fatalf("%d Deployments", len(deployments))
+		if len(deployments) != tc.deployments {
+			t.Fatalf("%v: %d Deployments, want %d", values, len(deployments), tc.deployments)
 		}
 		for _, d := range deployments {
 			c := d.Spec.Template.Spec.Containers[0]
-			bin := map[string]string{"gateway": gatewayBin, "controller": controllerBin}[c.Name]
+			bin := map[string]string{"gateway": gatewayBin, "controller": controllerBin, "e2b": e2bBin}[c.Name]
 			if bin == "" {
 				t.Fatalf("container %q", c.Name)
 			}
@@ -424,8 +444,8 @@ func TestImagesMatchTheChart(t *testing.T) {
 			targets[f[3]] = true
 		}
 	}
-	r := render(t)
-	for _, name := range []string{"gateway", "controller"} {
+	r := render(t, e2bValues)
+	for _, name := range []string{"gateway", "controller", "e2b"} {
 		if !targets[name] {
 			t.Errorf("no %s target", name)
 		}

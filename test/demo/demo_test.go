@@ -21,7 +21,7 @@ import (
 	"github.com/execplane/execplane/internal/executor"
 )
 
-var controllerBin, gatewayBin, execctlBin, devBin, helperBin, pauseBin string
+var controllerBin, gatewayBin, execctlBin, devBin, e2bBin, helperBin, pauseBin string
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -37,10 +37,10 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	controllerBin, gatewayBin, execctlBin = filepath.Join(dir, "controller"), filepath.Join(dir, "gateway"), filepath.Join(dir, "execctl")
-	devBin = filepath.Join(dir, "execplane-dev")
+	devBin, e2bBin = filepath.Join(dir, "execplane-dev"), filepath.Join(dir, "e2b")
 	helperBin, pauseBin = filepath.Join(dir, "helper"), filepath.Join(dir, "pause")
 	for _, b := range []struct{ out, pkg string }{
-		{controllerBin, "./cmd/controller"}, {gatewayBin, "./cmd/gateway"}, {execctlBin, "./cmd/execctl"},
+		{controllerBin, "./cmd/controller"}, {gatewayBin, "./cmd/gateway"}, {execctlBin, "./cmd/execctl"}, {e2bBin, "./cmd/e2b"},
 	} {
 		if err := clustertest.GoBuild("../..", b.out, b.pkg, "-race"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -138,7 +138,7 @@ func demoStack(t *testing.T, node string) {
 		_ = exec.Command(devBin, "down", "--state-dir", state).Run()
 	}()
 	upArgs := []string{"up", "--state-dir", state, "--node", node, "--helper", helperBin, "--pause", pauseBin,
-		"--controller", controllerBin, "--gateway", gatewayBin}
+		"--controller", controllerBin, "--gateway", gatewayBin, "--e2b", e2bBin}
 	up := dev(upTimeout, upArgs...)
 	if !strings.Contains(up, "source "+filepath.Join(state, "caller.env")) {
 		t.Fatalf("up did not say how to reach the stack:\n%s", up)
@@ -187,6 +187,15 @@ id=$(echo "$out" | awk 'NR==2 {print $1}'); rev=$(echo "$out" | awk 'NR==2 {prin
 			t.Fatalf("execctl exec ENV -- %s printed %q, want lines starting %q", byHand[node], got, want)
 		}
 	}
+	// An E2B program, unchanged, with the stack's e2b.env (docs/e2b.md): on the real node,
+	// the workspace is /home/user for files.write, bash and python3 alike.
+	e2b := exec.CommandContext(clustertest.Context(t, 4*time.Minute), "sh", "-c", ". "+shellQuote(filepath.Join(state, "e2b.env"))+" && exec node --test --test-reporter=tap stack.mjs")
+	e2b.Dir = "../e2b"
+	e2b.Env = append(os.Environ(), "E2B_NODE="+node)
+	if out, err := e2b.CombinedOutput(); err != nil || !strings.Contains(string(out), "# pass 1") || !strings.Contains(string(out), "# fail 0") {
+		log, _ := os.ReadFile(filepath.Join(state, "e2b", "e2b.log"))
+		t.Fatalf("the E2B program on the stack: %v\n%s\n--- e2b log ---\n%s", err, out, log)
+	}
 	if down := dev(time.Minute, "down", "--state-dir", state); !strings.Contains(down, "stopped") {
 		t.Fatalf("down:\n%s", down)
 	}
@@ -204,3 +213,6 @@ id=$(echo "$out" | awk 'NR==2 {print $1}'); rev=$(echo "$out" | awk 'NR==2 {prin
 		t.Fatalf("the stack's daemon (pid %d) still runs after down", n)
 	}
 }
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

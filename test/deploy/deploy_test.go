@@ -102,7 +102,7 @@ func buildImages(dir string) ([]devimage.Built, error) {
 		return nil, err
 	}
 	platform := "linux_" + runtime.GOARCH
-	for _, p := range []string{"gateway", "controller", "helper"} {
+	for _, p := range []string{"gateway", "controller", "helper", "e2b"} {
 		if err := clustertest.StaticBuild("../..", filepath.Join(dir, platform, p), "./cmd/"+p); err != nil {
 			return nil, err
 		}

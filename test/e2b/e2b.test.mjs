@@ -28,6 +28,7 @@ const api = required("E2B_API_URL");
 const key = required("E2B_API_KEY");
 const otherKey = required("E2B_OTHER_API_KEY");
 const warmTemplate = required("E2B_WARM_TEMPLATE");
+const secondUrl = required("E2B_SECOND_URL");
 const tinyTemplate = required("E2B_TINY_TEMPLATE");
 const tinyCapacity = Number(required("E2B_TINY_CAPACITY"));
 
@@ -249,6 +250,26 @@ test("timeouts: a sandbox ends at its timeout, or pauses with onTimeout pause", 
     await assert.rejects(pauses.commands.run("true"), (e) => e instanceof SandboxError || e instanceof SandboxNotFoundError);
   } finally {
     await Sandbox.kill(pauses.sandboxId);
+  }
+});
+
+test("replicas: a second front end finds the sandbox, its processes and its files, and both act in turn", { timeout: 120_000 }, async () => {
+  const a = await Sandbox.create(warmTemplate);
+  try {
+    const ticks = await a.commands.run("for i in 1 2 3; do echo r$i; sleep 1; done", { background: true });
+    const b = await Sandbox.connect(a.sandboxId, { apiUrl: secondUrl, sandboxUrl: secondUrl });
+    assert.ok((await b.commands.list()).some((p) => p.pid === ticks.pid));
+    // Each replica's calls act under the sandbox's one run: neither fences the other.
+    for (let i = 0; i < 3; i++) {
+      assert.equal((await b.commands.run(`echo b${i}`)).stdout, `b${i}\n`);
+      await b.files.write(`from-b-${i}.txt`, `b${i}`);
+      assert.equal(await a.files.read(`from-b-${i}.txt`), `b${i}`);
+      assert.equal((await a.commands.run(`cat from-b-${i}.txt`)).stdout, `b${i}`);
+    }
+    assert.equal((await (await b.commands.connect(ticks.pid)).wait()).stdout, "r1\nr2\nr3\n");
+    assert.equal((await ticks.wait()).exitCode, 0);
+  } finally {
+    await a.kill();
   }
 });
 

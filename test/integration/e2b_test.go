@@ -33,6 +33,8 @@ type e2bFrontEnd struct {
 	url          string
 	key, otherKy string
 	log          *clustertest.SyncBuffer
+	// keys is the key file a replica is started with.
+	keys string
 }
 
 // startE2B runs the E2B front end against the system's first gateway, as the client
@@ -66,6 +68,14 @@ keys:
 	if err := os.WriteFile(filepath.Join(dir, "keys.yaml"), []byte(keys), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	fe.keys = filepath.Join(dir, "keys.yaml")
+	fe.url = startE2BReplica(t, sys, fe.keys, fe.log)
+	return fe
+}
+
+// startE2BReplica runs one front end process with the key file and returns its URL.
+func startE2BReplica(t *testing.T, sys *system, keys string, log *clustertest.SyncBuffer) string {
+	t.Helper()
 	files, err := sys.ClientFiles(otherClient)
 	if err != nil {
 		t.Fatal(err)
@@ -76,9 +86,9 @@ keys:
 	}
 	cmd := exec.Command(e2bBin, "--listen-address", addrs[0], "--diagnostics-address", addrs[1],
 		"--gateway", sys.gateways[0].Listen, "--gateway-server-name", "localhost", "--gateway-ca", files.CAFile,
-		"--client-cert", files.CertFile, "--client-key", files.KeyFile, "--keys", filepath.Join(dir, "keys.yaml"),
+		"--client-cert", files.CertFile, "--client-key", files.KeyFile, "--keys", keys,
 		"--template", "base="+profiletest.Name, "--template", "warm="+pooledProfile, "--template", "tiny="+tinyProfile, "--log-format", "text", "--log-level", "debug")
-	cmd.Stdout, cmd.Stderr = fe.log, fe.log
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,36 +96,38 @@ keys:
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("e2b front end log:\n%s", fe.log.String())
+			t.Logf("e2b front end log (%s):\n%s", addrs[0], log.String())
 		}
 	})
-	fe.url = "http://" + addrs[0]
+	url := "http://" + addrs[0]
 	clustertest.Eventually(t, 30*time.Second, "the E2B front end serving", func() bool {
-		resp, err := http.Get(fe.url + "/sandboxes")
+		resp, err := http.Get(url + "/sandboxes")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusUnauthorized
 	})
-	return fe
+	return url
 }
 
 // The unmodified E2B SDK (e2b 2.51.0, pinned by test/e2b's lockfile) runs its programs
 // against execplane through the front end: sandboxes created cold and from a warm pool,
 // commands streamed with their exit codes, background commands found again from a second
 // SDK instance, the file API, listing by metadata, timeouts, pause and resume keeping the
-// files, kill; a wrong key and another key's sandbox refused as E2B refuses them
-// (test/e2b/e2b.test.mjs names each case).
+// files, kill; a wrong key and another key's sandbox refused as E2B refuses them; two
+// replicas of the front end acting on one sandbox in turn (test/e2b/e2b.test.mjs names each
+// case).
 func TestE2BSDK(t *testing.T) {
 	node := needNodePackages(t, e2bTestDir)
 	sys := startSystemProfiles(t, pooledProfilesYAML(2, 0)+profileYAML(tinyProfile, "registry.example/python:3.13", "kwok-volume", tinyCapacity, ""), 1)
 	fe := startE2B(t, sys)
+	second := startE2BReplica(t, sys, fe.keys, &clustertest.SyncBuffer{}) // a second replica, stateless like the first
 	waitPool(t, sys, pooledProfile, 2)
 	cmd := exec.CommandContext(t.Context(), node, "--test", "--test-reporter=tap", "--test-concurrency=1", "e2b.test.mjs")
 	cmd.Dir = e2bTestDir
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+fe.url, "E2B_SANDBOX_URL="+fe.url, "E2B_API_KEY="+fe.key,
-		"E2B_OTHER_API_KEY="+fe.otherKy, "E2B_WARM_TEMPLATE=warm", "E2B_TINY_TEMPLATE=tiny", fmt.Sprintf("E2B_TINY_CAPACITY=%d", tinyCapacity))
+		"E2B_OTHER_API_KEY="+fe.otherKy, "E2B_SECOND_URL="+second, "E2B_WARM_TEMPLATE=warm", "E2B_TINY_TEMPLATE=tiny", fmt.Sprintf("E2B_TINY_CAPACITY=%d", tinyCapacity))
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {

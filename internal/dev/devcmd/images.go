@@ -24,7 +24,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("execplane-dev images", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "bin/images", "the directory of the images' OCI layouts, one per image (DIR/gateway, …)")
-	binDir := fs.String("bin", "bin", "the static programs: DIR/<os>_<arch>/{gateway,controller,helper}")
+	binDir := fs.String("bin", "bin", "the static programs: DIR/<os>_<arch>/{gateway,controller,helper,e2b}")
 	platforms := fs.String("platforms", "linux/"+runtime.GOARCH, "comma-separated linux/ARCH platforms; several give image indexes")
 	version := fs.String("version", "", "the images' version, their tag (required; make: VERSION)")
 	commit := fs.String("commit", "", "the commit they are built from (required; make: COMMIT)")
@@ -35,7 +35,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	push := fs.String("push", "", "then push them to `REGISTRY` (HOST[:PORT][/PREFIX]) by digest and tag them with the version")
 	insecure := fs.Bool("insecure", false, "reach the registry over plain HTTP (localhost, loopback and private addresses always are)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: execplane-dev images --version V --commit C [--created UNIX] [flags]\n\nBuilds the gateway, controller, helper and executor images from static programs\n(CGO_ENABLED=0) under --bin, reproducibly: the same commit gives the same digests. Writes\none OCI image layout per image under --out and prints its name, platforms and digest;\nwith --push, pushes each by digest and tags it with the version.\n\nExample:\n  make images                             # builds the programs, then runs this\n  make images-push REGISTRY=127.0.0.1:5000/execplane\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: execplane-dev images --version V --commit C [--created UNIX] [flags]\n\nBuilds the gateway, controller, helper, executor and e2b images from static\nprograms (CGO_ENABLED=0) under --bin, reproducibly: the same commit gives the same\ndigests. Writes one OCI image layout per image under --out and prints its name,\nplatforms and digest; with --push, pushes each by digest and tags it with the version.\n\nExample:\n  make images                             # builds the programs, then runs this\n  make images-push REGISTRY=127.0.0.1:5000/execplane\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {

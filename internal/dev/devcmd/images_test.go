@@ -25,7 +25,7 @@ func imageInputs(t *testing.T) (binDir, busybox string) {
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"gateway", "controller", "helper"} {
+	for _, p := range []string{"gateway", "controller", "helper", "e2b"} {
 		if err := os.WriteFile(filepath.Join(sub, p), []byte(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -54,8 +54,9 @@ func TestImages(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, first, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(first), "\n")
-	for i, name := range []string{"gateway", "controller", "helper", "executor"} {
-		if len(lines) != 4 || !strings.HasPrefix(lines[i], name+" ") || !strings.Contains(lines[i], " "+platform+" ") || !strings.Contains(lines[i], " sha256:") {
+	names := []string{"gateway", "controller", "helper", "executor", "e2b"}
+	for i, name := range names {
+		if len(lines) != len(names) || !strings.HasPrefix(lines[i], name+" ") || !strings.Contains(lines[i], " "+platform+" ") || !strings.Contains(lines[i], " sha256:") {
 			t.Fatalf("output:\n%s", first)
 		}
 		if _, err := os.Stat(filepath.Join(out, name, "index.json")); err != nil {
@@ -70,7 +71,7 @@ func TestImages(t *testing.T) {
 	defer srv.Close()
 	reg := strings.TrimPrefix(srv.URL, "http://") + "/execplane"
 	pushed, stderr, code := execplaneDev(t, append(args, "--push", reg)...)
-	if code != cli.ExitOK || strings.Count(pushed, "pushed "+reg+"/") != 4 || !strings.Contains(pushed, reg+"/gateway:v1@sha256:") || !strings.HasPrefix(pushed, first) {
+	if code != cli.ExitOK || strings.Count(pushed, "pushed "+reg+"/") != len(names) || !strings.Contains(pushed, reg+"/gateway:v1@sha256:") || !strings.HasPrefix(pushed, first) {
 		t.Fatalf("exit %d\n%s%s", code, pushed, stderr)
 	}
 

@@ -5,8 +5,8 @@
 // helper image (the helper alone, as deploy/images/Dockerfile's "helper" target) and an
 // example executor image (a static busybox userland, then the helper) — are written as one
 // docker-archive tarball that containerd imports (WriteStack). The product images of a
-// release — gateway, controller, helper and executor, as Specs describes them — are built
-// from static programs for one or more platforms (BuildRelease), written as OCI image
+// release — gateway, controller, helper, executor and e2b, as Specs describes them — are
+// built from static programs for one or more platforms (BuildRelease), written as OCI image
 // layouts (WriteLayouts) and pushed (Push): `make images`, `make images-push`.
 //
 // Invariants:

@@ -169,7 +169,7 @@ func builtShape(t *testing.T, img v1.Image, base Base, path string, mtime time.T
 }
 
 // targetOf is the Dockerfile target each product image is built by.
-var targetOf = map[string]string{"gateway": "gateway", "controller": "controller", "helper": "helper", "executor": "executor-example"}
+var targetOf = map[string]string{"gateway": "gateway", "controller": "controller", "helper": "helper", "executor": "executor-example", "e2b": "e2b"}
 
 // The images built here — the product images of `make images` and the dev stack's helper
 // and executor — and deploy/images/Dockerfile's targets agree on what their users rely on:

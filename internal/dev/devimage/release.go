@@ -80,7 +80,7 @@ type Spec struct {
 	Config v1.Config
 }
 
-// Specs returns the product images: gateway, controller, helper and executor.
+// Specs returns the product images: gateway, controller, helper, executor and e2b.
 func Specs() []Spec {
 	ports := func(ps ...string) map[string]struct{} {
 		m := map[string]struct{}{}
@@ -100,6 +100,10 @@ func Specs() []Spec {
 			User: User, WorkingDir: nonrootHome, ExposedPorts: ports("9443/tcp", "9091/tcp"), Entrypoint: []string{"/controller"}}},
 		{Name: "helper", Program: "helper", Path: HelperPath, Mode: HelperInstallMode, Base: BaseScratch, Config: helperConfig()},
 		{Name: "executor", Program: "helper", Path: HelperPath, Mode: HelperExecMode, Base: BaseUserland, Config: executorConfig(nil)},
+		// The E2B front end (docs/e2b.md): E2B's control API and envd on 3000, diagnostics on
+		// 9090.
+		{Name: "e2b", Program: "e2b", Path: "/e2b", Mode: built, Base: BaseNonroot, Config: v1.Config{
+			User: User, WorkingDir: nonrootHome, ExposedPorts: ports("3000/tcp", "9090/tcp"), Entrypoint: []string{"/e2b"}}},
 	}
 }
 

@@ -49,7 +49,7 @@ func release(t *testing.T, platforms []string, serves []string) Release {
 		if err := os.MkdirAll(sub, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for _, prog := range []string{"gateway", "controller", "helper"} {
+		for _, prog := range []string{"gateway", "controller", "helper", "e2b"} {
 			if err := os.WriteFile(filepath.Join(sub, prog), []byte(prog+"-"+filepath.Base(sub)), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func build(t *testing.T, r Release) map[string]Built {
 		out[b.Name] = b
 		names = append(names, b.Name)
 	}
-	if want := []string{"gateway", "controller", "helper", "executor"}; !slices.Equal(names, want) {
+	if want := []string{"gateway", "controller", "helper", "executor", "e2b"}; !slices.Equal(names, want) {
 		t.Fatalf("images %v, want %v", names, want)
 	}
 	return out
@@ -132,7 +132,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 
 func list(built map[string]Built) []Built {
 	var out []Built
-	for _, n := range []string{"gateway", "controller", "helper", "executor"} {
+	for _, n := range []string{"gateway", "controller", "helper", "executor", "e2b"} {
 		out = append(out, built[n])
 	}
 	return out
@@ -210,6 +210,8 @@ func TestReleaseImages(t *testing.T) {
 		}, 1, v1.Config{User: "65532:65532", Entrypoint: []string{"/execplane/helper"}, Labels: labels}},
 		{"executor", executorFS("helper-linux_amd64", "busybox-binary"), 2, v1.Config{User: "65532:65532", WorkingDir: "/workspace",
 			Entrypoint: []string{"/execplane/helper", "--pause"}, Env: []string{"PATH=/bin"}, Labels: labels}},
+		{"e2b", serverFS("e2b", "e2b-linux_amd64"), 2, v1.Config{User: "65532:65532", WorkingDir: "/home/nonroot",
+			ExposedPorts: exposed("3000/tcp", "9090/tcp"), Entrypoint: []string{"/e2b"}, Labels: labels}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -290,7 +292,7 @@ func TestReleaseForSeveralPlatforms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			program := map[string]string{"gateway": "/gateway", "controller": "/controller"}[n]
+			program := map[string]string{"gateway": "/gateway", "controller": "/controller", "e2b": "/e2b"}[n]
 			if program == "" {
 				program = HelperPath
 			}

@@ -96,6 +96,9 @@ type Options struct {
 	Helper, Pause string
 	// Controller and Gateway are the binaries to run; both empty runs the cluster alone.
 	Controller, Gateway string
+	// E2B, with them, is the E2B front end to run beside them (e2b.env points E2B SDK
+	// programs at it).
+	E2B string
 	// CRDs is the directory of the CRD manifests.
 	CRDs string
 	// DebianLock is the lock of the Debian executor image's packages (debroot.LockPath),
@@ -126,6 +129,9 @@ type Info struct {
 	ClusterStartup, SystemStartup string
 	// Chart is the Helm release when execplane was installed with the chart.
 	Chart string `json:",omitempty"`
+	// E2BURL is the E2B front end's URL (E2B_API_URL and E2B_SANDBOX_URL) when it runs;
+	// e2b.env holds it with the stack's API key.
+	E2BURL string `json:",omitempty"`
 }
 
 // Credentials are a client's certificate and key files.
@@ -169,6 +175,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Pause, "pause", "", "the real node's sandbox binary (static; internal/dev/pause)")
 	fs.StringVar(&o.Controller, "controller", "", "controller binary (with --gateway: run execplane on the cluster)")
 	fs.StringVar(&o.Gateway, "gateway", "", "gateway binary")
+	fs.StringVar(&o.E2B, "e2b", "", "with --controller and --gateway: the E2B front end binary, run beside them (source STATE/e2b.env to point E2B SDK programs at it)")
 	fs.StringVar(&o.CRDs, "crds", "deploy/helm/execplane/files/crds", "directory of the CRD manifests")
 	fs.StringVar(&o.DebianLock, "executor-debs-lock", debroot.LockPath, "the lock of the real node's executor image's Debian packages (make executor-debs fetches them)")
 	fs.StringVar(&o.Chart, "chart", "", "install execplane with this Helm chart, as Pods on the real node (instead of --controller and --gateway)")
@@ -194,7 +201,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		return err
 	}
-	for _, p := range []*string{&o.Helper, &o.Pause, &o.Controller, &o.Gateway, &o.CRDs, &o.Chart, &o.Images, &o.Helm, &o.DebianLock} {
+	for _, p := range []*string{&o.Helper, &o.Pause, &o.Controller, &o.Gateway, &o.E2B, &o.CRDs, &o.Chart, &o.Images, &o.Helm, &o.DebianLock} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
 				return err
@@ -203,6 +210,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if (o.Controller == "") != (o.Gateway == "") {
 		return cli.Usagef("--controller and --gateway go together")
+	}
+	if o.E2B != "" && !o.system() {
+		return cli.Usagef("--e2b runs beside --controller and --gateway")
 	}
 	if o.Chart != "" && (o.system() || o.Node != NodeReal || o.Helm == "") {
 		return cli.Usagef("--chart installs execplane on the real node (--node %s) with --helm, instead of --controller and --gateway", NodeReal)
@@ -240,7 +250,7 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 	// A stack starts afresh: new development material, no runs of an earlier stack (the
 	// directory "execctl" is the caller's execctl's EXECPLANE_STATE_DIR, where it keeps the
 	// runs it holds; the shell files name it).
-	for _, f := range []string{readyFile, InfoFile, "system", "execctl", "caller.env", "admin.env"} {
+	for _, f := range []string{readyFile, InfoFile, "system", "execctl", "caller.env", "admin.env", e2bEnvFile, e2bDir} {
 		if err := os.RemoveAll(filepath.Join(o.StateDir, f)); err != nil {
 			return err
 		}
@@ -297,6 +307,17 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 		info.SystemStartup = time.Since(start).Round(time.Millisecond).String()
 		logf("execplane ready in %s: gateway %s, namespace %s, executors in %s", info.SystemStartup, info.GatewayAddress, info.Namespace, info.ExecutorNamespace)
 	}
+	var e2b *frontEnd
+	if o.E2B != "" {
+		if e2b, err = startE2B(ctx, o, sys, logf); err != nil {
+			return err
+		}
+		defer e2b.stop()
+		info.E2BURL = e2b.url
+		if err := writeE2BEnv(o.StateDir, e2b.url, e2b.key); err != nil {
+			return err
+		}
+	}
 	if o.Chart != "" {
 		start := time.Now()
 		if err := deploy(ctx, c, o, &info, logf); err != nil {
@@ -321,6 +342,11 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 			}
 			if sys != nil {
 				if err := sys.Exited(); err != nil {
+					return err
+				}
+			}
+			if e2b != nil {
+				if err := e2b.exited(); err != nil {
 					return err
 				}
 			}
@@ -502,6 +528,9 @@ func describe(dir string, w io.Writer) error {
 		fmt.Fprintf(w, "gateway %s, namespace %s, executors in %s, profile %q\n", info.GatewayAddress, info.Namespace, info.ExecutorNamespace, info.Profile)
 		fmt.Fprintf(w, "as the caller:        source %s\n", filepath.Join(dir, "caller.env"))
 		fmt.Fprintf(w, "as the administrator: source %s\n", filepath.Join(dir, "admin.env"))
+	}
+	if info.E2BURL != "" {
+		fmt.Fprintf(w, "E2B SDK programs:     source %s   (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY; docs/e2b.md)\n", filepath.Join(dir, e2bEnvFile))
 	}
 	return nil
 }
