@@ -17,6 +17,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -26,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -148,8 +150,11 @@ func run(ctx context.Context, args []string) error {
 
 // result is one node kind's samples, each pair E2B SDK then Go SDK.
 type result struct {
-	node                   string
-	echo, write, read      [2]latencies
+	node              string
+	echo, write, read [2]latencies
+	// httpWrite and httpRead are the same /files calls made by Go's HTTP client (a plain
+	// multipart POST, a GET) ÷ the Go SDK's: the front end's own cost, without node's.
+	httpWrite, httpRead    [2]latencies
 	warmCreate, coldCreate [2]latencies
 }
 
@@ -233,7 +238,7 @@ func benchNode(ctx context.Context, o options, root, node string) (result, error
 		return res, err
 	}
 	defer js.close()
-	id, err := createSandbox(ctx, url, key, "cold")
+	id, token, err := createSandbox(ctx, url, key, "cold")
 	if err != nil {
 		return res, err
 	}
@@ -278,6 +283,21 @@ func benchNode(ctx context.Context, o options, root, node string) (result, error
 		if err == nil && len(b) != fileBytes {
 			err = fmt.Errorf("read %d bytes", len(b))
 		}
+		return err
+	}); err != nil {
+		return res, err
+	}
+
+	logf("the same /files calls from Go's HTTP client: %d samples per side", o.nFiles)
+	envd := envdClient{url: url, sandbox: id, token: token}
+	if res.httpWrite, err = goPairs(ctx, o.nFiles, 3, func(ctx context.Context) error { return envd.write(ctx, "bench-1m", payload) }, func(ctx context.Context) error {
+		_, err := goRun.WriteFile(ctx, "bench-1m", payload)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	if res.httpRead, err = goPairs(ctx, o.nFiles, 3, func(ctx context.Context) error { return envd.read(ctx, "bench-1m", fileBytes) }, func(ctx context.Context) error {
+		_, err := goRun.ReadFile(ctx, "bench-1m")
 		return err
 	}); err != nil {
 		return res, err
@@ -350,6 +370,82 @@ func pairs(ctx context.Context, n, warmup int, js *nodeSide, op string, goSide f
 		}
 	}
 	return out, nil
+}
+
+// goPairs alternates two Go sides n times after warmup, rotating which goes first.
+func goPairs(ctx context.Context, n, warmup int, a, b func(context.Context) error) ([2]latencies, error) {
+	var out [2]latencies
+	sides := [2]func(context.Context) error{a, b}
+	for i := range warmup + n {
+		for j := range 2 {
+			k := (i + j) % 2
+			t0 := time.Now()
+			if err := sides[k](ctx); err != nil {
+				return out, err
+			}
+			if i >= warmup {
+				out[k] = append(out[k], time.Since(t0))
+			}
+		}
+	}
+	return out, nil
+}
+
+// envdClient makes the SDK's /files calls with Go's HTTP client.
+type envdClient struct{ url, sandbox, token string }
+
+func (e envdClient) do(req *http.Request) (*http.Response, error) {
+	req.Header.Set("E2b-Sandbox-Id", e.sandbox)
+	req.Header.Set("X-Access-Token", e.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		err = fmt.Errorf("%s %s: %s", req.Method, req.URL.Path, resp.Status)
+	}
+	return resp, err
+}
+
+func (e envdClient) write(ctx context.Context, path string, data []byte) error {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	part, err := mw.CreateFormFile("file", path)
+	if err == nil {
+		_, err = part.Write(data)
+	}
+	if err == nil {
+		err = mw.Close()
+	}
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/files?path="+path, &body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := e.do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+func (e envdClient) read(ctx context.Context, path string, want int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/files?path="+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := e.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil && n != int64(want) {
+		err = fmt.Errorf("read %d bytes", n)
+	}
+	return err
 }
 
 // poolFull waits until the pooled profile's pool has n ready members, each Pod ready and
@@ -469,27 +565,29 @@ func killSandbox(ctx context.Context, url, key, id string) error {
 	return nil
 }
 
-// createSandbox creates a sandbox through the control API (untimed) and returns its id.
-func createSandbox(ctx context.Context, url, key, template string) (string, error) {
+// createSandbox creates a sandbox through the control API (untimed) and returns its id and
+// envd access token.
+func createSandbox(ctx context.Context, url, key, template string) (string, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v2/sandboxes", strings.NewReader(`{"templateID":"`+template+`","timeout":3600}`))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	req.Header.Set("X-API-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer resp.Body.Close()
 	var sb struct {
 		SandboxID string `json:"sandboxID"`
+		Token     string `json:"envdAccessToken"`
 		Message   string `json:"message"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != http.StatusCreated {
-		return "", fmt.Errorf("create: %s %s %v", resp.Status, sb.Message, err)
+		return "", "", fmt.Errorf("create: %s %s %v", resp.Status, sb.Message, err)
 	}
-	return sb.SandboxID, nil
+	return sb.SandboxID, sb.Token, nil
 }
 
 // nodeSide is the node process running bench.mjs.
@@ -557,7 +655,7 @@ func (n *nodeSide) close() {
 
 func report(w io.Writer, results []result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "node\tfigure\tE2B SDK p50\tp90\tbaseline\tbaseline p50\tratio p50\tsamples\n")
+	fmt.Fprintf(tw, "node\tfigure\tp50\tp90\tbaseline\tbaseline p50\tratio p50\tsamples\n")
 	for _, r := range results {
 		row := func(name, baseline string, l [2]latencies) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%d\n", r.node, name, ms(l[0].p(0.5)), ms(l[0].p(0.9)), baseline, ms(l[1].p(0.5)),
@@ -566,6 +664,8 @@ func report(w io.Writer, results []result) {
 		row("commands.run('echo hi')", "Go SDK durable RunCommand", r.echo)
 		row("files.write 1 MiB", "Go SDK WriteFile", r.write)
 		row("files.read 1 MiB", "Go SDK ReadFile", r.read)
+		row("POST /files 1 MiB, Go HTTP client", "Go SDK WriteFile", r.httpWrite)
+		row("GET /files 1 MiB, Go HTTP client", "Go SDK ReadFile", r.httpRead)
 		row("Sandbox.create() warm", "Go SDK Ensure (pool)", r.warmCreate)
 		fmt.Fprintf(tw, "%s\tSandbox.create() cold\t%s\t%s\t-\t-\t-\t%d\n", r.node, ms(r.coldCreate[0].p(0.5)), ms(r.coldCreate[0].p(0.9)), len(r.coldCreate[0]))
 	}

@@ -1,9 +1,11 @@
 package e2b
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -293,4 +295,59 @@ var nowForTest = time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
 
 func timestampAfter(t time.Time, seconds int) *timestamppb.Timestamp {
 	return timestamppb.New(t.Add(time.Duration(seconds) * time.Second))
+}
+
+// An upload is held in memory up to memorySpool bytes and in a file beyond, and refused
+// past the limit, whatever the length hint says.
+func TestSpool(t *testing.T) {
+	dir := t.TempDir()
+	payload := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i * 7)
+		}
+		return b
+	}
+	for name, c := range map[string]struct {
+		size, limit int
+		hint        int64
+		inFile      bool
+		refused     bool
+	}{
+		"small, no hint":          {size: 10, limit: 100, hint: -1},
+		"at the limit":            {size: 100, limit: 100, hint: 100},
+		"over the limit":          {size: 101, limit: 100, hint: -1, refused: true},
+		"over, the hint lying":    {size: 101, limit: 100, hint: 5, refused: true},
+		"at the memory spool":     {size: memorySpool, limit: 2 * memorySpool, hint: memorySpool},
+		"past it, to a file":      {size: memorySpool + 1, limit: 2 * memorySpool, hint: -1, inFile: true},
+		"to a file, at the limit": {size: 2 * memorySpool, limit: 2 * memorySpool, hint: -1, inFile: true},
+		"to a file, over it":      {size: 2*memorySpool + 1, limit: 2 * memorySpool, hint: -1, refused: true},
+	} {
+		want := payload(c.size)
+		u, err := spool(bytes.NewReader(want), int64(c.limit), c.hint, dir)
+		if c.refused {
+			var p *problem
+			if !errors.As(err, &p) || p.status != http.StatusRequestEntityTooLarge {
+				t.Errorf("%s: %v, want 413", name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := u.content
+		if c.inFile {
+			if u.file == nil {
+				t.Fatalf("%s: held in memory", name)
+			}
+			got, _ = io.ReadAll(u.file)
+		}
+		if u.size != int64(c.size) || !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes kept (size %d), want %d", name, len(got), u.size, c.size)
+		}
+		u.discard()
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("spool files left behind: %v", left)
+	}
 }

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/pkg/client"
@@ -29,9 +31,14 @@ const (
 type upload struct {
 	rel     string
 	content []byte
+	buf     *bytes.Buffer // content's, returned to spoolBuffers when done
 	file    *os.File
 	size    int64
 }
+
+// spoolBuffers are the memory spools of uploads, reused: a megabyte allocated per upload is
+// most of what the front end adds to a write.
+var spoolBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // memorySpool is the largest upload held in memory: the files agents write are mostly
 // small, and a unary write of them is the cheapest; larger ones go through the disk so that
@@ -39,6 +46,9 @@ type upload struct {
 const memorySpool = 4 << 20
 
 func (u upload) discard() {
+	if u.buf != nil && u.buf.Cap() <= 2*memorySpool {
+		spoolBuffers.Put(u.buf)
+	}
 	if u.file != nil {
 		u.file.Close()
 		os.Remove(u.file.Name())
@@ -162,7 +172,7 @@ func (f *frontEnd) receive(r *http.Request, limit int64) ([]upload, error) {
 			return badRequest("path '%s' is given twice", e2bPath(rel))
 		}
 		seen[rel] = true
-		u, err := spool(body, limit, f.cfg.SpoolDir)
+		u, err := spool(body, limit, r.ContentLength, f.cfg.SpoolDir)
 		if err != nil {
 			return err
 		}
@@ -245,26 +255,37 @@ func partPath(part *multipart.Part) (string, error) {
 }
 
 // spool reads body into memory, or into a temporary file past memorySpool bytes, refusing
-// more than limit bytes.
-func spool(body io.Reader, limit int64, dir string) (upload, error) {
+// more than limit bytes. hint is the request's length when known (-1 otherwise): the memory
+// spool is sized for it at once.
+func spool(body io.Reader, limit, hint int64, dir string) (upload, error) {
 	tooLarge := &problem{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("a file is larger than the sandbox's limit of %d bytes", limit)}
-	head, err := io.ReadAll(io.LimitReader(body, min(limit, memorySpool)+1))
+	head := min(limit, memorySpool) + 1
+	buf := spoolBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	if hint > 0 {
+		buf.Grow(int(min(hint, head)) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(body, head))
+	mem := upload{content: buf.Bytes(), buf: buf, size: int64(buf.Len())}
 	if err != nil {
+		mem.discard()
 		return upload{}, badRequest("the upload broke off: %v", err)
 	}
-	n := int64(len(head))
+	n := mem.size
 	if n > limit {
+		mem.discard()
 		return upload{}, tooLarge
 	}
 	if n <= memorySpool {
-		return upload{content: head, size: n}, nil
+		return mem, nil
 	}
+	defer mem.discard()
 	tmp, err := os.CreateTemp(dir, "e2b-upload-*")
 	if err != nil {
 		return upload{}, err
 	}
 	u := upload{file: tmp}
-	if _, err = tmp.Write(head); err == nil {
+	if _, err = tmp.Write(mem.content); err == nil {
 		var rest int64
 		rest, err = io.Copy(tmp, io.LimitReader(body, limit-n+1))
 		u.size = n + rest

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -135,5 +138,43 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") || !strings.Contains(string(out), "# todo 0") {
 		t.Fatal("node did not pass every test")
+	}
+}
+
+// A background command started through the E2B SDK outlives a restart of the gateway behind
+// the front end: a second program, after the restart, finds it in commands.list and follows
+// it to its end with its whole output (test/e2b/restart.mjs).
+func TestE2BProcessesOutliveAGatewayRestart(t *testing.T) {
+	node := needNodePackages(t, e2bTestDir)
+	sys := startSystemProfiles(t, pooledProfilesYAML(1, 0), 1)
+	fe := startE2B(t, sys)
+	program := func(args ...string) map[string]any {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), node, append([]string{"restart.mjs"}, args...)...)
+		cmd.Dir = e2bTestDir
+		cmd.Env = append(os.Environ(), "E2B_API_URL="+fe.url, "E2B_SANDBOX_URL="+fe.url, "E2B_API_KEY="+fe.key, "E2B_WARM_TEMPLATE=warm")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("node restart.mjs %v: %v\n%s", args, err, stderr.String())
+		}
+		var v map[string]any
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("node restart.mjs %v printed %q", args, out)
+		}
+		return v
+	}
+	started := program("start")
+	if _, err := sys.System.Restart(sys.gateways[0].Process); err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.WaitReady(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got := program("follow", started["id"].(string), fmt.Sprint(started["pid"]))
+	want := map[string]any{"listed": true, "exitCode": float64(0), "stdout": "before\nafter\n"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("after the gateway's restart (-want +got):\n%s", diff)
 	}
 }
