@@ -303,7 +303,7 @@ func (s *Server) AcquireRun(ctx context.Context, in *controlv1.AcquireRunRequest
 	r := in.GetRequest()
 	return s.reply(ctx, "AcquireRun", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
 		return st.AcquireRun(ctx, store.AcquireRunInput{Caller: c, OperationID: r.GetOperationId(), Grant: grantOf(in.GetGrant()),
-			Environment: envRef(r.GetEnvironment()), RunID: r.GetRunId(), TTL: ttl(r.GetTtl())})
+			Environment: envRef(r.GetEnvironment()), RunID: r.GetRunId(), TTL: ttl(r.GetTtl()), Join: r.GetJoin()})
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	"github.com/execplane/execplane/pkg/authority"
 )
 
 // The profiles' time limits, as the expired metric and the operation ids name them.
@@ -95,7 +96,8 @@ func (p *pass) applyTimeLimits() {
 }
 
 // applyDeadline starts the owner's deadline action once it has passed (E2B's sandbox
-// timeout): Delete as the owner's DeleteEnvironment, or Suspend — also under a run claim,
+// timeout): Delete as the owner's DeleteEnvironment (refused, and the deadline spent, while
+// another binding holds a reference or the run claim), or Suspend — also under a run claim,
 // which it ends, unlike the idle policy — and asks for a pass at it until then. It waits
 // only for an operation in progress to end. A Suspend deadline is spent when it fires, in
 // the same write (a resumed environment has none until the owner sets one); one that finds
@@ -113,6 +115,23 @@ func (p *pass) applyDeadline() {
 	reason := fmt.Sprintf("the owner's deadline (%s) passed", d.At.UTC().Format(time.RFC3339))
 	switch d.Action {
 	case executionv1alpha1.DeadlineDelete:
+		// As the owner's DeleteEnvironment: not while another binding holds a reference or
+		// the run claim (the deadline is spent, and says so), nor before the first executor
+		// (it waits for it).
+		if st.NeverHadExecutor() {
+			return
+		}
+		others := 0
+		for _, ref := range st.References {
+			if ref.BindingID != d.BindingID {
+				others++
+			}
+		}
+		if run := st.ActiveRun; others > 0 || run != nil && run.BindingID != d.BindingID && !authority.ClaimExpired(run, p.now.Time) {
+			st.Deadline = nil
+			p.record(true, EventDeadlineRefused, "%s, but another binding holds a reference or the run claim (%d other reference(s)): not deleted", reason, others)
+			return
+		}
 		p.startPolicyOperation(executionv1alpha1.LifecycleDelete, deadlineDeleteOperation, EventExpired, reason)
 		p.expired = limitDeadline
 	case executionv1alpha1.DeadlineSuspend:

@@ -36,6 +36,7 @@ const (
 	EventResumed             = "Resumed"
 	EventIdle                = "Idle"
 	EventExpired             = "Expired"
+	EventDeadlineRefused     = "DeadlineRefused"
 )
 
 // eventComponent is the events' source.

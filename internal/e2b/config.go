@@ -22,6 +22,12 @@ const (
 	keysReloadEvery = 10 * time.Second
 	// sweepEvery is how often sandboxes idle for idleAfter are let go.
 	sweepEvery = time.Minute
+	// DefaultMaxUploadBytes: a gibibyte of files per request, spooled to disk past the first
+	// memorySpool bytes.
+	DefaultMaxUploadBytes = 1 << 30
+	// DefaultMaxTenantRequests is a third of the gateway's default in-flight bound per client
+	// (--max-client-rpcs, 200): three keys busy at once still leave the others room.
+	DefaultMaxTenantRequests = 64
 )
 
 // Config configures the E2B front end.
@@ -46,13 +52,18 @@ type Config struct {
 	MaxTimeout time.Duration
 	// SpoolDir holds uploads while they are checked (empty: the system's temporary folder).
 	SpoolDir string
-	Log      logging.Options
+	// MaxUploadBytes bounds one upload request, all its files together.
+	MaxUploadBytes int64
+	// MaxTenantRequests bounds the requests of one API key in flight on a replica (streams
+	// included): one key cannot take every slot the front end's identity has at the gateway.
+	MaxTenantRequests int
+	Log               logging.Options
 }
 
 // DefaultConfig is the configuration before flags.
 func DefaultConfig() Config {
 	return Config{ListenAddress: ":3000", DiagnosticsAddress: ":9090", Templates: map[string]string{}, MaxTimeout: DefaultMaxTimeout,
-		Log: logging.Options{Name: "e2b"}}
+		MaxUploadBytes: DefaultMaxUploadBytes, MaxTenantRequests: DefaultMaxTenantRequests, Log: logging.Options{Name: "e2b"}}
 }
 
 // RegisterFlags binds the configuration to flags.
@@ -77,6 +88,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&c.MaxTimeout, "max-timeout", c.MaxTimeout, "the longest sandbox timeout a caller may ask for")
 	fs.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "folder holding uploads while they are checked (default: the system's temporary folder)")
+	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", c.MaxUploadBytes, "the largest upload request, all its files together")
+	fs.IntVar(&c.MaxTenantRequests, "max-tenant-requests", c.MaxTenantRequests, "requests of one API key in flight on this replica, streams included (more answer 429)")
 	c.Log.RegisterFlags(fs)
 }
 
@@ -105,6 +118,10 @@ func (c Config) Validate() error {
 		}
 	}
 	p.DurationBetween("max-timeout", c.MaxTimeout, time.Second, ident.MaxDeadline)
+	if c.MaxUploadBytes < 1<<20 {
+		p.Addf("max-upload-bytes", "%d is below a mebibyte", c.MaxUploadBytes)
+	}
+	p.IntBetween("max-tenant-requests", c.MaxTenantRequests, 1, 100000)
 	if err := c.Log.Validate(); err != nil {
 		p.Addf("log-format", "%v", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/pkg/client"
 	"github.com/execplane/execplane/pkg/ident"
@@ -88,6 +90,12 @@ func (f *frontEnd) tenantHandler(h func(http.ResponseWriter, *http.Request, *Ten
 			writeError(w, errUnauthorized)
 			return
 		}
+		done, err := f.slots.take(t, f.cfg.MaxTenantRequests)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer done()
 		if err := h(w, r, t); err != nil {
 			f.fail(w, r, err)
 		}
@@ -178,6 +186,11 @@ func (f *frontEnd) create(w http.ResponseWriter, r *http.Request, t *Tenant) err
 	env, err := f.api.Ensure(r.Context(), client.EnsureRequest{Owner: t.Owner, BindingID: id, Profile: profile, Metadata: md,
 		Deadline: &client.Deadline{After: timeout, Action: action}, KeepReferencePending: true})
 	if err != nil {
+		if env != nil {
+			// Created but never ready in time: the caller has no id for it; it goes now
+			// rather than at its timeout.
+			go f.discard(env)
+		}
 		return err
 	}
 	sb := f.sandboxes.add(t, id, env)
@@ -276,7 +289,7 @@ func (f *frontEnd) find(ctx context.Context, t *Tenant, id string) (*executionv1
 	if err != nil {
 		return nil, err
 	}
-	if !running(env.GetLifecycle()) && !paused(env.GetLifecycle()) {
+	if gone(env.GetLifecycle()) {
 		return nil, errSandboxNotFound
 	}
 	return env, nil
@@ -442,24 +455,35 @@ func (f *frontEnd) pause(w http.ResponseWriter, r *http.Request, t *Tenant) erro
 		return nil
 	}
 	h := f.handle(t, env)
-	if err := h.SetDeadline(r.Context(), nil); err != nil {
-		return err
+	// A suspension waits for no claim: first as it is; refused for the front end's own
+	// (every replica's), that one is joined and released, and the suspension asked again.
+	// The deadline is cleared only once the suspension was accepted (a paused sandbox does
+	// not time out): a refused pause leaves the sandbox as it was, its timeout included.
+	suspend := func() error { return untilSettled(r.Context(), func() error { return h.Suspend(r.Context()) }) }
+	err = suspend()
+	if errors.Is(err, client.ErrRunClaimHeld) {
+		sb, gerr := f.sandboxes.get(r.Context(), t, id)
+		if gerr != nil {
+			return gerr
+		}
+		if _, gerr = f.run(r.Context(), sb); gerr != nil {
+			return gerr
+		}
+		if gerr = sb.release(r.Context()); gerr != nil {
+			return gerr
+		}
+		err = suspend()
 	}
-	// A suspension waits for no claim: release the front end's (every replica's) first,
-	// taking it if this replica holds none.
-	sb, err := f.sandboxes.get(r.Context(), t, id)
 	if err != nil {
-		return err
-	}
-	if _, err := f.run(r.Context(), sb); err != nil {
-		return err
-	}
-	if err := sb.release(r.Context()); err != nil {
+		if errors.Is(err, client.ErrConflict) {
+			// 409 is the SDK's "already paused": this is not that.
+			err = &problem{http.StatusServiceUnavailable, connect.CodeUnavailable, "the sandbox could not be paused now: " + classify(err).message}
+		}
 		return err
 	}
 	f.sandboxes.drop(t, id)
-	if err := untilSettled(r.Context(), func() error { return h.Suspend(r.Context()) }); err != nil {
-		return err
+	if err := h.SetDeadline(r.Context(), nil); err != nil {
+		f.log.Warn("a paused sandbox's timeout not cleared", logging.KeySandbox, id, logging.KeyError, err)
 	}
 	// E2B's pause answers once the sandbox is paused: a connect right after resumes it.
 	if err := f.waitFor(r.Context(), t, id, func(env *executionv1.Environment) bool {
@@ -493,6 +517,13 @@ func (f *frontEnd) connect(w http.ResponseWriter, r *http.Request, t *Tenant) er
 	}
 	h := f.handle(t, env)
 	status := http.StatusOK
+	// The timeout first: a sandbox resumed is never left without one (a resume that then
+	// fails to become ready still ends at it).
+	if d := env.GetDeadline(); paused(env.GetLifecycle()) || d == nil || d.AsTime().Before(time.Now().Add(timeout)) {
+		if err := h.SetDeadline(r.Context(), &client.Deadline{After: timeout, Action: actionOf(env)}); err != nil {
+			return err
+		}
+	}
 	if paused(env.GetLifecycle()) {
 		status = http.StatusCreated
 		if err := untilSettled(r.Context(), func() error { return h.Resume(r.Context()) }); err != nil {
@@ -501,11 +532,6 @@ func (f *frontEnd) connect(w http.ResponseWriter, r *http.Request, t *Tenant) er
 	}
 	if err := h.WaitReady(r.Context()); err != nil {
 		return err
-	}
-	if d := env.GetDeadline(); status == http.StatusCreated || d == nil || d.AsTime().Before(time.Now().Add(timeout)) {
-		if err := h.SetDeadline(r.Context(), &client.Deadline{After: timeout, Action: actionOf(env)}); err != nil {
-			return err
-		}
 	}
 	sb := f.sandboxes.add(t, id, h)
 	f.prepareRun(sb)
@@ -555,6 +581,16 @@ func (f *frontEnd) waitFor(ctx context.Context, t *Tenant, id string, done func(
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, settlePollMax)
+	}
+}
+
+// discard deletes a sandbox the caller never got (a create that failed after the
+// environment existed), in the background.
+func (f *frontEnd) discard(env *client.Environment) {
+	ctx, cancel := context.WithTimeout(context.Background(), prepareRunTimeout)
+	defer cancel()
+	if err := untilSettled(ctx, func() error { return env.Delete(ctx, 0) }); err != nil {
+		f.log.Warn("a sandbox whose create failed was not deleted (its timeout will)", logging.KeySandbox, env.BindingID(), logging.KeyError, err)
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/execplane/execplane/pkg/client"
 	process "github.com/execplane/execplane/proto/envd/process"
@@ -101,6 +100,23 @@ func TestKeysAndTokens(t *testing.T) {
 		t.Fatalf("Verify = %+v", got)
 	}
 	forged := "b" + tok[1:] // another key's id with a's MAC
+	// A key id with dots is cut at the last one (the MAC has none).
+	dotted := "version: 1\ntokenKeyFile: token.key\nkeys:\n  - {id: team.a, sha256: " + hashOf("e2b_d") + ", owner: {issuer: https://idp, subject: d}}\n"
+	dk, err := LoadKeys(writeKeys(t, dotted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if td := dk.Tenant("e2b_d"); dk.Verify(dk.AccessToken(td, "isandbox1"), "isandbox1") != td {
+		t.Fatal("a token of a key id with a dot did not verify")
+	}
+	// A key replaced under the same id (a rotation) ends the tokens of the one before.
+	rotated, err := LoadKeys(writeKeys(t, strings.Replace(good, hashOf("e2b_a"), hashOf("e2b_a2"), 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Verify(tok, "isandbox1") != nil {
+		t.Fatal("a token outlived its key's rotation under the same id")
+	}
 	for name, c := range map[string][2]string{
 		"another sandbox": {tok, "isandbox2"},
 		"another key's":   {forged, "isandbox1"},
@@ -239,26 +255,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestRunOperation(t *testing.T) {
-	env := &executionv1.Environment{Epoch: 7}
-	if got := runOperation(env, nowForTest); got != "e2b-run-7" {
-		t.Fatalf("no claim: %s", got)
-	}
-	env.ActiveRun = &executionv1.RunClaim{RunId: runID, Epoch: 8, ExpiresAt: timestampAfter(nowForTest, 60)}
-	env.Epoch = 8
-	if got := runOperation(env, nowForTest); got != "e2b-run-7" {
-		t.Fatalf("the front end's live claim, acquired at 7: %s", got)
-	}
-	env.ActiveRun.ExpiresAt = timestampAfter(nowForTest, -1)
-	if got := runOperation(env, nowForTest); got != "e2b-run-8" {
-		t.Fatalf("a lapsed claim: %s", got)
-	}
-	env.ActiveRun = &executionv1.RunClaim{RunId: "someone-else", Epoch: 8, ExpiresAt: timestampAfter(nowForTest, 60)}
-	if got := runOperation(env, nowForTest); got != "e2b-run-8" {
-		t.Fatalf("another run's claim: %s", got)
-	}
-}
-
 func TestSandboxIDs(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
@@ -291,12 +287,6 @@ func TestBasicUser(t *testing.T) {
 	}
 }
 
-var nowForTest = time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
-
-func timestampAfter(t time.Time, seconds int) *timestamppb.Timestamp {
-	return timestamppb.New(t.Add(time.Duration(seconds) * time.Second))
-}
-
 // An upload is held in memory up to memorySpool bytes and in a file beyond, and refused
 // past the limit, whatever the length hint says.
 func TestSpool(t *testing.T) {
@@ -324,7 +314,7 @@ func TestSpool(t *testing.T) {
 		"to a file, over it":      {size: 2*memorySpool + 1, limit: 2 * memorySpool, hint: -1, refused: true},
 	} {
 		want := payload(c.size)
-		u, err := spool(bytes.NewReader(want), int64(c.limit), c.hint, dir)
+		u, err := spool(bytes.NewReader(want), int64(c.limit), c.hint, memorySpool, dir)
 		if c.refused {
 			var p *problem
 			if !errors.As(err, &p) || p.status != http.StatusRequestEntityTooLarge {
@@ -349,5 +339,71 @@ func TestSpool(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Fatalf("spool files left behind: %v", left)
+	}
+}
+
+// A sandbox serving a request (a stream) is not swept however long it is quiet; an idle one
+// is; a second add of an open sandbox answers the entry in use.
+func TestSandboxCache(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := newSandboxes(nil)
+	s.now = func() time.Time { return now }
+	ta, tb := &Tenant{KeyID: "a", Hash: "ha"}, &Tenant{KeyID: "b", Hash: "hb"}
+	streaming, idle := s.add(ta, "i1", nil), s.add(ta, "i2", nil)
+	if again := s.add(ta, "i1", nil); again != streaming {
+		t.Fatal("a second add replaced the open entry")
+	}
+	if other := s.add(tb, "i1", nil); other == streaming {
+		t.Fatal("another key's entry is the same")
+	}
+	release := streaming.hold()
+	now = now.Add(idleAfter + time.Second)
+	s.sweep()
+	if streaming.dropped.Load() || !idle.dropped.Load() {
+		t.Fatalf("after the sweep: streaming dropped %v, idle dropped %v", streaming.dropped.Load(), idle.dropped.Load())
+	}
+	release() // touches it: idle from now
+	s.sweep()
+	if streaming.dropped.Load() {
+		t.Fatal("swept right after its request ended")
+	}
+	now = now.Add(idleAfter + time.Second)
+	s.sweep()
+	if !streaming.dropped.Load() {
+		t.Fatal("not swept once idle")
+	}
+	if fresh := s.add(ta, "i1", nil); fresh == streaming || fresh.dropped.Load() {
+		t.Fatal("an add after the sweep answered the dropped entry")
+	}
+}
+
+func TestTenantSlots(t *testing.T) {
+	s := tenantSlots{used: map[string]int{}}
+	a, b := &Tenant{Hash: "a"}, &Tenant{Hash: "b"}
+	var done []func()
+	for range 2 {
+		d, err := s.take(a, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = append(done, d)
+	}
+	if _, err := s.take(a, 2); !errors.Is(err, errTooManyRequests) {
+		t.Fatalf("a third request of a key at 2: %v", err)
+	}
+	if d, err := s.take(b, 2); err != nil {
+		t.Fatalf("another key refused: %v", err)
+	} else {
+		d()
+	}
+	done[0]()
+	if d, err := s.take(a, 2); err != nil {
+		t.Fatalf("a slot given back was not reusable: %v", err)
+	} else {
+		d()
+	}
+	done[1]()
+	if len(s.used) != 0 {
+		t.Fatalf("slots left counted: %v", s.used)
 	}
 }

@@ -102,8 +102,15 @@ func classify(err error) *problem {
 	return &problem{http.StatusInternalServerError, connect.CodeInternal, msg}
 }
 
-// connectError is err as a Connect error.
+// connectError is err as a Connect error (one already is passes as it is).
 func connectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
 	p := classify(err)
 	return connect.NewError(p.code, errors.New(p.message))
 }

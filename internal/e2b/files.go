@@ -62,14 +62,19 @@ func (f *frontEnd) readFile(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, r, err)
 		return
 	}
-	run, rel, err := f.runAt(r.Context(), r.URL.Query().Get("path"))
-	if err != nil {
-		f.fail(w, r, err)
-		return
-	}
 	// One call answers a file up to the profile's maxFileBytes (most of them) with its size;
 	// a larger one follows in further calls, each checked against the first's version.
-	first, err := run.ReadRange(r.Context(), rel, 0, 0)
+	var (
+		run   *client.Run
+		rel   string
+		first client.Chunk
+	)
+	err := f.at(r.Context(), r.URL.Query().Get("path"), func(rn *client.Run, p string) error {
+		var err error
+		run, rel = rn, p
+		first, err = run.ReadRange(r.Context(), rel, 0, 0)
+		return err
+	})
 	switch {
 	case errors.Is(err, client.ErrNotFound):
 		f.fail(w, r, &problem{http.StatusNotFound, 0, fmt.Sprintf("path '%s' does not exist", e2bPath(rel))})
@@ -129,30 +134,34 @@ func (f *frontEnd) writeFiles(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, r, err)
 		return
 	}
-	run, err := f.run(r.Context(), cl.sandbox)
-	if err != nil {
-		f.fail(w, r, err)
-		return
-	}
 	type written struct {
 		Name string `json:"name"`
 		Type string `json:"type"`
 		Path string `json:"path"`
 	}
 	var out []written
-	for _, u := range uploads {
-		var err error
-		if u.file == nil {
-			_, err = run.WriteFile(r.Context(), u.rel, u.content, client.CreateParents())
-		} else {
-			_, err = run.WriteFileFrom(r.Context(), u.rel, u.file, u.size, client.CreateParents())
+	err = f.withRun(r.Context(), func(run *client.Run) error {
+		out = out[:0]
+		for _, u := range uploads {
+			var err error
+			if u.file == nil {
+				_, err = run.WriteFile(r.Context(), u.rel, u.content, client.CreateParents())
+			} else {
+				if _, err = u.file.Seek(0, io.SeekStart); err == nil {
+					_, err = run.WriteFileFrom(r.Context(), u.rel, u.file, u.size, client.CreateParents())
+				}
+			}
+			if err != nil {
+				return err
+			}
+			p := e2bPath(u.rel)
+			out = append(out, written{Name: p[strings.LastIndex(p, "/")+1:], Type: "file", Path: p})
 		}
-		if err != nil {
-			f.fail(w, r, err)
-			return
-		}
-		p := e2bPath(u.rel)
-		out = append(out, written{Name: p[strings.LastIndex(p, "/")+1:], Type: "file", Path: p})
+		return nil
+	})
+	if err != nil {
+		f.fail(w, r, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -163,6 +172,13 @@ func (f *frontEnd) receive(r *http.Request, limit int64) ([]upload, error) {
 	named := query.Has("path")
 	var uploads []upload
 	seen := map[string]bool{}
+	// A request holds at most memorySpool bytes in memory, whatever its parts; beyond, its
+	// files go to the spool folder, at most MaxUploadBytes in all.
+	memory, total := int64(memorySpool), int64(0)
+	hint := int64(-1)
+	if named {
+		hint = r.ContentLength // one file: the request's length is about its size
+	}
 	add := func(p string, body io.Reader) error {
 		rel, err := workspacePath(p)
 		if err != nil {
@@ -172,12 +188,20 @@ func (f *frontEnd) receive(r *http.Request, limit int64) ([]upload, error) {
 			return badRequest("path '%s' is given twice", e2bPath(rel))
 		}
 		seen[rel] = true
-		u, err := spool(body, limit, r.ContentLength, f.cfg.SpoolDir)
+		u, err := spool(body, min(limit, f.cfg.MaxUploadBytes-total), hint, memory, f.cfg.SpoolDir)
 		if err != nil {
+			var p *problem
+			if errors.As(err, &p) && p.status == http.StatusRequestEntityTooLarge && total > 0 && f.cfg.MaxUploadBytes-total < limit {
+				err = &problem{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("the upload is larger than %d bytes in all", f.cfg.MaxUploadBytes)}
+			}
 			return err
 		}
 		u.rel = rel
 		uploads = append(uploads, u)
+		total += u.size
+		if u.file == nil {
+			memory -= u.size
+		}
 		return nil
 	}
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -254,12 +278,12 @@ func partPath(part *multipart.Part) (string, error) {
 	return strings.NewReplacer("%22", `"`, "%0A", "\n", "%0D", "\r").Replace(params["filename"]), nil
 }
 
-// spool reads body into memory, or into a temporary file past memorySpool bytes, refusing
-// more than limit bytes. hint is the request's length when known (-1 otherwise): the memory
-// spool is sized for it at once.
-func spool(body io.Reader, limit, hint int64, dir string) (upload, error) {
+// spool reads body into memory, or into a temporary file past memory bytes, refusing more
+// than limit bytes. hint is the file's length when known (-1 otherwise): the memory spool is
+// sized for it at once.
+func spool(body io.Reader, limit, hint, memory int64, dir string) (upload, error) {
 	tooLarge := &problem{http.StatusRequestEntityTooLarge, 0, fmt.Sprintf("a file is larger than the sandbox's limit of %d bytes", limit)}
-	head := min(limit, memorySpool) + 1
+	head := min(limit, max(memory, 0)) + 1
 	buf := spoolBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	if hint > 0 {
@@ -276,7 +300,7 @@ func spool(body io.Reader, limit, hint int64, dir string) (upload, error) {
 		mem.discard()
 		return upload{}, tooLarge
 	}
-	if n <= memorySpool {
+	if n < head {
 		return mem, nil
 	}
 	defer mem.discard()

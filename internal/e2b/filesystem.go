@@ -29,62 +29,61 @@ const (
 type filesystemService struct{ f *frontEnd }
 
 func (s filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	run, rel, err := s.f.runAt(ctx, req.Msg.GetPath())
+	out := &filesystem.StatResponse{}
+	err := s.f.at(ctx, req.Msg.GetPath(), func(run *client.Run, rel string) error {
+		info, err := run.Stat(ctx, rel)
+		out.Entry = entryOf(rel, info)
+		return err
+	})
 	if err != nil {
 		return nil, connectError(err)
 	}
-	info, err := run.Stat(ctx, rel)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(&filesystem.StatResponse{Entry: entryOf(rel, info)}), nil
+	return connect.NewResponse(out), nil
 }
 
 // MakeDir creates the directory and its parents; an existing directory is already_exists
 // (the SDK's false), an existing file invalid_argument, as envd answers.
 func (s filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
-	run, rel, err := s.f.runAt(ctx, req.Msg.GetPath())
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if info, err := run.Stat(ctx, rel); err == nil {
-		if info.IsDir() {
-			return nil, connect.NewError(connect.CodeAlreadyExists, errors.New("directory '"+e2bPath(rel)+"' already exists"))
+	out := &filesystem.MakeDirResponse{}
+	err := s.f.at(ctx, req.Msg.GetPath(), func(run *client.Run, rel string) error {
+		if info, err := run.Stat(ctx, rel); err == nil {
+			if info.IsDir() {
+				return connect.NewError(connect.CodeAlreadyExists, errors.New("directory '"+e2bPath(rel)+"' already exists"))
+			}
+			return connect.NewError(connect.CodeInvalidArgument, errors.New("path '"+e2bPath(rel)+"' already exists and is not a directory"))
+		} else if !errors.Is(err, client.ErrNotFound) {
+			return err
 		}
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("path '"+e2bPath(rel)+"' already exists and is not a directory"))
-	} else if !errors.Is(err, client.ErrNotFound) {
-		return nil, connectError(err)
-	}
-	info, err := run.MkdirAll(ctx, rel)
+		info, err := run.MkdirAll(ctx, rel)
+		out.Entry = entryOf(rel, info)
+		return err
+	})
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: entryOf(rel, info)}), nil
+	return connect.NewResponse(out), nil
 }
 
 // Move renames, replacing a file at the destination as rename(2) does.
 func (s filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
-	run, from, err := s.f.runAt(ctx, req.Msg.GetSource())
-	if err != nil {
-		return nil, connectError(err)
-	}
 	to, err := workspacePath(req.Msg.GetDestination())
 	if err != nil {
 		return nil, connectError(err)
 	}
-	info, err := run.Rename(ctx, from, to, client.Overwrite())
+	out := &filesystem.MoveResponse{}
+	err = s.f.at(ctx, req.Msg.GetSource(), func(run *client.Run, from string) error {
+		info, err := run.Rename(ctx, from, to, client.Overwrite())
+		out.Entry = entryOf(to, info)
+		return err
+	})
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&filesystem.MoveResponse{Entry: entryOf(to, info)}), nil
+	return connect.NewResponse(out), nil
 }
 
 // ListDir lists a directory to a depth (1: its entries), without the directory itself.
 func (s filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	run, rel, err := s.f.runAt(ctx, req.Msg.GetPath())
-	if err != nil {
-		return nil, connectError(err)
-	}
 	depth := int(req.Msg.GetDepth())
 	if depth == 0 {
 		depth = 1
@@ -92,32 +91,36 @@ func (s filesystemService) ListDir(ctx context.Context, req *connect.Request[fil
 	if depth > maxListDepth {
 		return nil, connectError(badRequest("depth must be at most %d", maxListDepth))
 	}
-	if info, err := run.Stat(ctx, rel); err != nil {
-		return nil, connectError(err)
-	} else if !info.IsDir() {
-		return nil, connectError(badRequest("path '%s' is not a directory", e2bPath(rel)))
-	}
 	out := &filesystem.ListDirResponse{}
-	var walk func(dir string, level int) error
-	walk = func(dir string, level int) error {
-		for info, err := range run.List(ctx, dir) {
-			if err != nil {
-				return err
-			}
-			if len(out.Entries) == maxListEntries {
-				return badRequest("the listing has more than %d entries: list a smaller depth", maxListEntries)
-			}
-			child := path.Join(dir, info.Path)
-			out.Entries = append(out.Entries, entryOf(child, info))
-			if info.IsDir() && level < depth {
-				if err := walk(child, level+1); err != nil {
+	err := s.f.at(ctx, req.Msg.GetPath(), func(run *client.Run, rel string) error {
+		out.Entries = out.Entries[:0]
+		if info, err := run.Stat(ctx, rel); err != nil {
+			return err
+		} else if !info.IsDir() {
+			return badRequest("path '%s' is not a directory", e2bPath(rel))
+		}
+		var walk func(dir string, level int) error
+		walk = func(dir string, level int) error {
+			for info, err := range run.List(ctx, dir) {
+				if err != nil {
 					return err
 				}
+				if len(out.Entries) == maxListEntries {
+					return badRequest("the listing has more than %d entries: list a smaller depth", maxListEntries)
+				}
+				child := path.Join(dir, info.Path)
+				out.Entries = append(out.Entries, entryOf(child, info))
+				if info.IsDir() && level < depth {
+					if err := walk(child, level+1); err != nil {
+						return err
+					}
+				}
 			}
+			return nil
 		}
-		return nil
-	}
-	if err := walk(rel, 1); err != nil {
+		return walk(rel, 1)
+	})
+	if err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(out), nil
@@ -126,14 +129,14 @@ func (s filesystemService) ListDir(ctx context.Context, req *connect.Request[fil
 // Remove removes a file or a directory with what it holds; a missing path is no error, as
 // envd's RemoveAll.
 func (s filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	run, rel, err := s.f.runAt(ctx, req.Msg.GetPath())
+	err := s.f.at(ctx, req.Msg.GetPath(), func(run *client.Run, rel string) error {
+		if rel == "." {
+			return badRequest("the workspace root cannot be removed")
+		}
+		_, err := run.RemoveAll(ctx, rel)
+		return err
+	})
 	if err != nil {
-		return nil, connectError(err)
-	}
-	if rel == "." {
-		return nil, connectError(badRequest("the workspace root cannot be removed"))
-	}
-	if _, err := run.RemoveAll(ctx, rel); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -71,6 +72,9 @@ type Keys struct {
 type Tenant struct {
 	KeyID string
 	Owner client.Owner
+	// Hash is the key's SHA-256 (hex): with the id, what a token and a cached sandbox are
+	// bound to, so that a key replaced under the same id (a rotation) ends both.
+	Hash string
 }
 
 // LoadKeys reads and checks a key file, reporting every problem at once.
@@ -123,7 +127,7 @@ func LoadKeys(path string) (*Keys, error) {
 			p.Add(at+".sha256", "must be 64 lowercase hex digits (sha256sum of the key)")
 			continue
 		}
-		t := &Tenant{KeyID: key.ID, Owner: client.Owner{Issuer: key.Owner.Issuer, Subject: key.Owner.Subject}}
+		t := &Tenant{KeyID: key.ID, Owner: client.Owner{Issuer: key.Owner.Issuer, Subject: key.Owner.Subject}, Hash: key.SHA256}
 		if _, dup := k.byID[key.ID]; dup {
 			p.Add(at+".id", "is used twice")
 		}
@@ -172,33 +176,40 @@ func (k *Keys) Tenant(apiKey string) *Tenant {
 	return k.byHash[sha256.Sum256([]byte(apiKey))]
 }
 
-// The envd access token of a sandbox is "<key id>.<base64url HMAC-SHA256(token key, key id
-// NUL sandbox id)>": the SDK keeps it for the sandbox's life (grants last minutes), so it is
-// the front end's own credential for that sandbox, scoped to it and to the key that created
-// it, and it dies with the key (rotation) or the token key.
+// The envd access token of a sandbox is "<key id>.<base64url HMAC-SHA256(token key, key id,
+// key hash, owner, sandbox id)>": the SDK keeps it for the sandbox's life (grants last
+// minutes), so it is the front end's own credential for that sandbox, scoped to it and to
+// the key that created it, and it dies with the key (a rotation, even under the same id; an
+// id given to another owner) or the token key.
 const tokenDomain = "execplane-e2b-envd-token-v1"
 
 // AccessToken returns the sandbox's envd access token for a tenant.
 func (k *Keys) AccessToken(t *Tenant, sandbox string) string {
-	return t.KeyID + "." + base64.RawURLEncoding.EncodeToString(k.mac(t.KeyID, sandbox))
+	return t.KeyID + "." + base64.RawURLEncoding.EncodeToString(k.mac(t, sandbox))
 }
 
 // Verify returns the tenant an envd access token of the sandbox was issued to, or nil.
 func (k *Keys) Verify(token, sandbox string) *Tenant {
-	id, mac, ok := strings.Cut(token, ".")
-	if !ok {
+	// The MAC's base64url has no dot; a key id may have some.
+	dot := strings.LastIndexByte(token, '.')
+	if dot < 0 {
 		return nil
 	}
-	t := k.byID[id]
-	got, err := base64.RawURLEncoding.DecodeString(mac)
-	if t == nil || err != nil || !hmac.Equal(got, k.mac(id, sandbox)) {
+	t := k.byID[token[:dot]]
+	got, err := base64.RawURLEncoding.DecodeString(token[dot+1:])
+	if t == nil || err != nil || !hmac.Equal(got, k.mac(t, sandbox)) {
 		return nil
 	}
 	return t
 }
 
-func (k *Keys) mac(keyID, sandbox string) []byte {
+func (k *Keys) mac(t *Tenant, sandbox string) []byte {
 	h := hmac.New(sha256.New, k.tokenKey)
-	h.Write([]byte(tokenDomain + "\x00" + keyID + "\x00" + sandbox))
+	for _, f := range []string{tokenDomain, t.KeyID, t.Hash, t.Owner.Issuer, t.Owner.Subject, sandbox} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
 	return h.Sum(nil)
 }

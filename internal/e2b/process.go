@@ -81,20 +81,26 @@ func (p processService) Start(ctx context.Context, req *connect.Request[process.
 	if err != nil {
 		return connectError(err)
 	}
-	run, err := p.f.run(ctx, cl.sandbox)
-	if err != nil {
-		return connectError(err)
-	}
 	keepalive := keepaliveOf(req.Header().Get("Keepalive-Ping-Interval"))
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
-	for range startAttempts {
+	retried := false
+	for range startAttempts + 1 {
+		run, err := cl.sandbox.runFor(ctx)
+		if err != nil {
+			return connectError(err)
+		}
 		pid := newPID()
 		events := run.Stream(ctx, cmd, client.StreamOptions{StartOptions: client.StartOptions{ID: commandID(pid)}, Detach: true})
-		err := relay(ctx, pid, events, keepalive, false, send)
-		if errors.Is(err, client.ErrOperationIDReused) {
+		started, err := relay(ctx, pid, events, keepalive, false, send)
+		switch {
+		case !started && errors.Is(err, client.ErrOperationIDReused):
 			continue // the pid is another command's: draw again (nothing was started)
+		case !started && !retried && runLost(run, err):
+			cl.sandbox.lost(run) // nothing was started: again under a fresh run
+			retried = true
+			continue
 		}
-		return err
+		return connectError(err)
 	}
 	return connectError(errors.New("no free pid"))
 }
@@ -102,28 +108,30 @@ func (p processService) Start(ctx context.Context, req *connect.Request[process.
 // Connect follows a process from the start of its kept output: start{pid}, the output, end.
 // Unlike envd, a process that has ended is found too (its output and end are kept).
 func (p processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
-	cl := callerOf(ctx)
 	pid, err := selected(req.Msg.GetProcess())
 	if err != nil {
 		return connectError(err)
 	}
-	run, err := p.f.run(ctx, cl.sandbox)
-	if err != nil {
-		return connectError(err)
-	}
-	if _, _, err := run.Status(ctx, commandID(pid), client.Cursor{}, 1); err != nil {
+	var run *client.Run
+	if err := p.f.withRun(ctx, func(r *client.Run) error {
+		run = r
+		_, _, err := r.Status(ctx, commandID(pid), client.Cursor{}, 1)
+		return err
+	}); err != nil {
 		return connectError(err)
 	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) }
 	if err := send(startEvent(pid)); err != nil {
 		return err
 	}
-	return relay(ctx, pid, run.Output(ctx, commandID(pid), client.Cursor{}), keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), true, send)
+	_, err = relay(ctx, pid, run.Output(ctx, commandID(pid), client.Cursor{}), keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), true, send)
+	return connectError(err)
 }
 
 // relay sends a durable command's events as envd's: start{pid} on Started (unless started
 // already), data, keepalives while quiet, and end — then returns, which closes the stream.
-func relay(ctx context.Context, pid uint32, events iter.Seq2[client.Event, error], keepalive time.Duration, started bool, send func(*process.ProcessEvent) error) error {
+// It reports whether start was sent, and the error as it came (the caller converts it).
+func relay(ctx context.Context, pid uint32, events iter.Seq2[client.Event, error], keepalive time.Duration, started bool, send func(*process.ProcessEvent) error) (bool, error) {
 	type item struct {
 		ev  client.Event
 		err error
@@ -149,30 +157,30 @@ func relay(ctx context.Context, pid uint32, events iter.Seq2[client.Event, error
 	for {
 		select {
 		case <-ctx.Done():
-			return connectError(ctx.Err())
+			return started, ctx.Err()
 		case <-tick.C:
 			if started {
 				if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
-					return err
+					return started, err
 				}
 			}
 		case it, ok := <-ch:
 			switch {
 			case !ok:
-				return connectError(errors.New("the command's events ended without its end"))
+				return started, errors.New("the command's events ended without its end")
 			case it.err != nil:
-				return connectError(it.err)
+				return started, it.err
 			case it.ev.Started != nil && !started:
 				started = true
 				if err := send(startEvent(pid)); err != nil {
-					return err
+					return started, err
 				}
 			case it.ev.Output != nil:
 				if err := send(dataEvent(it.ev.Output)); err != nil {
-					return err
+					return started, err
 				}
 			case it.ev.Ended != nil:
-				return send(endEvent(it.ev.Ended))
+				return started, send(endEvent(it.ev.Ended))
 			}
 			tick.Reset(keepalive)
 		}
@@ -260,13 +268,12 @@ func signalName(sig int) string {
 // List answers the sandbox's running processes (its running durable commands of this front
 // end), with their programs as recorded.
 func (p processService) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
-	cl := callerOf(ctx)
-	run, err := p.f.run(ctx, cl.sandbox)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	cmds, _, err := run.Commands(ctx, listLimit)
-	if err != nil {
+	var cmds []*client.CommandInfo
+	if err := p.f.withRun(ctx, func(run *client.Run) error {
+		var err error
+		cmds, _, err = run.Commands(ctx, listLimit)
+		return err
+	}); err != nil {
 		return nil, connectError(err)
 	}
 	out := &process.ListResponse{}
@@ -291,7 +298,6 @@ func (p processService) List(ctx context.Context, _ *connect.Request[process.Lis
 // SendSignal cancels the durable command: SIGKILL at once, SIGTERM with the helper's grace.
 // An unknown pid is not found, which the SDK reads as "not killed".
 func (p processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	cl := callerOf(ctx)
 	pid, err := selected(req.Msg.GetProcess())
 	if err != nil {
 		return nil, connectError(err)
@@ -304,11 +310,10 @@ func (p processService) SendSignal(ctx context.Context, req *connect.Request[pro
 	default:
 		return nil, connectError(badRequest("signal must be SIGKILL or SIGTERM"))
 	}
-	run, err := p.f.run(ctx, cl.sandbox)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if _, err := run.Cancel(ctx, commandID(pid), grace); err != nil {
+	if err := p.f.withRun(ctx, func(run *client.Run) error {
+		_, err := run.Cancel(ctx, commandID(pid), grace)
+		return err
+	}); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
@@ -327,7 +332,14 @@ func (p processService) StreamInput(context.Context, *connect.ClientStream[proce
 
 // CloseStdin: a command's stdin is closed from its start already.
 func (p processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	if _, err := selected(req.Msg.GetProcess()); err != nil {
+	pid, err := selected(req.Msg.GetProcess())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := p.f.withRun(ctx, func(run *client.Run) error {
+		_, _, err := run.Status(ctx, commandID(pid), client.Cursor{}, 1)
+		return err
+	}); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil

@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -68,21 +68,33 @@ var errSandboxNotFound = errors.New("sandbox not found")
 var errSandboxNotRunning = errors.New("sandbox is not running")
 
 // sandbox is one sandbox as this replica holds it open: the attached environment and the
-// shared run.
+// run it shares with the other replicas.
 type sandbox struct {
 	id     string
 	tenant *Tenant
 	env    *client.Environment
+	s      *sandboxes
 
-	mu   sync.Mutex
-	run  *client.Run
-	used time.Time
+	// used (unix nanoseconds) and inUse (requests in flight, streams included) keep a
+	// sandbox open while it serves; read by sweep without a lock.
+	used  atomic.Int64
+	inUse atomic.Int32
+	// dropped: forgotten (killed, paused, found not running, swept); a request that still
+	// holds it acquires nothing more on it.
+	dropped atomic.Bool
+
+	// mu serialises the run's acquisition (network calls, held only by this sandbox's
+	// callers).
+	mu  sync.Mutex
+	run *client.Run
 }
 
-type sandboxKey struct{ keyID, id string }
+type sandboxKey struct{ tenant, id string }
 
 // sandboxes are the sandboxes this replica holds open. Nothing here is the truth: every
-// entry can be rebuilt from the API (ListEnvironments, AttachEnvironment), by any replica.
+// entry can be rebuilt from the API (ListEnvironments, AttachEnvironment), by any replica,
+// and an entry is only a cache of a running sandbox: a call that finds its run lost looks
+// at the API again.
 type sandboxes struct {
 	c     *client.Client
 	now   func() time.Time
@@ -114,15 +126,15 @@ func (s *sandboxes) lookup(ctx context.Context, t *Tenant, id string) (*executio
 // get returns the sandbox held open, opening it when it is running: the calls of envd
 // (commands, files) act on a running sandbox only.
 func (s *sandboxes) get(ctx context.Context, t *Tenant, id string) (*sandbox, error) {
-	key := sandboxKey{t.KeyID, id}
+	key := sandboxKey{t.Hash, id}
 	s.mu.Lock()
 	sb := s.open[key]
 	s.mu.Unlock()
-	if sb != nil {
+	if sb != nil && !sb.dropped.Load() {
 		sb.touch(s.now())
 		return sb, nil
 	}
-	v, err, _ := s.group.Do(key.keyID+"\x00"+key.id, func() (any, error) {
+	v, err, _ := s.group.Do(key.tenant+"\x00"+key.id, func() (any, error) {
 		env, err := s.lookup(ctx, t, id)
 		if err != nil {
 			return nil, err
@@ -142,37 +154,53 @@ func (s *sandboxes) get(ctx context.Context, t *Tenant, id string) (*sandbox, er
 	return v.(*sandbox), nil
 }
 
-// add holds an environment open as the sandbox (after create or connect).
+// add holds an environment open as the sandbox (after create or connect), or returns the
+// entry that holds it already (whose run requests in flight may be using).
 func (s *sandboxes) add(t *Tenant, id string, env *client.Environment) *sandbox {
-	sb := &sandbox{id: id, tenant: t, env: env, used: s.now()}
+	key := sandboxKey{t.Hash, id}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.open[sandboxKey{t.KeyID, id}]; old != nil {
-		old.leave()
+	if old := s.open[key]; old != nil && !old.dropped.Load() {
+		old.touch(s.now())
+		return old
 	}
-	s.open[sandboxKey{t.KeyID, id}] = sb
+	sb := &sandbox{id: id, tenant: t, env: env, s: s}
+	sb.touch(s.now())
+	s.open[key] = sb
 	return sb
 }
 
-// drop forgets a sandbox (killed, paused): its run is left to lapse or was released.
+// drop forgets a sandbox (killed, paused, not running): its run is left to lapse, or was
+// released.
 func (s *sandboxes) drop(t *Tenant, id string) {
 	s.mu.Lock()
-	sb := s.open[sandboxKey{t.KeyID, id}]
-	delete(s.open, sandboxKey{t.KeyID, id})
+	sb := s.open[sandboxKey{t.Hash, id}]
+	delete(s.open, sandboxKey{t.Hash, id})
 	s.mu.Unlock()
 	if sb != nil {
 		sb.leave()
 	}
 }
 
-// sweep forgets the sandboxes not used for idleAfter, so that their claims lapse and the
-// profile's idle policy and the sandbox's own timeout see them as they are.
+// unlist removes this entry from the open ones, unless another has replaced it.
+func (sb *sandbox) unlist() {
+	key := sandboxKey{sb.tenant.Hash, sb.id}
+	sb.s.mu.Lock()
+	if sb.s.open[key] == sb {
+		delete(sb.s.open, key)
+	}
+	sb.s.mu.Unlock()
+}
+
+// sweep forgets the sandboxes not used for idleAfter and serving nothing, so that their
+// claims lapse and the profile's idle policy and the sandbox's own timeout see them as they
+// are.
 func (s *sandboxes) sweep() {
 	now := s.now()
 	s.mu.Lock()
 	var idle []*sandbox
 	for k, sb := range s.open {
-		if sb.idleSince(now) > idleAfter {
+		if sb.inUse.Load() == 0 && now.Sub(time.Unix(0, sb.used.Load())) > idleAfter {
 			idle = append(idle, sb)
 			delete(s.open, k)
 		}
@@ -194,19 +222,21 @@ func (s *sandboxes) closeAll() {
 	}
 }
 
-func (sb *sandbox) touch(now time.Time) {
-	sb.mu.Lock()
-	sb.used = now
-	sb.mu.Unlock()
+func (sb *sandbox) touch(now time.Time) { sb.used.Store(now.UnixNano()) }
+
+// hold marks a request in flight on the sandbox until the returned function is called.
+func (sb *sandbox) hold() func() {
+	sb.inUse.Add(1)
+	return func() {
+		sb.touch(sb.s.now())
+		sb.inUse.Add(-1)
+	}
 }
 
-func (sb *sandbox) idleSince(now time.Time) time.Duration {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return now.Sub(sb.used)
-}
-
+// leave marks the sandbox dropped and leaves its run (the claim lapses unless another
+// replica renews it).
 func (sb *sandbox) leave() {
+	sb.dropped.Store(true)
 	sb.mu.Lock()
 	run := sb.run
 	sb.run = nil
@@ -228,14 +258,17 @@ func (sb *sandbox) release(ctx context.Context) error {
 	return nil
 }
 
-// runFor returns the sandbox's run, acquiring the shared claim when this replica holds none
-// that is alive. Every replica acquires with the operation id derived from the epoch the
-// claim was (or will be) acquired at: the first acquisition makes the claim, the others get
-// its receipt — the same claim — instead of fencing each other. A lapsed or foreign claim
-// shows in the environment's status; then the epoch has moved and so has the id.
+// runFor returns the sandbox's run, joining the shared claim when this replica holds none
+// that is alive: AcquireRun with join answers the binding's live claim of the front end's
+// run id instead of replacing it, so replicas never fence each other. A sandbox that is no
+// longer running (paused, killed, by a timeout or another replica) is found so here, from
+// the API, and forgotten: nothing here resumes it.
 func (sb *sandbox) runFor(ctx context.Context) (*client.Run, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if sb.dropped.Load() {
+		return nil, errSandboxNotRunning
+	}
 	if sb.run != nil && sb.run.Err() == nil {
 		return sb.run, nil
 	}
@@ -243,10 +276,21 @@ func (sb *sandbox) runFor(ctx context.Context) (*client.Run, error) {
 		sb.run.Leave()
 		sb.run = nil
 	}
+	env, err := sb.s.lookup(ctx, sb.tenant, sb.id)
+	if err == nil && !running(env.GetLifecycle()) {
+		err = errSandboxNotRunning
+	}
+	if errors.Is(err, errSandboxNotRunning) || errors.Is(err, errSandboxNotFound) {
+		sb.dropped.Store(true) // no run is held (above)
+		sb.unlist()
+	}
+	if err != nil {
+		return nil, err
+	}
 	if err := sb.env.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	run, err := sb.env.Acquire(ctx, client.AcquireOptions{RunID: runID, TTL: runTTL, OperationID: runOperation(sb.env.Status(), time.Now())})
+	run, err := sb.env.Acquire(ctx, client.AcquireOptions{RunID: runID, TTL: runTTL, Join: true, NoResume: true})
 	if err != nil {
 		return nil, err
 	}
@@ -254,15 +298,32 @@ func (sb *sandbox) runFor(ctx context.Context) (*client.Run, error) {
 	return run, nil
 }
 
-// runOperation is the operation id of the shared claim's acquisition: from the epoch the
-// live claim of the front end's run was acquired at (AcquireRun raised it by one), or from
-// the current epoch when there is none.
-func runOperation(env *executionv1.Environment, now time.Time) string {
-	epoch := env.GetEpoch()
-	if c := env.GetActiveRun(); c != nil && c.GetRunId() == runID && c.GetExpiresAt().AsTime().After(now) && c.GetEpoch() > 0 {
-		epoch = c.GetEpoch() - 1
+// lost forgets a run a call found ended (superseded, revoked, lapsed), so that the next
+// call joins the claim again or finds the sandbox not running.
+func (sb *sandbox) lost(run *client.Run) {
+	sb.mu.Lock()
+	if sb.run == run {
+		sb.run = nil
 	}
-	return fmt.Sprintf("e2b-run-%d", epoch)
+	sb.mu.Unlock()
+	run.Leave()
+}
+
+// runLost reports an answer that proves the run used is over: another call under a fresh
+// one may succeed.
+func runLost(run *client.Run, err error) bool {
+	if err == nil {
+		return false
+	}
+	if run.Err() != nil {
+		return true
+	}
+	for _, k := range []error{client.ErrStaleEpoch, client.ErrRevoked, client.ErrGrantInvalid} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // running reports the states in which a sandbox is "running" for E2B: its calls are served
@@ -276,10 +337,19 @@ func running(l executionv1.LifecycleState) bool {
 	return false
 }
 
-// paused reports the states E2B calls "paused".
+// paused reports the states E2B calls "paused": the executor stopped or stopping, the
+// workspace kept — suspended by the owner or a timeout, and also retired or degraded by an
+// operator (a connect resumes only the suspended ones).
 func paused(l executionv1.LifecycleState) bool {
+	return !running(l) && !gone(l)
+}
+
+// gone reports the states in which a sandbox no longer exists for E2B: being deleted or
+// deleted (killed, or ended by its timeout).
+func gone(l executionv1.LifecycleState) bool {
 	switch l {
-	case executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDING, executionv1.LifecycleState_LIFECYCLE_STATE_SUSPENDED:
+	case executionv1.LifecycleState_LIFECYCLE_STATE_DELETING, executionv1.LifecycleState_LIFECYCLE_STATE_DELETED,
+		executionv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED:
 		return true
 	}
 	return false

@@ -54,6 +54,34 @@ type frontEnd struct {
 
 	profilesMu sync.Mutex
 	profiles   map[string]cachedProfile
+
+	slots tenantSlots
+}
+
+// tenantSlots counts each API key's requests in flight on this replica.
+type tenantSlots struct {
+	mu   sync.Mutex
+	used map[string]int
+}
+
+// errTooManyRequests: a key's requests in flight are at --max-tenant-requests.
+var errTooManyRequests = &problem{http.StatusTooManyRequests, connect.CodeResourceExhausted, "too many requests in flight for this API key"}
+
+// take counts a request of t in, or refuses it at max.
+func (s *tenantSlots) take(t *Tenant, max int) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used[t.Hash] >= max {
+		return nil, errTooManyRequests
+	}
+	s.used[t.Hash]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.used[t.Hash]--; s.used[t.Hash] == 0 {
+			delete(s.used, t.Hash)
+		}
+	}, nil
 }
 
 type cachedProfile struct {
@@ -132,13 +160,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 		defer cancel()
-		return srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			// Streams still open at the bound (a command followed, a long upload) are cut:
+			// their commands run on, durable; the SDK reconnects through another replica.
+			log.Info("streams still open at shutdown were cut", logging.KeyError, err)
+			_ = srv.Close()
+		}
+		return nil
 	})
 	return g.Wait()
 }
 
 func newFrontEnd(cfg Config, log hclog.Logger, api *client.Client, keys *Keys) *frontEnd {
-	f := &frontEnd{cfg: cfg, log: log, api: api, sandboxes: newSandboxes(api), profiles: map[string]cachedProfile{}}
+	f := &frontEnd{cfg: cfg, log: log, api: api, sandboxes: newSandboxes(api), profiles: map[string]cachedProfile{}, slots: tenantSlots{used: map[string]int{}}}
 	f.keys.Store(keys)
 	return f
 }
@@ -201,7 +235,7 @@ func (f *frontEnd) routes() http.Handler {
 	mux.Handle(path, f.envd(h, true))
 	mux.Handle("GET /files", f.envd(http.HandlerFunc(f.readFile), false))
 	mux.Handle("POST /files", f.envd(http.HandlerFunc(f.writeFiles), false))
-	mux.Handle("GET /health", f.envd(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }), false))
+	mux.Handle("GET /health", f.envd(http.HandlerFunc(f.health), false))
 	return mux
 }
 
@@ -228,6 +262,12 @@ func (f *frontEnd) envd(next http.Handler, rpc bool) http.Handler {
 			fail(w, r, errBadToken)
 			return
 		}
+		done, err := f.slots.take(t, f.cfg.MaxTenantRequests)
+		if err != nil {
+			fail(w, r, err)
+			return
+		}
+		defer done()
 		sb, err := f.sandboxes.get(r.Context(), t, id)
 		if errors.Is(err, errSandboxNotFound) {
 			err = errSandboxNotRunning
@@ -236,14 +276,53 @@ func (f *frontEnd) envd(next http.Handler, rpc bool) http.Handler {
 			fail(w, r, err)
 			return
 		}
+		defer sb.hold()() // open while it serves, streams included
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, &caller{tenant: t, sandbox: sb})))
 	})
 }
 
-// run is the sandbox's shared run, acquired again once when it turns out lost (lapsed,
-// superseded by a resume or a replacement).
+// run is the sandbox's shared run (joined when this replica holds none alive).
 func (f *frontEnd) run(ctx context.Context, sb *sandbox) (*client.Run, error) {
 	return sb.runFor(ctx)
+}
+
+// withRun calls op under the request's sandbox's run, and once more under a fresh one when
+// the first turns out over (superseded by a replacement or a resume, revoked, lapsed): then
+// the API is asked again, and a sandbox no longer running answers as one (502).
+func (f *frontEnd) withRun(ctx context.Context, op func(*client.Run) error) error {
+	sb := callerOf(ctx).sandbox
+	for attempt := 0; ; attempt++ {
+		run, err := sb.runFor(ctx)
+		if err != nil {
+			return err
+		}
+		err = op(run)
+		if attempt == 0 && runLost(run, err) {
+			sb.lost(run)
+			continue
+		}
+		return err
+	}
+}
+
+// health serves GET /health from the API, not from the cache: 204 while the sandbox runs,
+// 502 (the SDK's "not running") otherwise.
+func (f *frontEnd) health(w http.ResponseWriter, r *http.Request) {
+	cl := callerOf(r.Context())
+	env, err := f.sandboxes.lookup(r.Context(), cl.tenant, cl.sandbox.id)
+	if err == nil && !running(env.GetLifecycle()) {
+		err = errSandboxNotRunning
+	}
+	if errors.Is(err, errSandboxNotRunning) || errors.Is(err, errSandboxNotFound) {
+		cl.sandbox.leave()
+		cl.sandbox.unlist()
+		err = errSandboxNotRunning
+	}
+	if err != nil {
+		f.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // prepareRun commits the binding's reference if it is pending (a new sandbox's) and
@@ -252,7 +331,9 @@ func (f *frontEnd) run(ctx context.Context, sb *sandbox) (*client.Run, error) {
 // runFor serialises) rather than acquiring it then. A failure here is only logged: the
 // first call acquires again and answers it, a connect commits again.
 func (f *frontEnd) prepareRun(sb *sandbox) {
+	release := sb.hold()
 	go func() {
+		defer release()
 		ctx, cancel := context.WithTimeout(context.Background(), prepareRunTimeout)
 		defer cancel()
 		if err := commitPending(ctx, sb.env); err != nil {
@@ -274,17 +355,14 @@ func commitPending(ctx context.Context, env *client.Environment) error {
 	return nil
 }
 
-// runAt is the run of the request's sandbox and an E2B path in its workspace.
-func (f *frontEnd) runAt(ctx context.Context, p string) (*client.Run, string, error) {
+// at calls op with an E2B path in the workspace, under the request's sandbox's run
+// (withRun).
+func (f *frontEnd) at(ctx context.Context, p string, op func(run *client.Run, rel string) error) error {
 	rel, err := workspacePath(p)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
-	run, err := f.run(ctx, callerOf(ctx).sandbox)
-	if err != nil {
-		return nil, "", err
-	}
-	return run, rel, nil
+	return f.withRun(ctx, func(run *client.Run) error { return op(run, rel) })
 }
 
 // profile is a profile's limits, cached for a minute.

@@ -27,6 +27,9 @@ func checkFields(in proto.Message) error {
 		}
 	case *executionv1.ListEnvironmentsRequest:
 		owner(&f, "owner", r.GetOwner())
+		if len(r.GetLifecycle()) > len(executionv1.LifecycleState_name) {
+			f.Fail("lifecycle", "names at most every state once")
+		}
 		if r.GetBindingId() != "" {
 			f.Identifier("binding_id", r.GetBindingId())
 		}

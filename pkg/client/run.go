@@ -33,11 +33,14 @@ type AcquireOptions struct {
 	TTL time.Duration
 	// NoRenew disables the background renewal (the caller calls Renew itself).
 	NoRenew bool
-	// OperationID, when set, is the acquisition's operation id instead of a fresh one:
-	// callers that acquire with the same id (the same run id and TTL) all get the one claim
-	// it made — how replicas of a stateless front end share a run rather than fencing each
-	// other. The id must change once that claim has ended.
-	OperationID string
+	// Join shares the binding's live claim of RunID (acquired by this client under the
+	// current grant generation) instead of replacing it: the Run gets a grant for the same
+	// claim and epoch, and nothing is fenced — how replicas of a stateless front end share
+	// one run. Without such a claim, one is acquired as usual.
+	Join bool
+	// NoResume fails with ErrNotReady (or ErrRevoked) instead of attaching again — which
+	// resumes a suspended environment — and waiting for it to be Ready.
+	NoResume bool
 }
 
 // Acquire takes the environment's run claim — execution authority, fencing any earlier
@@ -49,18 +52,14 @@ func (e *Environment) Acquire(ctx context.Context, o AcquireOptions) (*Run, erro
 		o.TTL = DefaultRunTTL
 	}
 	acquire := func() (*executionv1.AcquireRunResponse, error) {
-		op := o.OperationID
-		if op == "" {
-			op = newOperationID()
-		}
-		req := &executionv1.AcquireRunRequest{OperationId: op, EnvironmentGrant: e.environmentGrant(), Environment: e.Ref(),
-			RunId: o.RunID, Ttl: durationpb.New(o.TTL)}
+		req := &executionv1.AcquireRunRequest{OperationId: newOperationID(), EnvironmentGrant: e.environmentGrant(), Environment: e.Ref(),
+			RunId: o.RunID, Ttl: durationpb.New(o.TTL), Join: o.Join}
 		return call(ctx, e.c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.AcquireRunResponse, error) {
 			return e.c.api.AcquireRun(ctx, req, opts...)
 		})
 	}
 	resp, err := acquire()
-	if errors.Is(err, ErrGrantInvalid) || errors.Is(err, ErrRevoked) || errors.Is(err, ErrNotReady) {
+	if !o.NoResume && (errors.Is(err, ErrGrantInvalid) || errors.Is(err, ErrRevoked) || errors.Is(err, ErrNotReady)) {
 		// The environment grant expired or was revoked (a suspension revokes every grant),
 		// the handle is old, or the environment is suspending or resuming: attach again —
 		// which resumes a suspended environment —, wait for it to be ready, then retry.

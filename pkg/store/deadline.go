@@ -54,6 +54,10 @@ func (s *Store) SetDeadline(ctx context.Context, in SetDeadlineInput) (*Result, 
 				env.Status.Deadline = nil
 				return changed, nil
 			}
+			if n := len(env.Status.References) - 1; in.Deadline.Action == executionv1alpha1.DeadlineDelete && n > 0 {
+				// As DeleteEnvironment refuses (and the controller, at the deadline).
+				return false, notReady(fmt.Sprintf("%d other binding(s) hold a reference on the environment: a DELETE deadline needs the only one", n))
+			}
 			env.Status.Deadline = newDeadline(*in.Deadline, in.BindingID, in.OperationID, now)
 			return true, nil
 		},

@@ -130,6 +130,9 @@ type AcquireRunInput struct {
 	RunID       string
 	// TTL is 0 (DefaultRunTTL) or within [MinRunTTL, MaxRunTTL].
 	TTL time.Duration
+	// Join answers the binding's live claim of RunID (this client's, this generation's)
+	// instead of replacing it.
+	Join bool
 }
 
 // RenewRunInput extends the run claim a run grant names.

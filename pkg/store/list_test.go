@@ -212,6 +212,46 @@ func TestDeadlineActions(t *testing.T) {
 		return st.Suspended() && st.Deadline == nil && st.ActiveRun == nil
 	})
 
+	// A DELETE deadline is the owner's DeleteEnvironment: refused while another binding
+	// holds a reference, and, set before that reference came, spent at the deadline without
+	// deleting.
+	successor := func() {
+		t.Helper()
+		if _, err := f.store.ReserveSuccessor(f.ctx, store.ReserveSuccessorInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: ref(env),
+			SourceBindingID: "sbx-timeout", SuccessorBindingID: "sbx-next"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	abort := func() {
+		t.Helper()
+		if _, err := f.store.AbortReference(f.ctx, store.ReferenceInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: ref(env), BindingID: "sbx-next"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	successor()
+	snap := f.snapshot(t, env.Name)
+	target.OperationID = opID()
+	if _, err := f.store.SetDeadline(f.ctx, store.SetDeadlineInput{ReferenceInput: target, Deadline: &store.DeadlineInput{After: time.Second, Action: v1alpha1.DeadlineDelete}}); !errors.Is(err, apierror.ErrNotReady) {
+		t.Fatalf("a DELETE deadline beside another binding's reference: %v, want NOT_READY", err)
+	}
+	if string(f.snapshot(t, env.Name)) != string(snap) {
+		t.Fatal("the refused SetDeadline changed the environment")
+	}
+	abort()
+	target.OperationID = opID()
+	if _, err := f.store.SetDeadline(f.ctx, store.SetDeadlineInput{ReferenceInput: target, Deadline: &store.DeadlineInput{After: 3 * time.Second, Action: v1alpha1.DeadlineDelete}}); err != nil {
+		t.Fatal(err)
+	}
+	successor()
+	clustertest.Eventually(t, 30*time.Second, "the deadline spent without a delete", func() bool {
+		st := f.get(t, env.Name).Status
+		return st.Deadline == nil
+	})
+	if st := f.get(t, env.Name).Status; st.Deleted() || st.LifecycleOperation.Kind == v1alpha1.LifecycleDelete {
+		t.Fatalf("deleted beside another binding's reference: %+v", st.LifecycleOperation)
+	}
+	abort()
+
 	target.OperationID = opID()
 	if _, err := f.store.SetDeadline(f.ctx, store.SetDeadlineInput{ReferenceInput: target, Deadline: &store.DeadlineInput{After: time.Second, Action: v1alpha1.DeadlineDelete}}); err != nil {
 		t.Fatal(err)
@@ -222,5 +262,49 @@ func TestDeadlineActions(t *testing.T) {
 	})
 	if op := f.get(t, env.Name).Status.LifecycleOperation; op.OperationID != "deadline-delete" {
 		t.Fatalf("deleted by %q, want the deadline's operation", op.OperationID)
+	}
+}
+
+// AcquireRun with join answers the binding's live claim of the run instead of replacing it —
+// whatever else was written since (more writes than the receipts kept) — and acquires as
+// usual when there is none, or when another run holds it.
+func TestJoinSharesTheClaim(t *testing.T) {
+	f := newFixture(t, options{reconcile: true})
+	r, err := f.store.Ensure(f.ctx, store.EnsureInput{Caller: agentA, OperationID: opID(), Owner: alice, BindingID: "sbx-join", Profile: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := f.waitReady(t, r.Environment.Name)
+	grant := authority.GrantClaims{BindingID: "sbx-join", Environment: ref(env), GrantGeneration: uint64(env.Status.GrantGeneration)}
+	acquire := func(run string, join bool) (*v1alpha1.RunClaim, error) {
+		res, err := f.store.AcquireRun(f.ctx, store.AcquireRunInput{Caller: agentA, OperationID: opID(), Environment: ref(env), RunID: run, Grant: grant, Join: join})
+		if err != nil {
+			return nil, err
+		}
+		return res.Run, nil
+	}
+	first, err := acquire("e2b", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range v1alpha1.MaxReceipts + 8 {
+		target := store.ReferenceInput{Caller: agentA, OperationID: opID(), Owner: alice, Environment: ref(env), BindingID: "sbx-join"}
+		if _, err := f.store.SetDeadline(f.ctx, store.SetDeadlineInput{ReferenceInput: target, Deadline: &store.DeadlineInput{After: time.Hour, Action: v1alpha1.DeadlineSuspend}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	joined, err := acquire("e2b", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if joined.ClaimID != first.ClaimID || joined.Epoch != first.Epoch {
+		t.Fatalf("join answered claim %s at epoch %d, want %s at %d", joined.ClaimID, joined.Epoch, first.ClaimID, first.Epoch)
+	}
+	if _, err := acquire("other-run", true); !errors.Is(err, apierror.ErrRunClaimHeld) {
+		t.Fatalf("another run joining: %v, want RUN_CLAIM_HELD", err)
+	}
+	replaced, err := acquire("e2b", false)
+	if err != nil || replaced.Epoch != first.Epoch+1 {
+		t.Fatalf("an acquisition without join: %+v, %v; want epoch %d", replaced, err, first.Epoch+1)
 	}
 }

@@ -36,9 +36,13 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 	claimID := s.cfg.NewID()
 	client := ident.ClientHash(in.Caller.Client)
 	visible := clientOf(in.Caller, in.Grant, in.Environment)
+	args := []string{in.Caller.Client, in.Environment.UID, in.Grant.BindingID, in.RunID, ttl.String()}
+	if in.Join {
+		args = append(args, "join") // only then: receipts of acquisitions before the field stay as they were
+	}
 	r, err := s.mutate(ctx, mutation{
 		op: "AcquireRun", id: in.OperationID, name: in.Environment.Name,
-		args:    []string{in.Caller.Client, in.Environment.UID, in.Grant.BindingID, in.RunID, ttl.String()},
+		args:    args,
 		visible: visible,
 		apply: func(env *executionv1alpha1.ExecutionEnvironment, now metav1.Time, r *Result) (bool, error) {
 			if err := authority.Usable(env); err != nil {
@@ -52,6 +56,13 @@ func (s *Store) AcquireRun(ctx context.Context, in AcquireRunInput) (*Result, er
 			}
 			if run := env.Status.ActiveRun; run != nil && now.Before(&run.ExpiresAt) && (run.BindingID != in.Grant.BindingID || run.RunID != in.RunID) {
 				return false, apierror.ErrRunClaimHeld
+			}
+			if run := env.Status.ActiveRun; in.Join && run != nil && now.Before(&run.ExpiresAt) && run.ClientHash == client &&
+				run.GrantGeneration == env.Status.GrantGeneration {
+				// The binding's own live claim of this run: shared, not replaced (the
+				// binding and run id matched above).
+				r.Run = run.DeepCopy()
+				return false, nil
 			}
 			env.Status.RaiseEpoch(now.Time)
 			env.Status.ActiveRun = &executionv1alpha1.RunClaim{

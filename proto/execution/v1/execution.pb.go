@@ -2754,7 +2754,13 @@ type AcquireRunRequest struct {
 	// The caller's run id.
 	RunId string `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// How long the claim lasts unless renewed: 30s..5m; unset means 60s.
-	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// When the binding already holds an unexpired claim of this run id, acquired by this
+	// client under the current grant generation, answer that claim — a run grant for the same
+	// claim and epoch — instead of replacing it: nothing is fenced and nothing is written. How
+	// the replicas of a stateless front end share one run (docs/e2b.md). Otherwise the claim is
+	// acquired as without it.
+	Join          bool `protobuf:"varint,6,opt,name=join,proto3" json:"join,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2822,6 +2828,13 @@ func (x *AcquireRunRequest) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *AcquireRunRequest) GetJoin() bool {
+	if x != nil {
+		return x.Join
+	}
+	return false
 }
 
 type AcquireRunResponse struct {
@@ -8647,13 +8660,14 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"\x7f\n" +
 	"\x1cListReferenceIntentsResponse\x127\n" +
 	"\aintents\x18\x01 \x03(\v2\x1d.execution.v1.ReferenceIntentR\aintents\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfc\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x90\x02\n" +
 	"\x11AcquireRunRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12@\n" +
 	"\x11environment_grant\x18\x02 \x01(\v2\x13.execution.v1.GrantR\x10environmentGrant\x12>\n" +
 	"\venvironment\x18\x03 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12\x15\n" +
 	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xad\x01\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x12\n" +
+	"\x04join\x18\x06 \x01(\bR\x04join\"\xad\x01\n" +
 	"\x12AcquireRunResponse\x12;\n" +
 	"\venvironment\x18\x01 \x01(\v2\x19.execution.v1.EnvironmentR\venvironment\x12(\n" +
 	"\x03run\x18\x02 \x01(\v2\x16.execution.v1.RunClaimR\x03run\x120\n" +

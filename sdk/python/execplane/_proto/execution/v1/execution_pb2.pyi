@@ -92,18 +92,20 @@ class AbortReferenceResponse(_message.Message):
     def __init__(self, environment: _Optional[_Union[Environment, _Mapping]] = ...) -> None: ...
 
 class AcquireRunRequest(_message.Message):
-    __slots__ = ["environment", "environment_grant", "operation_id", "run_id", "ttl"]
+    __slots__ = ["environment", "environment_grant", "join", "operation_id", "run_id", "ttl"]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_GRANT_FIELD_NUMBER: _ClassVar[int]
+    JOIN_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     environment: EnvironmentRef
     environment_grant: Grant
+    join: bool
     operation_id: str
     run_id: str
     ttl: _duration_pb2.Duration
-    def __init__(self, operation_id: _Optional[str] = ..., environment_grant: _Optional[_Union[Grant, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., run_id: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, operation_id: _Optional[str] = ..., environment_grant: _Optional[_Union[Grant, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., run_id: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., join: bool = ...) -> None: ...
 
 class AcquireRunResponse(_message.Message):
     __slots__ = ["environment", "run", "run_grant"]
