@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 
 	"github.com/execplane/execplane/pkg/client"
@@ -405,5 +406,44 @@ func TestTenantSlots(t *testing.T) {
 	done[1]()
 	if len(s.used) != 0 {
 		t.Fatalf("slots left counted: %v", s.used)
+	}
+}
+
+// The key file is read again when it changes: a key added serves, one removed no longer
+// does, and a file that does not load leaves the keys in use.
+func TestKeysReload(t *testing.T) {
+	entry := func(id, key string) string {
+		return "  - {id: " + id + ", sha256: " + hashOf(key) + ", owner: {issuer: https://idp, subject: " + id + "}}\n"
+	}
+	path := writeKeys(t, "version: 1\ntokenKeyFile: token.key\nkeys:\n"+entry("a", "e2b_a"))
+	keys, err := LoadKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFrontEnd(Config{KeysFile: path}, hclog.NewNullLogger(), nil, keys)
+	st, _ := os.Stat(path)
+	last := f.reloadKeys(st.ModTime())
+	if f.keys.Load() != keys {
+		t.Fatal("an unchanged file was loaded again")
+	}
+	rewrite := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		last = last.Add(time.Second)
+		if err := os.Chtimes(path, last, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite("version: 1\ntokenKeyFile: token.key\nkeys:\n" + entry("b", "e2b_b"))
+	last = f.reloadKeys(last.Add(-time.Second))
+	if f.keys.Load().Tenant("e2b_b") == nil || f.keys.Load().Tenant("e2b_a") != nil {
+		t.Fatal("the rotation did not take: b should serve, a no longer")
+	}
+	rewrite("version: 2\n")
+	f.reloadKeys(last.Add(-time.Second))
+	if f.keys.Load().Tenant("e2b_b") == nil {
+		t.Fatal("a broken file replaced the keys in use")
 	}
 }

@@ -195,22 +195,28 @@ func (f *frontEnd) maintain(ctx context.Context) {
 		case <-sweep.C:
 			f.sandboxes.sweep()
 		case <-reload.C:
-			st, err := os.Stat(f.cfg.KeysFile)
-			if err != nil || st.ModTime().Equal(last) {
-				continue
-			}
-			keys, err := LoadKeys(f.cfg.KeysFile)
-			if err != nil {
-				// The keys in use stay: a broken file is the operator's to fix, not a
-				// reason to lock every tenant out.
-				f.log.Error("the key file could not be reloaded; the previous keys stay", logging.KeyError, err)
-				continue
-			}
-			last = st.ModTime()
-			f.keys.Store(keys)
-			f.log.Info("key file reloaded", logging.KeyCount, len(keys.byID))
+			last = f.reloadKeys(last)
 		}
 	}
+}
+
+// reloadKeys loads the key file again when its modification time is not last, and returns
+// the time of the file in use. A file that does not load leaves the keys in use (a broken
+// file is the operator's to fix, not a reason to lock every tenant out) and is tried again
+// at the next change.
+func (f *frontEnd) reloadKeys(last time.Time) time.Time {
+	st, err := os.Stat(f.cfg.KeysFile)
+	if err != nil || st.ModTime().Equal(last) {
+		return last
+	}
+	keys, err := LoadKeys(f.cfg.KeysFile)
+	if err != nil {
+		f.log.Error("the key file could not be reloaded; the previous keys stay", logging.KeyError, err)
+		return st.ModTime()
+	}
+	f.keys.Store(keys)
+	f.log.Info("key file reloaded", logging.KeyCount, len(keys.byID))
+	return st.ModTime()
 }
 
 // routes is the one handler of both APIs: the control API by the SDK's paths, envd's by
