@@ -92,6 +92,7 @@ func (f *frontEnd) tenantHandler(h func(http.ResponseWriter, *http.Request, *Ten
 		}
 		done, err := f.slots.take(t, f.cfg.MaxTenantRequests)
 		if err != nil {
+			f.metrics.refused.Inc()
 			writeError(w, err)
 			return
 		}
@@ -594,9 +595,9 @@ func (f *frontEnd) discard(env *client.Environment) {
 	}
 }
 
-// metrics serves GET /sandboxes/{id}/metrics: no samples yet (the usage ledger will give
+// sandboxMetrics serves GET /sandboxes/{id}/metrics: no samples yet (the usage ledger will give
 // them), which the SDK takes as an empty series.
-func (f *frontEnd) metrics(w http.ResponseWriter, r *http.Request, t *Tenant) error {
+func (f *frontEnd) sandboxMetrics(w http.ResponseWriter, r *http.Request, t *Tenant) error {
 	if _, err := f.find(r.Context(), t, r.PathValue("id")); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
 	"github.com/execplane/execplane/pkg/client"
@@ -420,7 +422,7 @@ func TestKeysReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFrontEnd(Config{KeysFile: path}, hclog.NewNullLogger(), nil, keys)
+	f := newFrontEnd(Config{KeysFile: path}, hclog.NewNullLogger(), nil, keys, nil)
 	st, _ := os.Stat(path)
 	last := f.reloadKeys(st.ModTime())
 	if f.keys.Load() != keys {
@@ -445,5 +447,45 @@ func TestKeysReload(t *testing.T) {
 	f.reloadKeys(last.Add(-time.Second))
 	if f.keys.Load().Tenant("e2b_b") == nil {
 		t.Fatal("a broken file replaced the keys in use")
+	}
+}
+
+// Routes are labelled from bounded sets: envd's procedures and the mux's patterns, never a
+// path a caller made up; a stream's writer still flushes through the recorder.
+func TestMetricsRoutes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg, func() int { return 3 })
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sandboxes/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) })
+	mux.HandleFunc("/process.Process/", func(w http.ResponseWriter, _ *http.Request) {
+		if _, ok := w.(http.Flusher); !ok {
+			t.Error("the recorder hides Flush")
+		}
+		_, _ = w.Write([]byte("x"))
+	})
+	h := m.observe(mux)
+	for _, p := range []string{"/sandboxes/iabc", "/sandboxes/idef", "/process.Process/Start", "/process.Process/Made-Up", "/nothing/here"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
+	}
+	got := map[string]float64{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "execplane_e2b_requests_total" {
+			continue
+		}
+		for _, metric := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range metric.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["route"]+" "+labels["code"]] = metric.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"GET /sandboxes/{id} 404": 2, "/process.Process/Start 200": 1, "/process.Process/ 200": 1, "other 404": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("requests by route (-want +got):\n%s", diff)
 	}
 }

@@ -211,6 +211,13 @@ func (s *sandboxes) sweep() {
 	}
 }
 
+// count is how many sandboxes are open.
+func (s *sandboxes) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open)
+}
+
 // closeAll leaves every run (at shutdown: the claims lapse or another replica renews them).
 func (s *sandboxes) closeAll() {
 	s.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -55,7 +56,8 @@ type frontEnd struct {
 	profilesMu sync.Mutex
 	profiles   map[string]cachedProfile
 
-	slots tenantSlots
+	slots   tenantSlots
+	metrics *metrics
 }
 
 // tenantSlots counts each API key's requests in flight on this replica.
@@ -128,7 +130,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer api.Close() //nolint:errcheck // closing on exit
-	f := newFrontEnd(cfg, log, api, keys)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := newFrontEnd(cfg, log, api, keys, registry)
 	defer f.sandboxes.closeAll()
 
 	l, err := net.Listen("tcp", cfg.ListenAddress)
@@ -137,7 +141,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	srv := &http.Server{Handler: f.routes(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
 		ErrorLog: log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
-	registry := prometheus.NewRegistry()
 	diag := diagnostics.New(cfg.DiagnosticsAddress, diagnostics.Checks{Ready: func() string { return "" }}, registry)
 	log.Info("serving", logging.KeyAddress, l.Addr().String(), logging.KeyCount, len(cfg.Templates))
 
@@ -171,8 +174,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return g.Wait()
 }
 
-func newFrontEnd(cfg Config, log hclog.Logger, api *client.Client, keys *Keys) *frontEnd {
+func newFrontEnd(cfg Config, log hclog.Logger, api *client.Client, keys *Keys, reg prometheus.Registerer) *frontEnd {
 	f := &frontEnd{cfg: cfg, log: log, api: api, sandboxes: newSandboxes(api), profiles: map[string]cachedProfile{}, slots: tenantSlots{used: map[string]int{}}}
+	f.metrics = newMetrics(reg, f.sandboxes.count)
 	f.keys.Store(keys)
 	return f
 }
@@ -232,7 +236,7 @@ func (f *frontEnd) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", f.tenantHandler(f.pause))
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", f.tenantHandler(f.connect))
 	mux.HandleFunc("POST /sandboxes/{id}/resume", f.tenantHandler(f.connect))
-	mux.HandleFunc("GET /sandboxes/{id}/metrics", f.tenantHandler(f.metrics))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", f.tenantHandler(f.sandboxMetrics))
 
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxConnectMessage), connect.WithInterceptors(errorLog{f.log})}
 	path, h := envdprocessconnect.NewProcessHandler(processService{f}, opts...)
@@ -242,7 +246,7 @@ func (f *frontEnd) routes() http.Handler {
 	mux.Handle("GET /files", f.envd(http.HandlerFunc(f.readFile), false))
 	mux.Handle("POST /files", f.envd(http.HandlerFunc(f.writeFiles), false))
 	mux.Handle("GET /health", f.envd(http.HandlerFunc(f.health), false))
-	return mux
+	return f.metrics.observe(mux)
 }
 
 // envd authenticates an envd request — the sandbox in E2b-Sandbox-Id, its access token in
@@ -270,6 +274,7 @@ func (f *frontEnd) envd(next http.Handler, rpc bool) http.Handler {
 		}
 		done, err := f.slots.take(t, f.cfg.MaxTenantRequests)
 		if err != nil {
+			f.metrics.refused.Inc()
 			fail(w, r, err)
 			return
 		}

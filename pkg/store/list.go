@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/execplane/execplane/pkg/apierror"
@@ -16,8 +18,9 @@ import (
 
 // ListEnvironments pages through the environments the caller created for an owner, ordered
 // by name, optionally of one binding, with some metadata, or those Match accepts. Deleted
-// environments (tombstones) are not listed: every other call answers them as absent. It
-// reads the leader's cache.
+// environments (tombstones) are not listed: every other call answers them as absent. One
+// binding's is read from the API server (current); a listing of many from the leader's
+// cache (a moment behind the writes).
 func (s *Store) ListEnvironments(ctx context.Context, in ListEnvironmentsInput) (*EnvironmentPage, error) {
 	var c checker
 	c.caller(in.Caller)
@@ -45,10 +48,15 @@ func (s *Store) ListEnvironments(ctx context.Context, in ListEnvironmentsInput) 
 	}
 	var envs []*executionv1alpha1.ExecutionEnvironment
 	if in.BindingID != "" {
-		// One binding has one name: a lookup, not a scan.
+		// One binding has one name: a read of the API server, not of the cache, so that a
+		// caller reads its own writes (a deadline moved, a delete started) in the answer.
 		name := EnvironmentName(in.Caller.Client, OwnerHash(in.Owner), in.BindingID)
-		if env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(name); err == nil {
+		env, err := s.client().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
 			envs = append(envs, env)
+		case !apierrors.IsNotFound(err):
+			return nil, err
 		}
 	} else {
 		all, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).List(labels.Everything())

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -36,8 +37,8 @@ type e2bFrontEnd struct {
 	url          string
 	key, otherKy string
 	log          *clustertest.SyncBuffer
-	// keys is the key file a replica is started with.
-	keys string
+	// keys is the key file a replica is started with; diag the first replica's diagnostics.
+	keys, diag string
 }
 
 // startE2B runs the E2B front end against the system's first gateway, as the client
@@ -72,12 +73,13 @@ keys:
 		t.Fatal(err)
 	}
 	fe.keys = filepath.Join(dir, "keys.yaml")
-	fe.url = startE2BReplica(t, sys, fe.keys, fe.log)
+	fe.url, fe.diag = startE2BReplica(t, sys, fe.keys, fe.log)
 	return fe
 }
 
-// startE2BReplica runs one front end process with the key file and returns its URL.
-func startE2BReplica(t *testing.T, sys *system, keys string, log *clustertest.SyncBuffer) string {
+// startE2BReplica runs one front end process with the key file and returns its URL and its
+// diagnostics address.
+func startE2BReplica(t *testing.T, sys *system, keys string, log *clustertest.SyncBuffer) (string, string) {
 	t.Helper()
 	files, err := sys.ClientFiles(otherClient)
 	if err != nil {
@@ -111,7 +113,7 @@ func startE2BReplica(t *testing.T, sys *system, keys string, log *clustertest.Sy
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusUnauthorized
 	})
-	return url
+	return url, addrs[1]
 }
 
 // The unmodified E2B SDK (e2b 2.51.0, pinned by test/e2b's lockfile) runs its programs
@@ -125,7 +127,7 @@ func TestE2BSDK(t *testing.T) {
 	node := needNodePackages(t, e2bTestDir)
 	sys := startSystemProfiles(t, pooledProfilesYAML(2, 0)+profileYAML(tinyProfile, "registry.example/python:3.13", "kwok-volume", tinyCapacity, ""), 1)
 	fe := startE2B(t, sys)
-	second := startE2BReplica(t, sys, fe.keys, &clustertest.SyncBuffer{}) // a second replica, stateless like the first
+	second, _ := startE2BReplica(t, sys, fe.keys, &clustertest.SyncBuffer{}) // a second replica, stateless like the first
 	waitPool(t, sys, pooledProfile, 2)
 	cmd := exec.CommandContext(t.Context(), node, "--test", "--test-reporter=tap", "--test-concurrency=1", "e2b.test.mjs")
 	cmd.Dir = e2bTestDir
@@ -138,6 +140,24 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") || !strings.Contains(string(out), "# todo 0") {
 		t.Fatal("node did not pass every test")
+	}
+	// The front end counted what it served, by bounded route: the creates, the 429s of the
+	// burst, the envd procedures.
+	resp, err := http.Get("http://" + fe.diag + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`execplane_e2b_requests_total{code="201",route="POST /v2/sandboxes"}`,
+		`execplane_e2b_requests_total{code="429",route="POST /v2/sandboxes"}`,
+		`execplane_e2b_requests_total{code="200",route="/process.Process/Start"}`,
+		`execplane_e2b_sandboxes_open `,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the front end's metrics lack %s", want)
+		}
 	}
 }
 
