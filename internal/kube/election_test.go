@@ -69,7 +69,9 @@ func TestReleasedLeaseIsTakenWithinARetryPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
+	// Released: empty, or already the follower's — on a busy machine it may take the Lease
+	// (one retry period) before this read. Never still the stopped leader's.
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" && holder != "b" {
 		t.Fatalf("the stopped leader still holds the Lease: %q", holder)
 	}
 	jitter := leaderelection.JitterFactor
