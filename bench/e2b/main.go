@@ -16,8 +16,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -27,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -372,82 +369,6 @@ func pairs(ctx context.Context, n, warmup int, js *nodeSide, op string, goSide f
 	return out, nil
 }
 
-// goPairs alternates two Go sides n times after warmup, rotating which goes first.
-func goPairs(ctx context.Context, n, warmup int, a, b func(context.Context) error) ([2]latencies, error) {
-	var out [2]latencies
-	sides := [2]func(context.Context) error{a, b}
-	for i := range warmup + n {
-		for j := range 2 {
-			k := (i + j) % 2
-			t0 := time.Now()
-			if err := sides[k](ctx); err != nil {
-				return out, err
-			}
-			if i >= warmup {
-				out[k] = append(out[k], time.Since(t0))
-			}
-		}
-	}
-	return out, nil
-}
-
-// envdClient makes the SDK's /files calls with Go's HTTP client.
-type envdClient struct{ url, sandbox, token string }
-
-func (e envdClient) do(req *http.Request) (*http.Response, error) {
-	req.Header.Set("E2b-Sandbox-Id", e.sandbox)
-	req.Header.Set("X-Access-Token", e.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		err = fmt.Errorf("%s %s: %s", req.Method, req.URL.Path, resp.Status)
-	}
-	return resp, err
-}
-
-func (e envdClient) write(ctx context.Context, path string, data []byte) error {
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	part, err := mw.CreateFormFile("file", path)
-	if err == nil {
-		_, err = part.Write(data)
-	}
-	if err == nil {
-		err = mw.Close()
-	}
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/files?path="+path, &body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := e.do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Body.Close()
-}
-
-func (e envdClient) read(ctx context.Context, path string, want int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/files?path="+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := e.do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	n, err := io.Copy(io.Discard, resp.Body)
-	if err == nil && n != int64(want) {
-		err = fmt.Errorf("read %d bytes", n)
-	}
-	return err
-}
-
 // poolFull waits until the pooled profile's pool has n ready members, each Pod ready and
 // its claim bound (untimed).
 func poolFull(ctx context.Context, kube kubernetes.Interface, ns string, n int) error {
@@ -588,69 +509,6 @@ func createSandbox(ctx context.Context, url, key, template string) (string, stri
 		return "", "", fmt.Errorf("create: %s %s %v", resp.Status, sb.Message, err)
 	}
 	return sb.SandboxID, sb.Token, nil
-}
-
-// nodeSide is the node process running bench.mjs.
-type nodeSide struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startNode(ctx context.Context, dir, url, key string) (*nodeSide, error) {
-	cmd := exec.CommandContext(ctx, "node", "bench.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return &nodeSide{cmd: cmd, in: in, out: bufio.NewScanner(out)}, nil
-}
-
-// do runs one operation in node and returns the duration it measured.
-func (n *nodeSide) do(op string) (time.Duration, error) {
-	d, _, err := n.answer(op)
-	return d, err
-}
-
-// create creates a sandbox of the template in node and returns the duration and its id.
-func (n *nodeSide) create(template string) (time.Duration, string, error) {
-	return n.answer("create " + template)
-}
-
-func (n *nodeSide) answer(op string) (time.Duration, string, error) {
-	if _, err := fmt.Fprintln(n.in, op); err != nil {
-		return 0, "", err
-	}
-	if !n.out.Scan() {
-		return 0, "", fmt.Errorf("node ended: %v", n.out.Err())
-	}
-	var a struct {
-		Ms    float64 `json:"ms"`
-		ID    string  `json:"id"`
-		Error string  `json:"error"`
-	}
-	if err := json.Unmarshal(n.out.Bytes(), &a); err != nil {
-		return 0, "", fmt.Errorf("node answered %q", n.out.Text())
-	}
-	if a.Error != "" {
-		return 0, "", fmt.Errorf("%s: %s", op, a.Error)
-	}
-	return time.Duration(a.Ms * float64(time.Millisecond)), a.ID, nil
-}
-
-func (n *nodeSide) close() {
-	n.in.Close()
-	_ = n.cmd.Wait()
 }
 
 func report(w io.Writer, results []result) {
