@@ -16,6 +16,7 @@ import (
 
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
+	"github.com/execplane/execplane/internal/usage"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/authority"
@@ -29,6 +30,8 @@ import (
 type Config struct {
 	// Store returns the ledger while this replica leads, nil otherwise.
 	Store func() *store.Store
+	// Usage returns the usage recorder while this replica leads, nil otherwise.
+	Usage func() *usage.Recorder
 	// Current returns the current security material (policies), false when there is none.
 	Current func() (*security.Bundle, bool)
 	// Gateways are the identities allowed to call.

@@ -11,6 +11,7 @@ import (
 	"github.com/execplane/execplane/internal/kube"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/startup"
+	"github.com/execplane/execplane/internal/usage"
 )
 
 // Bounds on the controller's tunables.
@@ -46,6 +47,14 @@ const (
 	// first retry already finds nothing; tombstones are kept in the informers' memory.
 	minTombstoneRetention = time.Second
 	maxTombstoneRetention = 7 * 24 * time.Hour
+	// Bounds of usage metering (docs/usage.md): a sample interval under a second would read
+	// every kubelet faster than its own housekeeping is meant for; over ten minutes the
+	// memory integral is too coarse to bill. A checkpoint writes each changed ledger once.
+	minUsageInterval   = time.Second
+	maxUsageSample     = 10 * time.Minute
+	maxUsageCheckpoint = time.Hour
+	minUsageRetention  = time.Hour
+	maxUsageRetention  = 35 * 24 * time.Hour
 	// minResync keeps periodic resyncs from becoming a hot loop against the API server.
 	minResync = time.Minute
 )
@@ -91,22 +100,36 @@ type Config struct {
 	// TombstoneRetention is how long a deleted environment's tombstone answers a repeated
 	// DeleteEnvironment before the controller removes it.
 	TombstoneRetention time.Duration
+	// UsageKubelet reads the kubelets' /metrics/resource for the executors' CPU and memory
+	// (RBAC: get nodes and nodes/metrics); off, the ledgers measure the rest.
+	UsageKubelet bool
+	// KubeletCAFile verifies kubelets' serving certificates (empty: the API server's CA);
+	// KubeletInsecureSkipVerify does not verify them (an explicit choice for self-signed
+	// kubelet certificates).
+	KubeletCAFile             string
+	KubeletInsecureSkipVerify bool
+	// UsageSampleInterval, UsageCheckpointInterval and UsageRetention tune the ledgers.
+	UsageSampleInterval, UsageCheckpointInterval, UsageRetention time.Duration
 }
 
 // DefaultConfig returns the configuration the Helm chart's defaults render.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	c := Config{
-		Config:                 startup.Defaults(role),
-		LeaseName:              "execplane-controller",
-		Identity:               host,
-		LeaseDuration:          15 * time.Second,
-		RenewDeadline:          10 * time.Second,
-		RetryPeriod:            2 * time.Second,
-		ExecutorServiceAccount: "execplane-executor",
-		Workers:                defaultWorkers,
-		ResyncPeriod:           10 * time.Minute,
-		TombstoneRetention:     defaultTombstoneRetention,
+		Config:                  startup.Defaults(role),
+		LeaseName:               "execplane-controller",
+		Identity:                host,
+		LeaseDuration:           15 * time.Second,
+		RenewDeadline:           10 * time.Second,
+		RetryPeriod:             2 * time.Second,
+		ExecutorServiceAccount:  "execplane-executor",
+		Workers:                 defaultWorkers,
+		ResyncPeriod:            10 * time.Minute,
+		TombstoneRetention:      defaultTombstoneRetention,
+		UsageKubelet:            true,
+		UsageSampleInterval:     usage.DefaultSampleInterval,
+		UsageCheckpointInterval: usage.DefaultCheckpointInterval,
+		UsageRetention:          usage.DefaultRetention,
 	}
 	c.ListenAddress, c.DiagnosticsAddress = ":9443", ":9091"
 	c.KubeQPS, c.KubeBurst = defaultKubeQPS, defaultKubeBurst
@@ -131,6 +154,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LeaderService, "leader-service", c.LeaderService, "selector-less Service of the control API whose only endpoint the leader publishes (an EndpointSlice); empty: publish nothing")
 	fs.StringVar(&c.AdvertiseAddress, "advertise-address", c.AdvertiseAddress, "this replica's Pod IP, published as the Service's endpoint while it leads (required with --leader-service)")
 	fs.StringVar(&c.PodName, "pod-name", c.PodName, "this replica's Pod, named in the published endpoint (optional)")
+	fs.BoolVar(&c.UsageKubelet, "usage-kubelet", c.UsageKubelet, "measure executors' CPU and memory from the kubelets' /metrics/resource (RBAC: get nodes, nodes/metrics)")
+	fs.StringVar(&c.KubeletCAFile, "kubelet-ca-file", c.KubeletCAFile, "CA bundle of the kubelets' serving certificates (default: the API server's CA)")
+	fs.BoolVar(&c.KubeletInsecureSkipVerify, "kubelet-insecure-skip-tls-verify", c.KubeletInsecureSkipVerify, "do not verify kubelets' serving certificates (self-signed ones)")
+	fs.DurationVar(&c.UsageSampleInterval, "usage-sample-interval", c.UsageSampleInterval, "how often each kubelet's resource metrics are read")
+	fs.DurationVar(&c.UsageCheckpointInterval, "usage-checkpoint-interval", c.UsageCheckpointInterval, "how often changed usage ledgers are written (at most one write per environment)")
+	fs.DurationVar(&c.UsageRetention, "usage-retention", c.UsageRetention, "how long hourly usage windows (and ended environments' ledgers) are kept")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", c.TombstoneRetention, "how long a deleted environment answers a repeated DeleteEnvironment before it is removed")
 }
 
@@ -160,6 +189,12 @@ func (c Config) Validate() error {
 		p.Addf("resync-period", "%s is below %s (0 disables resync)", c.ResyncPeriod, minResync)
 	}
 	p.DurationBetween("tombstone-retention", c.TombstoneRetention, minTombstoneRetention, maxTombstoneRetention)
+	p.DurationBetween("usage-sample-interval", c.UsageSampleInterval, minUsageInterval, maxUsageSample)
+	p.DurationBetween("usage-checkpoint-interval", c.UsageCheckpointInterval, minUsageInterval, maxUsageCheckpoint)
+	p.DurationBetween("usage-retention", c.UsageRetention, minUsageRetention, maxUsageRetention)
+	if c.KubeletCAFile != "" && c.KubeletInsecureSkipVerify {
+		p.Addf("kubelet-ca-file", "is pointless with --kubelet-insecure-skip-tls-verify")
+	}
 	if c.LeaderService != "" {
 		if msgs := validation.IsDNS1035Label(c.LeaderService); len(msgs) > 0 {
 			p.Addf("leader-service", "%q is not a Service name: %s", c.LeaderService, strings.Join(msgs, "; "))

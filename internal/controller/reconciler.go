@@ -229,6 +229,12 @@ func (r *Reconciler) Initialize(ctx context.Context) error {
 // Environments is the reconciler's environment cache (the store counts and lists from it).
 func (r *Reconciler) Environments() execlisters.ExecutionEnvironmentLister { return r.envs }
 
+// Pods and Claims list the executor Pods and workspace claims (slimmed, transform.go).
+func (r *Reconciler) Pods() corelisters.PodLister { return r.pods }
+
+// Claims lists the workspace claims.
+func (r *Reconciler) Claims() corelisters.PersistentVolumeClaimLister { return r.pvcs }
+
 // Ready reports whether the caches are synced.
 func (r *Reconciler) Ready() bool { return r.ready.Load() }
 

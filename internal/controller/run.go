@@ -18,6 +18,7 @@ import (
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/startup"
+	"github.com/execplane/execplane/internal/usage"
 	"github.com/execplane/execplane/pkg/apierror"
 	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
@@ -100,11 +101,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var ledger atomic.Pointer[store.Store]
+	var usages atomic.Pointer[usage.Recorder]
 	gateways := make([]security.ClientIdentity, 0, len(cfg.GatewayIdentities))
 	for _, id := range cfg.GatewayIdentities {
 		gateways = append(gateways, security.ClientIdentity(id))
 	}
-	controlServer, err := control.NewServer(control.Config{Store: ledger.Load, Current: proc.Security.Current, Gateways: gateways, Logger: logger})
+	controlServer, err := control.NewServer(control.Config{Store: ledger.Load, Usage: usages.Load, Current: proc.Security.Current, Gateways: gateways, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -118,6 +120,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	leading, synced, published := &ready.leading, &ready.synced, &ready.published
 	poolMetrics := NewPoolMetrics(proc.Registry)
 	endMetrics := NewEndMetrics(proc.Registry)
+	usageMetrics := usage.NewMetrics(proc.Registry)
 	election := kube.Election{
 		Client: proc.Clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
@@ -169,8 +172,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				<-ctx.Done()
 				return
 			}
+			rec, err := newUsageRecorder(cfg, proc.Clients, r, usageMetrics, logger)
+			if err != nil {
+				logger.Error("usage recorder failed to start", logging.KeyError, err)
+				<-ctx.Done()
+				return
+			}
+			var recording sync.WaitGroup
+			defer recording.Wait()
+			recording.Go(func() {
+				if err := rec.Run(ctx); err != nil && ctx.Err() == nil {
+					logger.Error("usage recorder stopped", logging.KeyError, err)
+				}
+			})
 			ledger.Store(st)
 			defer ledger.Store(nil)
+			usages.Store(rec)
+			defer usages.Store(nil)
 			synced.Store(true)
 			r.Run(ctx, cfg.Workers)
 		},
@@ -190,6 +208,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Error("leadership lost: exiting so that a restart rejoins as a follower")
 	}
 	return err
+}
+
+// newUsageRecorder builds the leader's usage recorder over the reconciler's caches.
+func newUsageRecorder(cfg Config, clients kube.Clients, r *Reconciler, m *usage.Metrics, logger hclog.Logger) (*usage.Recorder, error) {
+	rc := usage.RecorderConfig{
+		Execution: clients.Execution, Namespace: cfg.Executors(), Environments: r.Environments(), Pods: r.Pods(), Claims: r.Claims(),
+		SampleInterval: cfg.UsageSampleInterval, CheckpointInterval: cfg.UsageCheckpointInterval, Retention: cfg.UsageRetention,
+		Logger: logger, Metrics: m,
+	}
+	if cfg.UsageKubelet {
+		k, err := usage.NewKubelet(usage.KubeletConfig{Rest: clients.REST, CAFile: cfg.KubeletCAFile, InsecureSkipVerify: cfg.KubeletInsecureSkipVerify})
+		if err != nil {
+			return nil, err
+		}
+		rc.Scraper, rc.Node = k, usage.NodeGetter(clients.Kube, time.Now)
+	}
+	return usage.NewRecorder(rc)
 }
 
 // breakFastStoreClock, in a failpoint build asked to break it (failpoint.Breaks), runs the

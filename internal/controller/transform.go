@@ -22,7 +22,12 @@ func slim(obj any) (any, error) {
 	case *corev1.Pod:
 		return slimPod(o), nil
 	case *corev1.PersistentVolumeClaim:
-		return &corev1.PersistentVolumeClaim{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(o.ObjectMeta),
+		// The storage request: the usage ledger's claim size.
+		var spec corev1.PersistentVolumeClaimSpec
+		if q, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: q}
+		}
+		return &corev1.PersistentVolumeClaim{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(o.ObjectMeta), Spec: spec,
 			Status: corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase}}, nil
 	case *executionv1alpha1.ExecutionEnvironment:
 		o.ManagedFields = nil

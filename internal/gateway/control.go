@@ -353,6 +353,20 @@ func (h *Handler) ListEnvironments(ctx context.Context, in *executionv1.ListEnvi
 	})
 }
 
+// GetUsage implements ExecutionProviderService.
+func (h *Handler) GetUsage(ctx context.Context, in *executionv1.GetUsageRequest) (*executionv1.GetUsageResponse, error) {
+	return forward(ctx, h, in, h.b.Control.GetUsage, func(c *controlv1.Caller) *controlv1.GetUsageRequest {
+		return &controlv1.GetUsageRequest{Caller: c, Request: in}
+	})
+}
+
+// ListUsage implements ExecutionProviderService.
+func (h *Handler) ListUsage(ctx context.Context, in *executionv1.ListUsageRequest) (*executionv1.ListUsageResponse, error) {
+	return forward(ctx, h, in, h.b.Control.ListUsage, func(c *controlv1.Caller) *controlv1.ListUsageRequest {
+		return &controlv1.ListUsageRequest{Caller: c, Request: in}
+	})
+}
+
 // ResumeEnvironment implements ExecutionProviderService.
 func (h *Handler) ResumeEnvironment(ctx context.Context, in *executionv1.ResumeEnvironmentRequest) (*executionv1.ResumeEnvironmentResponse, error) {
 	reply, err := forward(ctx, h, in, h.b.Control.Resume, func(c *controlv1.Caller) *controlv1.ResumeRequest {

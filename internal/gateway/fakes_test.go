@@ -219,6 +219,30 @@ func (f *fakeControl) ListEnvironments(_ context.Context, in *controlv1.ListEnvi
 	return &executionv1.ListEnvironmentsResponse{Environments: []*executionv1.Environment{f.reply.GetEnvironment()}}, nil
 }
 
+func (f *fakeControl) GetUsage(_ context.Context, in *controlv1.GetUsageRequest, _ ...grpc.CallOption) (*executionv1.GetUsageResponse, error) {
+	f.record("GetUsage", in)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &executionv1.GetUsageResponse{Environment: in.GetRequest().GetEnvironment()}, nil
+}
+
+func (f *fakeControl) ListUsage(_ context.Context, in *controlv1.ListUsageRequest, _ ...grpc.CallOption) (*executionv1.ListUsageResponse, error) {
+	f.record("ListUsage", in)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &executionv1.ListUsageResponse{}, nil
+}
+
+func (f *fakeControl) ReportUsage(_ context.Context, in *controlv1.ReportUsageRequest, _ ...grpc.CallOption) (*controlv1.ReportUsageResponse, error) {
+	f.record("ReportUsage", in)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &controlv1.ReportUsageResponse{}, nil
+}
+
 func (f *fakeControl) ReleaseReference(_ context.Context, in *controlv1.ReleaseReferenceRequest, _ ...grpc.CallOption) (*controlv1.EnvironmentReply, error) {
 	return f.answer("ReleaseReference", in)
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"google.golang.org/protobuf/proto"
 
+	"github.com/execplane/execplane/internal/usage"
 	"github.com/execplane/execplane/pkg/ident"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
@@ -25,6 +26,10 @@ func checkFields(in proto.Message) error {
 		if d := r.GetDeadline(); d != nil {
 			deadline(&f, "deadline", d)
 		}
+	case *executionv1.GetUsageRequest:
+		return usage.CheckGet(r)
+	case *executionv1.ListUsageRequest:
+		return usage.CheckList(r)
 	case *executionv1.ListEnvironmentsRequest:
 		owner(&f, "owner", r.GetOwner())
 		if len(r.GetLifecycle()) > len(executionv1.LifecycleState_name) {

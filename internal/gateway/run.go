@@ -13,6 +13,7 @@ import (
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/session"
 	"github.com/execplane/execplane/internal/startup"
+	"github.com/execplane/execplane/internal/usage"
 )
 
 // Readiness reasons: a bounded set, safe for probes.
@@ -81,8 +82,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	revocations := newRevoker(handler, executor.ExecuteOnce)
 	envs.OnGrantsRevoked(revocations.Observe)
+	counter := newUsageCounter(control, proc.Logger)
 	server, err = NewServer(ServerConfig{
-		Current: proc.Security.Current, MaxConcurrentRPCs: cfg.MaxConcurrentRPCs, MaxClientRPCs: cfg.MaxClientRPCs,
+		Usage: counter, Current: proc.Security.Current, MaxConcurrentRPCs: cfg.MaxConcurrentRPCs, MaxClientRPCs: cfg.MaxClientRPCs,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxRPCDeadline: cfg.MaxRPCDeadline, Logger: proc.Logger, Metrics: metrics,
 		Backlog: backlog.Config{ClientBytes: int64(cfg.MaxClientBacklogBytes), ClientConns: cfg.MaxClientConnections},
 	}, handler)
@@ -109,6 +111,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			var upkeep sync.WaitGroup
 			upkeep.Go(func() { executor.Run(ctx, envs.Changes) })
 			upkeep.Go(func() { revocations.Run(ctx) })
+			upkeep.Go(func() { counter.Run(ctx, usage.ReportInterval) })
 			followReadiness(ctx, server, ready)
 			upkeep.Wait()
 			return nil
@@ -116,7 +119,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// NOT_SERVING is the last word before the drain: balancers stop sending new calls,
 		// then in-flight ones get the grace; their sessions close after them.
 		Stopping: func() { server.SetServing(false) },
-		Stopped:  executor.Drain,
+		Stopped: func() {
+			executor.Drain()
+			// The calls are over: their counts go to the leader before the process does.
+			final, cancel := context.WithTimeout(context.Background(), usageReportTimeout)
+			defer cancel()
+			counter.Report(final)
+		},
 	})
 }
 

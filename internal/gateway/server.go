@@ -72,6 +72,8 @@ type ServerConfig struct {
 	Backlog backlog.Config
 	Logger  hclog.Logger
 	Metrics *Metrics
+	// Usage counts the data calls' usage per environment (nil: not counted).
+	Usage *usageCounter
 }
 
 // Server is the public gRPC server: the handler behind authentication, limits, request ids,
@@ -246,6 +248,15 @@ func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	if err == nil {
 		err = sending(ctx, call, resp)
 	}
+	if command, data := dataMethods[methodLabel(info.FullMethod)]; data && err == nil {
+		// Only a call that succeeded counts: a refused one names an environment it may
+		// not touch.
+		c := int64(0)
+		if command {
+			c = 1
+		}
+		e.cfg.Usage.count(envOf(req), c, size(req), size(resp))
+	}
 	if err != nil {
 		return nil, e.finish(ctx, info.FullMethod, start, err)
 	}
@@ -263,9 +274,16 @@ func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	if call != nil {
 		defer call.Done()
 	}
-	_, err = apierror.Recovered(func() (any, error) {
-		return nil, handler(srv, &callStream{ServerStream: ss, ctx: ctx, call: call})
-	})
+	var stream grpc.ServerStream = &callStream{ServerStream: ss, ctx: ctx, call: call}
+	command, data := dataMethods[methodLabel(info.FullMethod)]
+	counted := &countingStream{ServerStream: stream}
+	if data {
+		stream = counted
+	}
+	_, err = apierror.Recovered(func() (any, error) { return nil, handler(srv, stream) })
+	if data {
+		counted.done(e.cfg.Usage, command, err)
+	}
 	return e.finish(ctx, info.FullMethod, start, err)
 }
 

@@ -31,6 +31,8 @@ const (
 	KeyError       = "error"
 	KeyCount       = "count"
 	KeyPath        = "path"
+	KeyNode        = "node"
+	KeyName        = "name"
 	// KeySandbox is an E2B sandbox id; KeyTenant the id of the API key that acts.
 	KeySandbox = "sandbox"
 	KeyTenant  = "tenant"
@@ -41,5 +43,5 @@ var Keys = []string{
 	KeyComponent, KeyRPC, KeyRequestID, KeyClient, KeyEnvironment, KeyRevision, KeyBinding,
 	KeyOperationID, KeyRunID, KeyEpoch, KeyGeneration, KeyPod, KeyPVC, KeyProfile, KeyNamespace,
 	KeyPhase, KeyReason, KeyCode, KeyDuration, KeyAddress, KeyKeyID, KeyVersion, KeyLeader, KeyReplica,
-	KeyError, KeyCount, KeyPath, KeySandbox, KeyTenant,
+	KeyError, KeyCount, KeyPath, KeyNode, KeyName, KeySandbox, KeyTenant,
 }

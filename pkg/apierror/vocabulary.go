@@ -90,6 +90,9 @@ var (
 	ErrWrongType = class(codes.FailedPrecondition, executionv1.ErrorReason_ERROR_REASON_WRONG_TYPE, "wrong file type")
 	// ErrLimitExceeded: a size, count or capacity bound; the same call fails again.
 	ErrLimitExceeded = class(codes.ResourceExhausted, executionv1.ErrorReason_ERROR_REASON_LIMIT_EXCEEDED, "limit exceeded")
+	// ErrQuotaExceeded: an operator's quota of the client or the owner; the same call fails
+	// again until the tenant's use falls (an environment deleted, a window passed).
+	ErrQuotaExceeded = class(codes.ResourceExhausted, executionv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED, "quota exceeded")
 	// ErrBusy: a concurrency bound, refused at once rather than queued; the same call may
 	// succeed once calls in flight end.
 	ErrBusy = class(codes.ResourceExhausted, executionv1.ErrorReason_ERROR_REASON_LIMIT_EXCEEDED, "concurrency limit reached").retry()

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -205,13 +206,29 @@ func documents[T any](t *testing.T, render, kind string) []T {
 	return out
 }
 
-// Least privilege: namespaced Roles only; no wildcard, no Secrets, exec only for the
-// gateway; the executor account mounts no token.
+// Least privilege: namespaced Roles, and one ClusterRole that reads nodes and their
+// kubelets' metrics for usage metering (none when it is off); no wildcard, no Secrets, exec
+// only for the gateway; the executor account mounts no token.
 func TestRBAC(t *testing.T) {
+	usageOff := filepath.Join(t.TempDir(), "usage-off.yaml")
+	if err := os.WriteFile(usageOff, []byte("controller:\n  usage:\n    kubelet: false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := render(t, usageOff); strings.Contains(r, "kind: ClusterRole") {
+		t.Error("a cluster-wide role with usage metering off")
+	}
 	for _, values := range [][]string{nil, {production}, {e2bValues}} {
 		r := render(t, values...)
-		if strings.Contains(r, "kind: ClusterRole") {
-			t.Error("a cluster-wide role")
+		wantRules := []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes/metrics"}, Verbs: []string{"get"}},
+		}
+		cluster := documents[rbacv1.ClusterRole](t, r, "ClusterRole")
+		if len(cluster) != 1 {
+			t.Fatalf("%d cluster-wide roles, want the usage metering one", len(cluster))
+		}
+		if diff := cmp.Diff(wantRules, cluster[0].Rules); diff != "" {
+			t.Errorf("the cluster-wide role's rules (-want +got):\n%s", diff)
 		}
 		for _, role := range documents[rbacv1.Role](t, r, "Role") {
 			for _, rule := range role.Rules {

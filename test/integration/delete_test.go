@@ -124,31 +124,10 @@ func TestSuspendedTTLAcrossALeaderChange(t *testing.T) {
 	if realNodeMissing != nil {
 		precondition.Missing(t, "the real node: %v", realNodeMissing)
 	}
-	// The gateway reaches whichever controller leads, as the chart's Service does.
-	var leading atomic.Pointer[string]
-	leading.Store(new(string))
-	control, err := faultproxy.Start(func() string { return *leading.Load() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(control.Close)
-	sys := startSystemWith(t, systemOptions{gateways: 1, controllers: 2, gatewayArgs: []string{"--controller-address", control.Addr()},
+	route := routeToLeader(t)
+	sys := startSystemWith(t, systemOptions{gateways: 1, controllers: 2, gatewayArgs: route.args,
 		profiles: profileYAML(ttlProfile, devimage.ExecutorRef, devcluster.StorageClassName, 10, devcluster.RealNodePlacement+"    suspendedTTL: 5s\n")})
-	go func() {
-		for ctx := t.Context(); ctx.Err() == nil; {
-			addr := ""
-			for _, c := range sys.Controllers {
-				if c.Exited() == nil && c.Leads(ctx) {
-					addr = c.Listen
-				}
-			}
-			leading.Store(&addr)
-			select {
-			case <-ctx.Done():
-			case <-time.After(leaderPoll):
-			}
-		}
-	}()
+	route.follow(t, sys)
 	api := sys.dial(t, "caller", 0)
 	kube := clustertest.Cluster(t).Kube()
 	s := ensureReadyOn(t, api, "alice", "conv-ttl", ttlProfile)
@@ -234,4 +213,43 @@ func TestSuspendedTTLAcrossALeaderChange(t *testing.T) {
 	if n := events("EnvironmentDeleted"); n != 1 {
 		t.Fatalf("%d EnvironmentDeleted Events, want 1", n)
 	}
+}
+
+// leaderRoute leads the gateways to whichever controller leads, as the chart's Service does.
+type leaderRoute struct {
+	args    []string
+	leading *atomic.Pointer[string]
+}
+
+// routeToLeader starts the route's proxy; its args go to the gateways, follow to the system.
+func routeToLeader(t *testing.T) leaderRoute {
+	t.Helper()
+	r := leaderRoute{leading: &atomic.Pointer[string]{}}
+	r.leading.Store(new(string))
+	control, err := faultproxy.Start(func() string { return *r.leading.Load() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(control.Close)
+	r.args = []string{"--controller-address", control.Addr()}
+	return r
+}
+
+// follow keeps the route on the system's leading controller until the test ends.
+func (r leaderRoute) follow(t *testing.T, sys *system) {
+	go func() {
+		for ctx := t.Context(); ctx.Err() == nil; {
+			addr := ""
+			for _, c := range sys.Controllers {
+				if c.Exited() == nil && c.Leads(ctx) {
+					addr = c.Listen
+				}
+			}
+			r.leading.Store(&addr)
+			select {
+			case <-ctx.Done():
+			case <-time.After(leaderPoll):
+			}
+		}
+	}()
 }

@@ -151,6 +151,8 @@ type systemOptions struct {
 	// controllers is the number of controller replicas (named controller-<i>); 0 is one,
 	// named controller-0.
 	controllers int
+	// controllerArgs are appended to the controllers' flags.
+	controllerArgs []string
 }
 
 func startSystemWith(t *testing.T, o systemOptions) *system {
@@ -181,7 +183,7 @@ func startSystemWith(t *testing.T, o systemOptions) *system {
 			{Name: plainClient},
 			{Name: scopedAdmin, Administrator: true, AdministratorFor: []string{"spiffe://" + devbundle.DefaultTrustDomain + "/client/" + otherClient}},
 		},
-		ControllerArgs: append(controllerArgs, verbose...),
+		ControllerArgs: append(append(controllerArgs, verbose...), o.controllerArgs...),
 		GatewayArgs:    append(append(verbose, sessionsArgs()...), gatewayArgs...),
 		Logs: func(name string) io.Writer {
 			mu.Lock()

@@ -79,6 +79,8 @@ type NodeExec struct {
 	mu      sync.Mutex
 	running map[int]struct{}
 	closed  bool
+	// usage is the Pods' CPU for /metrics/resource (nodeusage.go).
+	usage nodeUsage
 }
 
 // ErrPodNotServed is returned for a Pod on a node this endpoint does not serve.
@@ -109,6 +111,7 @@ func NewNodeExec(cfg NodeExecConfig) (*NodeExec, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("/exec/", n.serveExec)
+	mux.HandleFunc("/metrics/resource", n.serveResource)
 	n.server = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -163,6 +166,7 @@ func (n *NodeExec) WatchPods(ctx context.Context) {
 			return
 		}
 		n.killMarked(podEnv + "=" + n.token + "/" + string(pod.UID))
+		n.usage.forget(string(pod.UID))
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
@@ -296,6 +300,7 @@ func (n *NodeExec) ExecInContainer(ctx context.Context, name, uid, container str
 	c.Stdout, c.Stderr = out, errOut
 	c.WaitDelay = exitIOGrace
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	n.usage.ran(string(pod.UID), pod.Namespace, pod.Name, container, nil)
 	if err := n.startTracked(c); err != nil {
 		// The container runtime's answer to a missing binary: exit code 127 on stderr.
 		fmt.Fprintf(errOut, "exec: %v\n", err)
@@ -303,6 +308,7 @@ func (n *NodeExec) ExecInContainer(ctx context.Context, name, uid, container str
 	}
 	err = c.Wait()
 	n.untrack(c.Process.Pid)
+	n.usage.ran(string(pod.UID), pod.Namespace, pod.Name, container, c.ProcessState)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

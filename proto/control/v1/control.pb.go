@@ -1612,6 +1612,297 @@ func (x *ListEnvironmentsRequest) GetRequest() *v1.ListEnvironmentsRequest {
 	return nil
 }
 
+type GetUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.GetUsageRequest    `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetUsageRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetRequest() *v1.GetUsageRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ListUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.ListUsageRequest   `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsageRequest) Reset() {
+	*x = ListUsageRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsageRequest) ProtoMessage() {}
+
+func (x *ListUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsageRequest.ProtoReflect.Descriptor instead.
+func (*ListUsageRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListUsageRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *ListUsageRequest) GetRequest() *v1.ListUsageRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// UsageReport is one series' cumulative counts of one environment.
+type UsageReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The environment's name and UID.
+	Environment string `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	Revision    string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The series: a gateway process's id and a number of its own, at most 64 bytes. A series
+	// only ever grows; a gateway that forgets one starts another.
+	Series        string `protobuf:"bytes,3,opt,name=series,proto3" json:"series,omitempty"`
+	Commands      int64  `protobuf:"varint,4,opt,name=commands,proto3" json:"commands,omitempty"`
+	BytesIn       int64  `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut      int64  `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageReport) Reset() {
+	*x = UsageReport{}
+	mi := &file_control_v1_control_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageReport) ProtoMessage() {}
+
+func (x *UsageReport) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
+func (*UsageReport) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *UsageReport) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *UsageReport) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *UsageReport) GetSeries() string {
+	if x != nil {
+		return x.Series
+	}
+	return ""
+}
+
+func (x *UsageReport) GetCommands() int64 {
+	if x != nil {
+		return x.Commands
+	}
+	return 0
+}
+
+func (x *UsageReport) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *UsageReport) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+type ReportUsageRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	// At most 1000.
+	Reports       []*UsageReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUsageRequest) Reset() {
+	*x = ReportUsageRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUsageRequest) ProtoMessage() {}
+
+func (x *ReportUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUsageRequest.ProtoReflect.Descriptor instead.
+func (*ReportUsageRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReportUsageRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *ReportUsageRequest) GetReports() []*UsageReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+type ReportUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reports of environments the leader does not know (deleted longer ago than the
+	// retention, or never created): the gateway stops sending them.
+	UnknownSeries []string `protobuf:"bytes,1,rep,name=unknown_series,json=unknownSeries,proto3" json:"unknown_series,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUsageResponse) Reset() {
+	*x = ReportUsageResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUsageResponse) ProtoMessage() {}
+
+func (x *ReportUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUsageResponse.ProtoReflect.Descriptor instead.
+func (*ReportUsageResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReportUsageResponse) GetUnknownSeries() []string {
+	if x != nil {
+		return x.UnknownSeries
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
@@ -1720,7 +2011,25 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2+.execution.v1.SetEnvironmentDeadlineRequestR\arequest\"\x86\x01\n" +
 	"\x17ListEnvironmentsRequest\x12*\n" +
 	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12?\n" +
-	"\arequest\x18\x02 \x01(\v2%.execution.v1.ListEnvironmentsRequestR\arequest2\xcb\x0f\n" +
+	"\arequest\x18\x02 \x01(\v2%.execution.v1.ListEnvironmentsRequestR\arequest\"v\n" +
+	"\x0fGetUsageRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x127\n" +
+	"\arequest\x18\x02 \x01(\v2\x1d.execution.v1.GetUsageRequestR\arequest\"x\n" +
+	"\x10ListUsageRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x128\n" +
+	"\arequest\x18\x02 \x01(\v2\x1e.execution.v1.ListUsageRequestR\arequest\"\xb7\x01\n" +
+	"\vUsageReport\x12 \n" +
+	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\x12\x16\n" +
+	"\x06series\x18\x03 \x01(\tR\x06series\x12\x1a\n" +
+	"\bcommands\x18\x04 \x01(\x03R\bcommands\x12\x19\n" +
+	"\bbytes_in\x18\x05 \x01(\x03R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\x06 \x01(\x03R\bbytesOut\"s\n" +
+	"\x12ReportUsageRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x121\n" +
+	"\areports\x18\x02 \x03(\v2\x17.control.v1.UsageReportR\areports\"<\n" +
+	"\x13ReportUsageResponse\x12%\n" +
+	"\x0eunknown_series\x18\x01 \x03(\tR\runknownSeries2\xb0\x11\n" +
 	"\x0eControlService\x12A\n" +
 	"\x06Ensure\x12\x19.control.v1.EnsureRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
 	"\x06Attach\x12\x19.control.v1.AttachRequest\x1a\x1c.control.v1.EnvironmentReply\x12U\n" +
@@ -1748,7 +2057,10 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x06Delete\x12\x19.control.v1.DeleteRequest\x1a\x1c.control.v1.EnvironmentReply\x12M\n" +
 	"\fSetRetention\x12\x1f.control.v1.SetRetentionRequest\x1a\x1c.control.v1.EnvironmentReply\x12K\n" +
 	"\vSetDeadline\x12\x1e.control.v1.SetDeadlineRequest\x1a\x1c.control.v1.EnvironmentReply\x12_\n" +
-	"\x10ListEnvironments\x12#.control.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponseB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
+	"\x10ListEnvironments\x12#.control.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponse\x12G\n" +
+	"\bGetUsage\x12\x1b.control.v1.GetUsageRequest\x1a\x1e.execution.v1.GetUsageResponse\x12J\n" +
+	"\tListUsage\x12\x1c.control.v1.ListUsageRequest\x1a\x1f.execution.v1.ListUsageResponse\x12N\n" +
+	"\vReportUsage\x12\x1e.control.v1.ReportUsageRequest\x1a\x1f.control.v1.ReportUsageResponseB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1762,7 +2074,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 	return file_control_v1_control_proto_rawDescData
 }
 
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_control_v1_control_proto_goTypes = []any{
 	(*Caller)(nil),                             // 0: control.v1.Caller
 	(*VerifiedGrant)(nil),                      // 1: control.v1.VerifiedGrant
@@ -1792,153 +2104,174 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*SetRetentionRequest)(nil),                // 25: control.v1.SetRetentionRequest
 	(*SetDeadlineRequest)(nil),                 // 26: control.v1.SetDeadlineRequest
 	(*ListEnvironmentsRequest)(nil),            // 27: control.v1.ListEnvironmentsRequest
-	(*v1.EnvironmentRef)(nil),                  // 28: execution.v1.EnvironmentRef
-	(*timestamppb.Timestamp)(nil),              // 29: google.protobuf.Timestamp
-	(*v1.Environment)(nil),                     // 30: execution.v1.Environment
-	(*v1.Reference)(nil),                       // 31: execution.v1.Reference
-	(*v1.RunClaim)(nil),                        // 32: execution.v1.RunClaim
-	(*v1.EnsureEnvironmentRequest)(nil),        // 33: execution.v1.EnsureEnvironmentRequest
-	(*v1.AttachEnvironmentRequest)(nil),        // 34: execution.v1.AttachEnvironmentRequest
-	(*v1.ReleaseReferenceRequest)(nil),         // 35: execution.v1.ReleaseReferenceRequest
-	(*v1.ReserveSuccessorRequest)(nil),         // 36: execution.v1.ReserveSuccessorRequest
-	(*v1.CommitReferenceRequest)(nil),          // 37: execution.v1.CommitReferenceRequest
-	(*v1.AbortReferenceRequest)(nil),           // 38: execution.v1.AbortReferenceRequest
-	(*v1.PrepareReferenceDeleteRequest)(nil),   // 39: execution.v1.PrepareReferenceDeleteRequest
-	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 40: execution.v1.ConfirmReferenceDeleteRequest
-	(*v1.CancelReferenceDeleteRequest)(nil),    // 41: execution.v1.CancelReferenceDeleteRequest
-	(*v1.ListReferenceIntentsRequest)(nil),     // 42: execution.v1.ListReferenceIntentsRequest
-	(*v1.AcquireRunRequest)(nil),               // 43: execution.v1.AcquireRunRequest
-	(*v1.RenewRunRequest)(nil),                 // 44: execution.v1.RenewRunRequest
-	(*v1.ReleaseRunRequest)(nil),               // 45: execution.v1.ReleaseRunRequest
-	(*v1.RetireEnvironmentRequest)(nil),        // 46: execution.v1.RetireEnvironmentRequest
-	(*v1.ReplaceExecutorRequest)(nil),          // 47: execution.v1.ReplaceExecutorRequest
-	(*v1.RevokeEnvironmentRequest)(nil),        // 48: execution.v1.RevokeEnvironmentRequest
-	(*v1.RecoverEnvironmentRequest)(nil),       // 49: execution.v1.RecoverEnvironmentRequest
-	(*v1.MigrateEnvironmentRequest)(nil),       // 50: execution.v1.MigrateEnvironmentRequest
-	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 51: execution.v1.DeleteRetiredEnvironmentRequest
-	(*v1.SuspendEnvironmentRequest)(nil),       // 52: execution.v1.SuspendEnvironmentRequest
-	(*v1.ResumeEnvironmentRequest)(nil),        // 53: execution.v1.ResumeEnvironmentRequest
-	(*v1.DeleteEnvironmentRequest)(nil),        // 54: execution.v1.DeleteEnvironmentRequest
-	(*v1.SetEnvironmentRetentionRequest)(nil),  // 55: execution.v1.SetEnvironmentRetentionRequest
-	(*v1.SetEnvironmentDeadlineRequest)(nil),   // 56: execution.v1.SetEnvironmentDeadlineRequest
-	(*v1.ListEnvironmentsRequest)(nil),         // 57: execution.v1.ListEnvironmentsRequest
-	(*v1.ListReferenceIntentsResponse)(nil),    // 58: execution.v1.ListReferenceIntentsResponse
-	(*v1.ListEnvironmentsResponse)(nil),        // 59: execution.v1.ListEnvironmentsResponse
+	(*GetUsageRequest)(nil),                    // 28: control.v1.GetUsageRequest
+	(*ListUsageRequest)(nil),                   // 29: control.v1.ListUsageRequest
+	(*UsageReport)(nil),                        // 30: control.v1.UsageReport
+	(*ReportUsageRequest)(nil),                 // 31: control.v1.ReportUsageRequest
+	(*ReportUsageResponse)(nil),                // 32: control.v1.ReportUsageResponse
+	(*v1.EnvironmentRef)(nil),                  // 33: execution.v1.EnvironmentRef
+	(*timestamppb.Timestamp)(nil),              // 34: google.protobuf.Timestamp
+	(*v1.Environment)(nil),                     // 35: execution.v1.Environment
+	(*v1.Reference)(nil),                       // 36: execution.v1.Reference
+	(*v1.RunClaim)(nil),                        // 37: execution.v1.RunClaim
+	(*v1.EnsureEnvironmentRequest)(nil),        // 38: execution.v1.EnsureEnvironmentRequest
+	(*v1.AttachEnvironmentRequest)(nil),        // 39: execution.v1.AttachEnvironmentRequest
+	(*v1.ReleaseReferenceRequest)(nil),         // 40: execution.v1.ReleaseReferenceRequest
+	(*v1.ReserveSuccessorRequest)(nil),         // 41: execution.v1.ReserveSuccessorRequest
+	(*v1.CommitReferenceRequest)(nil),          // 42: execution.v1.CommitReferenceRequest
+	(*v1.AbortReferenceRequest)(nil),           // 43: execution.v1.AbortReferenceRequest
+	(*v1.PrepareReferenceDeleteRequest)(nil),   // 44: execution.v1.PrepareReferenceDeleteRequest
+	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 45: execution.v1.ConfirmReferenceDeleteRequest
+	(*v1.CancelReferenceDeleteRequest)(nil),    // 46: execution.v1.CancelReferenceDeleteRequest
+	(*v1.ListReferenceIntentsRequest)(nil),     // 47: execution.v1.ListReferenceIntentsRequest
+	(*v1.AcquireRunRequest)(nil),               // 48: execution.v1.AcquireRunRequest
+	(*v1.RenewRunRequest)(nil),                 // 49: execution.v1.RenewRunRequest
+	(*v1.ReleaseRunRequest)(nil),               // 50: execution.v1.ReleaseRunRequest
+	(*v1.RetireEnvironmentRequest)(nil),        // 51: execution.v1.RetireEnvironmentRequest
+	(*v1.ReplaceExecutorRequest)(nil),          // 52: execution.v1.ReplaceExecutorRequest
+	(*v1.RevokeEnvironmentRequest)(nil),        // 53: execution.v1.RevokeEnvironmentRequest
+	(*v1.RecoverEnvironmentRequest)(nil),       // 54: execution.v1.RecoverEnvironmentRequest
+	(*v1.MigrateEnvironmentRequest)(nil),       // 55: execution.v1.MigrateEnvironmentRequest
+	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 56: execution.v1.DeleteRetiredEnvironmentRequest
+	(*v1.SuspendEnvironmentRequest)(nil),       // 57: execution.v1.SuspendEnvironmentRequest
+	(*v1.ResumeEnvironmentRequest)(nil),        // 58: execution.v1.ResumeEnvironmentRequest
+	(*v1.DeleteEnvironmentRequest)(nil),        // 59: execution.v1.DeleteEnvironmentRequest
+	(*v1.SetEnvironmentRetentionRequest)(nil),  // 60: execution.v1.SetEnvironmentRetentionRequest
+	(*v1.SetEnvironmentDeadlineRequest)(nil),   // 61: execution.v1.SetEnvironmentDeadlineRequest
+	(*v1.ListEnvironmentsRequest)(nil),         // 62: execution.v1.ListEnvironmentsRequest
+	(*v1.GetUsageRequest)(nil),                 // 63: execution.v1.GetUsageRequest
+	(*v1.ListUsageRequest)(nil),                // 64: execution.v1.ListUsageRequest
+	(*v1.ListReferenceIntentsResponse)(nil),    // 65: execution.v1.ListReferenceIntentsResponse
+	(*v1.ListEnvironmentsResponse)(nil),        // 66: execution.v1.ListEnvironmentsResponse
+	(*v1.GetUsageResponse)(nil),                // 67: execution.v1.GetUsageResponse
+	(*v1.ListUsageResponse)(nil),               // 68: execution.v1.ListUsageResponse
 }
 var file_control_v1_control_proto_depIdxs = []int32{
-	28, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
-	29, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
-	31, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
-	32, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
+	33, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
+	34, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
+	36, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
+	37, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
 	0,  // 5: control.v1.EnsureRequest.caller:type_name -> control.v1.Caller
-	33, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
+	38, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
 	0,  // 7: control.v1.AttachRequest.caller:type_name -> control.v1.Caller
-	34, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
+	39, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
 	0,  // 9: control.v1.ReleaseReferenceRequest.caller:type_name -> control.v1.Caller
-	35, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
+	40, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
 	0,  // 11: control.v1.ReserveSuccessorRequest.caller:type_name -> control.v1.Caller
-	36, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
+	41, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
 	0,  // 13: control.v1.CommitReferenceRequest.caller:type_name -> control.v1.Caller
-	37, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
+	42, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
 	0,  // 15: control.v1.AbortReferenceRequest.caller:type_name -> control.v1.Caller
-	38, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
+	43, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
 	0,  // 17: control.v1.PrepareReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	39, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
+	44, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
 	0,  // 19: control.v1.ConfirmReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	40, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
+	45, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
 	0,  // 21: control.v1.CancelReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	41, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
+	46, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
 	0,  // 23: control.v1.ListReferenceIntentsRequest.caller:type_name -> control.v1.Caller
-	42, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
+	47, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
 	0,  // 25: control.v1.AcquireRunRequest.caller:type_name -> control.v1.Caller
-	43, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
+	48, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
 	1,  // 27: control.v1.AcquireRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 28: control.v1.RenewRunRequest.caller:type_name -> control.v1.Caller
-	44, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
+	49, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
 	1,  // 30: control.v1.RenewRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 31: control.v1.ReleaseRunRequest.caller:type_name -> control.v1.Caller
-	45, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
+	50, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
 	1,  // 33: control.v1.ReleaseRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 34: control.v1.RetireRequest.caller:type_name -> control.v1.Caller
-	46, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
+	51, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
 	0,  // 36: control.v1.ReplaceRequest.caller:type_name -> control.v1.Caller
-	47, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
+	52, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
 	0,  // 38: control.v1.RevokeRequest.caller:type_name -> control.v1.Caller
-	48, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
+	53, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
 	0,  // 40: control.v1.RecoverRequest.caller:type_name -> control.v1.Caller
-	49, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
+	54, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
 	0,  // 42: control.v1.MigrateRequest.caller:type_name -> control.v1.Caller
-	50, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
+	55, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
 	0,  // 44: control.v1.DeleteRetiredRequest.caller:type_name -> control.v1.Caller
-	51, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
+	56, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
 	0,  // 46: control.v1.SuspendRequest.caller:type_name -> control.v1.Caller
-	52, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
+	57, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
 	0,  // 48: control.v1.ResumeRequest.caller:type_name -> control.v1.Caller
-	53, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
+	58, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
 	0,  // 50: control.v1.DeleteRequest.caller:type_name -> control.v1.Caller
-	54, // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
+	59, // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
 	0,  // 52: control.v1.SetRetentionRequest.caller:type_name -> control.v1.Caller
-	55, // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
+	60, // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
 	0,  // 54: control.v1.SetDeadlineRequest.caller:type_name -> control.v1.Caller
-	56, // 55: control.v1.SetDeadlineRequest.request:type_name -> execution.v1.SetEnvironmentDeadlineRequest
+	61, // 55: control.v1.SetDeadlineRequest.request:type_name -> execution.v1.SetEnvironmentDeadlineRequest
 	0,  // 56: control.v1.ListEnvironmentsRequest.caller:type_name -> control.v1.Caller
-	57, // 57: control.v1.ListEnvironmentsRequest.request:type_name -> execution.v1.ListEnvironmentsRequest
-	3,  // 58: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
-	4,  // 59: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
-	5,  // 60: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
-	6,  // 61: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
-	7,  // 62: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
-	8,  // 63: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
-	9,  // 64: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
-	10, // 65: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
-	11, // 66: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
-	12, // 67: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
-	13, // 68: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
-	14, // 69: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
-	15, // 70: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
-	16, // 71: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
-	17, // 72: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
-	18, // 73: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
-	19, // 74: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
-	20, // 75: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
-	21, // 76: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
-	22, // 77: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
-	23, // 78: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
-	24, // 79: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
-	25, // 80: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
-	26, // 81: control.v1.ControlService.SetDeadline:input_type -> control.v1.SetDeadlineRequest
-	27, // 82: control.v1.ControlService.ListEnvironments:input_type -> control.v1.ListEnvironmentsRequest
-	2,  // 83: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
-	2,  // 84: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
-	2,  // 85: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
-	2,  // 86: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
-	2,  // 87: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
-	2,  // 88: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
-	2,  // 89: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 90: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 91: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
-	58, // 92: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	2,  // 93: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
-	2,  // 94: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
-	2,  // 95: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
-	2,  // 96: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
-	2,  // 97: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
-	2,  // 98: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
-	2,  // 99: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
-	2,  // 100: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
-	2,  // 101: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
-	2,  // 102: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
-	2,  // 103: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
-	2,  // 104: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
-	2,  // 105: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
-	2,  // 106: control.v1.ControlService.SetDeadline:output_type -> control.v1.EnvironmentReply
-	59, // 107: control.v1.ControlService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
-	83, // [83:108] is the sub-list for method output_type
-	58, // [58:83] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	62, // 57: control.v1.ListEnvironmentsRequest.request:type_name -> execution.v1.ListEnvironmentsRequest
+	0,  // 58: control.v1.GetUsageRequest.caller:type_name -> control.v1.Caller
+	63, // 59: control.v1.GetUsageRequest.request:type_name -> execution.v1.GetUsageRequest
+	0,  // 60: control.v1.ListUsageRequest.caller:type_name -> control.v1.Caller
+	64, // 61: control.v1.ListUsageRequest.request:type_name -> execution.v1.ListUsageRequest
+	0,  // 62: control.v1.ReportUsageRequest.caller:type_name -> control.v1.Caller
+	30, // 63: control.v1.ReportUsageRequest.reports:type_name -> control.v1.UsageReport
+	3,  // 64: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
+	4,  // 65: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
+	5,  // 66: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
+	6,  // 67: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
+	7,  // 68: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
+	8,  // 69: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
+	9,  // 70: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
+	10, // 71: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
+	11, // 72: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
+	12, // 73: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
+	13, // 74: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
+	14, // 75: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
+	15, // 76: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
+	16, // 77: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
+	17, // 78: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
+	18, // 79: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
+	19, // 80: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
+	20, // 81: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
+	21, // 82: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
+	22, // 83: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
+	23, // 84: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
+	24, // 85: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
+	25, // 86: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
+	26, // 87: control.v1.ControlService.SetDeadline:input_type -> control.v1.SetDeadlineRequest
+	27, // 88: control.v1.ControlService.ListEnvironments:input_type -> control.v1.ListEnvironmentsRequest
+	28, // 89: control.v1.ControlService.GetUsage:input_type -> control.v1.GetUsageRequest
+	29, // 90: control.v1.ControlService.ListUsage:input_type -> control.v1.ListUsageRequest
+	31, // 91: control.v1.ControlService.ReportUsage:input_type -> control.v1.ReportUsageRequest
+	2,  // 92: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
+	2,  // 93: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
+	2,  // 94: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
+	2,  // 95: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
+	2,  // 96: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
+	2,  // 97: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
+	2,  // 98: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 99: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 100: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
+	65, // 101: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	2,  // 102: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
+	2,  // 103: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
+	2,  // 104: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
+	2,  // 105: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
+	2,  // 106: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
+	2,  // 107: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
+	2,  // 108: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
+	2,  // 109: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
+	2,  // 110: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
+	2,  // 111: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
+	2,  // 112: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
+	2,  // 113: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
+	2,  // 114: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
+	2,  // 115: control.v1.ControlService.SetDeadline:output_type -> control.v1.EnvironmentReply
+	66, // 116: control.v1.ControlService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
+	67, // 117: control.v1.ControlService.GetUsage:output_type -> execution.v1.GetUsageResponse
+	68, // 118: control.v1.ControlService.ListUsage:output_type -> execution.v1.ListUsageResponse
+	32, // 119: control.v1.ControlService.ReportUsage:output_type -> control.v1.ReportUsageResponse
+	92, // [92:120] is the sub-list for method output_type
+	64, // [64:92] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -1952,7 +2285,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,9 @@ const (
 	ControlService_SetRetention_FullMethodName           = "/control.v1.ControlService/SetRetention"
 	ControlService_SetDeadline_FullMethodName            = "/control.v1.ControlService/SetDeadline"
 	ControlService_ListEnvironments_FullMethodName       = "/control.v1.ControlService/ListEnvironments"
+	ControlService_GetUsage_FullMethodName               = "/control.v1.ControlService/GetUsage"
+	ControlService_ListUsage_FullMethodName              = "/control.v1.ControlService/ListUsage"
+	ControlService_ReportUsage_FullMethodName            = "/control.v1.ControlService/ReportUsage"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -91,6 +94,11 @@ type ControlServiceClient interface {
 	SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	SetDeadline(ctx context.Context, in *SetDeadlineRequest, opts ...grpc.CallOption) (*EnvironmentReply, error)
 	ListEnvironments(ctx context.Context, in *ListEnvironmentsRequest, opts ...grpc.CallOption) (*v1.ListEnvironmentsResponse, error)
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*v1.GetUsageResponse, error)
+	ListUsage(ctx context.Context, in *ListUsageRequest, opts ...grpc.CallOption) (*v1.ListUsageResponse, error)
+	// ReportUsage carries a gateway's counts of the calls it served, cumulative per series:
+	// the leader folds only their increase, so a report sent again counts once.
+	ReportUsage(ctx context.Context, in *ReportUsageRequest, opts ...grpc.CallOption) (*ReportUsageResponse, error)
 }
 
 type controlServiceClient struct {
@@ -351,6 +359,36 @@ func (c *controlServiceClient) ListEnvironments(ctx context.Context, in *ListEnv
 	return out, nil
 }
 
+func (c *controlServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*v1.GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.GetUsageResponse)
+	err := c.cc.Invoke(ctx, ControlService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) ListUsage(ctx context.Context, in *ListUsageRequest, opts ...grpc.CallOption) (*v1.ListUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListUsageResponse)
+	err := c.cc.Invoke(ctx, ControlService_ListUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) ReportUsage(ctx context.Context, in *ReportUsageRequest, opts ...grpc.CallOption) (*ReportUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportUsageResponse)
+	err := c.cc.Invoke(ctx, ControlService_ReportUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -382,6 +420,11 @@ type ControlServiceServer interface {
 	SetRetention(context.Context, *SetRetentionRequest) (*EnvironmentReply, error)
 	SetDeadline(context.Context, *SetDeadlineRequest) (*EnvironmentReply, error)
 	ListEnvironments(context.Context, *ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error)
+	GetUsage(context.Context, *GetUsageRequest) (*v1.GetUsageResponse, error)
+	ListUsage(context.Context, *ListUsageRequest) (*v1.ListUsageResponse, error)
+	// ReportUsage carries a gateway's counts of the calls it served, cumulative per series:
+	// the leader folds only their increase, so a report sent again counts once.
+	ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -466,6 +509,15 @@ func (UnimplementedControlServiceServer) SetDeadline(context.Context, *SetDeadli
 }
 func (UnimplementedControlServiceServer) ListEnvironments(context.Context, *ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEnvironments not implemented")
+}
+func (UnimplementedControlServiceServer) GetUsage(context.Context, *GetUsageRequest) (*v1.GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
+}
+func (UnimplementedControlServiceServer) ListUsage(context.Context, *ListUsageRequest) (*v1.ListUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUsage not implemented")
+}
+func (UnimplementedControlServiceServer) ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportUsage not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -938,6 +990,60 @@ func _ControlService_ListEnvironments_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_ListUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).ListUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_ListUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).ListUsage(ctx, req.(*ListUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_ReportUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).ReportUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_ReportUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).ReportUsage(ctx, req.(*ReportUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1044,6 +1150,18 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEnvironments",
 			Handler:    _ControlService_ListEnvironments_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _ControlService_GetUsage_Handler,
+		},
+		{
+			MethodName: "ListUsage",
+			Handler:    _ControlService_ListUsage_Handler,
+		},
+		{
+			MethodName: "ReportUsage",
+			Handler:    _ControlService_ReportUsage_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

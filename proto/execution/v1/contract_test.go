@@ -41,6 +41,8 @@ var additions = []struct {
 	{"SetEnvironmentRetention", false, false, ""},
 	{"SetEnvironmentDeadline", false, false, ""},
 	{"ListEnvironments", false, false, ""},
+	{"GetUsage", false, false, ""},
+	{"ListUsage", false, false, ""},
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {

@@ -105,6 +105,9 @@ const (
 	// planted by the workload); nothing was done on its account (docs/commands.md "What a
 	// command's result proves").
 	ErrorReason_ERROR_REASON_RECORD_UNVERIFIED ErrorReason = 23
+	// RESOURCE_EXHAUSTED: an operator's quota of the client or the owner would be exceeded;
+	// metadata "quota" names it, "scope" (client or owner), "limit" and "used" give its values.
+	ErrorReason_ERROR_REASON_QUOTA_EXCEEDED ErrorReason = 24
 )
 
 // Enum value maps for ErrorReason.
@@ -134,6 +137,7 @@ var (
 		21: "ERROR_REASON_UNIMPLEMENTED",
 		22: "ERROR_REASON_WRONG_TYPE",
 		23: "ERROR_REASON_RECORD_UNVERIFIED",
+		24: "ERROR_REASON_QUOTA_EXCEEDED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -160,6 +164,7 @@ var (
 		"ERROR_REASON_UNIMPLEMENTED":         21,
 		"ERROR_REASON_WRONG_TYPE":            22,
 		"ERROR_REASON_RECORD_UNVERIFIED":     23,
+		"ERROR_REASON_QUOTA_EXCEEDED":        24,
 	}
 )
 
@@ -692,6 +697,123 @@ func (x OutputStream) Number() protoreflect.EnumNumber {
 // Deprecated: Use OutputStream.Descriptor instead.
 func (OutputStream) EnumDescriptor() ([]byte, []int) {
 	return file_execution_v1_execution_proto_rawDescGZIP(), []int{8}
+}
+
+// UsageGranularity is the width of the windows an answer is cut into.
+type UsageGranularity int32
+
+const (
+	// HOUR.
+	UsageGranularity_USAGE_GRANULARITY_UNSPECIFIED UsageGranularity = 0
+	UsageGranularity_USAGE_GRANULARITY_HOUR        UsageGranularity = 1
+	// UTC days.
+	UsageGranularity_USAGE_GRANULARITY_DAY UsageGranularity = 2
+	// One window: the whole range asked.
+	UsageGranularity_USAGE_GRANULARITY_TOTAL UsageGranularity = 3
+)
+
+// Enum value maps for UsageGranularity.
+var (
+	UsageGranularity_name = map[int32]string{
+		0: "USAGE_GRANULARITY_UNSPECIFIED",
+		1: "USAGE_GRANULARITY_HOUR",
+		2: "USAGE_GRANULARITY_DAY",
+		3: "USAGE_GRANULARITY_TOTAL",
+	}
+	UsageGranularity_value = map[string]int32{
+		"USAGE_GRANULARITY_UNSPECIFIED": 0,
+		"USAGE_GRANULARITY_HOUR":        1,
+		"USAGE_GRANULARITY_DAY":         2,
+		"USAGE_GRANULARITY_TOTAL":       3,
+	}
+)
+
+func (x UsageGranularity) Enum() *UsageGranularity {
+	p := new(UsageGranularity)
+	*p = x
+	return p
+}
+
+func (x UsageGranularity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UsageGranularity) Descriptor() protoreflect.EnumDescriptor {
+	return file_execution_v1_execution_proto_enumTypes[9].Descriptor()
+}
+
+func (UsageGranularity) Type() protoreflect.EnumType {
+	return &file_execution_v1_execution_proto_enumTypes[9]
+}
+
+func (x UsageGranularity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UsageGranularity.Descriptor instead.
+func (UsageGranularity) EnumDescriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{9}
+}
+
+// UsageGroupBy is the key ListUsage sums by.
+type UsageGroupBy int32
+
+const (
+	// ENVIRONMENT.
+	UsageGroupBy_USAGE_GROUP_BY_UNSPECIFIED UsageGroupBy = 0
+	UsageGroupBy_USAGE_GROUP_BY_ENVIRONMENT UsageGroupBy = 1
+	UsageGroupBy_USAGE_GROUP_BY_BINDING     UsageGroupBy = 2
+	UsageGroupBy_USAGE_GROUP_BY_OWNER       UsageGroupBy = 3
+	UsageGroupBy_USAGE_GROUP_BY_CLIENT      UsageGroupBy = 4
+	// Everything in scope summed.
+	UsageGroupBy_USAGE_GROUP_BY_NONE UsageGroupBy = 5
+)
+
+// Enum value maps for UsageGroupBy.
+var (
+	UsageGroupBy_name = map[int32]string{
+		0: "USAGE_GROUP_BY_UNSPECIFIED",
+		1: "USAGE_GROUP_BY_ENVIRONMENT",
+		2: "USAGE_GROUP_BY_BINDING",
+		3: "USAGE_GROUP_BY_OWNER",
+		4: "USAGE_GROUP_BY_CLIENT",
+		5: "USAGE_GROUP_BY_NONE",
+	}
+	UsageGroupBy_value = map[string]int32{
+		"USAGE_GROUP_BY_UNSPECIFIED": 0,
+		"USAGE_GROUP_BY_ENVIRONMENT": 1,
+		"USAGE_GROUP_BY_BINDING":     2,
+		"USAGE_GROUP_BY_OWNER":       3,
+		"USAGE_GROUP_BY_CLIENT":      4,
+		"USAGE_GROUP_BY_NONE":        5,
+	}
+)
+
+func (x UsageGroupBy) Enum() *UsageGroupBy {
+	p := new(UsageGroupBy)
+	*p = x
+	return p
+}
+
+func (x UsageGroupBy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UsageGroupBy) Descriptor() protoreflect.EnumDescriptor {
+	return file_execution_v1_execution_proto_enumTypes[10].Descriptor()
+}
+
+func (UsageGroupBy) Type() protoreflect.EnumType {
+	return &file_execution_v1_execution_proto_enumTypes[10]
+}
+
+func (x UsageGroupBy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UsageGroupBy.Descriptor instead.
+func (UsageGroupBy) EnumDescriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{10}
 }
 
 // Owner is the end user on whose behalf the client acts, attested by the client.
@@ -8499,6 +8621,652 @@ func (*DeleteRetiredEnvironmentResponse) Descriptor() ([]byte, []int) {
 	return file_execution_v1_execution_proto_rawDescGZIP(), []int{116}
 }
 
+// UsageCounters are amounts used over a period. CPU and memory are measured by the kubelet
+// from the executor containers' cgroups; storage, ready and suspended time follow the
+// environment's lifecycle; commands and bytes are counted by the gateways.
+type UsageCounters struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CPU time of the executor containers.
+	CpuNanoseconds int64 `protobuf:"varint,1,opt,name=cpu_nanoseconds,json=cpuNanoseconds,proto3" json:"cpu_nanoseconds,omitempty"`
+	// Their working set integrated over time, in KiB-seconds; and its highest sample.
+	MemoryKibSeconds int64 `protobuf:"varint,2,opt,name=memory_kib_seconds,json=memoryKibSeconds,proto3" json:"memory_kib_seconds,omitempty"`
+	MemoryPeakBytes  int64 `protobuf:"varint,3,opt,name=memory_peak_bytes,json=memoryPeakBytes,proto3" json:"memory_peak_bytes,omitempty"`
+	// The workspace claim's requested size integrated over the time it existed, KiB-seconds.
+	StorageKibSeconds int64 `protobuf:"varint,4,opt,name=storage_kib_seconds,json=storageKibSeconds,proto3" json:"storage_kib_seconds,omitempty"`
+	// Time ready, and time suspended.
+	ReadyMilliseconds     int64 `protobuf:"varint,5,opt,name=ready_milliseconds,json=readyMilliseconds,proto3" json:"ready_milliseconds,omitempty"`
+	SuspendedMilliseconds int64 `protobuf:"varint,6,opt,name=suspended_milliseconds,json=suspendedMilliseconds,proto3" json:"suspended_milliseconds,omitempty"`
+	// Commands started through the API (foreground, detached, terminals).
+	Commands int64 `protobuf:"varint,7,opt,name=commands,proto3" json:"commands,omitempty"`
+	// Bytes in (files written, command input) and out (files read, command output).
+	BytesIn       int64 `protobuf:"varint,8,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut      int64 `protobuf:"varint,9,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageCounters) Reset() {
+	*x = UsageCounters{}
+	mi := &file_execution_v1_execution_proto_msgTypes[117]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageCounters) ProtoMessage() {}
+
+func (x *UsageCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[117]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageCounters.ProtoReflect.Descriptor instead.
+func (*UsageCounters) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{117}
+}
+
+func (x *UsageCounters) GetCpuNanoseconds() int64 {
+	if x != nil {
+		return x.CpuNanoseconds
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetMemoryKibSeconds() int64 {
+	if x != nil {
+		return x.MemoryKibSeconds
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetMemoryPeakBytes() int64 {
+	if x != nil {
+		return x.MemoryPeakBytes
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetStorageKibSeconds() int64 {
+	if x != nil {
+		return x.StorageKibSeconds
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetReadyMilliseconds() int64 {
+	if x != nil {
+		return x.ReadyMilliseconds
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetSuspendedMilliseconds() int64 {
+	if x != nil {
+		return x.SuspendedMilliseconds
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetCommands() int64 {
+	if x != nil {
+		return x.Commands
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *UsageCounters) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+// UsageWindow is the usage of [start, end).
+type UsageWindow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	Usage *UsageCounters         `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Closed: the window ended long enough ago that nothing more will be added to it (the
+	// samples and reports of its last moments are in). A billing export takes closed windows.
+	Closed        bool `protobuf:"varint,4,opt,name=closed,proto3" json:"closed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageWindow) Reset() {
+	*x = UsageWindow{}
+	mi := &file_execution_v1_execution_proto_msgTypes[118]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageWindow) ProtoMessage() {}
+
+func (x *UsageWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[118]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageWindow.ProtoReflect.Descriptor instead.
+func (*UsageWindow) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{118}
+}
+
+func (x *UsageWindow) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetUsage() *UsageCounters {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+type GetUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The environment; its revision is optional here (the current incarnation's when empty;
+	// a deleted one's ledger is kept for the retention period and named by its revision).
+	Environment *EnvironmentRef `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	// The windows' range, cut to whole windows: [start, end). Unset start: the oldest kept
+	// window; unset end: now.
+	Start         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	Granularity   UsageGranularity       `protobuf:"varint,4,opt,name=granularity,proto3,enum=execution.v1.UsageGranularity" json:"granularity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[119]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[119]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{119}
+}
+
+func (x *GetUsageRequest) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetGranularity() UsageGranularity {
+	if x != nil {
+		return x.Granularity
+	}
+	return UsageGranularity_USAGE_GRANULARITY_UNSPECIFIED
+}
+
+type GetUsageResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Environment *EnvironmentRef        `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	BindingId   string                 `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	Profile     string                 `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Everything since the environment's creation, as of as_of (older windows included).
+	Totals *UsageCounters `protobuf:"bytes,4,opt,name=totals,proto3" json:"totals,omitempty"`
+	// The windows in the range that have usage, oldest first.
+	Windows []*UsageWindow         `protobuf:"bytes,5,rep,name=windows,proto3" json:"windows,omitempty"`
+	AsOf    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	// Set when the environment was deleted.
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// The hex SHA-256 of the owner and of the creating client (identities are never stored
+	// in clear): the keys a billing system joins on (docs/usage.md "Owner and client hashes").
+	OwnerHash     string `protobuf:"bytes,8,opt,name=owner_hash,json=ownerHash,proto3" json:"owner_hash,omitempty"`
+	ClientHash    string `protobuf:"bytes,9,opt,name=client_hash,json=clientHash,proto3" json:"client_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[120]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[120]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{120}
+}
+
+func (x *GetUsageResponse) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetBindingId() string {
+	if x != nil {
+		return x.BindingId
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetTotals() *UsageCounters {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetWindows() []*UsageWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetAsOf() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetOwnerHash() string {
+	if x != nil {
+		return x.OwnerHash
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetClientHash() string {
+	if x != nil {
+		return x.ClientHash
+	}
+	return ""
+}
+
+type ListUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When set, only the environments this client created for this owner (requires the
+	// MayAttestOwner capability). Unset: every owner's of the client.
+	Owner *Owner `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// When set, only this binding's environments.
+	BindingId string `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	// Administrators only: another client's environments (its identity, a URI SAN), or every
+	// client the administrator administers with all_clients.
+	Client     string `protobuf:"bytes,3,opt,name=client,proto3" json:"client,omitempty"`
+	AllClients bool   `protobuf:"varint,4,opt,name=all_clients,json=allClients,proto3" json:"all_clients,omitempty"`
+	// The range, cut to whole windows: [start, end). Unset start: the oldest kept window;
+	// unset end: now.
+	Start       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start,proto3" json:"start,omitempty"`
+	End         *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end,proto3" json:"end,omitempty"`
+	Granularity UsageGranularity       `protobuf:"varint,7,opt,name=granularity,proto3,enum=execution.v1.UsageGranularity" json:"granularity,omitempty"`
+	GroupBy     UsageGroupBy           `protobuf:"varint,8,opt,name=group_by,json=groupBy,proto3,enum=execution.v1.UsageGroupBy" json:"group_by,omitempty"`
+	// 1..1000 records; 0 means 500.
+	PageSize uint32 `protobuf:"varint,9,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response; empty for the first page. At most 1024 bytes, opaque.
+	PageToken     string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsageRequest) Reset() {
+	*x = ListUsageRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[121]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsageRequest) ProtoMessage() {}
+
+func (x *ListUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[121]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsageRequest.ProtoReflect.Descriptor instead.
+func (*ListUsageRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{121}
+}
+
+func (x *ListUsageRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *ListUsageRequest) GetBindingId() string {
+	if x != nil {
+		return x.BindingId
+	}
+	return ""
+}
+
+func (x *ListUsageRequest) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *ListUsageRequest) GetAllClients() bool {
+	if x != nil {
+		return x.AllClients
+	}
+	return false
+}
+
+func (x *ListUsageRequest) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ListUsageRequest) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *ListUsageRequest) GetGranularity() UsageGranularity {
+	if x != nil {
+		return x.Granularity
+	}
+	return UsageGranularity_USAGE_GRANULARITY_UNSPECIFIED
+}
+
+func (x *ListUsageRequest) GetGroupBy() UsageGroupBy {
+	if x != nil {
+		return x.GroupBy
+	}
+	return UsageGroupBy_USAGE_GROUP_BY_UNSPECIFIED
+}
+
+func (x *ListUsageRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListUsageRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// UsageRecord is one group's usage in one window. Its key fields are those of the grouping
+// (the environment's carry them all).
+type UsageRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   *EnvironmentRef        `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	BindingId     string                 `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	OwnerHash     string                 `protobuf:"bytes,3,opt,name=owner_hash,json=ownerHash,proto3" json:"owner_hash,omitempty"`
+	ClientHash    string                 `protobuf:"bytes,4,opt,name=client_hash,json=clientHash,proto3" json:"client_hash,omitempty"`
+	Profile       string                 `protobuf:"bytes,5,opt,name=profile,proto3" json:"profile,omitempty"`
+	Window        *UsageWindow           `protobuf:"bytes,6,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRecord) Reset() {
+	*x = UsageRecord{}
+	mi := &file_execution_v1_execution_proto_msgTypes[122]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRecord) ProtoMessage() {}
+
+func (x *UsageRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[122]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRecord.ProtoReflect.Descriptor instead.
+func (*UsageRecord) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{122}
+}
+
+func (x *UsageRecord) GetEnvironment() *EnvironmentRef {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+func (x *UsageRecord) GetBindingId() string {
+	if x != nil {
+		return x.BindingId
+	}
+	return ""
+}
+
+func (x *UsageRecord) GetOwnerHash() string {
+	if x != nil {
+		return x.OwnerHash
+	}
+	return ""
+}
+
+func (x *UsageRecord) GetClientHash() string {
+	if x != nil {
+		return x.ClientHash
+	}
+	return ""
+}
+
+func (x *UsageRecord) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *UsageRecord) GetWindow() *UsageWindow {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+type ListUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ordered by key, then window start.
+	Records []*UsageRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Empty on the last page.
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	AsOf          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsageResponse) Reset() {
+	*x = ListUsageResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[123]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsageResponse) ProtoMessage() {}
+
+func (x *ListUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[123]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsageResponse.ProtoReflect.Descriptor instead.
+func (*ListUsageResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{123}
+}
+
+func (x *ListUsageResponse) GetRecords() []*UsageRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListUsageResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListUsageResponse) GetAsOf() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
 
 const file_execution_v1_execution_proto_rawDesc = "" +
@@ -9058,7 +9826,69 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\venvironment\x18\x02 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12F\n" +
 	"\rpreconditions\x18\x03 \x01(\v2 .execution.v1.AdminPreconditionsR\rpreconditions\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\"\n" +
-	" DeleteRetiredEnvironmentResponse*\x86\x06\n" +
+	" DeleteRetiredEnvironmentResponse\"\xfc\x02\n" +
+	"\rUsageCounters\x12'\n" +
+	"\x0fcpu_nanoseconds\x18\x01 \x01(\x03R\x0ecpuNanoseconds\x12,\n" +
+	"\x12memory_kib_seconds\x18\x02 \x01(\x03R\x10memoryKibSeconds\x12*\n" +
+	"\x11memory_peak_bytes\x18\x03 \x01(\x03R\x0fmemoryPeakBytes\x12.\n" +
+	"\x13storage_kib_seconds\x18\x04 \x01(\x03R\x11storageKibSeconds\x12-\n" +
+	"\x12ready_milliseconds\x18\x05 \x01(\x03R\x11readyMilliseconds\x125\n" +
+	"\x16suspended_milliseconds\x18\x06 \x01(\x03R\x15suspendedMilliseconds\x12\x1a\n" +
+	"\bcommands\x18\a \x01(\x03R\bcommands\x12\x19\n" +
+	"\bbytes_in\x18\b \x01(\x03R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\t \x01(\x03R\bbytesOut\"\xb8\x01\n" +
+	"\vUsageWindow\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x121\n" +
+	"\x05usage\x18\x03 \x01(\v2\x1b.execution.v1.UsageCountersR\x05usage\x12\x16\n" +
+	"\x06closed\x18\x04 \x01(\bR\x06closed\"\xf3\x01\n" +
+	"\x0fGetUsageRequest\x12>\n" +
+	"\venvironment\x18\x01 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12@\n" +
+	"\vgranularity\x18\x04 \x01(\x0e2\x1e.execution.v1.UsageGranularityR\vgranularity\"\x9d\x03\n" +
+	"\x10GetUsageResponse\x12>\n" +
+	"\venvironment\x18\x01 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12\x1d\n" +
+	"\n" +
+	"binding_id\x18\x02 \x01(\tR\tbindingId\x12\x18\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\x123\n" +
+	"\x06totals\x18\x04 \x01(\v2\x1b.execution.v1.UsageCountersR\x06totals\x123\n" +
+	"\awindows\x18\x05 \x03(\v2\x19.execution.v1.UsageWindowR\awindows\x12/\n" +
+	"\x05as_of\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x125\n" +
+	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x1d\n" +
+	"\n" +
+	"owner_hash\x18\b \x01(\tR\townerHash\x12\x1f\n" +
+	"\vclient_hash\x18\t \x01(\tR\n" +
+	"clientHash\"\xaa\x03\n" +
+	"\x10ListUsageRequest\x12)\n" +
+	"\x05owner\x18\x01 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x1d\n" +
+	"\n" +
+	"binding_id\x18\x02 \x01(\tR\tbindingId\x12\x16\n" +
+	"\x06client\x18\x03 \x01(\tR\x06client\x12\x1f\n" +
+	"\vall_clients\x18\x04 \x01(\bR\n" +
+	"allClients\x120\n" +
+	"\x05start\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12@\n" +
+	"\vgranularity\x18\a \x01(\x0e2\x1e.execution.v1.UsageGranularityR\vgranularity\x125\n" +
+	"\bgroup_by\x18\b \x01(\x0e2\x1a.execution.v1.UsageGroupByR\agroupBy\x12\x1b\n" +
+	"\tpage_size\x18\t \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\n" +
+	" \x01(\tR\tpageToken\"\xf9\x01\n" +
+	"\vUsageRecord\x12>\n" +
+	"\venvironment\x18\x01 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12\x1d\n" +
+	"\n" +
+	"binding_id\x18\x02 \x01(\tR\tbindingId\x12\x1d\n" +
+	"\n" +
+	"owner_hash\x18\x03 \x01(\tR\townerHash\x12\x1f\n" +
+	"\vclient_hash\x18\x04 \x01(\tR\n" +
+	"clientHash\x12\x18\n" +
+	"\aprofile\x18\x05 \x01(\tR\aprofile\x121\n" +
+	"\x06window\x18\x06 \x01(\v2\x19.execution.v1.UsageWindowR\x06window\"\xa1\x01\n" +
+	"\x11ListUsageResponse\x123\n" +
+	"\arecords\x18\x01 \x03(\v2\x19.execution.v1.UsageRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12/\n" +
+	"\x05as_of\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf*\xa7\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -9084,7 +9914,8 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x1cERROR_REASON_OUTCOME_UNKNOWN\x10\x14\x12\x1e\n" +
 	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x15\x12\x1b\n" +
 	"\x17ERROR_REASON_WRONG_TYPE\x10\x16\x12\"\n" +
-	"\x1eERROR_REASON_RECORD_UNVERIFIED\x10\x17*a\n" +
+	"\x1eERROR_REASON_RECORD_UNVERIFIED\x10\x17\x12\x1f\n" +
+	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x18*a\n" +
 	"\n" +
 	"FenceState\x12\x1b\n" +
 	"\x17FENCE_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -9139,7 +9970,19 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\fOutputStream\x12\x1d\n" +
 	"\x19OUTPUT_STREAM_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OUTPUT_STREAM_STDOUT\x10\x01\x12\x18\n" +
-	"\x14OUTPUT_STREAM_STDERR\x10\x02B?Z=github.com/execplane/execplane/proto/execution/v1;executionv1b\x06proto3"
+	"\x14OUTPUT_STREAM_STDERR\x10\x02*\x89\x01\n" +
+	"\x10UsageGranularity\x12!\n" +
+	"\x1dUSAGE_GRANULARITY_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16USAGE_GRANULARITY_HOUR\x10\x01\x12\x19\n" +
+	"\x15USAGE_GRANULARITY_DAY\x10\x02\x12\x1b\n" +
+	"\x17USAGE_GRANULARITY_TOTAL\x10\x03*\xb8\x01\n" +
+	"\fUsageGroupBy\x12\x1e\n" +
+	"\x1aUSAGE_GROUP_BY_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aUSAGE_GROUP_BY_ENVIRONMENT\x10\x01\x12\x1a\n" +
+	"\x16USAGE_GROUP_BY_BINDING\x10\x02\x12\x18\n" +
+	"\x14USAGE_GROUP_BY_OWNER\x10\x03\x12\x19\n" +
+	"\x15USAGE_GROUP_BY_CLIENT\x10\x04\x12\x17\n" +
+	"\x13USAGE_GROUP_BY_NONE\x10\x05B?Z=github.com/execplane/execplane/proto/execution/v1;executionv1b\x06proto3"
 
 var (
 	file_execution_v1_execution_proto_rawDescOnce sync.Once
@@ -9153,8 +9996,8 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 	return file_execution_v1_execution_proto_rawDescData
 }
 
-var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 120)
+var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -9165,325 +10008,355 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(WriteMode)(0),                           // 6: execution.v1.WriteMode
 	(CommandState)(0),                        // 7: execution.v1.CommandState
 	(OutputStream)(0),                        // 8: execution.v1.OutputStream
-	(*Owner)(nil),                            // 9: execution.v1.Owner
-	(*EnvironmentRef)(nil),                   // 10: execution.v1.EnvironmentRef
-	(*Grant)(nil),                            // 11: execution.v1.Grant
-	(*Reference)(nil),                        // 12: execution.v1.Reference
-	(*RunClaim)(nil),                         // 13: execution.v1.RunClaim
-	(*Environment)(nil),                      // 14: execution.v1.Environment
-	(*Deadline)(nil),                         // 15: execution.v1.Deadline
-	(*Profile)(nil),                          // 16: execution.v1.Profile
-	(*ValidateProfileRequest)(nil),           // 17: execution.v1.ValidateProfileRequest
-	(*ValidateProfileResponse)(nil),          // 18: execution.v1.ValidateProfileResponse
-	(*EnsureEnvironmentRequest)(nil),         // 19: execution.v1.EnsureEnvironmentRequest
-	(*EnsureEnvironmentResponse)(nil),        // 20: execution.v1.EnsureEnvironmentResponse
-	(*AttachEnvironmentRequest)(nil),         // 21: execution.v1.AttachEnvironmentRequest
-	(*AttachEnvironmentResponse)(nil),        // 22: execution.v1.AttachEnvironmentResponse
-	(*ReferenceTarget)(nil),                  // 23: execution.v1.ReferenceTarget
-	(*ReleaseReferenceRequest)(nil),          // 24: execution.v1.ReleaseReferenceRequest
-	(*ReleaseReferenceResponse)(nil),         // 25: execution.v1.ReleaseReferenceResponse
-	(*ReserveSuccessorRequest)(nil),          // 26: execution.v1.ReserveSuccessorRequest
-	(*ReserveSuccessorResponse)(nil),         // 27: execution.v1.ReserveSuccessorResponse
-	(*CommitReferenceRequest)(nil),           // 28: execution.v1.CommitReferenceRequest
-	(*CommitReferenceResponse)(nil),          // 29: execution.v1.CommitReferenceResponse
-	(*AbortReferenceRequest)(nil),            // 30: execution.v1.AbortReferenceRequest
-	(*AbortReferenceResponse)(nil),           // 31: execution.v1.AbortReferenceResponse
-	(*PrepareReferenceDeleteRequest)(nil),    // 32: execution.v1.PrepareReferenceDeleteRequest
-	(*PrepareReferenceDeleteResponse)(nil),   // 33: execution.v1.PrepareReferenceDeleteResponse
-	(*ConfirmReferenceDeleteRequest)(nil),    // 34: execution.v1.ConfirmReferenceDeleteRequest
-	(*ConfirmReferenceDeleteResponse)(nil),   // 35: execution.v1.ConfirmReferenceDeleteResponse
-	(*CancelReferenceDeleteRequest)(nil),     // 36: execution.v1.CancelReferenceDeleteRequest
-	(*CancelReferenceDeleteResponse)(nil),    // 37: execution.v1.CancelReferenceDeleteResponse
-	(*ReferenceIntent)(nil),                  // 38: execution.v1.ReferenceIntent
-	(*ListReferenceIntentsRequest)(nil),      // 39: execution.v1.ListReferenceIntentsRequest
-	(*ListReferenceIntentsResponse)(nil),     // 40: execution.v1.ListReferenceIntentsResponse
-	(*AcquireRunRequest)(nil),                // 41: execution.v1.AcquireRunRequest
-	(*AcquireRunResponse)(nil),               // 42: execution.v1.AcquireRunResponse
-	(*RenewRunRequest)(nil),                  // 43: execution.v1.RenewRunRequest
-	(*RenewRunResponse)(nil),                 // 44: execution.v1.RenewRunResponse
-	(*ReleaseRunRequest)(nil),                // 45: execution.v1.ReleaseRunRequest
-	(*ReleaseRunResponse)(nil),               // 46: execution.v1.ReleaseRunResponse
-	(*FileInfo)(nil),                         // 47: execution.v1.FileInfo
-	(*ReadFile)(nil),                         // 48: execution.v1.ReadFile
-	(*ReadFileResult)(nil),                   // 49: execution.v1.ReadFileResult
-	(*WriteFile)(nil),                        // 50: execution.v1.WriteFile
-	(*WriteFileResult)(nil),                  // 51: execution.v1.WriteFileResult
-	(*StatFile)(nil),                         // 52: execution.v1.StatFile
-	(*StatFileResult)(nil),                   // 53: execution.v1.StatFileResult
-	(*ListDirectory)(nil),                    // 54: execution.v1.ListDirectory
-	(*ListDirectoryResult)(nil),              // 55: execution.v1.ListDirectoryResult
-	(*MakeDirectory)(nil),                    // 56: execution.v1.MakeDirectory
-	(*MakeDirectoryResult)(nil),              // 57: execution.v1.MakeDirectoryResult
-	(*RemovePath)(nil),                       // 58: execution.v1.RemovePath
-	(*RemovePathResult)(nil),                 // 59: execution.v1.RemovePathResult
-	(*RenamePath)(nil),                       // 60: execution.v1.RenamePath
-	(*RenamePathResult)(nil),                 // 61: execution.v1.RenamePathResult
-	(*CopyPath)(nil),                         // 62: execution.v1.CopyPath
-	(*CopyPathResult)(nil),                   // 63: execution.v1.CopyPathResult
-	(*Glob)(nil),                             // 64: execution.v1.Glob
-	(*GlobResult)(nil),                       // 65: execution.v1.GlobResult
-	(*Grep)(nil),                             // 66: execution.v1.Grep
-	(*GrepMatch)(nil),                        // 67: execution.v1.GrepMatch
-	(*GrepResult)(nil),                       // 68: execution.v1.GrepResult
-	(*FileOperation)(nil),                    // 69: execution.v1.FileOperation
-	(*FileResult)(nil),                       // 70: execution.v1.FileResult
-	(*FilesRequest)(nil),                     // 71: execution.v1.FilesRequest
-	(*FilesResponse)(nil),                    // 72: execution.v1.FilesResponse
-	(*WriteFileStreamRequest)(nil),           // 73: execution.v1.WriteFileStreamRequest
-	(*WriteFileStreamResponse)(nil),          // 74: execution.v1.WriteFileStreamResponse
-	(*ReadFileStreamRequest)(nil),            // 75: execution.v1.ReadFileStreamRequest
-	(*ReadFileStreamResponse)(nil),           // 76: execution.v1.ReadFileStreamResponse
-	(*EnvironmentVariable)(nil),              // 77: execution.v1.EnvironmentVariable
-	(*CommandSpec)(nil),                      // 78: execution.v1.CommandSpec
-	(*Argv)(nil),                             // 79: execution.v1.Argv
-	(*CapturedOutput)(nil),                   // 80: execution.v1.CapturedOutput
-	(*CommandResult)(nil),                    // 81: execution.v1.CommandResult
-	(*OutputCursor)(nil),                     // 82: execution.v1.OutputCursor
-	(*OutputChunk)(nil),                      // 83: execution.v1.OutputChunk
-	(*CommandProgram)(nil),                   // 84: execution.v1.CommandProgram
-	(*CommandInfo)(nil),                      // 85: execution.v1.CommandInfo
-	(*StartCommandRequest)(nil),              // 86: execution.v1.StartCommandRequest
-	(*StartCommandResponse)(nil),             // 87: execution.v1.StartCommandResponse
-	(*CommandStatusRequest)(nil),             // 88: execution.v1.CommandStatusRequest
-	(*CommandStatusResponse)(nil),            // 89: execution.v1.CommandStatusResponse
-	(*CancelCommandRequest)(nil),             // 90: execution.v1.CancelCommandRequest
-	(*CancelCommandResponse)(nil),            // 91: execution.v1.CancelCommandResponse
-	(*RunCommandRequest)(nil),                // 92: execution.v1.RunCommandRequest
-	(*CommandEvent)(nil),                     // 93: execution.v1.CommandEvent
-	(*WatchCommandRequest)(nil),              // 94: execution.v1.WatchCommandRequest
-	(*ListCommandsRequest)(nil),              // 95: execution.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),             // 96: execution.v1.ListCommandsResponse
-	(*TerminalSize)(nil),                     // 97: execution.v1.TerminalSize
-	(*TerminalStart)(nil),                    // 98: execution.v1.TerminalStart
-	(*TerminalRequest)(nil),                  // 99: execution.v1.TerminalRequest
-	(*TerminalResponse)(nil),                 // 100: execution.v1.TerminalResponse
-	(*AdminPreconditions)(nil),               // 101: execution.v1.AdminPreconditions
-	(*SuspendEnvironmentRequest)(nil),        // 102: execution.v1.SuspendEnvironmentRequest
-	(*SuspendEnvironmentResponse)(nil),       // 103: execution.v1.SuspendEnvironmentResponse
-	(*DeleteEnvironmentRequest)(nil),         // 104: execution.v1.DeleteEnvironmentRequest
-	(*DeleteEnvironmentResponse)(nil),        // 105: execution.v1.DeleteEnvironmentResponse
-	(*SetEnvironmentRetentionRequest)(nil),   // 106: execution.v1.SetEnvironmentRetentionRequest
-	(*SetEnvironmentRetentionResponse)(nil),  // 107: execution.v1.SetEnvironmentRetentionResponse
-	(*SetEnvironmentDeadlineRequest)(nil),    // 108: execution.v1.SetEnvironmentDeadlineRequest
-	(*SetEnvironmentDeadlineResponse)(nil),   // 109: execution.v1.SetEnvironmentDeadlineResponse
-	(*ListEnvironmentsRequest)(nil),          // 110: execution.v1.ListEnvironmentsRequest
-	(*ListEnvironmentsResponse)(nil),         // 111: execution.v1.ListEnvironmentsResponse
-	(*ResumeEnvironmentRequest)(nil),         // 112: execution.v1.ResumeEnvironmentRequest
-	(*ResumeEnvironmentResponse)(nil),        // 113: execution.v1.ResumeEnvironmentResponse
-	(*RetireEnvironmentRequest)(nil),         // 114: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 115: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 116: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 117: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 118: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 119: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 120: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 121: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 122: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 123: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 124: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 125: execution.v1.DeleteRetiredEnvironmentResponse
-	nil,                                      // 126: execution.v1.Environment.MetadataEntry
-	nil,                                      // 127: execution.v1.EnsureEnvironmentRequest.MetadataEntry
-	nil,                                      // 128: execution.v1.ListEnvironmentsRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),            // 129: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 130: google.protobuf.Duration
+	(UsageGranularity)(0),                    // 9: execution.v1.UsageGranularity
+	(UsageGroupBy)(0),                        // 10: execution.v1.UsageGroupBy
+	(*Owner)(nil),                            // 11: execution.v1.Owner
+	(*EnvironmentRef)(nil),                   // 12: execution.v1.EnvironmentRef
+	(*Grant)(nil),                            // 13: execution.v1.Grant
+	(*Reference)(nil),                        // 14: execution.v1.Reference
+	(*RunClaim)(nil),                         // 15: execution.v1.RunClaim
+	(*Environment)(nil),                      // 16: execution.v1.Environment
+	(*Deadline)(nil),                         // 17: execution.v1.Deadline
+	(*Profile)(nil),                          // 18: execution.v1.Profile
+	(*ValidateProfileRequest)(nil),           // 19: execution.v1.ValidateProfileRequest
+	(*ValidateProfileResponse)(nil),          // 20: execution.v1.ValidateProfileResponse
+	(*EnsureEnvironmentRequest)(nil),         // 21: execution.v1.EnsureEnvironmentRequest
+	(*EnsureEnvironmentResponse)(nil),        // 22: execution.v1.EnsureEnvironmentResponse
+	(*AttachEnvironmentRequest)(nil),         // 23: execution.v1.AttachEnvironmentRequest
+	(*AttachEnvironmentResponse)(nil),        // 24: execution.v1.AttachEnvironmentResponse
+	(*ReferenceTarget)(nil),                  // 25: execution.v1.ReferenceTarget
+	(*ReleaseReferenceRequest)(nil),          // 26: execution.v1.ReleaseReferenceRequest
+	(*ReleaseReferenceResponse)(nil),         // 27: execution.v1.ReleaseReferenceResponse
+	(*ReserveSuccessorRequest)(nil),          // 28: execution.v1.ReserveSuccessorRequest
+	(*ReserveSuccessorResponse)(nil),         // 29: execution.v1.ReserveSuccessorResponse
+	(*CommitReferenceRequest)(nil),           // 30: execution.v1.CommitReferenceRequest
+	(*CommitReferenceResponse)(nil),          // 31: execution.v1.CommitReferenceResponse
+	(*AbortReferenceRequest)(nil),            // 32: execution.v1.AbortReferenceRequest
+	(*AbortReferenceResponse)(nil),           // 33: execution.v1.AbortReferenceResponse
+	(*PrepareReferenceDeleteRequest)(nil),    // 34: execution.v1.PrepareReferenceDeleteRequest
+	(*PrepareReferenceDeleteResponse)(nil),   // 35: execution.v1.PrepareReferenceDeleteResponse
+	(*ConfirmReferenceDeleteRequest)(nil),    // 36: execution.v1.ConfirmReferenceDeleteRequest
+	(*ConfirmReferenceDeleteResponse)(nil),   // 37: execution.v1.ConfirmReferenceDeleteResponse
+	(*CancelReferenceDeleteRequest)(nil),     // 38: execution.v1.CancelReferenceDeleteRequest
+	(*CancelReferenceDeleteResponse)(nil),    // 39: execution.v1.CancelReferenceDeleteResponse
+	(*ReferenceIntent)(nil),                  // 40: execution.v1.ReferenceIntent
+	(*ListReferenceIntentsRequest)(nil),      // 41: execution.v1.ListReferenceIntentsRequest
+	(*ListReferenceIntentsResponse)(nil),     // 42: execution.v1.ListReferenceIntentsResponse
+	(*AcquireRunRequest)(nil),                // 43: execution.v1.AcquireRunRequest
+	(*AcquireRunResponse)(nil),               // 44: execution.v1.AcquireRunResponse
+	(*RenewRunRequest)(nil),                  // 45: execution.v1.RenewRunRequest
+	(*RenewRunResponse)(nil),                 // 46: execution.v1.RenewRunResponse
+	(*ReleaseRunRequest)(nil),                // 47: execution.v1.ReleaseRunRequest
+	(*ReleaseRunResponse)(nil),               // 48: execution.v1.ReleaseRunResponse
+	(*FileInfo)(nil),                         // 49: execution.v1.FileInfo
+	(*ReadFile)(nil),                         // 50: execution.v1.ReadFile
+	(*ReadFileResult)(nil),                   // 51: execution.v1.ReadFileResult
+	(*WriteFile)(nil),                        // 52: execution.v1.WriteFile
+	(*WriteFileResult)(nil),                  // 53: execution.v1.WriteFileResult
+	(*StatFile)(nil),                         // 54: execution.v1.StatFile
+	(*StatFileResult)(nil),                   // 55: execution.v1.StatFileResult
+	(*ListDirectory)(nil),                    // 56: execution.v1.ListDirectory
+	(*ListDirectoryResult)(nil),              // 57: execution.v1.ListDirectoryResult
+	(*MakeDirectory)(nil),                    // 58: execution.v1.MakeDirectory
+	(*MakeDirectoryResult)(nil),              // 59: execution.v1.MakeDirectoryResult
+	(*RemovePath)(nil),                       // 60: execution.v1.RemovePath
+	(*RemovePathResult)(nil),                 // 61: execution.v1.RemovePathResult
+	(*RenamePath)(nil),                       // 62: execution.v1.RenamePath
+	(*RenamePathResult)(nil),                 // 63: execution.v1.RenamePathResult
+	(*CopyPath)(nil),                         // 64: execution.v1.CopyPath
+	(*CopyPathResult)(nil),                   // 65: execution.v1.CopyPathResult
+	(*Glob)(nil),                             // 66: execution.v1.Glob
+	(*GlobResult)(nil),                       // 67: execution.v1.GlobResult
+	(*Grep)(nil),                             // 68: execution.v1.Grep
+	(*GrepMatch)(nil),                        // 69: execution.v1.GrepMatch
+	(*GrepResult)(nil),                       // 70: execution.v1.GrepResult
+	(*FileOperation)(nil),                    // 71: execution.v1.FileOperation
+	(*FileResult)(nil),                       // 72: execution.v1.FileResult
+	(*FilesRequest)(nil),                     // 73: execution.v1.FilesRequest
+	(*FilesResponse)(nil),                    // 74: execution.v1.FilesResponse
+	(*WriteFileStreamRequest)(nil),           // 75: execution.v1.WriteFileStreamRequest
+	(*WriteFileStreamResponse)(nil),          // 76: execution.v1.WriteFileStreamResponse
+	(*ReadFileStreamRequest)(nil),            // 77: execution.v1.ReadFileStreamRequest
+	(*ReadFileStreamResponse)(nil),           // 78: execution.v1.ReadFileStreamResponse
+	(*EnvironmentVariable)(nil),              // 79: execution.v1.EnvironmentVariable
+	(*CommandSpec)(nil),                      // 80: execution.v1.CommandSpec
+	(*Argv)(nil),                             // 81: execution.v1.Argv
+	(*CapturedOutput)(nil),                   // 82: execution.v1.CapturedOutput
+	(*CommandResult)(nil),                    // 83: execution.v1.CommandResult
+	(*OutputCursor)(nil),                     // 84: execution.v1.OutputCursor
+	(*OutputChunk)(nil),                      // 85: execution.v1.OutputChunk
+	(*CommandProgram)(nil),                   // 86: execution.v1.CommandProgram
+	(*CommandInfo)(nil),                      // 87: execution.v1.CommandInfo
+	(*StartCommandRequest)(nil),              // 88: execution.v1.StartCommandRequest
+	(*StartCommandResponse)(nil),             // 89: execution.v1.StartCommandResponse
+	(*CommandStatusRequest)(nil),             // 90: execution.v1.CommandStatusRequest
+	(*CommandStatusResponse)(nil),            // 91: execution.v1.CommandStatusResponse
+	(*CancelCommandRequest)(nil),             // 92: execution.v1.CancelCommandRequest
+	(*CancelCommandResponse)(nil),            // 93: execution.v1.CancelCommandResponse
+	(*RunCommandRequest)(nil),                // 94: execution.v1.RunCommandRequest
+	(*CommandEvent)(nil),                     // 95: execution.v1.CommandEvent
+	(*WatchCommandRequest)(nil),              // 96: execution.v1.WatchCommandRequest
+	(*ListCommandsRequest)(nil),              // 97: execution.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),             // 98: execution.v1.ListCommandsResponse
+	(*TerminalSize)(nil),                     // 99: execution.v1.TerminalSize
+	(*TerminalStart)(nil),                    // 100: execution.v1.TerminalStart
+	(*TerminalRequest)(nil),                  // 101: execution.v1.TerminalRequest
+	(*TerminalResponse)(nil),                 // 102: execution.v1.TerminalResponse
+	(*AdminPreconditions)(nil),               // 103: execution.v1.AdminPreconditions
+	(*SuspendEnvironmentRequest)(nil),        // 104: execution.v1.SuspendEnvironmentRequest
+	(*SuspendEnvironmentResponse)(nil),       // 105: execution.v1.SuspendEnvironmentResponse
+	(*DeleteEnvironmentRequest)(nil),         // 106: execution.v1.DeleteEnvironmentRequest
+	(*DeleteEnvironmentResponse)(nil),        // 107: execution.v1.DeleteEnvironmentResponse
+	(*SetEnvironmentRetentionRequest)(nil),   // 108: execution.v1.SetEnvironmentRetentionRequest
+	(*SetEnvironmentRetentionResponse)(nil),  // 109: execution.v1.SetEnvironmentRetentionResponse
+	(*SetEnvironmentDeadlineRequest)(nil),    // 110: execution.v1.SetEnvironmentDeadlineRequest
+	(*SetEnvironmentDeadlineResponse)(nil),   // 111: execution.v1.SetEnvironmentDeadlineResponse
+	(*ListEnvironmentsRequest)(nil),          // 112: execution.v1.ListEnvironmentsRequest
+	(*ListEnvironmentsResponse)(nil),         // 113: execution.v1.ListEnvironmentsResponse
+	(*ResumeEnvironmentRequest)(nil),         // 114: execution.v1.ResumeEnvironmentRequest
+	(*ResumeEnvironmentResponse)(nil),        // 115: execution.v1.ResumeEnvironmentResponse
+	(*RetireEnvironmentRequest)(nil),         // 116: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 117: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 118: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 119: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 120: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 121: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 122: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 123: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 124: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 125: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 126: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 127: execution.v1.DeleteRetiredEnvironmentResponse
+	(*UsageCounters)(nil),                    // 128: execution.v1.UsageCounters
+	(*UsageWindow)(nil),                      // 129: execution.v1.UsageWindow
+	(*GetUsageRequest)(nil),                  // 130: execution.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),                 // 131: execution.v1.GetUsageResponse
+	(*ListUsageRequest)(nil),                 // 132: execution.v1.ListUsageRequest
+	(*UsageRecord)(nil),                      // 133: execution.v1.UsageRecord
+	(*ListUsageResponse)(nil),                // 134: execution.v1.ListUsageResponse
+	nil,                                      // 135: execution.v1.Environment.MetadataEntry
+	nil,                                      // 136: execution.v1.EnsureEnvironmentRequest.MetadataEntry
+	nil,                                      // 137: execution.v1.ListEnvironmentsRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),            // 138: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 139: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	129, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	138, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	129, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	129, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
-	10,  // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
+	138, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	138, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	12,  // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
-	13,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
-	12,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	129, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	126, // 10: execution.v1.Environment.metadata:type_name -> execution.v1.Environment.MetadataEntry
-	129, // 11: execution.v1.Environment.deadline:type_name -> google.protobuf.Timestamp
+	15,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
+	14,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
+	138, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	135, // 10: execution.v1.Environment.metadata:type_name -> execution.v1.Environment.MetadataEntry
+	138, // 11: execution.v1.Environment.deadline:type_name -> google.protobuf.Timestamp
 	4,   // 12: execution.v1.Environment.deadline_action:type_name -> execution.v1.DeadlineAction
-	130, // 13: execution.v1.Deadline.after:type_name -> google.protobuf.Duration
+	139, // 13: execution.v1.Deadline.after:type_name -> google.protobuf.Duration
 	4,   // 14: execution.v1.Deadline.action:type_name -> execution.v1.DeadlineAction
-	130, // 15: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
-	16,  // 16: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
-	9,   // 17: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	127, // 18: execution.v1.EnsureEnvironmentRequest.metadata:type_name -> execution.v1.EnsureEnvironmentRequest.MetadataEntry
-	15,  // 19: execution.v1.EnsureEnvironmentRequest.deadline:type_name -> execution.v1.Deadline
-	14,  // 20: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	11,  // 21: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	9,   // 22: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	10,  // 23: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	130, // 24: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
-	14,  // 25: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	11,  // 26: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	9,   // 27: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
-	10,  // 28: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
-	23,  // 29: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 30: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
-	9,   // 31: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
-	10,  // 32: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	14,  // 33: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
-	12,  // 34: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
-	23,  // 35: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 36: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
-	12,  // 37: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
-	23,  // 38: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 39: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
-	23,  // 40: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 41: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	12,  // 42: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	23,  // 43: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 44: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	23,  // 45: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 46: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	12,  // 47: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	10,  // 48: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
-	12,  // 49: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
-	9,   // 50: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
-	38,  // 51: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
-	11,  // 52: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
-	10,  // 53: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	130, // 54: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
-	14,  // 55: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
-	13,  // 56: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
-	11,  // 57: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
-	11,  // 58: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 59: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	130, // 60: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
-	13,  // 61: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
-	11,  // 62: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
-	11,  // 63: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 64: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	14,  // 65: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
+	139, // 15: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	18,  // 16: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
+	11,  // 17: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	136, // 18: execution.v1.EnsureEnvironmentRequest.metadata:type_name -> execution.v1.EnsureEnvironmentRequest.MetadataEntry
+	17,  // 19: execution.v1.EnsureEnvironmentRequest.deadline:type_name -> execution.v1.Deadline
+	16,  // 20: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	13,  // 21: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	11,  // 22: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	12,  // 23: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	139, // 24: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
+	16,  // 25: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	13,  // 26: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	11,  // 27: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
+	12,  // 28: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
+	25,  // 29: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 30: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
+	11,  // 31: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
+	12,  // 32: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	16,  // 33: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
+	14,  // 34: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
+	25,  // 35: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 36: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
+	14,  // 37: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
+	25,  // 38: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 39: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
+	25,  // 40: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 41: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	14,  // 42: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	25,  // 43: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 44: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	25,  // 45: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 46: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	14,  // 47: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	12,  // 48: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
+	14,  // 49: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
+	11,  // 50: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
+	40,  // 51: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
+	13,  // 52: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
+	12,  // 53: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	139, // 54: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	16,  // 55: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
+	15,  // 56: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
+	13,  // 57: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
+	13,  // 58: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 59: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	139, // 60: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	15,  // 61: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
+	13,  // 62: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
+	13,  // 63: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 64: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	16,  // 65: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	5,   // 66: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	129, // 67: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	47,  // 68: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
+	138, // 67: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	49,  // 68: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	6,   // 69: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
-	47,  // 70: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
-	47,  // 71: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
-	47,  // 72: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
-	47,  // 73: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
-	47,  // 74: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
-	47,  // 75: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
-	67,  // 76: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
-	48,  // 77: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
-	50,  // 78: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
-	52,  // 79: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
-	54,  // 80: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
-	56,  // 81: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
-	58,  // 82: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
-	60,  // 83: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
-	62,  // 84: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
-	64,  // 85: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
-	66,  // 86: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
-	49,  // 87: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
-	51,  // 88: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
-	53,  // 89: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
-	55,  // 90: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
-	57,  // 91: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
-	59,  // 92: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
-	61,  // 93: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
-	63,  // 94: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
-	65,  // 95: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
-	68,  // 96: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
-	11,  // 97: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 98: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
-	69,  // 99: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
-	70,  // 100: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
-	11,  // 101: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 102: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	50,  // 103: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
-	51,  // 104: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
-	11,  // 105: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 106: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	48,  // 107: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
-	49,  // 108: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
-	79,  // 109: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
-	77,  // 110: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	130, // 111: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	49,  // 70: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
+	49,  // 71: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
+	49,  // 72: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
+	49,  // 73: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
+	49,  // 74: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
+	49,  // 75: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
+	69,  // 76: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
+	50,  // 77: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
+	52,  // 78: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
+	54,  // 79: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
+	56,  // 80: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
+	58,  // 81: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
+	60,  // 82: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
+	62,  // 83: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
+	64,  // 84: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
+	66,  // 85: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
+	68,  // 86: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
+	51,  // 87: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
+	53,  // 88: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
+	55,  // 89: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
+	57,  // 90: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
+	59,  // 91: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
+	61,  // 92: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
+	63,  // 93: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
+	65,  // 94: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
+	67,  // 95: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
+	70,  // 96: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
+	13,  // 97: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 98: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
+	71,  // 99: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
+	72,  // 100: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
+	13,  // 101: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 102: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	52,  // 103: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
+	53,  // 104: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
+	13,  // 105: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 106: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	50,  // 107: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
+	51,  // 108: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
+	81,  // 109: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
+	79,  // 110: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
+	139, // 111: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
 	7,   // 112: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
-	80,  // 113: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
-	80,  // 114: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	129, // 115: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	130, // 116: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	82,  // 113: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
+	82,  // 114: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
+	138, // 115: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	139, // 116: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
 	8,   // 117: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
 	7,   // 118: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
-	84,  // 119: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	129, // 120: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	81,  // 121: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
-	11,  // 122: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 123: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	78,  // 124: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
-	81,  // 125: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
-	85,  // 126: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
-	11,  // 127: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 128: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
-	82,  // 129: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
-	81,  // 130: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
-	85,  // 131: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
-	83,  // 132: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
-	11,  // 133: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 134: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	130, // 135: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
-	85,  // 136: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
-	11,  // 137: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 138: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	78,  // 139: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
-	85,  // 140: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
-	83,  // 141: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
-	85,  // 142: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
-	11,  // 143: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 144: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	82,  // 145: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
-	11,  // 146: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
-	10,  // 147: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
-	85,  // 148: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
-	11,  // 149: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
-	10,  // 150: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
-	78,  // 151: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
-	97,  // 152: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
-	98,  // 153: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
-	97,  // 154: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
-	129, // 155: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
-	81,  // 156: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
-	23,  // 157: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 158: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	23,  // 159: execution.v1.DeleteEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	130, // 160: execution.v1.DeleteEnvironmentRequest.wait:type_name -> google.protobuf.Duration
-	14,  // 161: execution.v1.DeleteEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	23,  // 162: execution.v1.SetEnvironmentRetentionRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 163: execution.v1.SetEnvironmentRetentionResponse.environment:type_name -> execution.v1.Environment
-	23,  // 164: execution.v1.SetEnvironmentDeadlineRequest.target:type_name -> execution.v1.ReferenceTarget
-	15,  // 165: execution.v1.SetEnvironmentDeadlineRequest.deadline:type_name -> execution.v1.Deadline
-	14,  // 166: execution.v1.SetEnvironmentDeadlineResponse.environment:type_name -> execution.v1.Environment
-	9,   // 167: execution.v1.ListEnvironmentsRequest.owner:type_name -> execution.v1.Owner
+	86,  // 119: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
+	138, // 120: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	83,  // 121: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
+	13,  // 122: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 123: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	80,  // 124: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
+	83,  // 125: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
+	87,  // 126: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
+	13,  // 127: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 128: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
+	84,  // 129: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
+	83,  // 130: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
+	87,  // 131: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
+	85,  // 132: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
+	13,  // 133: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 134: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	139, // 135: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	87,  // 136: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
+	13,  // 137: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 138: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	80,  // 139: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
+	87,  // 140: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
+	85,  // 141: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
+	87,  // 142: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
+	13,  // 143: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 144: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	84,  // 145: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
+	13,  // 146: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
+	12,  // 147: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
+	87,  // 148: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
+	13,  // 149: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
+	12,  // 150: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
+	80,  // 151: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
+	99,  // 152: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
+	100, // 153: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
+	99,  // 154: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
+	138, // 155: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
+	83,  // 156: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
+	25,  // 157: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 158: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	25,  // 159: execution.v1.DeleteEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	139, // 160: execution.v1.DeleteEnvironmentRequest.wait:type_name -> google.protobuf.Duration
+	16,  // 161: execution.v1.DeleteEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	25,  // 162: execution.v1.SetEnvironmentRetentionRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 163: execution.v1.SetEnvironmentRetentionResponse.environment:type_name -> execution.v1.Environment
+	25,  // 164: execution.v1.SetEnvironmentDeadlineRequest.target:type_name -> execution.v1.ReferenceTarget
+	17,  // 165: execution.v1.SetEnvironmentDeadlineRequest.deadline:type_name -> execution.v1.Deadline
+	16,  // 166: execution.v1.SetEnvironmentDeadlineResponse.environment:type_name -> execution.v1.Environment
+	11,  // 167: execution.v1.ListEnvironmentsRequest.owner:type_name -> execution.v1.Owner
 	2,   // 168: execution.v1.ListEnvironmentsRequest.lifecycle:type_name -> execution.v1.LifecycleState
-	128, // 169: execution.v1.ListEnvironmentsRequest.metadata:type_name -> execution.v1.ListEnvironmentsRequest.MetadataEntry
-	14,  // 170: execution.v1.ListEnvironmentsResponse.environments:type_name -> execution.v1.Environment
-	23,  // 171: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	14,  // 172: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 173: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	101, // 174: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	14,  // 175: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 176: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	101, // 177: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	14,  // 178: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	10,  // 179: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	101, // 180: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	14,  // 181: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 182: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	101, // 183: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	14,  // 184: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 185: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	101, // 186: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	14,  // 187: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	10,  // 188: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	101, // 189: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	190, // [190:190] is the sub-list for method output_type
-	190, // [190:190] is the sub-list for method input_type
-	190, // [190:190] is the sub-list for extension type_name
-	190, // [190:190] is the sub-list for extension extendee
-	0,   // [0:190] is the sub-list for field type_name
+	137, // 169: execution.v1.ListEnvironmentsRequest.metadata:type_name -> execution.v1.ListEnvironmentsRequest.MetadataEntry
+	16,  // 170: execution.v1.ListEnvironmentsResponse.environments:type_name -> execution.v1.Environment
+	25,  // 171: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	16,  // 172: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	12,  // 173: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	103, // 174: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	16,  // 175: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	12,  // 176: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	103, // 177: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	16,  // 178: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	12,  // 179: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	103, // 180: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	16,  // 181: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	12,  // 182: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	103, // 183: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	16,  // 184: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	12,  // 185: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	103, // 186: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	16,  // 187: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	12,  // 188: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	103, // 189: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	138, // 190: execution.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	138, // 191: execution.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	128, // 192: execution.v1.UsageWindow.usage:type_name -> execution.v1.UsageCounters
+	12,  // 193: execution.v1.GetUsageRequest.environment:type_name -> execution.v1.EnvironmentRef
+	138, // 194: execution.v1.GetUsageRequest.start:type_name -> google.protobuf.Timestamp
+	138, // 195: execution.v1.GetUsageRequest.end:type_name -> google.protobuf.Timestamp
+	9,   // 196: execution.v1.GetUsageRequest.granularity:type_name -> execution.v1.UsageGranularity
+	12,  // 197: execution.v1.GetUsageResponse.environment:type_name -> execution.v1.EnvironmentRef
+	128, // 198: execution.v1.GetUsageResponse.totals:type_name -> execution.v1.UsageCounters
+	129, // 199: execution.v1.GetUsageResponse.windows:type_name -> execution.v1.UsageWindow
+	138, // 200: execution.v1.GetUsageResponse.as_of:type_name -> google.protobuf.Timestamp
+	138, // 201: execution.v1.GetUsageResponse.ended_at:type_name -> google.protobuf.Timestamp
+	11,  // 202: execution.v1.ListUsageRequest.owner:type_name -> execution.v1.Owner
+	138, // 203: execution.v1.ListUsageRequest.start:type_name -> google.protobuf.Timestamp
+	138, // 204: execution.v1.ListUsageRequest.end:type_name -> google.protobuf.Timestamp
+	9,   // 205: execution.v1.ListUsageRequest.granularity:type_name -> execution.v1.UsageGranularity
+	10,  // 206: execution.v1.ListUsageRequest.group_by:type_name -> execution.v1.UsageGroupBy
+	12,  // 207: execution.v1.UsageRecord.environment:type_name -> execution.v1.EnvironmentRef
+	129, // 208: execution.v1.UsageRecord.window:type_name -> execution.v1.UsageWindow
+	133, // 209: execution.v1.ListUsageResponse.records:type_name -> execution.v1.UsageRecord
+	138, // 210: execution.v1.ListUsageResponse.as_of:type_name -> google.protobuf.Timestamp
+	211, // [211:211] is the sub-list for method output_type
+	211, // [211:211] is the sub-list for method input_type
+	211, // [211:211] is the sub-list for extension type_name
+	211, // [211:211] is the sub-list for extension extendee
+	0,   // [0:211] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -9540,8 +10413,8 @@ func file_execution_v1_execution_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   120,
+			NumEnums:      11,
+			NumMessages:   127,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -41,6 +41,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=execution.mecatl.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("executionenvironments"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionEnvironments().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("executionusages"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionUsages().Informer()}, nil
 
 	}
 

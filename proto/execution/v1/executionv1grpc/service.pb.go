@@ -30,7 +30,7 @@ var File_execution_v1_executionv1grpc_service_proto protoreflect.FileDescriptor
 
 const file_execution_v1_executionv1grpc_service_proto_rawDesc = "" +
 	"\n" +
-	"*execution/v1/executionv1grpc/service.proto\x12\fexecution.v1\x1a\x1cexecution/v1/execution.proto2\xd1\x1b\n" +
+	"*execution/v1/executionv1grpc/service.proto\x12\fexecution.v1\x1a\x1cexecution/v1/execution.proto2\xea\x1c\n" +
 	"\x18ExecutionProviderService\x12^\n" +
 	"\x0fValidateProfile\x12$.execution.v1.ValidateProfileRequest\x1a%.execution.v1.ValidateProfileResponse\x12d\n" +
 	"\x11EnsureEnvironment\x12&.execution.v1.EnsureEnvironmentRequest\x1a'.execution.v1.EnsureEnvironmentResponse\x12d\n" +
@@ -70,7 +70,9 @@ const file_execution_v1_executionv1grpc_service_proto_rawDesc = "" +
 	"\x11DeleteEnvironment\x12&.execution.v1.DeleteEnvironmentRequest\x1a'.execution.v1.DeleteEnvironmentResponse\x12v\n" +
 	"\x17SetEnvironmentRetention\x12,.execution.v1.SetEnvironmentRetentionRequest\x1a-.execution.v1.SetEnvironmentRetentionResponse\x12s\n" +
 	"\x16SetEnvironmentDeadline\x12+.execution.v1.SetEnvironmentDeadlineRequest\x1a,.execution.v1.SetEnvironmentDeadlineResponse\x12a\n" +
-	"\x10ListEnvironments\x12%.execution.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponseBSZQgithub.com/execplane/execplane/proto/execution/v1/executionv1grpc;executionv1grpcb\x06proto3"
+	"\x10ListEnvironments\x12%.execution.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponse\x12I\n" +
+	"\bGetUsage\x12\x1d.execution.v1.GetUsageRequest\x1a\x1e.execution.v1.GetUsageResponse\x12L\n" +
+	"\tListUsage\x12\x1e.execution.v1.ListUsageRequest\x1a\x1f.execution.v1.ListUsageResponseBSZQgithub.com/execplane/execplane/proto/execution/v1/executionv1grpc;executionv1grpcb\x06proto3"
 
 var file_execution_v1_executionv1grpc_service_proto_goTypes = []any{
 	(*v1.ValidateProfileRequest)(nil),           // 0: execution.v1.ValidateProfileRequest
@@ -109,41 +111,45 @@ var file_execution_v1_executionv1grpc_service_proto_goTypes = []any{
 	(*v1.SetEnvironmentRetentionRequest)(nil),   // 33: execution.v1.SetEnvironmentRetentionRequest
 	(*v1.SetEnvironmentDeadlineRequest)(nil),    // 34: execution.v1.SetEnvironmentDeadlineRequest
 	(*v1.ListEnvironmentsRequest)(nil),          // 35: execution.v1.ListEnvironmentsRequest
-	(*v1.ValidateProfileResponse)(nil),          // 36: execution.v1.ValidateProfileResponse
-	(*v1.EnsureEnvironmentResponse)(nil),        // 37: execution.v1.EnsureEnvironmentResponse
-	(*v1.AttachEnvironmentResponse)(nil),        // 38: execution.v1.AttachEnvironmentResponse
-	(*v1.ReleaseReferenceResponse)(nil),         // 39: execution.v1.ReleaseReferenceResponse
-	(*v1.FilesResponse)(nil),                    // 40: execution.v1.FilesResponse
-	(*v1.StartCommandResponse)(nil),             // 41: execution.v1.StartCommandResponse
-	(*v1.CommandStatusResponse)(nil),            // 42: execution.v1.CommandStatusResponse
-	(*v1.CancelCommandResponse)(nil),            // 43: execution.v1.CancelCommandResponse
-	(*v1.AcquireRunResponse)(nil),               // 44: execution.v1.AcquireRunResponse
-	(*v1.RenewRunResponse)(nil),                 // 45: execution.v1.RenewRunResponse
-	(*v1.ReleaseRunResponse)(nil),               // 46: execution.v1.ReleaseRunResponse
-	(*v1.ReserveSuccessorResponse)(nil),         // 47: execution.v1.ReserveSuccessorResponse
-	(*v1.CommitReferenceResponse)(nil),          // 48: execution.v1.CommitReferenceResponse
-	(*v1.AbortReferenceResponse)(nil),           // 49: execution.v1.AbortReferenceResponse
-	(*v1.PrepareReferenceDeleteResponse)(nil),   // 50: execution.v1.PrepareReferenceDeleteResponse
-	(*v1.ConfirmReferenceDeleteResponse)(nil),   // 51: execution.v1.ConfirmReferenceDeleteResponse
-	(*v1.CancelReferenceDeleteResponse)(nil),    // 52: execution.v1.CancelReferenceDeleteResponse
-	(*v1.ListReferenceIntentsResponse)(nil),     // 53: execution.v1.ListReferenceIntentsResponse
-	(*v1.RetireEnvironmentResponse)(nil),        // 54: execution.v1.RetireEnvironmentResponse
-	(*v1.ReplaceExecutorResponse)(nil),          // 55: execution.v1.ReplaceExecutorResponse
-	(*v1.RevokeEnvironmentResponse)(nil),        // 56: execution.v1.RevokeEnvironmentResponse
-	(*v1.RecoverEnvironmentResponse)(nil),       // 57: execution.v1.RecoverEnvironmentResponse
-	(*v1.MigrateEnvironmentResponse)(nil),       // 58: execution.v1.MigrateEnvironmentResponse
-	(*v1.DeleteRetiredEnvironmentResponse)(nil), // 59: execution.v1.DeleteRetiredEnvironmentResponse
-	(*v1.WriteFileStreamResponse)(nil),          // 60: execution.v1.WriteFileStreamResponse
-	(*v1.ReadFileStreamResponse)(nil),           // 61: execution.v1.ReadFileStreamResponse
-	(*v1.CommandEvent)(nil),                     // 62: execution.v1.CommandEvent
-	(*v1.ListCommandsResponse)(nil),             // 63: execution.v1.ListCommandsResponse
-	(*v1.TerminalResponse)(nil),                 // 64: execution.v1.TerminalResponse
-	(*v1.SuspendEnvironmentResponse)(nil),       // 65: execution.v1.SuspendEnvironmentResponse
-	(*v1.ResumeEnvironmentResponse)(nil),        // 66: execution.v1.ResumeEnvironmentResponse
-	(*v1.DeleteEnvironmentResponse)(nil),        // 67: execution.v1.DeleteEnvironmentResponse
-	(*v1.SetEnvironmentRetentionResponse)(nil),  // 68: execution.v1.SetEnvironmentRetentionResponse
-	(*v1.SetEnvironmentDeadlineResponse)(nil),   // 69: execution.v1.SetEnvironmentDeadlineResponse
-	(*v1.ListEnvironmentsResponse)(nil),         // 70: execution.v1.ListEnvironmentsResponse
+	(*v1.GetUsageRequest)(nil),                  // 36: execution.v1.GetUsageRequest
+	(*v1.ListUsageRequest)(nil),                 // 37: execution.v1.ListUsageRequest
+	(*v1.ValidateProfileResponse)(nil),          // 38: execution.v1.ValidateProfileResponse
+	(*v1.EnsureEnvironmentResponse)(nil),        // 39: execution.v1.EnsureEnvironmentResponse
+	(*v1.AttachEnvironmentResponse)(nil),        // 40: execution.v1.AttachEnvironmentResponse
+	(*v1.ReleaseReferenceResponse)(nil),         // 41: execution.v1.ReleaseReferenceResponse
+	(*v1.FilesResponse)(nil),                    // 42: execution.v1.FilesResponse
+	(*v1.StartCommandResponse)(nil),             // 43: execution.v1.StartCommandResponse
+	(*v1.CommandStatusResponse)(nil),            // 44: execution.v1.CommandStatusResponse
+	(*v1.CancelCommandResponse)(nil),            // 45: execution.v1.CancelCommandResponse
+	(*v1.AcquireRunResponse)(nil),               // 46: execution.v1.AcquireRunResponse
+	(*v1.RenewRunResponse)(nil),                 // 47: execution.v1.RenewRunResponse
+	(*v1.ReleaseRunResponse)(nil),               // 48: execution.v1.ReleaseRunResponse
+	(*v1.ReserveSuccessorResponse)(nil),         // 49: execution.v1.ReserveSuccessorResponse
+	(*v1.CommitReferenceResponse)(nil),          // 50: execution.v1.CommitReferenceResponse
+	(*v1.AbortReferenceResponse)(nil),           // 51: execution.v1.AbortReferenceResponse
+	(*v1.PrepareReferenceDeleteResponse)(nil),   // 52: execution.v1.PrepareReferenceDeleteResponse
+	(*v1.ConfirmReferenceDeleteResponse)(nil),   // 53: execution.v1.ConfirmReferenceDeleteResponse
+	(*v1.CancelReferenceDeleteResponse)(nil),    // 54: execution.v1.CancelReferenceDeleteResponse
+	(*v1.ListReferenceIntentsResponse)(nil),     // 55: execution.v1.ListReferenceIntentsResponse
+	(*v1.RetireEnvironmentResponse)(nil),        // 56: execution.v1.RetireEnvironmentResponse
+	(*v1.ReplaceExecutorResponse)(nil),          // 57: execution.v1.ReplaceExecutorResponse
+	(*v1.RevokeEnvironmentResponse)(nil),        // 58: execution.v1.RevokeEnvironmentResponse
+	(*v1.RecoverEnvironmentResponse)(nil),       // 59: execution.v1.RecoverEnvironmentResponse
+	(*v1.MigrateEnvironmentResponse)(nil),       // 60: execution.v1.MigrateEnvironmentResponse
+	(*v1.DeleteRetiredEnvironmentResponse)(nil), // 61: execution.v1.DeleteRetiredEnvironmentResponse
+	(*v1.WriteFileStreamResponse)(nil),          // 62: execution.v1.WriteFileStreamResponse
+	(*v1.ReadFileStreamResponse)(nil),           // 63: execution.v1.ReadFileStreamResponse
+	(*v1.CommandEvent)(nil),                     // 64: execution.v1.CommandEvent
+	(*v1.ListCommandsResponse)(nil),             // 65: execution.v1.ListCommandsResponse
+	(*v1.TerminalResponse)(nil),                 // 66: execution.v1.TerminalResponse
+	(*v1.SuspendEnvironmentResponse)(nil),       // 67: execution.v1.SuspendEnvironmentResponse
+	(*v1.ResumeEnvironmentResponse)(nil),        // 68: execution.v1.ResumeEnvironmentResponse
+	(*v1.DeleteEnvironmentResponse)(nil),        // 69: execution.v1.DeleteEnvironmentResponse
+	(*v1.SetEnvironmentRetentionResponse)(nil),  // 70: execution.v1.SetEnvironmentRetentionResponse
+	(*v1.SetEnvironmentDeadlineResponse)(nil),   // 71: execution.v1.SetEnvironmentDeadlineResponse
+	(*v1.ListEnvironmentsResponse)(nil),         // 72: execution.v1.ListEnvironmentsResponse
+	(*v1.GetUsageResponse)(nil),                 // 73: execution.v1.GetUsageResponse
+	(*v1.ListUsageResponse)(nil),                // 74: execution.v1.ListUsageResponse
 }
 var file_execution_v1_executionv1grpc_service_proto_depIdxs = []int32{
 	0,  // 0: execution.v1.ExecutionProviderService.ValidateProfile:input_type -> execution.v1.ValidateProfileRequest
@@ -182,44 +188,48 @@ var file_execution_v1_executionv1grpc_service_proto_depIdxs = []int32{
 	33, // 33: execution.v1.ExecutionProviderService.SetEnvironmentRetention:input_type -> execution.v1.SetEnvironmentRetentionRequest
 	34, // 34: execution.v1.ExecutionProviderService.SetEnvironmentDeadline:input_type -> execution.v1.SetEnvironmentDeadlineRequest
 	35, // 35: execution.v1.ExecutionProviderService.ListEnvironments:input_type -> execution.v1.ListEnvironmentsRequest
-	36, // 36: execution.v1.ExecutionProviderService.ValidateProfile:output_type -> execution.v1.ValidateProfileResponse
-	37, // 37: execution.v1.ExecutionProviderService.EnsureEnvironment:output_type -> execution.v1.EnsureEnvironmentResponse
-	38, // 38: execution.v1.ExecutionProviderService.AttachEnvironment:output_type -> execution.v1.AttachEnvironmentResponse
-	39, // 39: execution.v1.ExecutionProviderService.ReleaseReference:output_type -> execution.v1.ReleaseReferenceResponse
-	40, // 40: execution.v1.ExecutionProviderService.Files:output_type -> execution.v1.FilesResponse
-	41, // 41: execution.v1.ExecutionProviderService.StartCommand:output_type -> execution.v1.StartCommandResponse
-	42, // 42: execution.v1.ExecutionProviderService.CommandStatus:output_type -> execution.v1.CommandStatusResponse
-	43, // 43: execution.v1.ExecutionProviderService.CancelCommand:output_type -> execution.v1.CancelCommandResponse
-	44, // 44: execution.v1.ExecutionProviderService.AcquireRun:output_type -> execution.v1.AcquireRunResponse
-	45, // 45: execution.v1.ExecutionProviderService.RenewRun:output_type -> execution.v1.RenewRunResponse
-	46, // 46: execution.v1.ExecutionProviderService.ReleaseRun:output_type -> execution.v1.ReleaseRunResponse
-	47, // 47: execution.v1.ExecutionProviderService.ReserveSuccessor:output_type -> execution.v1.ReserveSuccessorResponse
-	48, // 48: execution.v1.ExecutionProviderService.CommitReference:output_type -> execution.v1.CommitReferenceResponse
-	49, // 49: execution.v1.ExecutionProviderService.AbortReference:output_type -> execution.v1.AbortReferenceResponse
-	50, // 50: execution.v1.ExecutionProviderService.PrepareReferenceDelete:output_type -> execution.v1.PrepareReferenceDeleteResponse
-	51, // 51: execution.v1.ExecutionProviderService.ConfirmReferenceDelete:output_type -> execution.v1.ConfirmReferenceDeleteResponse
-	52, // 52: execution.v1.ExecutionProviderService.CancelReferenceDelete:output_type -> execution.v1.CancelReferenceDeleteResponse
-	53, // 53: execution.v1.ExecutionProviderService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	54, // 54: execution.v1.ExecutionProviderService.RetireEnvironment:output_type -> execution.v1.RetireEnvironmentResponse
-	55, // 55: execution.v1.ExecutionProviderService.ReplaceExecutor:output_type -> execution.v1.ReplaceExecutorResponse
-	56, // 56: execution.v1.ExecutionProviderService.RevokeEnvironment:output_type -> execution.v1.RevokeEnvironmentResponse
-	57, // 57: execution.v1.ExecutionProviderService.RecoverEnvironment:output_type -> execution.v1.RecoverEnvironmentResponse
-	58, // 58: execution.v1.ExecutionProviderService.MigrateEnvironment:output_type -> execution.v1.MigrateEnvironmentResponse
-	59, // 59: execution.v1.ExecutionProviderService.DeleteRetiredEnvironment:output_type -> execution.v1.DeleteRetiredEnvironmentResponse
-	60, // 60: execution.v1.ExecutionProviderService.WriteFileStream:output_type -> execution.v1.WriteFileStreamResponse
-	61, // 61: execution.v1.ExecutionProviderService.ReadFileStream:output_type -> execution.v1.ReadFileStreamResponse
-	62, // 62: execution.v1.ExecutionProviderService.RunCommand:output_type -> execution.v1.CommandEvent
-	62, // 63: execution.v1.ExecutionProviderService.WatchCommand:output_type -> execution.v1.CommandEvent
-	63, // 64: execution.v1.ExecutionProviderService.ListCommands:output_type -> execution.v1.ListCommandsResponse
-	64, // 65: execution.v1.ExecutionProviderService.Terminal:output_type -> execution.v1.TerminalResponse
-	65, // 66: execution.v1.ExecutionProviderService.SuspendEnvironment:output_type -> execution.v1.SuspendEnvironmentResponse
-	66, // 67: execution.v1.ExecutionProviderService.ResumeEnvironment:output_type -> execution.v1.ResumeEnvironmentResponse
-	67, // 68: execution.v1.ExecutionProviderService.DeleteEnvironment:output_type -> execution.v1.DeleteEnvironmentResponse
-	68, // 69: execution.v1.ExecutionProviderService.SetEnvironmentRetention:output_type -> execution.v1.SetEnvironmentRetentionResponse
-	69, // 70: execution.v1.ExecutionProviderService.SetEnvironmentDeadline:output_type -> execution.v1.SetEnvironmentDeadlineResponse
-	70, // 71: execution.v1.ExecutionProviderService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
-	36, // [36:72] is the sub-list for method output_type
-	0,  // [0:36] is the sub-list for method input_type
+	36, // 36: execution.v1.ExecutionProviderService.GetUsage:input_type -> execution.v1.GetUsageRequest
+	37, // 37: execution.v1.ExecutionProviderService.ListUsage:input_type -> execution.v1.ListUsageRequest
+	38, // 38: execution.v1.ExecutionProviderService.ValidateProfile:output_type -> execution.v1.ValidateProfileResponse
+	39, // 39: execution.v1.ExecutionProviderService.EnsureEnvironment:output_type -> execution.v1.EnsureEnvironmentResponse
+	40, // 40: execution.v1.ExecutionProviderService.AttachEnvironment:output_type -> execution.v1.AttachEnvironmentResponse
+	41, // 41: execution.v1.ExecutionProviderService.ReleaseReference:output_type -> execution.v1.ReleaseReferenceResponse
+	42, // 42: execution.v1.ExecutionProviderService.Files:output_type -> execution.v1.FilesResponse
+	43, // 43: execution.v1.ExecutionProviderService.StartCommand:output_type -> execution.v1.StartCommandResponse
+	44, // 44: execution.v1.ExecutionProviderService.CommandStatus:output_type -> execution.v1.CommandStatusResponse
+	45, // 45: execution.v1.ExecutionProviderService.CancelCommand:output_type -> execution.v1.CancelCommandResponse
+	46, // 46: execution.v1.ExecutionProviderService.AcquireRun:output_type -> execution.v1.AcquireRunResponse
+	47, // 47: execution.v1.ExecutionProviderService.RenewRun:output_type -> execution.v1.RenewRunResponse
+	48, // 48: execution.v1.ExecutionProviderService.ReleaseRun:output_type -> execution.v1.ReleaseRunResponse
+	49, // 49: execution.v1.ExecutionProviderService.ReserveSuccessor:output_type -> execution.v1.ReserveSuccessorResponse
+	50, // 50: execution.v1.ExecutionProviderService.CommitReference:output_type -> execution.v1.CommitReferenceResponse
+	51, // 51: execution.v1.ExecutionProviderService.AbortReference:output_type -> execution.v1.AbortReferenceResponse
+	52, // 52: execution.v1.ExecutionProviderService.PrepareReferenceDelete:output_type -> execution.v1.PrepareReferenceDeleteResponse
+	53, // 53: execution.v1.ExecutionProviderService.ConfirmReferenceDelete:output_type -> execution.v1.ConfirmReferenceDeleteResponse
+	54, // 54: execution.v1.ExecutionProviderService.CancelReferenceDelete:output_type -> execution.v1.CancelReferenceDeleteResponse
+	55, // 55: execution.v1.ExecutionProviderService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	56, // 56: execution.v1.ExecutionProviderService.RetireEnvironment:output_type -> execution.v1.RetireEnvironmentResponse
+	57, // 57: execution.v1.ExecutionProviderService.ReplaceExecutor:output_type -> execution.v1.ReplaceExecutorResponse
+	58, // 58: execution.v1.ExecutionProviderService.RevokeEnvironment:output_type -> execution.v1.RevokeEnvironmentResponse
+	59, // 59: execution.v1.ExecutionProviderService.RecoverEnvironment:output_type -> execution.v1.RecoverEnvironmentResponse
+	60, // 60: execution.v1.ExecutionProviderService.MigrateEnvironment:output_type -> execution.v1.MigrateEnvironmentResponse
+	61, // 61: execution.v1.ExecutionProviderService.DeleteRetiredEnvironment:output_type -> execution.v1.DeleteRetiredEnvironmentResponse
+	62, // 62: execution.v1.ExecutionProviderService.WriteFileStream:output_type -> execution.v1.WriteFileStreamResponse
+	63, // 63: execution.v1.ExecutionProviderService.ReadFileStream:output_type -> execution.v1.ReadFileStreamResponse
+	64, // 64: execution.v1.ExecutionProviderService.RunCommand:output_type -> execution.v1.CommandEvent
+	64, // 65: execution.v1.ExecutionProviderService.WatchCommand:output_type -> execution.v1.CommandEvent
+	65, // 66: execution.v1.ExecutionProviderService.ListCommands:output_type -> execution.v1.ListCommandsResponse
+	66, // 67: execution.v1.ExecutionProviderService.Terminal:output_type -> execution.v1.TerminalResponse
+	67, // 68: execution.v1.ExecutionProviderService.SuspendEnvironment:output_type -> execution.v1.SuspendEnvironmentResponse
+	68, // 69: execution.v1.ExecutionProviderService.ResumeEnvironment:output_type -> execution.v1.ResumeEnvironmentResponse
+	69, // 70: execution.v1.ExecutionProviderService.DeleteEnvironment:output_type -> execution.v1.DeleteEnvironmentResponse
+	70, // 71: execution.v1.ExecutionProviderService.SetEnvironmentRetention:output_type -> execution.v1.SetEnvironmentRetentionResponse
+	71, // 72: execution.v1.ExecutionProviderService.SetEnvironmentDeadline:output_type -> execution.v1.SetEnvironmentDeadlineResponse
+	72, // 73: execution.v1.ExecutionProviderService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
+	73, // 74: execution.v1.ExecutionProviderService.GetUsage:output_type -> execution.v1.GetUsageResponse
+	74, // 75: execution.v1.ExecutionProviderService.ListUsage:output_type -> execution.v1.ListUsageResponse
+	38, // [38:76] is the sub-list for method output_type
+	0,  // [0:38] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

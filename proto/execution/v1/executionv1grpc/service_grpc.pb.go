@@ -61,6 +61,8 @@ const (
 	ExecutionProviderService_SetEnvironmentRetention_FullMethodName  = "/execution.v1.ExecutionProviderService/SetEnvironmentRetention"
 	ExecutionProviderService_SetEnvironmentDeadline_FullMethodName   = "/execution.v1.ExecutionProviderService/SetEnvironmentDeadline"
 	ExecutionProviderService_ListEnvironments_FullMethodName         = "/execution.v1.ExecutionProviderService/ListEnvironments"
+	ExecutionProviderService_GetUsage_FullMethodName                 = "/execution.v1.ExecutionProviderService/GetUsage"
+	ExecutionProviderService_ListUsage_FullMethodName                = "/execution.v1.ExecutionProviderService/ListUsage"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -195,6 +197,14 @@ type ExecutionProviderServiceClient interface {
 	// optionally of one binding, in some states or with some metadata. Not mutating; requires
 	// the MayAttestOwner capability.
 	ListEnvironments(ctx context.Context, in *v1.ListEnvironmentsRequest, opts ...grpc.CallOption) (*v1.ListEnvironmentsResponse, error)
+	// GetUsage answers one environment's usage ledger: totals since its creation and hourly or
+	// daily windows (docs/usage.md). For the client that created it (with the owner, when it
+	// names one), or an administrator of that client. Not mutating.
+	GetUsage(ctx context.Context, in *v1.GetUsageRequest, opts ...grpc.CallOption) (*v1.GetUsageResponse, error)
+	// ListUsage sums usage over windows, grouped by environment, binding, owner or client: a
+	// client's own environments (of one owner, when it names one); an administrator's
+	// clients' too. Not mutating.
+	ListUsage(ctx context.Context, in *v1.ListUsageRequest, opts ...grpc.CallOption) (*v1.ListUsageResponse, error)
 }
 
 type executionProviderServiceClient struct {
@@ -598,6 +608,26 @@ func (c *executionProviderServiceClient) ListEnvironments(ctx context.Context, i
 	return out, nil
 }
 
+func (c *executionProviderServiceClient) GetUsage(ctx context.Context, in *v1.GetUsageRequest, opts ...grpc.CallOption) (*v1.GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.GetUsageResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionProviderServiceClient) ListUsage(ctx context.Context, in *v1.ListUsageRequest, opts ...grpc.CallOption) (*v1.ListUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListUsageResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_ListUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -730,6 +760,14 @@ type ExecutionProviderServiceServer interface {
 	// optionally of one binding, in some states or with some metadata. Not mutating; requires
 	// the MayAttestOwner capability.
 	ListEnvironments(context.Context, *v1.ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error)
+	// GetUsage answers one environment's usage ledger: totals since its creation and hourly or
+	// daily windows (docs/usage.md). For the client that created it (with the owner, when it
+	// names one), or an administrator of that client. Not mutating.
+	GetUsage(context.Context, *v1.GetUsageRequest) (*v1.GetUsageResponse, error)
+	// ListUsage sums usage over windows, grouped by environment, binding, owner or client: a
+	// client's own environments (of one owner, when it names one); an administrator's
+	// clients' too. Not mutating.
+	ListUsage(context.Context, *v1.ListUsageRequest) (*v1.ListUsageResponse, error)
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -847,6 +885,12 @@ func (UnimplementedExecutionProviderServiceServer) SetEnvironmentDeadline(contex
 }
 func (UnimplementedExecutionProviderServiceServer) ListEnvironments(context.Context, *v1.ListEnvironmentsRequest) (*v1.ListEnvironmentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEnvironments not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) GetUsage(context.Context, *v1.GetUsageRequest) (*v1.GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) ListUsage(context.Context, *v1.ListUsageRequest) (*v1.ListUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUsage not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -1475,6 +1519,42 @@ func _ExecutionProviderService_ListEnvironments_Handler(srv interface{}, ctx con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionProviderService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).GetUsage(ctx, req.(*v1.GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionProviderService_ListUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.ListUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).ListUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_ListUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).ListUsage(ctx, req.(*v1.ListUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1605,6 +1685,14 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEnvironments",
 			Handler:    _ExecutionProviderService_ListEnvironments_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _ExecutionProviderService_GetUsage_Handler,
+		},
+		{
+			MethodName: "ListUsage",
+			Handler:    _ExecutionProviderService_ListUsage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

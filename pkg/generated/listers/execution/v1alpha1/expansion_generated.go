@@ -11,3 +11,11 @@ type ExecutionEnvironmentListerExpansion interface{}
 // ExecutionEnvironmentNamespaceListerExpansion allows custom methods to be added to
 // ExecutionEnvironmentNamespaceLister.
 type ExecutionEnvironmentNamespaceListerExpansion interface{}
+
+// ExecutionUsageListerExpansion allows custom methods to be added to
+// ExecutionUsageLister.
+type ExecutionUsageListerExpansion interface{}
+
+// ExecutionUsageNamespaceListerExpansion allows custom methods to be added to
+// ExecutionUsageNamespaceLister.
+type ExecutionUsageNamespaceListerExpansion interface{}

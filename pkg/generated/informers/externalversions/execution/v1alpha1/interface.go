@@ -12,6 +12,8 @@ import (
 type Interface interface {
 	// ExecutionEnvironments returns a ExecutionEnvironmentInformer.
 	ExecutionEnvironments() TypedExecutionEnvironmentInformer
+	// ExecutionUsages returns a ExecutionUsageInformer.
+	ExecutionUsages() TypedExecutionUsageInformer
 }
 
 type version struct {
@@ -28,4 +30,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // ExecutionEnvironments returns a TypedExecutionEnvironmentInformer.
 func (v *version) ExecutionEnvironments() TypedExecutionEnvironmentInformer {
 	return &executionEnvironmentInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// ExecutionUsages returns a TypedExecutionUsageInformer.
+func (v *version) ExecutionUsages() TypedExecutionUsageInformer {
+	return &executionUsageInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

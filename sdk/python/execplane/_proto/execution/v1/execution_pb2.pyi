@@ -34,6 +34,7 @@ ERROR_REASON_OUTCOME_UNKNOWN: ErrorReason
 ERROR_REASON_PATH_ESCAPE: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
 ERROR_REASON_PRECONDITION_MISMATCH: ErrorReason
+ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
 ERROR_REASON_RECORD_UNVERIFIED: ErrorReason
 ERROR_REASON_REVOKED: ErrorReason
 ERROR_REASON_RUN_CLAIM_HELD: ErrorReason
@@ -72,6 +73,16 @@ REFERENCE_STATE_PENDING_DELETE: ReferenceState
 REFERENCE_STATE_PUBLISHED: ReferenceState
 REFERENCE_STATE_RESERVED_SUCCESSOR: ReferenceState
 REFERENCE_STATE_UNSPECIFIED: ReferenceState
+USAGE_GRANULARITY_DAY: UsageGranularity
+USAGE_GRANULARITY_HOUR: UsageGranularity
+USAGE_GRANULARITY_TOTAL: UsageGranularity
+USAGE_GRANULARITY_UNSPECIFIED: UsageGranularity
+USAGE_GROUP_BY_BINDING: UsageGroupBy
+USAGE_GROUP_BY_CLIENT: UsageGroupBy
+USAGE_GROUP_BY_ENVIRONMENT: UsageGroupBy
+USAGE_GROUP_BY_NONE: UsageGroupBy
+USAGE_GROUP_BY_OWNER: UsageGroupBy
+USAGE_GROUP_BY_UNSPECIFIED: UsageGroupBy
 WRITE_MODE_COMPARE_AND_SWAP: WriteMode
 WRITE_MODE_CREATE_ONLY: WriteMode
 WRITE_MODE_OVERWRITE: WriteMode
@@ -587,6 +598,40 @@ class FilesResponse(_message.Message):
     result: FileResult
     def __init__(self, result: _Optional[_Union[FileResult, _Mapping]] = ...) -> None: ...
 
+class GetUsageRequest(_message.Message):
+    __slots__ = ["end", "environment", "granularity", "start"]
+    END_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    GRANULARITY_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    end: _timestamp_pb2.Timestamp
+    environment: EnvironmentRef
+    granularity: UsageGranularity
+    start: _timestamp_pb2.Timestamp
+    def __init__(self, environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., start: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., end: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., granularity: _Optional[_Union[UsageGranularity, str]] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ["as_of", "binding_id", "client_hash", "ended_at", "environment", "owner_hash", "profile", "totals", "windows"]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_HASH_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    as_of: _timestamp_pb2.Timestamp
+    binding_id: str
+    client_hash: str
+    ended_at: _timestamp_pb2.Timestamp
+    environment: EnvironmentRef
+    owner_hash: str
+    profile: str
+    totals: UsageCounters
+    windows: _containers.RepeatedCompositeFieldContainer[UsageWindow]
+    def __init__(self, environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., totals: _Optional[_Union[UsageCounters, _Mapping]] = ..., windows: _Optional[_Iterable[_Union[UsageWindow, _Mapping]]] = ..., as_of: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., owner_hash: _Optional[str] = ..., client_hash: _Optional[str] = ...) -> None: ...
+
 class Glob(_message.Message):
     __slots__ = ["base", "max_results", "pattern"]
     BASE_FIELD_NUMBER: _ClassVar[int]
@@ -733,6 +778,40 @@ class ListReferenceIntentsResponse(_message.Message):
     intents: _containers.RepeatedCompositeFieldContainer[ReferenceIntent]
     next_page_token: str
     def __init__(self, intents: _Optional[_Iterable[_Union[ReferenceIntent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListUsageRequest(_message.Message):
+    __slots__ = ["all_clients", "binding_id", "client", "end", "granularity", "group_by", "owner", "page_size", "page_token", "start"]
+    ALL_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    GRANULARITY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    all_clients: bool
+    binding_id: str
+    client: str
+    end: _timestamp_pb2.Timestamp
+    granularity: UsageGranularity
+    group_by: UsageGroupBy
+    owner: Owner
+    page_size: int
+    page_token: str
+    start: _timestamp_pb2.Timestamp
+    def __init__(self, owner: _Optional[_Union[Owner, _Mapping]] = ..., binding_id: _Optional[str] = ..., client: _Optional[str] = ..., all_clients: bool = ..., start: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., end: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., granularity: _Optional[_Union[UsageGranularity, str]] = ..., group_by: _Optional[_Union[UsageGroupBy, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListUsageResponse(_message.Message):
+    __slots__ = ["as_of", "next_page_token", "records"]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    as_of: _timestamp_pb2.Timestamp
+    next_page_token: str
+    records: _containers.RepeatedCompositeFieldContainer[UsageRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[UsageRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., as_of: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class MakeDirectory(_message.Message):
     __slots__ = ["mode", "parents", "path"]
@@ -1239,6 +1318,56 @@ class TerminalStart(_message.Message):
     size: TerminalSize
     def __init__(self, run_grant: _Optional[_Union[Grant, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., command: _Optional[_Union[CommandSpec, _Mapping]] = ..., size: _Optional[_Union[TerminalSize, _Mapping]] = ...) -> None: ...
 
+class UsageCounters(_message.Message):
+    __slots__ = ["bytes_in", "bytes_out", "commands", "cpu_nanoseconds", "memory_kib_seconds", "memory_peak_bytes", "ready_milliseconds", "storage_kib_seconds", "suspended_milliseconds"]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    CPU_NANOSECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_KIB_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    READY_MILLISECONDS_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_KIB_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_MILLISECONDS_FIELD_NUMBER: _ClassVar[int]
+    bytes_in: int
+    bytes_out: int
+    commands: int
+    cpu_nanoseconds: int
+    memory_kib_seconds: int
+    memory_peak_bytes: int
+    ready_milliseconds: int
+    storage_kib_seconds: int
+    suspended_milliseconds: int
+    def __init__(self, cpu_nanoseconds: _Optional[int] = ..., memory_kib_seconds: _Optional[int] = ..., memory_peak_bytes: _Optional[int] = ..., storage_kib_seconds: _Optional[int] = ..., ready_milliseconds: _Optional[int] = ..., suspended_milliseconds: _Optional[int] = ..., commands: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ...) -> None: ...
+
+class UsageRecord(_message.Message):
+    __slots__ = ["binding_id", "client_hash", "environment", "owner_hash", "profile", "window"]
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_HASH_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    binding_id: str
+    client_hash: str
+    environment: EnvironmentRef
+    owner_hash: str
+    profile: str
+    window: UsageWindow
+    def __init__(self, environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., owner_hash: _Optional[str] = ..., client_hash: _Optional[str] = ..., profile: _Optional[str] = ..., window: _Optional[_Union[UsageWindow, _Mapping]] = ...) -> None: ...
+
+class UsageWindow(_message.Message):
+    __slots__ = ["closed", "end", "start", "usage"]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    closed: bool
+    end: _timestamp_pb2.Timestamp
+    start: _timestamp_pb2.Timestamp
+    usage: UsageCounters
+    def __init__(self, start: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., end: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[UsageCounters, _Mapping]] = ..., closed: bool = ...) -> None: ...
+
 class ValidateProfileRequest(_message.Message):
     __slots__ = ["expected_digest", "profile"]
     EXPECTED_DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -1331,4 +1460,10 @@ class CommandState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class OutputStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class UsageGranularity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class UsageGroupBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -197,6 +197,16 @@ class ExecutionProviderServiceStub(object):
                 request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsRequest.SerializeToString,
                 response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsResponse.FromString,
                 )
+        self.GetUsage = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/GetUsage',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetUsageResponse.FromString,
+                )
+        self.ListUsage = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/ListUsage',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageResponse.FromString,
+                )
 
 
 class ExecutionProviderServiceServicer(object):
@@ -509,6 +519,24 @@ class ExecutionProviderServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """GetUsage answers one environment's usage ledger: totals since its creation and hourly or
+        daily windows (docs/usage.md). For the client that created it (with the owner, when it
+        names one), or an administrator of that client. Not mutating.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsage(self, request, context):
+        """ListUsage sums usage over windows, grouped by environment, binding, owner or client: a
+        client's own environments (of one owner, when it names one); an administrator's
+        clients' too. Not mutating.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutionProviderServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -691,6 +719,16 @@ def add_ExecutionProviderServiceServicer_to_server(servicer, server):
                     servicer.ListEnvironments,
                     request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsRequest.FromString,
                     response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetUsageRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'ListUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsage,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1314,5 +1352,39 @@ class ExecutionProviderService(object):
         return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/ListEnvironments',
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsRequest.SerializeToString,
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListEnvironmentsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/GetUsage',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetUsageRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetUsageResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/ListUsage',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -15,6 +15,7 @@ import (
 type ExecutionV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	ExecutionEnvironmentsGetter
+	ExecutionUsagesGetter
 }
 
 // ExecutionV1alpha1Client is used to interact with features provided by the execution.mecatl.dev group.
@@ -24,6 +25,10 @@ type ExecutionV1alpha1Client struct {
 
 func (c *ExecutionV1alpha1Client) ExecutionEnvironments(namespace string) ExecutionEnvironmentInterface {
 	return newExecutionEnvironments(c, namespace)
+}
+
+func (c *ExecutionV1alpha1Client) ExecutionUsages(namespace string) ExecutionUsageInterface {
+	return newExecutionUsages(c, namespace)
 }
 
 // NewForConfig creates a new ExecutionV1alpha1Client for the given config.

@@ -5,3 +5,5 @@
 package v1alpha1
 
 type ExecutionEnvironmentExpansion interface{}
+
+type ExecutionUsageExpansion interface{}

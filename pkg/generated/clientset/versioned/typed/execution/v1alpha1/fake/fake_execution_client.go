@@ -18,6 +18,10 @@ func (c *FakeExecutionV1alpha1) ExecutionEnvironments(namespace string) v1alpha1
 	return newFakeExecutionEnvironments(c, namespace)
 }
 
+func (c *FakeExecutionV1alpha1) ExecutionUsages(namespace string) v1alpha1.ExecutionUsageInterface {
+	return newFakeExecutionUsages(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeExecutionV1alpha1) RESTClient() rest.Interface {
