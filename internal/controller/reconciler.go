@@ -105,6 +105,8 @@ type Reconciler struct {
 	// that misses one in the cache reads it live instead of creating it again (a quiet start
 	// records neither until Ready, see quiet.go).
 	unrecorded sync.Map
+	// quota are the environments a time quota suspends (quota.go).
+	quota quotaSuspensions
 }
 
 // NewReconciler builds the informers and the queue; Initialize starts them.
@@ -389,6 +391,7 @@ func (p *pass) compute(ctx context.Context) error {
 	p.applyDeadline()
 	p.applyIdlePolicy()
 	p.applyTimeLimits()
+	p.applyQuota()
 	p.o.fence, p.o.fenceReason = p.status.FenceState, p.status.FenceReason
 	p.o.operation = p.status.LifecycleOperation
 	p.o.terminated = p.status.Pod == nil && p.status.TerminationProof != nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/execplane/execplane/internal/allocation"
 	"github.com/execplane/execplane/internal/control"
 	"github.com/execplane/execplane/internal/failpoint"
 	"github.com/execplane/execplane/internal/kube"
@@ -20,6 +21,8 @@ import (
 	"github.com/execplane/execplane/internal/startup"
 	"github.com/execplane/execplane/internal/usage"
 	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/quota"
 	"github.com/execplane/execplane/pkg/store"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 )
@@ -121,6 +124,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	poolMetrics := NewPoolMetrics(proc.Registry)
 	endMetrics := NewEndMetrics(proc.Registry)
 	usageMetrics := usage.NewMetrics(proc.Registry)
+	quotaMetrics := allocation.NewMetrics(proc.Registry)
+	quotas, err := quota.NewSource(cfg.QuotasFile)
+	if err != nil {
+		return err
+	}
+	go quotas.Watch(ctx, quotaReload,
+		func() { logger.Info("quotas reloaded") },
+		func(err error) {
+			logger.Error("quotas file refused: the last good one stays in force", logging.KeyError, err)
+		})
 	election := kube.Election{
 		Client: proc.Clients.Lease, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
@@ -165,16 +178,24 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				<-ctx.Done()
 				return
 			}
-			st, err := store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Executors(),
-				Profiles: profiles, Finalizer: EnvironmentFinalizer, Provisioner: r, Now: storeClock()})
-			if err != nil {
-				logger.Error("store failed to start", logging.KeyError, err)
-				<-ctx.Done()
-				return
-			}
 			rec, err := newUsageRecorder(cfg, proc.Clients, r, usageMetrics, logger)
+			var alloc *allocation.Allocator
+			if err == nil {
+				alloc, err = allocation.New(allocation.Config{Execution: execClient, Namespace: cfg.Executors(), Environments: r.Environments(),
+					Quotas: quotas, Use: rec.Use, Storage: profileStorage(profiles), Logger: logger, Metrics: quotaMetrics})
+			}
+			if err == nil {
+				err = alloc.Start(ctx)
+			}
+			var st *store.Store
+			if err == nil {
+				st, err = store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Executors(),
+					Profiles: profiles, Finalizer: EnvironmentFinalizer, Provisioner: r, Now: storeClock(), Admission: alloc})
+			}
 			if err != nil {
-				logger.Error("usage recorder failed to start", logging.KeyError, err)
+				if ctx.Err() == nil {
+					logger.Error("store, usage recorder or quotas failed to start", logging.KeyError, err)
+				}
 				<-ctx.Done()
 				return
 			}
@@ -185,6 +206,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					logger.Error("usage recorder stopped", logging.KeyError, err)
 				}
 			})
+			recording.Go(func() { syncAllocations(ctx, alloc, r) })
 			ledger.Store(st)
 			defer ledger.Store(nil)
 			usages.Store(rec)
@@ -225,6 +247,40 @@ func newUsageRecorder(cfg Config, clients kube.Clients, r *Reconciler, m *usage.
 		rc.Scraper, rc.Node = k, usage.NodeGetter(clients.Kube, time.Now)
 	}
 	return usage.NewRecorder(rc)
+}
+
+// quotaReload is how often the quotas file is read for a change: a ConfigMap's update
+// reaches the Pod's volume within a minute anyway.
+const quotaReload = 10 * time.Second
+
+// allocationSync is how often allocations are made true to the environments, and time
+// quotas with the suspend action acted on.
+const allocationSync = 15 * time.Second
+
+// syncAllocations runs the allocations' sync until ctx ends, and has the reconciler suspend
+// the environments of scopes over a suspending time quota.
+func syncAllocations(ctx context.Context, a *allocation.Allocator, r *Reconciler) {
+	t := time.NewTicker(allocationSync)
+	defer t.Stop()
+	for {
+		r.quotaSuspend(a.Sync(ctx))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// profileStorage is the claim size of a profile's environments.
+func profileStorage(profiles *profile.Registry) func(string) int64 {
+	return func(name string) int64 {
+		e, ok := profiles.Get(name)
+		if !ok || e.Spec.StorageSize == nil {
+			return 0
+		}
+		return e.Spec.StorageSize.Value()
+	}
 }
 
 // breakFastStoreClock, in a failpoint build asked to break it (failpoint.Breaks), runs the

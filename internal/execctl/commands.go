@@ -19,6 +19,8 @@ type leaf struct {
 	args           string
 	nargs, minArgs int
 	summary        string
+	// details, when set, is what the command's help says beyond the summary (paragraphs).
+	details string
 	// example teaches by showing: one or more command lines.
 	example string
 	// setup registers the command's flags and returns what runs once they are parsed.
@@ -102,6 +104,9 @@ func runLeaf(ctx context.Context, cfg Config, g *group, l *leaf, args []string, 
 
 func leafUsage(fs *flag.FlagSet, name string, l *leaf, w io.Writer) {
 	fmt.Fprintf(w, "%s — %s\n\nUsage: %s [flags] %s\n", name, l.summary, name, l.args)
+	if l.details != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(l.details))
+	}
 	if l.example != "" {
 		fmt.Fprintf(w, "\nExamples:\n")
 		for line := range strings.SplitSeq(strings.TrimSpace(l.example), "\n") {

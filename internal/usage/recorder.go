@@ -555,3 +555,26 @@ func (r *Recorder) Views(s Scope, now time.Time) ([]*executionv1alpha1.Execution
 	}
 	return out, nil
 }
+
+// Use sums the CPU and memory of a client's environments (of one owner, when ownerHash is
+// set) over the hourly windows of the last window: what the written ledgers hold, a
+// checkpoint behind at most (quotas need no more, and a read stays cheap).
+func (r *Recorder) Use(clientHash, ownerHash string, window time.Duration) (cpuNanoseconds, memoryKiBSeconds int64) {
+	ledgers, err := r.Ledgers()
+	if err != nil {
+		return 0, 0
+	}
+	from := r.cfg.Now().Add(-window).UTC().Truncate(Window)
+	for _, u := range ledgers {
+		if u.Spec.ClientHash != clientHash || (ownerHash != "" && u.Spec.OwnerHash != ownerHash) {
+			continue
+		}
+		for _, w := range u.Status.Windows {
+			if !w.Start.Time.Before(from) {
+				cpuNanoseconds += w.CPUNanoseconds
+				memoryKiBSeconds += w.MemoryKiBSeconds
+			}
+		}
+	}
+	return cpuNanoseconds, memoryKiBSeconds
+}

@@ -63,9 +63,16 @@ func Status(err error, requestID string) error {
 		code, reason, retryable, msg = codes.Canceled, ErrUnavailable.reason, true, "canceled"
 	}
 	st := status.New(code, msg)
-	withInfo, detailErr := st.WithDetails(&errdetails.ErrorInfo{
-		Reason: ReasonName(reason), Domain: Domain, Metadata: map[string]string{metaRetryable: strconv.FormatBool(retryable)},
-	})
+	md := map[string]string{metaRetryable: strconv.FormatBool(retryable)}
+	var extra *metadataError
+	if e != nil && errors.As(err, &extra) {
+		for k, v := range extra.md {
+			if k != metaRetryable {
+				md[k] = v
+			}
+		}
+	}
+	withInfo, detailErr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonName(reason), Domain: Domain, Metadata: md})
 	if detailErr != nil {
 		return st.Err()
 	}
@@ -99,4 +106,19 @@ func Info(err error) *errdetails.ErrorInfo {
 // Matches reports whether an answer with code and reason belongs to class e.
 func (e *Error) Matches(code codes.Code, reason string) bool {
 	return e.code == code && ReasonName(e.reason) == reason
+}
+
+// metadataError carries ErrorInfo metadata beside its error (WithMetadata).
+type metadataError struct {
+	err error
+	md  map[string]string
+}
+
+func (m *metadataError) Error() string { return m.err.Error() }
+func (m *metadataError) Unwrap() error { return m.err }
+
+// WithMetadata returns err with ErrorInfo metadata for its answer (a quota's name, limit
+// and use): keys and values a caller may read, never secrets. "retryable" is the class's.
+func WithMetadata(err error, md map[string]string) error {
+	return &metadataError{err: err, md: md}
 }

@@ -328,7 +328,22 @@ var sdkClass = map[*apierror.Error]error{
 	apierror.ErrWrongType: ErrWrongType, apierror.ErrLimitExceeded: ErrExhausted, apierror.ErrBusy: ErrExhausted,
 	apierror.ErrUnavailable: ErrUnavailable, apierror.ErrExecutorUnreachable: ErrUnavailable,
 	apierror.ErrOutcomeUnknown: ErrOutcomeUnknown, apierror.ErrUnimplemented: ErrUnimplemented, apierror.ErrInternal: ErrInternal,
-	apierror.ErrRecordUnverified: ErrRecordUnverified,
+	apierror.ErrRecordUnverified: ErrRecordUnverified, apierror.ErrQuotaExceeded: ErrQuotaExceeded,
+}
+
+// A quota refusal's metadata reaches the caller, and the refusal is also an ErrExhausted.
+func TestQuotaRefusalCarriesItsQuota(t *testing.T) {
+	md := map[string]string{"quota": "environments", "scope": "owner", "limit": "10", "used": "10"}
+	sent := apierror.Status(apierror.WithMetadata(fmt.Errorf("%w: the owner quota environments", apierror.ErrQuotaExceeded), md), "rid")
+	c, _ := start(t, map[string][]error{"Attach": {sent}})
+	_, err := c.Attach(t.Context(), AttachRequest{Owner: Owner{Issuer: "i", Subject: "s"}, BindingID: "b", ID: "env-1", Revision: testEnv.Ref.Revision})
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrQuotaExceeded) || !errors.Is(err, ErrExhausted) {
+		t.Fatalf("got %v", err)
+	}
+	if diff := cmp.Diff(md, e.Metadata); diff != "" {
+		t.Errorf("metadata (-sent +got):\n%s", diff)
+	}
 }
 
 // TestEveryReasonRoundTrips: every class of the server's vocabulary, answered as the edge

@@ -27,6 +27,9 @@ type Error struct {
 	Retryable bool
 	// RequestID is the gateway's request id (for the operator's logs), when known.
 	RequestID string
+	// Metadata is what the answer says beside its reason: for QUOTA_EXCEEDED the quota
+	// ("quota"), its scope ("client" or "owner"), "limit" and "used".
+	Metadata map[string]string
 }
 
 func (e *Error) Error() string {
@@ -108,6 +111,9 @@ var (
 	ErrWrongType error = &kind{name: "wrong file type", codes: []codes.Code{codes.FailedPrecondition}, reason: executionv1.ErrorReason_ERROR_REASON_WRONG_TYPE}
 	// ErrExhausted: a rate, concurrency, size or capacity limit.
 	ErrExhausted error = &kind{name: "limit exceeded", codes: []codes.Code{codes.ResourceExhausted}}
+	// ErrQuotaExceeded: an operator's quota of the client or the owner (Error.Metadata
+	// names it); also an ErrExhausted.
+	ErrQuotaExceeded error = &kind{name: "quota exceeded", codes: []codes.Code{codes.ResourceExhausted}, reason: executionv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED}
 	// ErrUnavailable: the gateway, its security material or the controller leader is
 	// unavailable for now.
 	ErrUnavailable error = &kind{name: "unavailable", codes: []codes.Code{codes.Unavailable}}
@@ -136,5 +142,14 @@ func asError(err error, requestID string) error {
 	if !ok {
 		return err
 	}
-	return &Error{Code: st.Code(), Message: st.Message(), RequestID: requestID, Reason: apierror.Reason(err), Retryable: apierror.Retryable(err)}
+	out := &Error{Code: st.Code(), Message: st.Message(), RequestID: requestID, Reason: apierror.Reason(err), Retryable: apierror.Retryable(err)}
+	for k, v := range apierror.Info(err).GetMetadata() {
+		if k != "retryable" {
+			if out.Metadata == nil {
+				out.Metadata = map[string]string{}
+			}
+			out.Metadata[k] = v
+		}
+	}
+	return out
 }

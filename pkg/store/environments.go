@@ -150,9 +150,20 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
+	// The quotas first: a refusal is the tenant's answer, and a slot of the profile's
+	// capacity is not held meanwhile by a call its quota refuses.
+	admitted := Admitted{ClientHash: ident.ClientHash(in.Caller.Client), OwnerHash: ownerHash, Name: name, StorageBytes: s.storageOf(in.Profile)}
+	if s.cfg.Admission != nil {
+		if err := s.cfg.Admission.AdmitEnvironment(ctx, admitted); err != nil {
+			return nil, err
+		}
+	}
 	reserved, err := s.reserve(ctx, name, in.Profile, removed)
+	if err != nil && s.cfg.Admission != nil {
+		s.cfg.Admission.Forget(context.WithoutCancel(ctx), admitted)
+	}
 	if err != nil || !reserved {
-		return nil, err
+		return nil, err // an environment that exists stays counted
 	}
 	env := &executionv1alpha1.ExecutionEnvironment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace,
@@ -171,6 +182,9 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 		s.capMu.Unlock()
 		if apierrors.IsAlreadyExists(err) {
 			return nil, nil
+		}
+		if s.cfg.Admission != nil {
+			s.cfg.Admission.Forget(context.WithoutCancel(ctx), admitted)
 		}
 		return nil, err
 	}
@@ -326,4 +340,13 @@ func addRef(env *executionv1alpha1.ExecutionEnvironment, ref executionv1alpha1.R
 	})
 	env.Status.References = slices.Insert(env.Status.References, i, ref)
 	return &env.Status.References[i]
+}
+
+// storageOf is the workspace claim size of a profile's environments (0 when unknown).
+func (s *Store) storageOf(profile string) int64 {
+	entry, ok := s.cfg.Profiles.Get(profile)
+	if !ok || entry.Spec.StorageSize == nil {
+		return 0
+	}
+	return entry.Spec.StorageSize.Value()
 }

@@ -47,6 +47,29 @@ type Config struct {
 	// Provisioner, when set, provisions an environment Ensure has just created within the
 	// status write that records its first reference (the controller's pass, run in place).
 	Provisioner Provisioner
+	// Admission, when set, counts new and resumed environments against the operator's
+	// quotas before they are written (docs/usage.md "Quotas").
+	Admission Admission
+}
+
+// Admission admits environments under the operator's quotas. Each call is idempotent (an
+// environment already counted is admitted again) and atomic across callers and leaders;
+// a refusal wraps apierror.ErrQuotaExceeded and leaves nothing counted.
+type Admission interface {
+	// AdmitEnvironment counts a new environment of a client and owner, with its claim's
+	// size, before it is created.
+	AdmitEnvironment(ctx context.Context, in Admitted) error
+	// AdmitReady counts an environment about to resume as ready.
+	AdmitReady(ctx context.Context, in Admitted) error
+	// Forget gives back what AdmitEnvironment counted for an environment that was not
+	// created (best effort: the controller's sync gives back what it misses).
+	Forget(ctx context.Context, in Admitted)
+}
+
+// Admitted names an environment for Admission.
+type Admitted struct {
+	ClientHash, OwnerHash, Name string
+	StorageBytes                int64
 }
 
 // Provisioner runs the controller's pass over an environment before the store's write
@@ -192,6 +215,9 @@ func (s *Store) mutate(ctx context.Context, m mutation) (*Result, error) {
 			next.Status.Receipts = slices.DeleteFunc(next.Status.Receipts, func(old executionv1alpha1.Receipt) bool { return m.supersedes(old, rc) })
 		}
 		next.Status.Receipts = appendReceipt(next.Status.Receipts, rc)
+		if err := s.admitResume(ctx, env, next); err != nil {
+			return nil, err // nothing written
+		}
 		written, err := s.write(ctx, next, m.provision)
 		if apierrors.IsConflict(err) {
 			continue // re-read, re-authorise, re-evaluate
@@ -270,4 +296,18 @@ func administers(c Caller, clientHash string) bool {
 		return true
 	}
 	return slices.ContainsFunc(c.Capabilities.AdministratorFor, func(id string) bool { return ident.ClientHash(id) == clientHash })
+}
+
+// admitResume counts an environment this write starts to resume as ready, before the
+// write: every path that resumes (ResumeEnvironment, Ensure, Attach, AcquireRun) passes
+// here.
+func (s *Store) admitResume(ctx context.Context, before, after *executionv1alpha1.ExecutionEnvironment) error {
+	if s.cfg.Admission == nil || !before.Status.Suspended() {
+		return nil
+	}
+	op := after.Status.LifecycleOperation
+	if op == nil || op.Kind != executionv1alpha1.LifecycleResume || !op.InProgress() {
+		return nil
+	}
+	return s.cfg.Admission.AdmitReady(ctx, Admitted{ClientHash: after.Spec.ClientHash, OwnerHash: after.Spec.OwnerHash, Name: after.Name})
 }

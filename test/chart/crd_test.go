@@ -47,26 +47,46 @@ func readCRD(t *testing.T, data []byte) *apiextensionsv1.CustomResourceDefinitio
 // the round trip through Helm's fromYaml and toYaml — with the chart's labels and, under
 // crds.keep, helm.sh/resource-policy: keep; crds.install=false renders none.
 func TestCRDTemplate(t *testing.T) {
-	generated, err := os.ReadFile(filepath.Join(chartDir, "files", "crds", crdFile))
-	if err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob(filepath.Join(chartDir, "files", "crds", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no generated CRDs: %v", err)
 	}
-	want := readCRD(t, generated)
 	for _, keep := range []bool{true, false} {
 		out, err := helm(t, "template", "execplane", chartDir, "--namespace", "execplane", "--kube-version", kubeVersion,
 			"--show-only", "templates/crd.yaml", "--set", "crds.keep="+map[bool]string{true: "true", false: "false"}[keep])
 		if err != nil {
 			t.Fatalf("helm template: %v\n%s", err, out)
 		}
-		got := readCRD(t, []byte(out[strings.Index(out, "apiVersion:"):]))
-		if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
-			t.Errorf("keep=%v: the rendered CRD's spec differs from the generated one (-generated +rendered):\n%s", keep, diff)
+		rendered := map[string]*apiextensionsv1.CustomResourceDefinition{}
+		for _, doc := range strings.Split(out, "\n---\n") {
+			if i := strings.Index(doc, "apiVersion:"); i >= 0 {
+				crd := readCRD(t, []byte(doc[i:]))
+				rendered[crd.Name] = crd
+			}
 		}
-		if got.Name != crdName || got.Labels["app.kubernetes.io/name"] != "execplane" || got.Labels["app.kubernetes.io/managed-by"] != "Helm" {
-			t.Errorf("keep=%v: metadata %+v", keep, got.ObjectMeta)
+		if len(rendered) != len(files) {
+			t.Errorf("keep=%v: %d CRDs rendered, %d generated", keep, len(rendered), len(files))
 		}
-		if policy := got.Annotations["helm.sh/resource-policy"]; (policy == "keep") != keep {
-			t.Errorf("keep=%v: helm.sh/resource-policy %q", keep, policy)
+		for _, f := range files {
+			generated, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := readCRD(t, generated)
+			got := rendered[want.Name]
+			if got == nil {
+				t.Errorf("keep=%v: %s not rendered", keep, want.Name)
+				continue
+			}
+			if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
+				t.Errorf("keep=%v: the rendered %s's spec differs from the generated one (-generated +rendered):\n%s", keep, want.Name, diff)
+			}
+			if got.Labels["app.kubernetes.io/name"] != "execplane" || got.Labels["app.kubernetes.io/managed-by"] != "Helm" {
+				t.Errorf("keep=%v: metadata %+v", keep, got.ObjectMeta)
+			}
+			if policy := got.Annotations["helm.sh/resource-policy"]; (policy == "keep") != keep {
+				t.Errorf("keep=%v: helm.sh/resource-policy %q", keep, policy)
+			}
 		}
 	}
 	out, err := helm(t, "template", "execplane", chartDir, "--namespace", "execplane", "--kube-version", kubeVersion, "--set", "crds.install=false")

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"os"
@@ -134,4 +135,69 @@ func TestCLISession(t *testing.T) {
 		_, code := caller.run("env", "attach", "conv-1", id, "--revision", rev)
 		return code == 3
 	})
+}
+
+// Usage through the execctl binary: a command run with execctl is counted in the
+// environment's ledger (usage get, as JSON and as a table), and the billing export (CSV)
+// sums it. Windows close only after the settle time, so the export takes open ones too.
+func TestCLIUsage(t *testing.T) {
+	sys := startSystemWith(t, systemOptions{gateways: 1, controllerArgs: usageArgs})
+	caller := sys.cli(t, "caller")
+	var env struct {
+		Ref   struct{ ID, Revision string }
+		Ready bool
+	}
+	if err := json.Unmarshal([]byte(caller.must(0, "env", "ensure", "conv-usage-cli", "--profile", profiletest.Name, "-o", "json")), &env); err != nil || !env.Ready {
+		t.Fatalf("env ensure: %+v %v", env, err)
+	}
+	id, rev := env.Ref.ID, env.Ref.Revision
+	caller.must(0, "run", "acquire", "conv-usage-cli", id, "--revision", rev, "--run-id", "turn-1")
+	caller.must(0, "exec", id, "--", "true")
+	caller.must(0, "run", "release", id)
+	caller.must(3, "usage", "get", "xenv-absent")
+	caller.must(2, "usage", "get", id, "--since", "yesterday")
+
+	clustertest.Eventually(t, time.Minute, "usage get counting the command", func() bool {
+		out, code := caller.run("usage", "get", id, "--revision", rev, "-o", "json")
+		var u struct {
+			Environment struct{ ID, Revision string }
+			Totals      struct{ Commands string } // int64: a string in protojson, absent when 0
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &u) != nil || u.Environment.Revision != rev {
+			return false
+		}
+		n, err := strconv.ParseInt(u.Totals.Commands, 10, 64)
+		return err == nil && n >= 1
+	})
+	if out := caller.must(0, "usage", "get", id, "--granularity", "day"); !strings.Contains(out, id) || !strings.Contains(out, "total") {
+		t.Fatalf("usage get's table:\n%s", out)
+	}
+
+	var rows [][]string
+	clustertest.Eventually(t, time.Minute, "the export's commands column summing to at least one", func() bool {
+		out, code := caller.run("usage", "export", "--format", "csv", "--closed-only=false", "--since", "2h")
+		var err error
+		if rows, err = csv.NewReader(strings.NewReader(out)).ReadAll(); code != 0 || err != nil || len(rows) == 0 {
+			t.Fatalf("usage export: exit %d, %v:\n%s", code, err, out)
+		}
+		col := map[string]int{}
+		for i, name := range rows[0] {
+			col[name] = i
+		}
+		var commands int64
+		for _, r := range rows[1:] {
+			if r[col["environment"]] != id || r[col["revision"]] != rev {
+				continue
+			}
+			n, err := strconv.ParseInt(r[col["commands"]], 10, 64)
+			if err != nil {
+				t.Fatalf("commands %q: %v", r[col["commands"]], err)
+			}
+			commands += n
+		}
+		return commands >= 1
+	})
+	if rows[0][0] != "window_start" || rows[0][len(rows[0])-1] != "bytes_out" {
+		t.Fatalf("the export's header: %v", rows[0])
+	}
 }

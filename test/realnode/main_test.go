@@ -98,6 +98,12 @@ type system struct {
 // startSystem starts a controller and a gateway (with gatewayArgs) on the package's cluster.
 func startSystem(t *testing.T, gatewayArgs ...string) *system {
 	t.Helper()
+	return startSystemArgs(t, nil, gatewayArgs...)
+}
+
+// startSystemArgs is startSystem with controllerArgs appended to the controller's flags.
+func startSystemArgs(t *testing.T, controllerArgs []string, gatewayArgs ...string) *system {
+	t.Helper()
 	if unavailable != nil {
 		precondition.Missing(t, "the real node: %v", unavailable)
 	}
@@ -113,7 +119,7 @@ func startSystem(t *testing.T, gatewayArgs ...string) *system {
 		Kubeconfig: c.Kubeconfig(), Namespace: clustertest.Namespace(t), ExecutorNamespace: clustertest.Namespace(t),
 		Dir: logs, ControllerBin: controllerBin, GatewayBin: gatewayBin, Gateways: 1,
 		HelperPath: devimage.HelperPath, Profiles: []byte(profiles),
-		ControllerArgs: []string{"--log-format", "text"}, GatewayArgs: append([]string{"--log-format", "text"}, gatewayArgs...),
+		ControllerArgs: append([]string{"--log-format", "text"}, controllerArgs...), GatewayArgs: append([]string{"--log-format", "text"}, gatewayArgs...),
 	})
 	if sys != nil {
 		t.Cleanup(func() {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -22,6 +23,8 @@ DEFAULT_TIMEOUT = 30.0
 # ListEnvironments' page bound (the server's): a page of environments with their metadata
 # stays within one gRPC message.
 MAX_PAGE_SIZE = 500
+# ListUsage's page bound (the server's): a record is some 150 bytes on the wire.
+MAX_USAGE_PAGE_SIZE = 1000
 
 
 class Client:
@@ -134,6 +137,61 @@ class Client:
                                            metadata=dict(metadata or {}), page_size=page_size)
         return self._pages(first)
 
+    def get_usage(self, environment_id: str, revision: str = "", *, start: datetime.datetime | None = None,
+                  end: datetime.datetime | None = None, granularity: int | str = 0) -> pb.GetUsageResponse:
+        """An environment's usage ledger (GetUsage): its totals since creation (``totals``, as
+        of ``as_of``) and its windows in [start, end) that have usage, oldest first, each
+        ``closed`` once nothing more will be added to it. ``revision`` names the incarnation
+        (the current one when empty; a deleted environment's ledger is kept for the
+        retention period and named by its revision). ``start`` and ``end`` are timezone-aware
+        datetimes, cut by the server to whole windows (unset: the oldest kept window, and
+        now); ``granularity`` is ``"HOUR"`` (the default), ``"DAY"`` (UTC days) or
+        ``"TOTAL"`` (one window: the whole range), or a ``UsageGranularity`` value. For the
+        client that created the environment, or an administrator of it; any other gets
+        NotFound."""
+        req = pb.GetUsageRequest(environment=pb.EnvironmentRef(id=environment_id, revision=revision),
+                                 granularity=_usage_enum(pb.UsageGranularity, "USAGE_GRANULARITY_", granularity))
+        _set_range(req, start, end)
+        return self.call(_call.Safety.IDEMPOTENT, self.api.GetUsage, req)
+
+    def list_usage(self, *, owner: Owner | None = None, binding_id: str | None = None, client: str = "",
+                   all_clients: bool = False, start: datetime.datetime | None = None, end: datetime.datetime | None = None,
+                   granularity: int | str = 0, group_by: int | str = 0, page_size: int = 0) -> Iterator[pb.UsageRecord]:
+        """Usage summed per window and group (ListUsage), a generator over ``UsageRecord``
+        messages ordered by key, then window start, fetching each page as the iteration
+        reaches it. Grouped by ``group_by``: ``"ENVIRONMENT"`` (the default), ``"BINDING"``,
+        ``"OWNER"``, ``"CLIENT"`` or ``"NONE"`` (everything summed), or a ``UsageGroupBy``
+        value; a record carries the key fields of its grouping. In scope: the client's own
+        environments — only ``owner``'s when given (the client must be allowed to attest
+        owners), only ``binding_id``'s when given; administrators may name another
+        ``client`` (its identity) or take ``all_clients`` they administer, not both.
+        ``start``, ``end`` and ``granularity`` as in ``get_usage``; ``page_size`` is the
+        server's page (0: its default of 500; at most 1000). Arguments out of bounds raise
+        ValueError here, before any call."""
+        if not 0 <= page_size <= MAX_USAGE_PAGE_SIZE:
+            raise ValueError(f"page size {page_size}: want 0..{MAX_USAGE_PAGE_SIZE}")
+        if client and all_clients:
+            raise ValueError("client and all_clients exclude each other")
+        first = pb.ListUsageRequest(binding_id=binding_id or "", client=client, all_clients=all_clients,
+                                    granularity=_usage_enum(pb.UsageGranularity, "USAGE_GRANULARITY_", granularity),
+                                    group_by=_usage_enum(pb.UsageGroupBy, "USAGE_GROUP_BY_", group_by), page_size=page_size)
+        if owner is not None:
+            first.owner.CopyFrom(owner.proto())
+        _set_range(first, start, end)
+        return self._usage_pages(first)
+
+    def _usage_pages(self, first: pb.ListUsageRequest) -> Iterator[pb.UsageRecord]:
+        req = first
+        while True:
+            # Each page's request is its own, so every retry of a page sends it unchanged.
+            resp = self.call(_call.Safety.IDEMPOTENT, self.api.ListUsage, req)
+            yield from resp.records
+            if not resp.next_page_token:
+                return
+            req = pb.ListUsageRequest()
+            req.CopyFrom(first)
+            req.page_token = resp.next_page_token
+
     def _pages(self, first: pb.ListEnvironmentsRequest) -> Iterator[pb.Environment]:
         req = first
         while True:
@@ -153,3 +211,24 @@ def _lifecycle_state(state: int | str) -> int:
         return pb.LifecycleState.Value(state if state.startswith("LIFECYCLE_STATE_") else "LIFECYCLE_STATE_" + state)
     pb.LifecycleState.Name(state)  # an unknown value raises ValueError
     return state
+
+
+def _usage_enum(enum: Any, prefix: str, value: int | str) -> int:
+    """A usage enum's value from itself or its name, with or without the prefix."""
+    if isinstance(value, str):
+        return int(enum.Value(value if value.startswith(prefix) else prefix + value))
+    enum.Name(value)  # an unknown value raises ValueError
+    return value
+
+
+def _set_range(req: Any, start: datetime.datetime | None, end: datetime.datetime | None) -> None:
+    """Sets a usage request's [start, end): timezone-aware datetimes (a naive one would be
+    read as UTC, silently shifting the range by the local offset), end after start."""
+    for name, t in (("start", start), ("end", end)):
+        if t is None:
+            continue
+        if t.tzinfo is None or t.utcoffset() is None:
+            raise ValueError(f"{name} {t}: want a timezone-aware datetime")
+        getattr(req, name).FromDatetime(t)
+    if start is not None and end is not None and end <= start:
+        raise ValueError(f"end {end} is not after start {start}")

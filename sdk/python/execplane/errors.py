@@ -4,7 +4,8 @@ Every failed call raises an :class:`ExecplaneError` (or a subclass named after t
 reason): ``code`` is the gRPC status code, ``reason`` the machine-readable reason
 (``"VERSION_MISMATCH"``, ``"STALE_EPOCH"``, …; empty for a transport failure), ``retryable``
 the server's statement that nothing was done and the same call may succeed later, and
-``request_id`` the gateway's id for the operator's logs. The classes are the Go SDK's
+``request_id`` the gateway's id for the operator's logs, and ``metadata`` what the answer says
+beside its reason (for ``QUOTA_EXCEEDED``: ``quota``, ``scope``, ``limit``, ``used``). The classes are the Go SDK's
 (``client.ErrVersionMismatch`` is :class:`VersionMismatch`, and so on): catch the fine class
 for the decision, the coarse one (:class:`Conflict`, …) for a family.
 """
@@ -25,12 +26,16 @@ _REQUEST_ID_KEY = "x-request-id"
 class ExecplaneError(Exception):
     """An answer of the execplane API that is not success."""
 
-    def __init__(self, code: grpc.StatusCode, reason: str, message: str, *, retryable: bool = False, request_id: str = "") -> None:
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str, *, retryable: bool = False, request_id: str = "",
+                 metadata: dict[str, str] | None = None) -> None:
         self.code = code
         self.reason = reason
         self.message = message
         self.retryable = retryable
         self.request_id = request_id
+        # The ErrorInfo's metadata beside "retryable": for QUOTA_EXCEEDED the quota ("quota"),
+        # its scope ("client" or "owner"), "limit" and "used" (decimal strings).
+        self.metadata: dict[str, str] = dict(metadata) if metadata else {}
         super().__init__(str(self))
 
     def __str__(self) -> str:
@@ -135,6 +140,14 @@ class WrongType(FailedPrecondition):
     """A file operation met the wrong kind of object (a directory for a file, …)."""
 
 
+class QuotaExceeded(Exhausted):
+    """An operator's quota of the client or the owner (QUOTA_EXCEEDED): the same call fails
+    again until the use falls (an environment deleted, a window passed), so it is not retried.
+    ``metadata`` names it: ``quota`` (``"environments"``, ``"readyEnvironments"``,
+    ``"storage"``, ``"detachedCommands"``, ``"cpuCoreHours"``, ``"memoryGiBHours"``, …),
+    ``scope`` (``"client"`` or ``"owner"``), ``limit`` and ``used`` (decimal strings)."""
+
+
 class RecordUnverified(ExecplaneError):
     """A durable command's record is not the one its supervisor wrote (the workload altered
     or planted it): nothing was done on its account."""
@@ -171,6 +184,7 @@ _BY_REASON: dict[str, type[ExecplaneError]] = {
     "FENCED": Fenced,
     "NOT_READY": NotReady,
     "WRONG_TYPE": WrongType,
+    "QUOTA_EXCEEDED": QuotaExceeded,
     "OUTCOME_UNKNOWN": OutcomeUnknown,
     "RECORD_UNVERIFIED": RecordUnverified,
 }
@@ -181,24 +195,25 @@ def error_class(code: grpc.StatusCode, reason: str) -> type[ExecplaneError]:
     return _BY_REASON.get(reason) or _BY_CODE.get(code, ExecplaneError)
 
 
-def new_error(code: grpc.StatusCode, reason: str, message: str, *, retryable: bool = False, request_id: str = "") -> ExecplaneError:
+def new_error(code: grpc.StatusCode, reason: str, message: str, *, retryable: bool = False, request_id: str = "",
+              metadata: dict[str, str] | None = None) -> ExecplaneError:
     """An error of the class the code and reason name."""
-    return error_class(code, reason)(code, reason, message, retryable=retryable, request_id=request_id)
+    return error_class(code, reason)(code, reason, message, retryable=retryable, request_id=request_id, metadata=metadata)
 
 
 def from_rpc_error(err: grpc.RpcError) -> ExecplaneError:
-    """Reads a failed call: its status, the ErrorInfo the gateway attached (reason and the
-    retryable flag) and the request id."""
+    """Reads a failed call: its status, the ErrorInfo the gateway attached (reason, the
+    retryable flag and the rest of its metadata) and the request id."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     message = err.details() if hasattr(err, "details") else str(err)
-    reason, retryable, request_id = "", False, ""
+    reason, retryable, request_id, metadata = "", False, "", {}
     for md in (_metadata(err, "trailing_metadata"), _metadata(err, "initial_metadata")):
         for key, value in md:
             if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
-                reason, retryable = _error_info(value) or (reason, retryable)
+                reason, retryable, metadata = _error_info(value) or (reason, retryable, metadata)
             elif key == _REQUEST_ID_KEY and not request_id:
                 request_id = value if isinstance(value, str) else value.decode()
-    return new_error(code, reason, message or "", retryable=retryable, request_id=request_id)
+    return new_error(code, reason, message or "", retryable=retryable, request_id=request_id, metadata=metadata)
 
 
 def _metadata(err: grpc.RpcError, name: str) -> tuple:
@@ -209,7 +224,9 @@ def _metadata(err: grpc.RpcError, name: str) -> tuple:
         return ()
 
 
-def _error_info(details: bytes) -> tuple[str, bool] | None:
+def _error_info(details: bytes) -> tuple[str, bool, dict[str, str]] | None:
+    """The reason, the retryable flag and the other metadata of the execplane ErrorInfo in a
+    serialized google.rpc.Status; None when there is none."""
     st = status_pb2.Status()
     try:
         st.ParseFromString(details)
@@ -224,5 +241,6 @@ def _error_info(details: bytes) -> tuple[str, bool] | None:
         except Exception:
             return None
         if info.domain == _DOMAIN:
-            return info.reason, info.metadata.get("retryable") == "true"
+            metadata = {k: v for k, v in info.metadata.items() if k != "retryable"}
+            return info.reason, info.metadata.get("retryable") == "true", metadata
     return None

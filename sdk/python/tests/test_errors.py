@@ -33,8 +33,8 @@ class _Refusal(grpc.RpcError):
         return (("x-request-id", self._request_id),)
 
 
-def _info(reason: str, retryable: bool, domain: str = "execplane.dev") -> status_pb2.ErrorInfo:
-    return status_pb2.ErrorInfo(reason=reason, domain=domain, metadata={"retryable": "true" if retryable else "false"})
+def _info(reason: str, retryable: bool, domain: str = "execplane.dev", **metadata: str) -> status_pb2.ErrorInfo:
+    return status_pb2.ErrorInfo(reason=reason, domain=domain, metadata={"retryable": "true" if retryable else "false", **metadata})
 
 
 @pytest.mark.parametrize("code,reason,cls,coarse", [
@@ -45,6 +45,7 @@ def _info(reason: str, retryable: bool, domain: str = "execplane.dev") -> status
     (grpc.StatusCode.PERMISSION_DENIED, "PATH_ESCAPE", errors.PathEscape, errors.PermissionDenied),
     (grpc.StatusCode.UNAUTHENTICATED, "GRANT_INVALID", errors.GrantInvalid, errors.Unauthenticated),
     (grpc.StatusCode.NOT_FOUND, "NOT_FOUND", errors.NotFound, errors.NotFound),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", errors.QuotaExceeded, errors.Exhausted),
     (grpc.StatusCode.UNKNOWN, "OUTCOME_UNKNOWN", errors.OutcomeUnknown, errors.ExecplaneError),
 ])
 def test_reason_names_the_class(code: grpc.StatusCode, reason: str, cls: type, coarse: type) -> None:
@@ -52,12 +53,34 @@ def test_reason_names_the_class(code: grpc.StatusCode, reason: str, cls: type, c
     assert type(err) is cls and isinstance(err, coarse)
     assert (err.code, err.reason, err.message, err.retryable, err.request_id) == (code, reason, "refused", False, "r-1")
     assert str(err) == f"execplane: {code.name}/{reason}: refused (request r-1)"
+    assert err.metadata == {}  # "retryable" is the flag, not metadata
+
+
+def test_quota_exceeded_names_the_quota() -> None:
+    assert errors.error_class(grpc.StatusCode.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED") is errors.QuotaExceeded
+    assert issubclass(errors.QuotaExceeded, errors.Exhausted)
+    info = _info("QUOTA_EXCEEDED", False, quota="readyEnvironments", scope="owner", limit="2", used="2")
+    err = errors.from_rpc_error(_Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, "the owner quota readyEnvironments (limit 2, in use 2)", info))
+    assert type(err) is errors.QuotaExceeded and isinstance(err, errors.Exhausted) and not err.retryable
+    assert err.metadata == {"quota": "readyEnvironments", "scope": "owner", "limit": "2", "used": "2"}
+    # Not retried: the same call fails again until the use falls.
+    attempts = []
+
+    def fail(timeout: float | None) -> None:
+        attempts.append(timeout)
+        raise _Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, "quota", info)
+
+    with pytest.raises(errors.QuotaExceeded) as raised:
+        _call.call(_call.RetryPolicy(attempts=5, initial=0.0, ceiling=0.0), _call.Safety.SERVER_SAYS_SO, None, fail)
+    assert len(attempts) == 1 and raised.value.metadata["quota"] == "readyEnvironments"
+    # Built without metadata (as the SDK builds its own errors), it is empty.
+    assert errors.new_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", "x").metadata == {}
 
 
 def test_foreign_or_missing_details() -> None:
     # Another domain's ErrorInfo is not ours to read; no details at all is a transport failure.
     other = errors.from_rpc_error(_Refusal(grpc.StatusCode.ABORTED, "x", _info("VERSION_MISMATCH", True, domain="example.com")))
-    assert type(other) is errors.Conflict and other.reason == "" and not other.retryable
+    assert type(other) is errors.Conflict and other.reason == "" and not other.retryable and other.metadata == {}
     bare = errors.from_rpc_error(_Refusal(grpc.StatusCode.UNAVAILABLE, "connection refused", None))
     assert type(bare) is errors.Unavailable and bare.reason == ""
 

@@ -9,6 +9,7 @@ import { ExecutionProviderService } from "./gen/execution/v1/executionv1grpc/ser
 import * as pb from "./gen/execution/v1/execution_pb.js";
 import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_PAGE_SIZE, newOperationId } from "./limits.js";
 import { call, defaultRetry, Safety, type RetryPolicy } from "./retry.js";
+import { getUsageRequest, listUsageRequest, type ListUsageOptions, type UsageOptions } from "./usage.js";
 
 /** The end user a client acts for (the client must be allowed to attest owners). */
 export interface Owner {
@@ -146,6 +147,39 @@ export class Client {
       metadata: { ...opts.metadata }, pageSize,
     });
     return this.pages(first);
+  }
+
+  /**
+   * An environment's usage ledger (GetUsage): its totals since creation (totals, as of asOf)
+   * and its windows in the range that have usage, oldest first, each closed once nothing more
+   * will be added to it. For the client that created the environment, or an administrator of
+   * it; any other gets NOT_FOUND. Options out of bounds reject before any call.
+   */
+  async getUsage(environmentId: string, opts: UsageOptions = {}): Promise<pb.GetUsageResponse> {
+    const req = getUsageRequest(environmentId, opts);
+    return this.call(Safety.Idempotent, (o) => this.api.getUsage(req, o));
+  }
+
+  /**
+   * Usage summed per window and group (ListUsage): the records ordered by key, then window
+   * start, fetched page by page as the iteration reaches them. The client's own environments
+   * (only owner's, only bindingId's, when given); administrators may name another client or
+   * take allClients. Options out of bounds throw here, before any call.
+   */
+  listUsage(opts: ListUsageOptions = {}): AsyncIterable<pb.UsageRecord> {
+    return this.usagePages(listUsageRequest(opts));
+  }
+
+  private async *usagePages(first: pb.ListUsageRequest): AsyncGenerator<pb.UsageRecord> {
+    for (let req = first; ;) {
+      // Each page's request is its own, so every retry of a page sends it unchanged.
+      const page = req;
+      const resp = await this.call(Safety.Idempotent, (o) => this.api.listUsage(page, o));
+      yield* resp.records;
+      if (!resp.nextPageToken) return;
+      req = clone(pb.ListUsageRequestSchema, first);
+      req.pageToken = resp.nextPageToken;
+    }
   }
 
   private async *pages(first: pb.ListEnvironmentsRequest): AsyncGenerator<pb.Environment> {

@@ -1,6 +1,7 @@
 // The execplane API's answers that are not success: one error class carrying the gRPC code,
-// the API's reason, the server's retryable flag and the request id, with the Go SDK's
-// classes as predicates (isVersionMismatch, isConflict, ...).
+// the API's reason, the server's retryable flag, the request id and the rest of the
+// ErrorInfo's metadata, with the Go SDK's classes as predicates (isVersionMismatch,
+// isConflict, isQuotaExceeded, ...).
 import { Code, ConnectError } from "@connectrpc/connect";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 
@@ -23,6 +24,12 @@ export class ExecplaneError extends Error {
     readonly retryable = false,
     /** The gateway's request id, for the operator's logs. */
     readonly requestId = "",
+    /**
+     * What the answer says beside its reason (the ErrorInfo's metadata without "retryable"):
+     * for QUOTA_EXCEEDED the quota ("quota"), its scope ("scope": "client" or "owner"),
+     * "limit" and "used" (decimal strings). Empty when the answer carried none.
+     */
+    readonly metadata: ReadonlyMap<string, string> = new Map(),
   ) {
     super(describe(code, reason, rawMessage, requestId));
   }
@@ -41,16 +48,19 @@ export function fromConnectError(err: unknown): unknown {
   if (err instanceof ExecplaneError || !(err instanceof ConnectError)) return err;
   let reason = "";
   let retryable = false;
+  let metadata = new Map<string, string>();
   for (const d of err.details) {
     if ("type" in d && d.type === errorInfoType) {
       const info = decodeErrorInfo(d.value);
       if (info && info.domain === domain) {
         reason = info.reason;
         retryable = info.metadata.get("retryable") === "true";
+        metadata = info.metadata;
+        metadata.delete("retryable");
       }
     }
   }
-  return new ExecplaneError(err.code, reason, err.rawMessage, retryable, err.metadata.get(requestIdHeader) ?? "");
+  return new ExecplaneError(err.code, reason, err.rawMessage, retryable, err.metadata.get(requestIdHeader) ?? "", metadata);
 }
 
 // decodeErrorInfo reads google.rpc.ErrorInfo's wire form: reason = 1, domain = 2,
@@ -105,6 +115,13 @@ export const isFenced = is(Code.FailedPrecondition, "FENCED");
 export const isNotReady = is(Code.FailedPrecondition, "NOT_READY");
 export const isWrongType = is(Code.FailedPrecondition, "WRONG_TYPE");
 export const isExhausted = is(Code.ResourceExhausted);
+/**
+ * An operator's quota of the client or the owner (QUOTA_EXCEEDED; also isExhausted): the same
+ * call fails again until the use falls, so it is not retried. `metadata` names it: "quota"
+ * ("environments", "readyEnvironments", "storage", "detachedCommands", "cpuCoreHours",
+ * "memoryGiBHours", ...), "scope" ("client" or "owner"), "limit" and "used" (decimal strings).
+ */
+export const isQuotaExceeded = is(Code.ResourceExhausted, "QUOTA_EXCEEDED");
 /** A durable command's record is not its supervisor's (altered or planted by the workload). */
 export const isRecordUnverified = is(Code.DataLoss, "RECORD_UNVERIFIED");
 export const isUnavailable = is(Code.Unavailable);

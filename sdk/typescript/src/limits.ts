@@ -17,6 +17,8 @@ export const MIN_DEADLINE_MS = 1_000;
 export const MAX_DEADLINE_MS = 8760 * 3_600_000;
 /** ListEnvironments' page bound (the server's): a page with its metadata stays within one gRPC message. */
 export const MAX_PAGE_SIZE = 500;
+/** ListUsage's page bound (the server's): a record is some 150 bytes on the wire. */
+export const MAX_USAGE_PAGE_SIZE = 1000;
 // WaitReady's long poll and the margin kept before the caller's deadline.
 export const readyLongPollMs = 20_000;
 export const readyMarginMs = 250;

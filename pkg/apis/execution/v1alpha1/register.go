@@ -38,7 +38,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &ExecutionEnvironment{}, &ExecutionEnvironmentList{}, &ExecutionUsage{}, &ExecutionUsageList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &ExecutionEnvironment{}, &ExecutionEnvironmentList{}, &ExecutionUsage{}, &ExecutionUsageList{}, &ExecutionAllocation{}, &ExecutionAllocationList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

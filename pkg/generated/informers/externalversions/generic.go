@@ -39,6 +39,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=execution.mecatl.dev, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("executionallocations"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionAllocations().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("executionenvironments"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionEnvironments().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("executionusages"):

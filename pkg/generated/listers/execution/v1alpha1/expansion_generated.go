@@ -4,6 +4,14 @@
 
 package v1alpha1
 
+// ExecutionAllocationListerExpansion allows custom methods to be added to
+// ExecutionAllocationLister.
+type ExecutionAllocationListerExpansion interface{}
+
+// ExecutionAllocationNamespaceListerExpansion allows custom methods to be added to
+// ExecutionAllocationNamespaceLister.
+type ExecutionAllocationNamespaceListerExpansion interface{}
+
 // ExecutionEnvironmentListerExpansion allows custom methods to be added to
 // ExecutionEnvironmentLister.
 type ExecutionEnvironmentListerExpansion interface{}

@@ -10,6 +10,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// ExecutionAllocations returns a ExecutionAllocationInformer.
+	ExecutionAllocations() TypedExecutionAllocationInformer
 	// ExecutionEnvironments returns a ExecutionEnvironmentInformer.
 	ExecutionEnvironments() TypedExecutionEnvironmentInformer
 	// ExecutionUsages returns a ExecutionUsageInformer.
@@ -25,6 +27,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// ExecutionAllocations returns a TypedExecutionAllocationInformer.
+func (v *version) ExecutionAllocations() TypedExecutionAllocationInformer {
+	return &executionAllocationInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // ExecutionEnvironments returns a TypedExecutionEnvironmentInformer.

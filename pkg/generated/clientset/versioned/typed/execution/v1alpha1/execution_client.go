@@ -14,6 +14,7 @@ import (
 
 type ExecutionV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	ExecutionAllocationsGetter
 	ExecutionEnvironmentsGetter
 	ExecutionUsagesGetter
 }
@@ -21,6 +22,10 @@ type ExecutionV1alpha1Interface interface {
 // ExecutionV1alpha1Client is used to interact with features provided by the execution.mecatl.dev group.
 type ExecutionV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *ExecutionV1alpha1Client) ExecutionAllocations(namespace string) ExecutionAllocationInterface {
+	return newExecutionAllocations(c, namespace)
 }
 
 func (c *ExecutionV1alpha1Client) ExecutionEnvironments(namespace string) ExecutionEnvironmentInterface {

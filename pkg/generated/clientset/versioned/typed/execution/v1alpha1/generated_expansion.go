@@ -4,6 +4,8 @@
 
 package v1alpha1
 
+type ExecutionAllocationExpansion interface{}
+
 type ExecutionEnvironmentExpansion interface{}
 
 type ExecutionUsageExpansion interface{}

@@ -14,6 +14,10 @@ type FakeExecutionV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeExecutionV1alpha1) ExecutionAllocations(namespace string) v1alpha1.ExecutionAllocationInterface {
+	return newFakeExecutionAllocations(c, namespace)
+}
+
 func (c *FakeExecutionV1alpha1) ExecutionEnvironments(namespace string) v1alpha1.ExecutionEnvironmentInterface {
 	return newFakeExecutionEnvironments(c, namespace)
 }
