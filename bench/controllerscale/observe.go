@@ -147,3 +147,31 @@ func (p *peakRSS) max() float64 {
 	defer p.mu.Unlock()
 	return p.mib
 }
+
+// scrapeSum sums the samples of a metric family on the controller's /metrics.
+func scrapeSum(ctx context.Context, diag, family string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+diag+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var total int64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, family+"{") && !strings.HasPrefix(line, family+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, err
+		}
+		total += int64(v)
+	}
+	return total, sc.Err()
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,8 +115,11 @@ func run(ctx context.Context, args []string) error {
 	fmt.Printf("controller RSS after idle    %.1f MiB\n", res.rssIdle)
 	fmt.Printf("API writes during idle       %d over %s (%.1f/min)\n", res.idleWrites, o.idle, float64(res.idleWrites)/o.idle.Minutes())
 	fmt.Printf("API writes to reach Ready    %d (%.2f per environment)\n", res.writes, float64(res.writes)/float64(o.n))
-	if res.idleWrites != 0 {
-		return fmt.Errorf("the controller wrote %d times while idle", res.idleWrites)
+	fmt.Printf("usage ledger writes to Ready %d (%.2f per environment); while idle %d (%.2f/s)\n", res.usageReady,
+		float64(res.usageReady)/float64(o.n), res.usageIdle, float64(res.usageIdle)/o.idle.Seconds())
+	fmt.Printf("suspended and idle           %d API writes, %d of them usage ledgers, over %s\n", res.suspendedWrites, res.usageSuspended, o.idle)
+	if res.idleWrites != 0 || res.suspendedWrites != 0 {
+		return fmt.Errorf("the controller wrote %d times while idle, %d while suspended and idle", res.idleWrites, res.suspendedWrites)
 	}
 	return nil
 }
@@ -306,6 +310,9 @@ type controllerResult struct {
 	ready                   time.Duration
 	rssReady, peak, rssIdle float64
 	writes, idleWrites      int64
+	// usageReady are the ledger writes to reach Ready; usageIdle over the idle window of
+	// ready environments; suspendedWrites and usageSuspended over one of suspended ones.
+	usageReady, usageIdle, suspendedWrites, usageSuspended int64
 }
 
 func measureController(ctx context.Context, o options, bin string, entry profile.Entry) (controllerResult, error) {
@@ -356,7 +363,9 @@ func measureController(ctx context.Context, o options, bin string, entry profile
 		"--profiles", profiles, "--executor-service-account", "default", "--workers", strconv.Itoa(o.workers),
 		"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
 		"--security-manifest", material.Manifest, "--gateway-identity", material.Gateway.Identity,
-		"--listen-address", listen, "--diagnostics-address", diag, "--log-level", envOr("BENCH_LOG_LEVEL", "warn"), "--profiling="+strconv.FormatBool(o.heapProfile != ""))
+		"--listen-address", listen, "--diagnostics-address", diag,
+		// Ledgers checkpointed within the quiet wait, so that the idle windows count them.
+		"--usage-sample-interval", "5s", "--usage-checkpoint-interval", "5s", "--log-level", envOr("BENCH_LOG_LEVEL", "warn"), "--profiling="+strconv.FormatBool(o.heapProfile != ""))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return res, err
@@ -424,6 +433,11 @@ func measureController(ctx context.Context, o options, bin string, entry profile
 		return res, err
 	}
 	res.writes = writes1 - writes0
+	usage1, err := scrapeSum(ctx, diag, "execplane_usage_ledger_writes_total")
+	if err != nil {
+		return res, err
+	}
+	res.usageReady = usage1
 	logf("controller: idle for %s", o.idle)
 	select {
 	case <-ctx.Done():
@@ -435,11 +449,106 @@ func measureController(ctx context.Context, o options, bin string, entry profile
 		return res, err
 	}
 	res.idleWrites = writes2 - writes1
+	usage2, err := scrapeSum(ctx, diag, "execplane_usage_ledger_writes_total")
+	if err != nil {
+		return res, err
+	}
+	res.usageIdle = usage2 - usage1
 	if res.rssIdle, err = rss(cmd.Process.Pid); err != nil {
 		return res, err
 	}
 	res.peak = peak.max()
+	if err := suspendAll(ctx, execClient, ns, o); err != nil {
+		return res, err
+	}
+	if err := waitQuiet(ctx, diag, 5*time.Second, 5*time.Minute); err != nil {
+		return res, err
+	}
+	writes3, err := scrapeWrites(ctx, diag)
+	if err != nil {
+		return res, err
+	}
+	usage3, err := scrapeSum(ctx, diag, "execplane_usage_ledger_writes_total")
+	if err != nil {
+		return res, err
+	}
+	logf("controller: %d suspended environments idle for %s", o.n, o.idle)
+	select {
+	case <-ctx.Done():
+		return res, ctx.Err()
+	case <-time.After(o.idle):
+	}
+	writes4, err := scrapeWrites(ctx, diag)
+	if err != nil {
+		return res, err
+	}
+	usage4, err := scrapeSum(ctx, diag, "execplane_usage_ledger_writes_total")
+	if err != nil {
+		return res, err
+	}
+	res.suspendedWrites, res.usageSuspended = writes4-writes3, usage4-usage3
 	return res, nil
+}
+
+// suspendAll starts every environment's Suspend as the store's SuspendEnvironment records
+// it (a Suspend requested in its status; no run claim is held here) and waits until all
+// are suspended.
+func suspendAll(ctx context.Context, client versioned.Interface, ns string, o options) error {
+	envs := client.ExecutionV1alpha1().ExecutionEnvironments(ns)
+	list, err := envs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = createAll(ctx, o, func(ctx context.Context, i int) error {
+		for {
+			env, err := envs.Get(ctx, list.Items[i].Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.Now()
+			op := &v1alpha1.LifecycleOperation{Kind: v1alpha1.LifecycleSuspend, Phase: v1alpha1.PhaseRequested,
+				OperationID: fmt.Sprintf("bench-suspend-%d", i), Reason: "bench", StartedAt: now}
+			if env.Status.Pod != nil {
+				op.ExpectedPodUID = env.Status.Pod.UID
+			}
+			if env.Status.PVC != nil {
+				op.ExpectedPVCUID = env.Status.PVC.UID
+			}
+			env.Status.LifecycleOperation = op
+			if _, err = envs.UpdateStatus(ctx, env, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(o.timeout)
+	for {
+		list, err := envs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		n := 0
+		for i := range list.Items {
+			if list.Items[i].Status.Suspended() {
+				n++
+			}
+		}
+		if n == len(list.Items) {
+			logf("controller: all suspended after %s", time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d environments suspended", n, len(list.Items))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func freeAddr() (string, error) {

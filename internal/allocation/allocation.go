@@ -64,9 +64,11 @@ type Config struct {
 	// Storage is the claim size of a profile's environments (what Sync counts for an
 	// environment admission did not see).
 	Storage func(profile string) int64
-	Logger  hclog.Logger
-	Now     func() time.Time
-	Metrics *Metrics
+	// MaxCommand is the longest a profile's detached command may run: its slot's expiry.
+	MaxCommand func(profile string) time.Duration
+	Logger     hclog.Logger
+	Now        func() time.Time
+	Metrics    *Metrics
 }
 
 // Allocator implements store.Admission.
@@ -145,15 +147,15 @@ func (a *Allocator) scopes(clientHash, ownerHash string) []scope {
 
 // AdmitEnvironment implements store.Admission.
 func (a *Allocator) AdmitEnvironment(ctx context.Context, in store.Admitted) error {
-	return a.admit(ctx, in, true)
+	return a.admit(ctx, in)
 }
 
 // AdmitReady implements store.Admission.
 func (a *Allocator) AdmitReady(ctx context.Context, in store.Admitted) error {
-	return a.admit(ctx, in, false)
+	return a.admit(ctx, in)
 }
 
-func (a *Allocator) admit(ctx context.Context, in store.Admitted, create bool) error {
+func (a *Allocator) admit(ctx context.Context, in store.Admitted) error {
 	scopes := a.scopes(in.ClientHash, in.OwnerHash)
 	for _, s := range scopes {
 		if err := a.checkTime(s); err != nil {
@@ -161,13 +163,21 @@ func (a *Allocator) admit(ctx context.Context, in store.Admitted, create bool) e
 			return err
 		}
 	}
-	var done []scope
+	// What each scope held of the environment before, to put back if a later scope refuses.
+	type taken struct {
+		s    scope
+		prev *executionv1alpha1.AllocatedEnvironment
+	}
+	var done []taken
 	for _, s := range scopes {
 		if !s.limits.Counted() {
 			continue
 		}
 		now := metav1.NewTime(a.cfg.Now())
+		var prev *executionv1alpha1.AllocatedEnvironment
+		changed := false
 		err := a.update(ctx, s, func(st *executionv1alpha1.ExecutionAllocationStatus) (bool, error) {
+			prev, changed = nil, false
 			i := slices.IndexFunc(st.Environments, func(e executionv1alpha1.AllocatedEnvironment) bool { return e.Name == in.Name })
 			if i >= 0 && st.Environments[i].Ready {
 				return false, nil // counted already
@@ -178,22 +188,45 @@ func (a *Allocator) admit(ctx context.Context, in store.Admitted, create bool) e
 			if i < 0 {
 				st.Environments = append(st.Environments, executionv1alpha1.AllocatedEnvironment{Name: in.Name, Ready: true, StorageBytes: in.StorageBytes, AdmittedAt: now})
 			} else {
+				p := st.Environments[i]
+				prev = &p
 				st.Environments[i].Ready, st.Environments[i].AdmittedAt = true, now
 			}
+			changed = true
 			return true, nil
 		})
 		if err != nil {
 			a.cfg.Metrics.refused(s.label(), err)
-			if create {
-				for _, d := range done {
-					a.forget(context.WithoutCancel(ctx), d, in.Name)
-				}
+			for _, d := range done {
+				a.restore(context.WithoutCancel(ctx), d.s, in.Name, d.prev)
 			}
 			return err
 		}
-		done = append(done, s)
+		if changed {
+			done = append(done, taken{s: s, prev: prev})
+		}
 	}
 	return nil
+}
+
+// restore puts back what a scope held of an environment before an admission a later scope
+// refused: nothing (the entry removed), or the entry as it was (not ready).
+func (a *Allocator) restore(ctx context.Context, s scope, name string, prev *executionv1alpha1.AllocatedEnvironment) {
+	err := a.update(ctx, s, func(st *executionv1alpha1.ExecutionAllocationStatus) (bool, error) {
+		i := slices.IndexFunc(st.Environments, func(e executionv1alpha1.AllocatedEnvironment) bool { return e.Name == name })
+		switch {
+		case i < 0:
+			return false, nil
+		case prev == nil:
+			st.Environments = slices.Delete(st.Environments, i, i+1)
+		default:
+			st.Environments[i] = *prev
+		}
+		return true, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("an admission could not be given back; the next sync does", logging.KeyEnvironment, name, logging.KeyError, err)
+	}
 }
 
 // fits checks that one more ready environment (and, new, one more environment with its
@@ -344,30 +377,39 @@ func (a *Allocator) Sync(ctx context.Context) map[string][]string {
 	}
 	wanted := map[string]*want{}
 	toSuspend := map[string][]string{}
+	suspending := map[string]bool{} // by scope: a time quota with the suspend action exceeded
+	suspends := func(s scope) bool {
+		over, ok := suspending[s.name()]
+		if !ok {
+			for _, t := range a.exceededTime(s) {
+				over = over || t.limit.Action == quota.ActionSuspend
+			}
+			suspending[s.name()] = over
+		}
+		return over
+	}
 	for _, env := range envs {
 		if env.Status.Deleted() {
 			continue
 		}
 		for _, s := range a.scopes(env.Spec.ClientHash, env.Spec.OwnerHash) {
+			ready := !env.Status.Suspended() && !env.Status.Retired()
+			if ready && suspends(s) {
+				toSuspend[s.name()] = append(toSuspend[s.name()], env.Name)
+			}
+			if !s.limits.Counted() {
+				continue // time quotas only: nothing to list
+			}
 			w := wanted[s.name()]
 			if w == nil {
 				w = &want{s: s, envs: map[string]executionv1alpha1.AllocatedEnvironment{}}
 				wanted[s.name()] = w
 			}
-			ready := !env.Status.Suspended()
 			var storage int64
 			if a.cfg.Storage != nil {
 				storage = a.cfg.Storage(env.Spec.Profile)
 			}
 			w.envs[env.Name] = executionv1alpha1.AllocatedEnvironment{Name: env.Name, Ready: ready, StorageBytes: storage}
-			if ready {
-				for _, t := range a.exceededTime(s) {
-					if t.limit.Action == quota.ActionSuspend {
-						toSuspend[s.name()] = append(toSuspend[s.name()], env.Name)
-						break
-					}
-				}
-			}
 		}
 	}
 	existing, err := a.lister.ExecutionAllocations(a.cfg.Namespace).List(labels.Everything())
@@ -380,9 +422,15 @@ func (a *Allocator) Sync(ctx context.Context) map[string][]string {
 				envs: map[string]executionv1alpha1.AllocatedEnvironment{}}
 		}
 	}
+	// Gone, by the cache: confirmed by a read of the API server before a slot is given
+	// back, so that a leader whose cache stalled (paused past its lease) frees nothing.
+	gone := func(name string) bool {
+		env, err := a.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(a.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && env.Status.Deleted())
+	}
 	for _, w := range wanted {
 		err := a.update(ctx, w.s, func(st *executionv1alpha1.ExecutionAllocationStatus) (bool, error) {
-			return reconcile(st, w.envs, now), nil
+			return reconcile(st, w.envs, now, gone), nil
 		})
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("an allocation cannot be synced; retried", logging.KeyName, w.s.name(), logging.KeyError, err)
@@ -393,7 +441,7 @@ func (a *Allocator) Sync(ctx context.Context) map[string][]string {
 
 // reconcile makes st list want (name → entry), keeping fresh admissions and entries as
 // they are where they agree; it reports whether anything changed.
-func reconcile(st *executionv1alpha1.ExecutionAllocationStatus, want map[string]executionv1alpha1.AllocatedEnvironment, now time.Time) bool {
+func reconcile(st *executionv1alpha1.ExecutionAllocationStatus, want map[string]executionv1alpha1.AllocatedEnvironment, now time.Time, gone func(string) bool) bool {
 	changed := false
 	have := map[string]bool{}
 	kept := st.Environments[:0:0]
@@ -402,7 +450,7 @@ func reconcile(st *executionv1alpha1.ExecutionAllocationStatus, want map[string]
 		fresh := now.Sub(e.AdmittedAt.Time) < grace
 		w, exists := want[e.Name]
 		switch {
-		case !exists && !fresh:
+		case !exists && !fresh && gone(e.Name):
 			changed = true
 			continue // gone
 		case exists && e.Ready && !w.Ready && !fresh:
@@ -430,9 +478,88 @@ func reconcile(st *executionv1alpha1.ExecutionAllocationStatus, want map[string]
 		}
 		return 0
 	})
+	// A detached command's slot ends at its expiry, or with its environment's executor
+	// (suspended, retired, deleted: every command ended with it).
 	n := len(st.Commands)
-	st.Commands = slices.DeleteFunc(st.Commands, func(c executionv1alpha1.AllocatedCommand) bool { return now.After(c.Until.Time) })
+	st.Commands = slices.DeleteFunc(st.Commands, func(c executionv1alpha1.AllocatedCommand) bool {
+		w, ok := want[c.Environment]
+		return now.After(c.Until.Time) || !ok || !w.Ready
+	})
 	changed = changed || len(st.Commands) != n || len(kept) != len(st.Environments)
 	st.Environments = kept
 	return changed
+}
+
+// Command admits (or, with release, gives back) a detached command of the environment
+// name of UID: counted against its scopes' detachedCommands until a gateway sees it end
+// or its profile's longest duration passes. An environment the leader does not know is
+// apierror.ErrNotFound.
+func (a *Allocator) Command(ctx context.Context, name, uid, id string, release bool) error {
+	env, err := a.cfg.Environments.ExecutionEnvironments(a.cfg.Namespace).Get(name)
+	if err != nil || string(env.UID) != uid {
+		return fmt.Errorf("%w: environment %s", apierror.ErrNotFound, name)
+	}
+	var scopes []scope
+	for _, s := range a.scopes(env.Spec.ClientHash, env.Spec.OwnerHash) {
+		if s.limits.DetachedCommands != nil {
+			scopes = append(scopes, s)
+		}
+	}
+	if release {
+		for _, s := range scopes {
+			a.dropCommand(ctx, s, name, id)
+		}
+		return nil
+	}
+	for _, s := range a.scopes(env.Spec.ClientHash, env.Spec.OwnerHash) {
+		if err := a.checkTime(s); err != nil {
+			a.cfg.Metrics.refused(s.label(), err)
+			return err
+		}
+	}
+	var longest time.Duration
+	if a.cfg.MaxCommand != nil {
+		longest = a.cfg.MaxCommand(env.Spec.Profile)
+	}
+	now := a.cfg.Now()
+	until := metav1.NewTime(now.Add(max(longest, grace)))
+	var done []scope
+	for _, s := range scopes {
+		err := a.update(ctx, s, func(st *executionv1alpha1.ExecutionAllocationStatus) (bool, error) {
+			live := 0
+			for _, c := range st.Commands {
+				if c.Environment == name && c.CommandID == id {
+					return false, nil // admitted already
+				}
+				if c.Until.After(now) {
+					live++
+				}
+			}
+			if limit := *s.limits.DetachedCommands; int64(live)+1 > limit {
+				return false, exceeded(s, "detachedCommands", limit, int64(live))
+			}
+			st.Commands = append(st.Commands, executionv1alpha1.AllocatedCommand{Environment: name, CommandID: id, Until: until})
+			return true, nil
+		})
+		if err != nil {
+			a.cfg.Metrics.refused(s.label(), err)
+			for _, d := range done {
+				a.dropCommand(context.WithoutCancel(ctx), d, name, id)
+			}
+			return err
+		}
+		done = append(done, s)
+	}
+	return nil
+}
+
+func (a *Allocator) dropCommand(ctx context.Context, s scope, env, id string) {
+	err := a.update(ctx, s, func(st *executionv1alpha1.ExecutionAllocationStatus) (bool, error) {
+		n := len(st.Commands)
+		st.Commands = slices.DeleteFunc(st.Commands, func(c executionv1alpha1.AllocatedCommand) bool { return c.Environment == env && c.CommandID == id })
+		return len(st.Commands) != n, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("a detached command's slot could not be given back; it is at its expiry", logging.KeyEnvironment, env, logging.KeyError, err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
+	"github.com/execplane/execplane/internal/allocation"
 	"github.com/execplane/execplane/internal/logging"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/usage"
@@ -32,6 +33,8 @@ type Config struct {
 	Store func() *store.Store
 	// Usage returns the usage recorder while this replica leads, nil otherwise.
 	Usage func() *usage.Recorder
+	// Allocations returns the quota allocator while this replica leads, nil otherwise.
+	Allocations func() *allocation.Allocator
 	// Current returns the current security material (policies), false when there is none.
 	Current func() (*security.Bundle, bool)
 	// Gateways are the identities allowed to call.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/execplane/execplane/internal/allocation"
 	"github.com/execplane/execplane/internal/security"
 	"github.com/execplane/execplane/internal/usage"
 	"github.com/execplane/execplane/pkg/apierror"
@@ -215,4 +216,36 @@ func visibleUsage(c store.Caller, u *executionv1alpha1.ExecutionUsage) bool {
 	}
 	return len(c.Capabilities.AdministratorFor) == 0 ||
 		slices.ContainsFunc(c.Capabilities.AdministratorFor, func(id string) bool { return ident.ClientHash(id) == h })
+}
+
+// AdmitCommand implements ControlService: a detached command counted against its
+// environment's quotas before a gateway starts it, or given back.
+func (s *Server) AdmitCommand(ctx context.Context, in *controlv1.AdmitCommandRequest) (*controlv1.AdmitCommandResponse, error) {
+	if err := s.admitCommand(ctx, in); err != nil {
+		return nil, s.status("AdmitCommand", in.GetCaller(), err)
+	}
+	return &controlv1.AdmitCommandResponse{}, nil
+}
+
+func (s *Server) admitCommand(ctx context.Context, in *controlv1.AdmitCommandRequest) error {
+	if _, _, err := s.begin(ctx, in.GetCaller()); err != nil {
+		return err
+	}
+	var a *allocation.Allocator
+	if s.cfg.Allocations != nil {
+		a = s.cfg.Allocations()
+	}
+	if a == nil {
+		return ErrNotLeader
+	}
+	var f ident.Fields
+	f.DNSLabel("environment", in.GetEnvironment())
+	f.UUID("revision", in.GetRevision())
+	if !ident.IsPrintableASCII(in.GetCommandId(), 128) {
+		f.Fail("command_id", "must be 1..128 bytes of printable ASCII")
+	}
+	if err := f.Err(); err != nil {
+		return err
+	}
+	return a.Command(ctx, in.GetEnvironment(), in.GetRevision(), in.GetCommandId(), in.GetRelease())
 }

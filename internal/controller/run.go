@@ -21,6 +21,7 @@ import (
 	"github.com/execplane/execplane/internal/startup"
 	"github.com/execplane/execplane/internal/usage"
 	"github.com/execplane/execplane/pkg/apierror"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/quota"
 	"github.com/execplane/execplane/pkg/store"
@@ -105,11 +106,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var ledger atomic.Pointer[store.Store]
 	var usages atomic.Pointer[usage.Recorder]
+	var allocations atomic.Pointer[allocation.Allocator]
 	gateways := make([]security.ClientIdentity, 0, len(cfg.GatewayIdentities))
 	for _, id := range cfg.GatewayIdentities {
 		gateways = append(gateways, security.ClientIdentity(id))
 	}
-	controlServer, err := control.NewServer(control.Config{Store: ledger.Load, Usage: usages.Load, Current: proc.Security.Current, Gateways: gateways, Logger: logger})
+	controlServer, err := control.NewServer(control.Config{Store: ledger.Load, Usage: usages.Load, Allocations: allocations.Load, Current: proc.Security.Current, Gateways: gateways, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -125,6 +127,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	endMetrics := NewEndMetrics(proc.Registry)
 	usageMetrics := usage.NewMetrics(proc.Registry)
 	quotaMetrics := allocation.NewMetrics(proc.Registry)
+	usage.NewClientMetrics(proc.Registry, usages.Load, clientNames(proc.Security.Current))
 	quotas, err := quota.NewSource(cfg.QuotasFile)
 	if err != nil {
 		return err
@@ -182,10 +185,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			var alloc *allocation.Allocator
 			if err == nil {
 				alloc, err = allocation.New(allocation.Config{Execution: execClient, Namespace: cfg.Executors(), Environments: r.Environments(),
-					Quotas: quotas, Use: rec.Use, Storage: profileStorage(profiles), Logger: logger, Metrics: quotaMetrics})
+					Quotas: quotas, Use: rec.Use, Storage: profileStorage(profiles), MaxCommand: profileMaxCommand(profiles), Logger: logger, Metrics: quotaMetrics})
 			}
 			if err == nil {
 				err = alloc.Start(ctx)
+			}
+			if err == nil {
+				err = rec.Start(ctx) // no usage answered, nor quota judged, before the ledgers are read
 			}
 			var st *store.Store
 			if err == nil {
@@ -211,6 +217,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer ledger.Store(nil)
 			usages.Store(rec)
 			defer usages.Store(nil)
+			allocations.Store(alloc)
+			defer allocations.Store(nil)
 			synced.Store(true)
 			r.Run(ctx, cfg.Workers)
 		},
@@ -280,6 +288,34 @@ func profileStorage(profiles *profile.Registry) func(string) int64 {
 			return 0
 		}
 		return e.Spec.StorageSize.Value()
+	}
+}
+
+// clientNames names a client hash by the identity the security policy lists ("" when it
+// lists none of that hash): the bounded label of the usage metrics.
+func clientNames(current func() (*security.Bundle, bool)) func(string) string {
+	return func(hash string) string {
+		b, ok := current()
+		if !ok || b == nil {
+			return ""
+		}
+		for _, id := range b.Policies().Identities() {
+			if ident.ClientHash(string(id)) == hash {
+				return string(id)
+			}
+		}
+		return ""
+	}
+}
+
+// profileMaxCommand is the longest a profile's detached command runs.
+func profileMaxCommand(profiles *profile.Registry) func(string) time.Duration {
+	return func(name string) time.Duration {
+		p, ok := profiles.Profile(name)
+		if !ok {
+			return 0
+		}
+		return p.Commands.MaxDuration
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/execplane/execplane/internal/protocol"
 	"github.com/execplane/execplane/pkg/apierror"
 	executionv1alpha1 "github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
+	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 	helperv1 "github.com/execplane/execplane/proto/helper/v1"
 )
@@ -251,11 +252,53 @@ func (h *Handler) startDetached(ctx context.Context, in *executionv1.StartComman
 	if err != nil {
 		return nil, err
 	}
-	info, err := h.startDurable(ctx, a, in.GetCommand(), in.GetCommandId(), true)
+	id := in.GetCommandId()
+	if id == "" {
+		id = newCommandID()
+	}
+	if err := h.quotaCommand(ctx, a, id, false); err != nil {
+		return nil, err
+	}
+	info, err := h.startDurable(ctx, a, in.GetCommand(), id, true)
 	if err != nil {
+		h.releaseCommand(ctx, a, id)
 		return nil, err
 	}
 	return &executionv1.StartCommandResponse{Command: info}, nil
+}
+
+// quotaCommand counts a detached command against its environment's quotas before it
+// starts (or gives its slot back): the leader decides, atomically across gateways.
+func (h *Handler) quotaCommand(ctx context.Context, a *admitted, id string, release bool) error {
+	cl, err := client(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = h.b.Control.AdmitCommand(ctx, &controlv1.AdmitCommandRequest{
+		Caller:      &controlv1.Caller{ClientUri: string(cl.Identity), RequestId: RequestID(ctx)},
+		Environment: a.env.Name, Revision: string(a.env.UID), CommandId: id, Release: release,
+	})
+	return err
+}
+
+// releaseEnded gives back the slot of a detached command seen ended (followed to its end,
+// its status read, cancelled), once per command on this gateway: the others see it too,
+// and the slot's expiry and the controller's sync are the backstop.
+func (h *Handler) releaseEnded(ctx context.Context, a *admitted, c *executionv1.CommandInfo) {
+	if !c.GetDetached() || c.GetState() == executionv1.CommandState_COMMAND_STATE_RUNNING {
+		return
+	}
+	if h.released.add(string(a.env.UID) + "/" + c.GetCommandId()) {
+		h.releaseCommand(ctx, a, c.GetCommandId())
+	}
+}
+
+// releaseCommand gives a detached command's slot back, best effort: the slot expires at
+// the profile's longest duration anyway.
+func (h *Handler) releaseCommand(ctx context.Context, a *admitted, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelAfterCall)
+	defer cancel()
+	_ = h.quotaCommand(ctx, a, id, true)
 }
 
 // RunCommand implements ExecutionProviderService: a durable command, streamed.
@@ -268,8 +311,20 @@ func (h *Handler) RunCommand(in *executionv1.RunCommandRequest, stream grpc.Serv
 	if err != nil {
 		return err
 	}
-	info, err := h.startDurable(ctx, a, in.GetCommand(), in.GetCommandId(), in.GetDetach())
+	id := in.GetCommandId()
+	if in.GetDetach() {
+		if id == "" {
+			id = newCommandID()
+		}
+		if err := h.quotaCommand(ctx, a, id, false); err != nil {
+			return err
+		}
+	}
+	info, err := h.startDurable(ctx, a, in.GetCommand(), id, in.GetDetach())
 	if err != nil {
+		if in.GetDetach() {
+			h.releaseCommand(ctx, a, id)
+		}
 		return err
 	}
 	if err := stream.Send(&executionv1.CommandEvent{Event: &executionv1.CommandEvent_Started{Started: info}}); err != nil {
@@ -332,6 +387,7 @@ func (h *Handler) follow(ctx context.Context, a *admitted, id string, from *exec
 			}
 		}
 		if res.GetComplete() {
+			h.releaseEnded(ctx, a, res.GetCommands()[0])
 			return stream.Send(&executionv1.CommandEvent{Event: &executionv1.CommandEvent_Ended{Ended: res.GetCommands()[0]}})
 		}
 		if len(res.GetOutput()) == 0 && time.Since(asked) < minEmptyPoll {
@@ -362,6 +418,7 @@ func (h *Handler) durableStatus(ctx context.Context, a *admitted, in *executionv
 		return nil, err
 	}
 	info := res.GetCommands()[0]
+	h.releaseEnded(ctx, a, info)
 	return &executionv1.CommandStatusResponse{Command: info, Result: info.GetResult(), Output: res.GetOutput()}, nil
 }
 
@@ -382,6 +439,7 @@ func (h *Handler) durableCancel(ctx context.Context, a *admitted, in *executionv
 	if err != nil {
 		return nil, err
 	}
+	h.releaseEnded(ctx, a, res.GetCommands()[0])
 	return &executionv1.CancelCommandResponse{Command: res.GetCommands()[0]}, nil
 }
 

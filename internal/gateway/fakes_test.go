@@ -235,6 +235,14 @@ func (f *fakeControl) ListUsage(_ context.Context, in *controlv1.ListUsageReques
 	return &executionv1.ListUsageResponse{}, nil
 }
 
+func (f *fakeControl) AdmitCommand(_ context.Context, in *controlv1.AdmitCommandRequest, _ ...grpc.CallOption) (*controlv1.AdmitCommandResponse, error) {
+	f.record("AdmitCommand", in)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &controlv1.AdmitCommandResponse{}, nil
+}
+
 func (f *fakeControl) ReportUsage(_ context.Context, in *controlv1.ReportUsageRequest, _ ...grpc.CallOption) (*controlv1.ReportUsageResponse, error) {
 	f.record("ReportUsage", in)
 	if f.err != nil {

@@ -84,6 +84,8 @@ type Handler struct {
 	calls *callSlots
 	// warnedUnsealed is the material generation last warned of having no record keys.
 	warnedUnsealed atomic.Uint64
+	// released are the detached commands whose quota slot this gateway gave back.
+	released releasedSet
 }
 
 var _ executionv1grpc.ExecutionProviderServiceServer = (*Handler)(nil)

@@ -35,6 +35,9 @@ type dataRPC struct {
 	// after execs executor calls.
 	admitted answer
 	execs    int
+	// quota: a call that passed admission asks the controller to count it against its
+	// quotas (a detached start), one control call; nothing else on the data path does.
+	quota bool
 }
 
 func statOp(path string) *executionv1.FileOperation {
@@ -49,27 +52,27 @@ var dataRPCs = []dataRPC{
 	{"Files", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.Files(ctx, &executionv1.FilesRequest{RunGrant: g, Environment: ref, Operation: statOp("a.txt")})
 		return err
-	}, ok, 1},
+	}, ok, 1, false},
 	{"StartCommand", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: g, Environment: ref, Command: argv("true")})
 		return err
-	}, ok, 1},
+	}, ok, 1, false},
 	{"CommandStatus", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.CommandStatus(ctx, &executionv1.CommandStatusRequest{RunGrant: g, Environment: ref, CommandId: "cmd-1"})
 		return err
-	}, ok, 1},
+	}, ok, 1, false},
 	{"CancelCommand", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.CancelCommand(ctx, &executionv1.CancelCommandRequest{RunGrant: g, Environment: ref, CommandId: "cmd-1"})
 		return err
-	}, ok, 1},
+	}, ok, 1, false},
 	{"StartCommand detached", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.StartCommand(ctx, &executionv1.StartCommandRequest{RunGrant: g, Environment: ref, Command: argv("true"), Detach: true, CommandId: "cmd-1"})
 		return err
-	}, ok, 1},
+	}, ok, 1, true},
 	{"ListCommands", func(ctx context.Context, h *Handler, g *executionv1.Grant, ref *executionv1.EnvironmentRef) error {
 		_, err := h.ListCommands(ctx, &executionv1.ListCommandsRequest{RunGrant: g, Environment: ref})
 		return err
-	}, ok, 1},
+	}, ok, 1, false},
 }
 
 // admissionCase is one class of refusal of a data call's grant, environment or claim.
@@ -204,13 +207,16 @@ func TestHandlerDataAdmission(t *testing.T) {
 					w := newWorld(t, k, c.setup)
 					ctx, g, ref := c.build(t, k)
 					err := rpc.call(ctx, w.h, g, ref)
-					want, execs := c.want, 0
+					want, execs, controls := c.want, 0, 0
 					if c.admitted {
 						want, execs = rpc.admitted, rpc.execs
+						if rpc.quota {
+							controls = 1
+						}
 					}
 					expect(t, err, want, c.msg)
 					w.execCalls(t, execs)
-					w.controlCalls(t, 0)
+					w.controlCalls(t, controls)
 				})
 			}
 		})

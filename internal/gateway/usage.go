@@ -230,3 +230,33 @@ func (s *countingStream) done(u *usageCounter, command bool, err error) {
 	}
 	u.count(s.env, c, s.in, s.out)
 }
+
+// maxReleased bounds the detached commands a gateway remembers having given back.
+const maxReleased = 4096
+
+// releasedSet remembers the last maxReleased keys added, so a command seen ended again
+// costs no control call.
+type releasedSet struct {
+	mu   sync.Mutex
+	keys map[string]bool
+	ring []string
+	next int
+}
+
+// add reports whether key is new (and remembers it).
+func (r *releasedSet) add(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keys == nil {
+		r.keys, r.ring = map[string]bool{}, make([]string, maxReleased)
+	}
+	if r.keys[key] {
+		return false
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.keys, old)
+	}
+	r.ring[r.next], r.keys[key] = key, true
+	r.next = (r.next + 1) % maxReleased
+	return true
+}

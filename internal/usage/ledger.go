@@ -93,8 +93,14 @@ func (l Ledger) FoldSeries(r SeriesReport) {
 	st := l.Status
 	i := slices.IndexFunc(st.Series, func(s executionv1alpha1.UsageSeries) bool { return s.ID == r.ID })
 	if i < 0 {
-		if len(st.Series) >= executionv1alpha1.MaxUsageSeries && !slices.ContainsFunc(st.Series, func(s executionv1alpha1.UsageSeries) bool { return s.ReportedAt.Time.Before(r.At) }) {
-			return // older than every series remembered: it would be forgotten at once, and counted again
+		// A series is only forgotten once idle past seriesIdle (gateways stop sending it
+		// well before): with every slot taken by a series changed more recently, the new
+		// one is not counted at all — a loss, never a count twice.
+		st.Series = slices.DeleteFunc(st.Series, func(s executionv1alpha1.UsageSeries) bool {
+			return r.At.Sub(s.ReportedAt.Time) > seriesIdle
+		})
+		if len(st.Series) >= executionv1alpha1.MaxUsageSeries {
+			return
 		}
 		st.Series = append(st.Series, executionv1alpha1.UsageSeries{ID: r.ID})
 		i = len(st.Series) - 1
@@ -113,15 +119,10 @@ func (l Ledger) FoldSeries(r SeriesReport) {
 		}
 		l.spread(r.At, r.At, add)
 	}
-	// Forget series idle long enough that no gateway reports them any more, then the
-	// oldest past the bound.
+	// Forget series idle long enough that no gateway reports them any more.
 	st.Series = slices.DeleteFunc(st.Series, func(s executionv1alpha1.UsageSeries) bool {
 		return r.At.Sub(s.ReportedAt.Time) > seriesIdle
 	})
-	if len(st.Series) > executionv1alpha1.MaxUsageSeries {
-		slices.SortStableFunc(st.Series, func(a, b executionv1alpha1.UsageSeries) int { return a.ReportedAt.Compare(b.ReportedAt.Time) })
-		st.Series = slices.Clone(st.Series[len(st.Series)-executionv1alpha1.MaxUsageSeries:])
-	}
 }
 
 // Accrue folds the time-based counters (ready and suspended time, storage) from the

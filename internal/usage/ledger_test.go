@@ -221,7 +221,7 @@ func TestLedgerFoldPod(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got executionv1alpha1.ExecutionUsageStatus
-			l := Ledger{Status: &got, Retention: DefaultRetention}
+			l := Ledger{Status: &got, Retention: ledgerRetention}
 			for _, s := range tc.samples {
 				l.FoldPod(s)
 			}
@@ -253,7 +253,7 @@ func TestLedgerFoldPodSpreadsExactly(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var st executionv1alpha1.ExecutionUsageStatus
-			l := Ledger{Status: &st, Retention: DefaultRetention}
+			l := Ledger{Status: &st, Retention: ledgerRetention}
 			l.FoldPod(ledgerPod("a", 0, tc.ws, tc.from))
 			l.FoldPod(ledgerPod("a", tc.cpu, tc.ws, tc.to))
 
@@ -313,7 +313,7 @@ func TestLedgerFoldIsIdempotent(t *testing.T) {
 		}
 	}
 	var want executionv1alpha1.ExecutionUsageStatus
-	foldInOrder(Ledger{Status: &want, Retention: DefaultRetention})
+	foldInOrder(Ledger{Status: &want, Retention: ledgerRetention})
 
 	for _, tc := range []struct {
 		name  string
@@ -352,7 +352,7 @@ func TestLedgerFoldIsIdempotent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got executionv1alpha1.ExecutionUsageStatus
-			l := Ledger{Status: &got, Retention: DefaultRetention}
+			l := Ledger{Status: &got, Retention: ledgerRetention}
 			foldInOrder(l)
 			tc.again(l, rand.New(rand.NewPCG(7, 11)))
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -398,7 +398,7 @@ func TestLedgerFoldPodKeepsTheMostRecentPods(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var st executionv1alpha1.ExecutionUsageStatus
-			l := Ledger{Status: &st, Retention: DefaultRetention}
+			l := Ledger{Status: &st, Retention: ledgerRetention}
 			for _, s := range tc.samples {
 				l.FoldPod(s)
 			}
@@ -448,7 +448,7 @@ func TestLedgerFoldPastTheBoundsIsIdempotent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var st executionv1alpha1.ExecutionUsageStatus
-			l := Ledger{Status: &st, Retention: DefaultRetention}
+			l := Ledger{Status: &st, Retention: ledgerRetention}
 			tc.fill(l)
 			tc.late(l)
 			if got := tc.count(st.Totals); got != tc.wantAfterOne {
@@ -577,7 +577,7 @@ func TestLedgerFoldSeries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got executionv1alpha1.ExecutionUsageStatus
-			l := Ledger{Status: &got, Retention: DefaultRetention}
+			l := Ledger{Status: &got, Retention: ledgerRetention}
 			for _, r := range tc.reports {
 				l.FoldSeries(r)
 			}
@@ -588,23 +588,32 @@ func TestLedgerFoldSeries(t *testing.T) {
 	}
 }
 
-func TestLedgerFoldSeriesKeepsTheMostRecentSeries(t *testing.T) {
+// TestLedgerFoldSeriesNeverEvictsALiveSeries: with every slot taken by series changed in
+// the last two hours, a new series is not counted (and not remembered), and the live ones
+// sent again add nothing — where evicting one would count it again from zero on its next
+// copy. Once the oldest is idle past two hours, a new series takes its slot.
+func TestLedgerFoldSeriesNeverEvictsALiveSeries(t *testing.T) {
 	var st executionv1alpha1.ExecutionUsageStatus
-	l := Ledger{Status: &st, Retention: DefaultRetention}
-	var want []executionv1alpha1.UsageSeries
-	n := executionv1alpha1.MaxUsageSeries + 3
-	for i := range n {
-		at := ledgerAt(10, 30, i)
-		l.FoldSeries(ledgerReport(fmt.Sprintf("gw-%02d", i), 2, 0, 0, at))
-		if i >= n-executionv1alpha1.MaxUsageSeries {
-			want = append(want, ledgerSeriesState(fmt.Sprintf("gw-%02d", i), 2, 0, 0, at))
-		}
+	l := Ledger{Status: &st, Retention: ledgerRetention}
+	max := executionv1alpha1.MaxUsageSeries
+	for i := range max {
+		l.FoldSeries(ledgerReport(fmt.Sprintf("gw-%02d", i), 2, 0, 0, ledgerAt(10, 30, i)))
 	}
-	if diff := cmp.Diff(want, st.Series); diff != "" {
-		t.Errorf("remembered series (-want +got):\n%s", diff)
+	l.FoldSeries(ledgerReport("gw-new", 5, 0, 0, ledgerAt(10, 40, 0)))
+	for i := range max { // every gateway sends its series again, unchanged
+		l.FoldSeries(ledgerReport(fmt.Sprintf("gw-%02d", i), 2, 0, 0, ledgerAt(10, 45, i)))
 	}
-	if got, want := st.Totals.Commands, int64(2*n); got != want {
-		t.Errorf("total commands = %d, want %d (every series', remembered or not)", got, want)
+	if got, want := st.Totals.Commands, int64(2*max); got != want {
+		t.Errorf("total commands = %d, want %d (the live series once each, the one over the bound not at all)", got, want)
+	}
+	if len(st.Series) != max || slices.ContainsFunc(st.Series, func(s executionv1alpha1.UsageSeries) bool { return s.ID == "gw-new" }) {
+		t.Errorf("%d series remembered (want %d, without gw-new)", len(st.Series), max)
+	}
+	// Two hours and more after gw-00's last change: it is forgotten, and the new series
+	// takes its slot and counts.
+	l.FoldSeries(ledgerReport("gw-later", 7, 0, 0, ledgerAt(12, 30, 1)))
+	if got, want := st.Totals.Commands, int64(2*max+7); got != want {
+		t.Errorf("total commands = %d, want %d", got, want)
 	}
 }
 
@@ -758,7 +767,7 @@ func TestLedgerAccrueAndTransition(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := executionv1alpha1.ExecutionUsageStatus{Accrual: tc.start}
-			l := Ledger{Status: &got, Retention: DefaultRetention}
+			l := Ledger{Status: &got, Retention: ledgerRetention}
 			for _, op := range tc.ops {
 				op(l)
 			}
@@ -799,7 +808,7 @@ func TestLedgerAccrueKeepsSubMilliseconds(t *testing.T) {
 			st := executionv1alpha1.ExecutionUsageStatus{Accrual: executionv1alpha1.UsageAccrual{
 				State: executionv1alpha1.UsageReady, Since: metav1.NewMicroTime(tc.since),
 			}}
-			l := Ledger{Status: &st, Retention: DefaultRetention}
+			l := Ledger{Status: &st, Retention: ledgerRetention}
 			for _, to := range tc.to {
 				l.Accrue(to)
 			}
@@ -1021,14 +1030,14 @@ func TestLedgerFoldInChunksEqualsOneFold(t *testing.T) {
 				}}
 			}
 
-			once := Ledger{Status: newStatus(), Retention: DefaultRetention}
+			once := Ledger{Status: newStatus(), Retention: ledgerRetention}
 			for _, e := range events {
 				e.fold(once)
 			}
 			once.Accrue(end)
 			once.Prune(end)
 
-			chunked := Ledger{Status: newStatus(), Retention: DefaultRetention}
+			chunked := Ledger{Status: newStatus(), Retention: ledgerRetention}
 			var last []ledgerEvent
 			for rest := events; len(rest) > 0; {
 				chunk := rest[:min(1+rng.IntN(40), len(rest))]
@@ -1099,3 +1108,6 @@ func TestLedgerFoldInChunksEqualsOneFold(t *testing.T) {
 func ledgerSeconds(rng *rand.Rand, lo, hi int) time.Duration {
 	return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Second
 }
+
+// ledgerRetention keeps every window of the tests' histories (three days and more).
+const ledgerRetention = 35 * 24 * time.Hour

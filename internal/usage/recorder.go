@@ -36,8 +36,10 @@ const (
 	// DefaultCheckpointInterval is how often changed ledgers are written: at most one write
 	// per environment per interval.
 	DefaultCheckpointInterval = time.Minute
-	// DefaultRetention is how long hourly windows are kept (and ended ledgers after their end).
-	DefaultRetention = 35 * 24 * time.Hour
+	// DefaultRetention is how long hourly windows are kept (and ended ledgers after their
+	// end): two days, a day of slack for a billing export that runs daily; a busy ledger is
+	// then ~12 KB. Up to 35 days (--usage-retention) at ~200 KB a ledger.
+	DefaultRetention = 48 * time.Hour
 	// maxPendingSamples bounds one environment's samples between checkpoints (a checkpoint
 	// interval of 64 sample intervals); past it the oldest go, which only coarsens the
 	// memory integral (the CPU counter is cumulative).
@@ -134,11 +136,20 @@ func cmpOr(d, def time.Duration) time.Duration {
 // environment made again under the same name starts a ledger of its own.
 func LedgerName(env string, uid types.UID) string { return env + "-" + string(uid) }
 
-// Run samples and checkpoints until ctx ends.
-func (r *Recorder) Run(ctx context.Context) error {
+// Start starts the ledgers' cache and waits for it: a recorder answers nothing before
+// (a new leader's reads and quotas would see no usage).
+func (r *Recorder) Start(ctx context.Context) error {
 	r.start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced) {
 		return ctx.Err()
+	}
+	return nil
+}
+
+// Run samples and checkpoints until ctx ends (after Start).
+func (r *Recorder) Run(ctx context.Context) error {
+	if err := r.Start(ctx); err != nil {
+		return err
 	}
 	sample := time.NewTicker(r.cfg.SampleInterval)
 	defer sample.Stop()
@@ -315,14 +326,21 @@ func (r *Recorder) Checkpoint(ctx context.Context) {
 		if u.Status.EndedAt != nil && now.Sub(u.Status.EndedAt.Time) > r.cfg.Retention {
 			err = r.cfg.Execution.ExecutionV1alpha1().ExecutionUsages(r.cfg.Namespace).Delete(ctx, u.Name,
 				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u.UID, ResourceVersion: &u.ResourceVersion}})
-		} else {
-			// The environment is gone: it ended when it was first seen gone.
+		} else if u.Status.EndedAt == nil && r.goneLive(ctx, u) {
+			// The environment is gone (the cache says, and so does the API server: a
+			// leader whose cache stalled ends nothing): it ended when it was seen gone.
 			err = r.write(ctx, u.Name, nil, executionv1alpha1.UsageEnded, now, now)
 		}
 		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			r.log.Warn("an ended usage ledger cannot be written", logging.KeyName, u.Name, logging.KeyError, err)
 		}
 	}
+}
+
+// goneLive confirms with the API server that a ledger's environment incarnation is gone.
+func (r *Recorder) goneLive(ctx context.Context, u *executionv1alpha1.ExecutionUsage) bool {
+	env, err := r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(r.cfg.Namespace).Get(ctx, u.Spec.Environment.Name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err) || (err == nil && env.UID != u.Spec.Environment.UID)
 }
 
 // stateOf is what env accrues as, and since when its status says it does (zero: unknown).
@@ -400,7 +418,9 @@ func (r *Recorder) write(ctx context.Context, name string, env *executionv1alpha
 	folded := !apiequality.Semantic.DeepEqual(before, &u.Status)
 	storage := r.storageOf(env)
 	if state != u.Status.Accrual.State || storage != u.Status.Accrual.StorageBytes {
-		if at.IsZero() || at.After(now) {
+		if at.IsZero() || at.After(now) || state == u.Status.Accrual.State {
+			// A size change (or a state whose time the status does not give) counts from
+			// now: the ledger's last write may be days old.
 			at = now
 		}
 		l.Transition(state, storage, at)
@@ -569,11 +589,10 @@ func (r *Recorder) Use(clientHash, ownerHash string, window time.Duration) (cpuN
 		if u.Spec.ClientHash != clientHash || (ownerHash != "" && u.Spec.OwnerHash != ownerHash) {
 			continue
 		}
-		for _, w := range u.Status.Windows {
-			if !w.Start.Time.Before(from) {
-				cpuNanoseconds += w.CPUNanoseconds
-				memoryKiBSeconds += w.MemoryKiBSeconds
-			}
+		// Windows are oldest first: read back from the newest to the window's start.
+		for i := len(u.Status.Windows) - 1; i >= 0 && !u.Status.Windows[i].Start.Time.Before(from); i-- {
+			cpuNanoseconds += u.Status.Windows[i].CPUNanoseconds
+			memoryKiBSeconds += u.Status.Windows[i].MemoryKiBSeconds
 		}
 	}
 	return cpuNanoseconds, memoryKiBSeconds

@@ -87,6 +87,7 @@ type outcome struct {
 	unsettled  []string // what the sweeps still found after two resync periods
 	left       []string // processes left on the node
 	wrong      []string // answers no model covers that broke a promise
+	usage      []string // usage ledgers whose windows do not sum to their totals
 	operations int
 	written    map[string]int // successful writes by binding
 	sched      *scheduler
@@ -163,6 +164,7 @@ func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *schedul
 	if !clustertest.Poll(cmp.Or(b.settle, 2*resyncPeriod), func() bool { o.unsettled = sys.sweep(t.Context(), deleted); return len(o.unsettled) == 0 }) {
 		o.unsettled = sys.sweep(t.Context(), deleted)
 	}
+	o.usage = usageProblems(t, sys)
 	sys.halt()
 	sys.Stop() // the gateways end their helper sessions: nothing of the executors may remain
 	if !clustertest.Poll(10*time.Second, func() bool { o.left = sys.leftProcesses(); return len(o.left) == 0 }) {
@@ -193,8 +195,8 @@ func (o outcome) fail(t *testing.T, seed uint64) {
 			t.Errorf("seed %d: the %s history is %s", seed, v.Model, v.Result)
 		}
 	}
-	if len(o.unsettled)+len(o.left)+len(o.wrong) > 0 {
-		t.Errorf("seed %d: %d unsettled, %d processes left, %d wrong answers", seed, len(o.unsettled), len(o.left), len(o.wrong))
+	if len(o.unsettled)+len(o.left)+len(o.wrong)+len(o.usage) > 0 {
+		t.Errorf("seed %d: %d unsettled, %d processes left, %d wrong answers, %d wrong usage ledgers: %v", seed, len(o.unsettled), len(o.left), len(o.wrong), len(o.usage), o.usage)
 	}
 }
 
@@ -265,6 +267,7 @@ func report(b budget, elapsed time.Duration, o outcome, stats map[string]int, sc
 	fmt.Fprintf(&r, "check sweeps (objects, references, readiness): %d unsettled\n", len(o.unsettled))
 	fmt.Fprintf(&r, "check node processes: %d left\n", len(o.left))
 	fmt.Fprintf(&r, "check answers (commands, reads, deletes): %d wrong\n", len(o.wrong))
+	fmt.Fprintf(&r, "check usage ledgers (windows sum to totals): %d wrong\n", len(o.usage))
 	violations += len(o.unsettled) + len(o.left) + len(o.wrong)
 	for _, l := range slices.Concat(o.unsettled, o.left, o.wrong) {
 		fmt.Fprintf(&r, "  %s\n", l)

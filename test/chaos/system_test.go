@@ -121,7 +121,9 @@ func startSystem(t *testing.T, o options) *system {
 		ControllerBin: controllerBin, GatewayBin: gatewayBin, Controllers: 2, Gateways: 2,
 		HelperPath: cmp.Or(o.helperPath, clustertest.HelperPath), Profiles: []byte(profiletest.YAML(100)),
 		ControllerArgs: append([]string{"--lease-duration", leaseDuration.String(), "--renew-deadline", renewDeadline.String(),
-			"--retry-period", retryPeriod.String(), "--resync-period", resyncPeriod.String()}, verbose...),
+			"--retry-period", retryPeriod.String(), "--resync-period", resyncPeriod.String(),
+			// Usage ledgers checkpointed often, so that the run's end checks what it did.
+			"--usage-sample-interval", "2s", "--usage-checkpoint-interval", "5s"}, verbose...),
 		ControllerEnv: o.controllerEnv,
 		GatewayEnv:    o.gatewayEnv,
 		GatewayArgs:   append(append(verbose, "--view-freshness-bound", viewFreshnessBound.String()), o.gatewayArgs...),

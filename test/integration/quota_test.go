@@ -123,4 +123,42 @@ func TestQuotaAdmissionAcrossGatewaysAndALeaderChange(t *testing.T) {
 			BindingId: "quota-raised", Profile: profiletest.Name})
 		return err == nil
 	})
+
+	// Two detached commands per owner: a third is refused until one is cancelled.
+	if err := os.WriteFile(quotas, []byte("defaults:\n  owner:\n    environments: 11\n    detachedCommands: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := ensureReady(t, apis[0], "quota-bob", "quota-commands")
+	start := func(id string) error {
+		_, err := apis[0].StartCommand(callCtx(t), &executionv1.StartCommandRequest{RunGrant: s.runG, Environment: s.envRef,
+			Command: shell("sleep 300"), Detach: true, CommandId: id})
+		return err
+	}
+	clustertest.Eventually(t, time.Minute, "the detached commands quota in force", func() bool {
+		if err := start("job-1"); err != nil {
+			t.Fatalf("the first detached command: %v", err)
+		}
+		if err := start("job-2"); err != nil {
+			t.Fatalf("the second detached command: %v", err)
+		}
+		err := start("job-3")
+		if err == nil {
+			// Read before the file changed: end it and try again.
+			if _, err := apis[0].CancelCommand(callCtx(t), &executionv1.CancelCommandRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "job-3"}); err != nil {
+				t.Fatal(err)
+			}
+			return false
+		}
+		wantCode(t, "a third detached command", err, codes.ResourceExhausted, "QUOTA_EXCEEDED")
+		if md := apierror.Info(err).GetMetadata(); md["quota"] != "detachedCommands" || md["limit"] != "2" {
+			t.Fatalf("refusal metadata %v", md)
+		}
+		return true
+	})
+	if _, err := apis[0].CancelCommand(callCtx(t), &executionv1.CancelCommandRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "job-1"}); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if err := start("job-4"); err != nil {
+		t.Fatalf("a detached command after one ended: %v", err)
+	}
 }

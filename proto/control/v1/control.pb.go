@@ -1903,6 +1903,120 @@ func (x *ReportUsageResponse) GetUnknownSeries() []string {
 	return nil
 }
 
+type AdmitCommandRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The environment's name and UID, as the run grant the gateway verified names them.
+	Environment string `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	Revision    string `protobuf:"bytes,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	CommandId   string `protobuf:"bytes,4,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// Give the command's slot back (it ended, or it did not start).
+	Release       bool `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitCommandRequest) Reset() {
+	*x = AdmitCommandRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitCommandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitCommandRequest) ProtoMessage() {}
+
+func (x *AdmitCommandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitCommandRequest.ProtoReflect.Descriptor instead.
+func (*AdmitCommandRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AdmitCommandRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *AdmitCommandRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *AdmitCommandRequest) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *AdmitCommandRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *AdmitCommandRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+type AdmitCommandResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitCommandResponse) Reset() {
+	*x = AdmitCommandResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitCommandResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitCommandResponse) ProtoMessage() {}
+
+func (x *AdmitCommandResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitCommandResponse.ProtoReflect.Descriptor instead.
+func (*AdmitCommandResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{34}
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
@@ -2029,7 +2143,15 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x121\n" +
 	"\areports\x18\x02 \x03(\v2\x17.control.v1.UsageReportR\areports\"<\n" +
 	"\x13ReportUsageResponse\x12%\n" +
-	"\x0eunknown_series\x18\x01 \x03(\tR\runknownSeries2\xb0\x11\n" +
+	"\x0eunknown_series\x18\x01 \x03(\tR\runknownSeries\"\xb8\x01\n" +
+	"\x13AdmitCommandRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12 \n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\tR\brevision\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x04 \x01(\tR\tcommandId\x12\x18\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\"\x16\n" +
+	"\x14AdmitCommandResponse2\x83\x12\n" +
 	"\x0eControlService\x12A\n" +
 	"\x06Ensure\x12\x19.control.v1.EnsureRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
 	"\x06Attach\x12\x19.control.v1.AttachRequest\x1a\x1c.control.v1.EnvironmentReply\x12U\n" +
@@ -2060,7 +2182,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x10ListEnvironments\x12#.control.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponse\x12G\n" +
 	"\bGetUsage\x12\x1b.control.v1.GetUsageRequest\x1a\x1e.execution.v1.GetUsageResponse\x12J\n" +
 	"\tListUsage\x12\x1c.control.v1.ListUsageRequest\x1a\x1f.execution.v1.ListUsageResponse\x12N\n" +
-	"\vReportUsage\x12\x1e.control.v1.ReportUsageRequest\x1a\x1f.control.v1.ReportUsageResponseB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
+	"\vReportUsage\x12\x1e.control.v1.ReportUsageRequest\x1a\x1f.control.v1.ReportUsageResponse\x12Q\n" +
+	"\fAdmitCommand\x12\x1f.control.v1.AdmitCommandRequest\x1a .control.v1.AdmitCommandResponseB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -2074,7 +2197,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 	return file_control_v1_control_proto_rawDescData
 }
 
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_control_v1_control_proto_goTypes = []any{
 	(*Caller)(nil),                             // 0: control.v1.Caller
 	(*VerifiedGrant)(nil),                      // 1: control.v1.VerifiedGrant
@@ -2109,169 +2232,174 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*UsageReport)(nil),                        // 30: control.v1.UsageReport
 	(*ReportUsageRequest)(nil),                 // 31: control.v1.ReportUsageRequest
 	(*ReportUsageResponse)(nil),                // 32: control.v1.ReportUsageResponse
-	(*v1.EnvironmentRef)(nil),                  // 33: execution.v1.EnvironmentRef
-	(*timestamppb.Timestamp)(nil),              // 34: google.protobuf.Timestamp
-	(*v1.Environment)(nil),                     // 35: execution.v1.Environment
-	(*v1.Reference)(nil),                       // 36: execution.v1.Reference
-	(*v1.RunClaim)(nil),                        // 37: execution.v1.RunClaim
-	(*v1.EnsureEnvironmentRequest)(nil),        // 38: execution.v1.EnsureEnvironmentRequest
-	(*v1.AttachEnvironmentRequest)(nil),        // 39: execution.v1.AttachEnvironmentRequest
-	(*v1.ReleaseReferenceRequest)(nil),         // 40: execution.v1.ReleaseReferenceRequest
-	(*v1.ReserveSuccessorRequest)(nil),         // 41: execution.v1.ReserveSuccessorRequest
-	(*v1.CommitReferenceRequest)(nil),          // 42: execution.v1.CommitReferenceRequest
-	(*v1.AbortReferenceRequest)(nil),           // 43: execution.v1.AbortReferenceRequest
-	(*v1.PrepareReferenceDeleteRequest)(nil),   // 44: execution.v1.PrepareReferenceDeleteRequest
-	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 45: execution.v1.ConfirmReferenceDeleteRequest
-	(*v1.CancelReferenceDeleteRequest)(nil),    // 46: execution.v1.CancelReferenceDeleteRequest
-	(*v1.ListReferenceIntentsRequest)(nil),     // 47: execution.v1.ListReferenceIntentsRequest
-	(*v1.AcquireRunRequest)(nil),               // 48: execution.v1.AcquireRunRequest
-	(*v1.RenewRunRequest)(nil),                 // 49: execution.v1.RenewRunRequest
-	(*v1.ReleaseRunRequest)(nil),               // 50: execution.v1.ReleaseRunRequest
-	(*v1.RetireEnvironmentRequest)(nil),        // 51: execution.v1.RetireEnvironmentRequest
-	(*v1.ReplaceExecutorRequest)(nil),          // 52: execution.v1.ReplaceExecutorRequest
-	(*v1.RevokeEnvironmentRequest)(nil),        // 53: execution.v1.RevokeEnvironmentRequest
-	(*v1.RecoverEnvironmentRequest)(nil),       // 54: execution.v1.RecoverEnvironmentRequest
-	(*v1.MigrateEnvironmentRequest)(nil),       // 55: execution.v1.MigrateEnvironmentRequest
-	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 56: execution.v1.DeleteRetiredEnvironmentRequest
-	(*v1.SuspendEnvironmentRequest)(nil),       // 57: execution.v1.SuspendEnvironmentRequest
-	(*v1.ResumeEnvironmentRequest)(nil),        // 58: execution.v1.ResumeEnvironmentRequest
-	(*v1.DeleteEnvironmentRequest)(nil),        // 59: execution.v1.DeleteEnvironmentRequest
-	(*v1.SetEnvironmentRetentionRequest)(nil),  // 60: execution.v1.SetEnvironmentRetentionRequest
-	(*v1.SetEnvironmentDeadlineRequest)(nil),   // 61: execution.v1.SetEnvironmentDeadlineRequest
-	(*v1.ListEnvironmentsRequest)(nil),         // 62: execution.v1.ListEnvironmentsRequest
-	(*v1.GetUsageRequest)(nil),                 // 63: execution.v1.GetUsageRequest
-	(*v1.ListUsageRequest)(nil),                // 64: execution.v1.ListUsageRequest
-	(*v1.ListReferenceIntentsResponse)(nil),    // 65: execution.v1.ListReferenceIntentsResponse
-	(*v1.ListEnvironmentsResponse)(nil),        // 66: execution.v1.ListEnvironmentsResponse
-	(*v1.GetUsageResponse)(nil),                // 67: execution.v1.GetUsageResponse
-	(*v1.ListUsageResponse)(nil),               // 68: execution.v1.ListUsageResponse
+	(*AdmitCommandRequest)(nil),                // 33: control.v1.AdmitCommandRequest
+	(*AdmitCommandResponse)(nil),               // 34: control.v1.AdmitCommandResponse
+	(*v1.EnvironmentRef)(nil),                  // 35: execution.v1.EnvironmentRef
+	(*timestamppb.Timestamp)(nil),              // 36: google.protobuf.Timestamp
+	(*v1.Environment)(nil),                     // 37: execution.v1.Environment
+	(*v1.Reference)(nil),                       // 38: execution.v1.Reference
+	(*v1.RunClaim)(nil),                        // 39: execution.v1.RunClaim
+	(*v1.EnsureEnvironmentRequest)(nil),        // 40: execution.v1.EnsureEnvironmentRequest
+	(*v1.AttachEnvironmentRequest)(nil),        // 41: execution.v1.AttachEnvironmentRequest
+	(*v1.ReleaseReferenceRequest)(nil),         // 42: execution.v1.ReleaseReferenceRequest
+	(*v1.ReserveSuccessorRequest)(nil),         // 43: execution.v1.ReserveSuccessorRequest
+	(*v1.CommitReferenceRequest)(nil),          // 44: execution.v1.CommitReferenceRequest
+	(*v1.AbortReferenceRequest)(nil),           // 45: execution.v1.AbortReferenceRequest
+	(*v1.PrepareReferenceDeleteRequest)(nil),   // 46: execution.v1.PrepareReferenceDeleteRequest
+	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 47: execution.v1.ConfirmReferenceDeleteRequest
+	(*v1.CancelReferenceDeleteRequest)(nil),    // 48: execution.v1.CancelReferenceDeleteRequest
+	(*v1.ListReferenceIntentsRequest)(nil),     // 49: execution.v1.ListReferenceIntentsRequest
+	(*v1.AcquireRunRequest)(nil),               // 50: execution.v1.AcquireRunRequest
+	(*v1.RenewRunRequest)(nil),                 // 51: execution.v1.RenewRunRequest
+	(*v1.ReleaseRunRequest)(nil),               // 52: execution.v1.ReleaseRunRequest
+	(*v1.RetireEnvironmentRequest)(nil),        // 53: execution.v1.RetireEnvironmentRequest
+	(*v1.ReplaceExecutorRequest)(nil),          // 54: execution.v1.ReplaceExecutorRequest
+	(*v1.RevokeEnvironmentRequest)(nil),        // 55: execution.v1.RevokeEnvironmentRequest
+	(*v1.RecoverEnvironmentRequest)(nil),       // 56: execution.v1.RecoverEnvironmentRequest
+	(*v1.MigrateEnvironmentRequest)(nil),       // 57: execution.v1.MigrateEnvironmentRequest
+	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 58: execution.v1.DeleteRetiredEnvironmentRequest
+	(*v1.SuspendEnvironmentRequest)(nil),       // 59: execution.v1.SuspendEnvironmentRequest
+	(*v1.ResumeEnvironmentRequest)(nil),        // 60: execution.v1.ResumeEnvironmentRequest
+	(*v1.DeleteEnvironmentRequest)(nil),        // 61: execution.v1.DeleteEnvironmentRequest
+	(*v1.SetEnvironmentRetentionRequest)(nil),  // 62: execution.v1.SetEnvironmentRetentionRequest
+	(*v1.SetEnvironmentDeadlineRequest)(nil),   // 63: execution.v1.SetEnvironmentDeadlineRequest
+	(*v1.ListEnvironmentsRequest)(nil),         // 64: execution.v1.ListEnvironmentsRequest
+	(*v1.GetUsageRequest)(nil),                 // 65: execution.v1.GetUsageRequest
+	(*v1.ListUsageRequest)(nil),                // 66: execution.v1.ListUsageRequest
+	(*v1.ListReferenceIntentsResponse)(nil),    // 67: execution.v1.ListReferenceIntentsResponse
+	(*v1.ListEnvironmentsResponse)(nil),        // 68: execution.v1.ListEnvironmentsResponse
+	(*v1.GetUsageResponse)(nil),                // 69: execution.v1.GetUsageResponse
+	(*v1.ListUsageResponse)(nil),               // 70: execution.v1.ListUsageResponse
 }
 var file_control_v1_control_proto_depIdxs = []int32{
-	33, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
-	34, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
-	36, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
-	37, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
+	35, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
+	36, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
+	38, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
+	39, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
 	0,  // 5: control.v1.EnsureRequest.caller:type_name -> control.v1.Caller
-	38, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
+	40, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
 	0,  // 7: control.v1.AttachRequest.caller:type_name -> control.v1.Caller
-	39, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
+	41, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
 	0,  // 9: control.v1.ReleaseReferenceRequest.caller:type_name -> control.v1.Caller
-	40, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
+	42, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
 	0,  // 11: control.v1.ReserveSuccessorRequest.caller:type_name -> control.v1.Caller
-	41, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
+	43, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
 	0,  // 13: control.v1.CommitReferenceRequest.caller:type_name -> control.v1.Caller
-	42, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
+	44, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
 	0,  // 15: control.v1.AbortReferenceRequest.caller:type_name -> control.v1.Caller
-	43, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
+	45, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
 	0,  // 17: control.v1.PrepareReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	44, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
+	46, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
 	0,  // 19: control.v1.ConfirmReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	45, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
+	47, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
 	0,  // 21: control.v1.CancelReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	46, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
+	48, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
 	0,  // 23: control.v1.ListReferenceIntentsRequest.caller:type_name -> control.v1.Caller
-	47, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
+	49, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
 	0,  // 25: control.v1.AcquireRunRequest.caller:type_name -> control.v1.Caller
-	48, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
+	50, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
 	1,  // 27: control.v1.AcquireRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 28: control.v1.RenewRunRequest.caller:type_name -> control.v1.Caller
-	49, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
+	51, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
 	1,  // 30: control.v1.RenewRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 31: control.v1.ReleaseRunRequest.caller:type_name -> control.v1.Caller
-	50, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
+	52, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
 	1,  // 33: control.v1.ReleaseRunRequest.grant:type_name -> control.v1.VerifiedGrant
 	0,  // 34: control.v1.RetireRequest.caller:type_name -> control.v1.Caller
-	51, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
+	53, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
 	0,  // 36: control.v1.ReplaceRequest.caller:type_name -> control.v1.Caller
-	52, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
+	54, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
 	0,  // 38: control.v1.RevokeRequest.caller:type_name -> control.v1.Caller
-	53, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
+	55, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
 	0,  // 40: control.v1.RecoverRequest.caller:type_name -> control.v1.Caller
-	54, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
+	56, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
 	0,  // 42: control.v1.MigrateRequest.caller:type_name -> control.v1.Caller
-	55, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
+	57, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
 	0,  // 44: control.v1.DeleteRetiredRequest.caller:type_name -> control.v1.Caller
-	56, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
+	58, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
 	0,  // 46: control.v1.SuspendRequest.caller:type_name -> control.v1.Caller
-	57, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
+	59, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
 	0,  // 48: control.v1.ResumeRequest.caller:type_name -> control.v1.Caller
-	58, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
+	60, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
 	0,  // 50: control.v1.DeleteRequest.caller:type_name -> control.v1.Caller
-	59, // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
+	61, // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
 	0,  // 52: control.v1.SetRetentionRequest.caller:type_name -> control.v1.Caller
-	60, // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
+	62, // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
 	0,  // 54: control.v1.SetDeadlineRequest.caller:type_name -> control.v1.Caller
-	61, // 55: control.v1.SetDeadlineRequest.request:type_name -> execution.v1.SetEnvironmentDeadlineRequest
+	63, // 55: control.v1.SetDeadlineRequest.request:type_name -> execution.v1.SetEnvironmentDeadlineRequest
 	0,  // 56: control.v1.ListEnvironmentsRequest.caller:type_name -> control.v1.Caller
-	62, // 57: control.v1.ListEnvironmentsRequest.request:type_name -> execution.v1.ListEnvironmentsRequest
+	64, // 57: control.v1.ListEnvironmentsRequest.request:type_name -> execution.v1.ListEnvironmentsRequest
 	0,  // 58: control.v1.GetUsageRequest.caller:type_name -> control.v1.Caller
-	63, // 59: control.v1.GetUsageRequest.request:type_name -> execution.v1.GetUsageRequest
+	65, // 59: control.v1.GetUsageRequest.request:type_name -> execution.v1.GetUsageRequest
 	0,  // 60: control.v1.ListUsageRequest.caller:type_name -> control.v1.Caller
-	64, // 61: control.v1.ListUsageRequest.request:type_name -> execution.v1.ListUsageRequest
+	66, // 61: control.v1.ListUsageRequest.request:type_name -> execution.v1.ListUsageRequest
 	0,  // 62: control.v1.ReportUsageRequest.caller:type_name -> control.v1.Caller
 	30, // 63: control.v1.ReportUsageRequest.reports:type_name -> control.v1.UsageReport
-	3,  // 64: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
-	4,  // 65: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
-	5,  // 66: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
-	6,  // 67: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
-	7,  // 68: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
-	8,  // 69: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
-	9,  // 70: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
-	10, // 71: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
-	11, // 72: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
-	12, // 73: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
-	13, // 74: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
-	14, // 75: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
-	15, // 76: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
-	16, // 77: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
-	17, // 78: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
-	18, // 79: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
-	19, // 80: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
-	20, // 81: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
-	21, // 82: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
-	22, // 83: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
-	23, // 84: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
-	24, // 85: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
-	25, // 86: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
-	26, // 87: control.v1.ControlService.SetDeadline:input_type -> control.v1.SetDeadlineRequest
-	27, // 88: control.v1.ControlService.ListEnvironments:input_type -> control.v1.ListEnvironmentsRequest
-	28, // 89: control.v1.ControlService.GetUsage:input_type -> control.v1.GetUsageRequest
-	29, // 90: control.v1.ControlService.ListUsage:input_type -> control.v1.ListUsageRequest
-	31, // 91: control.v1.ControlService.ReportUsage:input_type -> control.v1.ReportUsageRequest
-	2,  // 92: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
-	2,  // 93: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
-	2,  // 94: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
-	2,  // 95: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
-	2,  // 96: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
-	2,  // 97: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
-	2,  // 98: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 99: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 100: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
-	65, // 101: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	2,  // 102: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
-	2,  // 103: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
-	2,  // 104: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
-	2,  // 105: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
-	2,  // 106: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
-	2,  // 107: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
-	2,  // 108: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
-	2,  // 109: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
-	2,  // 110: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
-	2,  // 111: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
-	2,  // 112: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
-	2,  // 113: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
-	2,  // 114: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
-	2,  // 115: control.v1.ControlService.SetDeadline:output_type -> control.v1.EnvironmentReply
-	66, // 116: control.v1.ControlService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
-	67, // 117: control.v1.ControlService.GetUsage:output_type -> execution.v1.GetUsageResponse
-	68, // 118: control.v1.ControlService.ListUsage:output_type -> execution.v1.ListUsageResponse
-	32, // 119: control.v1.ControlService.ReportUsage:output_type -> control.v1.ReportUsageResponse
-	92, // [92:120] is the sub-list for method output_type
-	64, // [64:92] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	0,  // 64: control.v1.AdmitCommandRequest.caller:type_name -> control.v1.Caller
+	3,  // 65: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
+	4,  // 66: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
+	5,  // 67: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
+	6,  // 68: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
+	7,  // 69: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
+	8,  // 70: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
+	9,  // 71: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
+	10, // 72: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
+	11, // 73: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
+	12, // 74: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
+	13, // 75: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
+	14, // 76: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
+	15, // 77: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
+	16, // 78: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
+	17, // 79: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
+	18, // 80: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
+	19, // 81: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
+	20, // 82: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
+	21, // 83: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
+	22, // 84: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
+	23, // 85: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
+	24, // 86: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
+	25, // 87: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
+	26, // 88: control.v1.ControlService.SetDeadline:input_type -> control.v1.SetDeadlineRequest
+	27, // 89: control.v1.ControlService.ListEnvironments:input_type -> control.v1.ListEnvironmentsRequest
+	28, // 90: control.v1.ControlService.GetUsage:input_type -> control.v1.GetUsageRequest
+	29, // 91: control.v1.ControlService.ListUsage:input_type -> control.v1.ListUsageRequest
+	31, // 92: control.v1.ControlService.ReportUsage:input_type -> control.v1.ReportUsageRequest
+	33, // 93: control.v1.ControlService.AdmitCommand:input_type -> control.v1.AdmitCommandRequest
+	2,  // 94: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
+	2,  // 95: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
+	2,  // 96: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
+	2,  // 97: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
+	2,  // 98: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
+	2,  // 99: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
+	2,  // 100: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 101: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,  // 102: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
+	67, // 103: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	2,  // 104: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
+	2,  // 105: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
+	2,  // 106: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
+	2,  // 107: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
+	2,  // 108: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
+	2,  // 109: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
+	2,  // 110: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
+	2,  // 111: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
+	2,  // 112: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
+	2,  // 113: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
+	2,  // 114: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
+	2,  // 115: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
+	2,  // 116: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
+	2,  // 117: control.v1.ControlService.SetDeadline:output_type -> control.v1.EnvironmentReply
+	68, // 118: control.v1.ControlService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
+	69, // 119: control.v1.ControlService.GetUsage:output_type -> execution.v1.GetUsageResponse
+	70, // 120: control.v1.ControlService.ListUsage:output_type -> execution.v1.ListUsageResponse
+	32, // 121: control.v1.ControlService.ReportUsage:output_type -> control.v1.ReportUsageResponse
+	34, // 122: control.v1.ControlService.AdmitCommand:output_type -> control.v1.AdmitCommandResponse
+	94, // [94:123] is the sub-list for method output_type
+	65, // [65:94] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -2285,7 +2413,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

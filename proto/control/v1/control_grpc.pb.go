@@ -61,6 +61,7 @@ const (
 	ControlService_GetUsage_FullMethodName               = "/control.v1.ControlService/GetUsage"
 	ControlService_ListUsage_FullMethodName              = "/control.v1.ControlService/ListUsage"
 	ControlService_ReportUsage_FullMethodName            = "/control.v1.ControlService/ReportUsage"
+	ControlService_AdmitCommand_FullMethodName           = "/control.v1.ControlService/AdmitCommand"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -99,6 +100,9 @@ type ControlServiceClient interface {
 	// ReportUsage carries a gateway's counts of the calls it served, cumulative per series:
 	// the leader folds only their increase, so a report sent again counts once.
 	ReportUsage(ctx context.Context, in *ReportUsageRequest, opts ...grpc.CallOption) (*ReportUsageResponse, error)
+	// AdmitCommand counts a detached command against its environment's quotas before the
+	// gateway starts it (or, with release, gives its slot back once a gateway saw it end).
+	AdmitCommand(ctx context.Context, in *AdmitCommandRequest, opts ...grpc.CallOption) (*AdmitCommandResponse, error)
 }
 
 type controlServiceClient struct {
@@ -389,6 +393,16 @@ func (c *controlServiceClient) ReportUsage(ctx context.Context, in *ReportUsageR
 	return out, nil
 }
 
+func (c *controlServiceClient) AdmitCommand(ctx context.Context, in *AdmitCommandRequest, opts ...grpc.CallOption) (*AdmitCommandResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdmitCommandResponse)
+	err := c.cc.Invoke(ctx, ControlService_AdmitCommand_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -425,6 +439,9 @@ type ControlServiceServer interface {
 	// ReportUsage carries a gateway's counts of the calls it served, cumulative per series:
 	// the leader folds only their increase, so a report sent again counts once.
 	ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error)
+	// AdmitCommand counts a detached command against its environment's quotas before the
+	// gateway starts it (or, with release, gives its slot back once a gateway saw it end).
+	AdmitCommand(context.Context, *AdmitCommandRequest) (*AdmitCommandResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -518,6 +535,9 @@ func (UnimplementedControlServiceServer) ListUsage(context.Context, *ListUsageRe
 }
 func (UnimplementedControlServiceServer) ReportUsage(context.Context, *ReportUsageRequest) (*ReportUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportUsage not implemented")
+}
+func (UnimplementedControlServiceServer) AdmitCommand(context.Context, *AdmitCommandRequest) (*AdmitCommandResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AdmitCommand not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -1044,6 +1064,24 @@ func _ControlService_ReportUsage_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_AdmitCommand_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdmitCommandRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).AdmitCommand(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_AdmitCommand_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).AdmitCommand(ctx, req.(*AdmitCommandRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1162,6 +1200,10 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportUsage",
 			Handler:    _ControlService_ReportUsage_Handler,
+		},
+		{
+			MethodName: "AdmitCommand",
+			Handler:    _ControlService_AdmitCommand_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

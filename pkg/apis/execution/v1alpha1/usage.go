@@ -14,9 +14,10 @@ const (
 	// MaxUsagePods bounds the executor Pods whose last counters a ledger remembers: the
 	// current one and those replaced recently, whose final samples may still arrive.
 	MaxUsagePods = 4
-	// MaxUsageSeries bounds the gateway counter series a ledger remembers (one per gateway
-	// process that served the environment recently).
-	MaxUsageSeries = 32
+	// MaxUsageSeries bounds the gateway counter series a ledger remembers: one per gateway
+	// process that served the environment in the last two hours (replicas and their
+	// restarts). A series beyond it is not counted (usage.Ledger.FoldSeries).
+	MaxUsageSeries = 64
 )
 
 // ExecutionUsage is one environment's usage ledger: what it used, measured from sources its
@@ -187,7 +188,7 @@ type ExecutionUsageStatus struct {
 	Pods []UsagePod `json:"pods,omitempty"`
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:MaxItems=64
 	Series []UsageSeries `json:"series,omitempty"`
 	// EndedAt is when the environment was deleted: the ledger is removed once the retention
 	// period has passed after it.
