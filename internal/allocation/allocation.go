@@ -322,12 +322,14 @@ func (a *Allocator) forget(ctx context.Context, s scope, name string) {
 }
 
 // update runs change on the scope's allocation and writes it by compare-and-swap: from
-// the cache first, then, after a conflict, from a live read. The allocation is created
-// when absent.
+// the cache first, then from a live read — after a conflict, and whenever the cache's copy
+// leads to a refusal or to nothing to write (the cache may not show the caller's own write
+// yet: a slot to give back, a slot freed meanwhile). The allocation is created when absent.
 func (a *Allocator) update(ctx context.Context, s scope, change func(*executionv1alpha1.ExecutionAllocationStatus) (bool, error)) error {
 	client := a.cfg.Execution.ExecutionV1alpha1().ExecutionAllocations(a.cfg.Namespace)
 	name := s.name()
 	cur, err := a.lister.ExecutionAllocations(a.cfg.Namespace).Get(name)
+	cached := true
 	for range maxAttempts {
 		switch {
 		case apierrors.IsNotFound(err):
@@ -341,6 +343,11 @@ func (a *Allocator) update(ctx context.Context, s scope, change func(*executionv
 			cur = cur.DeepCopy()
 		}
 		changed, cerr := change(&cur.Status)
+		if (cerr != nil || !changed) && cached {
+			cached = false
+			cur, err = client.Get(ctx, name, metav1.GetOptions{}) // decided on the API server's copy
+			continue
+		}
 		if cerr != nil || !changed {
 			return cerr
 		}
@@ -356,6 +363,7 @@ func (a *Allocator) update(ctx context.Context, s scope, change func(*executionv
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
+		cached = false
 		cur, err = client.Get(ctx, name, metav1.GetOptions{}) // lost the race: read what won
 	}
 	return fmt.Errorf("%w: the %s allocation lost the compare-and-swap %d times", apierror.ErrConflict, s.label(), maxAttempts)

@@ -208,6 +208,11 @@ func Parse(data []byte) (*Quotas, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	var pre problem.List
+	precheck(doc, &pre)
+	if err := pre.Err(ErrInvalid); err != nil {
+		return nil, err
+	}
 	var f File
 	if doc != nil {
 		strict, err := kjson.UnmarshalStrict(raw, &f)
@@ -238,6 +243,43 @@ func Parse(data []byte) (*Quotas, error) {
 		q.byHash[ident.ClientHash(id)] = l
 	}
 	return q, nil
+}
+
+// precheck names the values a typed decode would refuse without their place (a window
+// that is no duration, a storage that is no quantity), walking the document's known shape.
+func precheck(doc any, p *problem.List) {
+	top, _ := doc.(map[string]any)
+	limits := func(at string, v any) {
+		l, _ := v.(map[string]any)
+		if q, ok := l["storage"]; ok {
+			text := fmt.Sprint(q)
+			if _, isMap := q.(map[string]any); isMap || len(text) > 64 {
+				p.Add(at+".storage", "must be a quantity such as 500Gi")
+			} else if _, err := resource.ParseQuantity(text); err != nil {
+				p.Add(at+".storage", "must be a quantity such as 500Gi")
+			}
+		}
+		for _, field := range []string{"cpuCoreHours", "memoryGiBHours"} {
+			t, _ := l[field].(map[string]any)
+			if w, ok := t["window"]; ok {
+				if text, isText := w.(string); !isText {
+					p.Add(at+"."+field+".window", "must be a duration string such as \"24h\"")
+				} else if _, err := time.ParseDuration(text); err != nil {
+					p.Add(at+"."+field+".window", "must be a duration string such as \"24h\"")
+				}
+			}
+		}
+	}
+	scopes := func(at string, v any) {
+		m, _ := v.(map[string]any)
+		limits(at+".client", m["client"])
+		limits(at+".owner", m["owner"])
+	}
+	scopes("defaults", top["defaults"])
+	clients, _ := top["clients"].(map[string]any)
+	for id, v := range clients {
+		scopes("clients["+id+"]", v)
+	}
 }
 
 func validateScope(p *problem.List, at string, s *ScopeLimits) {
