@@ -191,7 +191,7 @@ test-unit: ## Run the unit tests only (no local cluster), with -race.
 	$(GO) test -race -short -count=1 $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench-controller
-bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation; BENCH_ARGS="-heap-profile=heap.pb.gz" keeps its heap profile.
+bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation, with its API writes (usage ledgers apart) to Ready, idle and suspended; BENCH_ARGS="-heap-profile=heap.pb.gz" keeps its heap profile.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000) $(BENCH_ARGS)
 
 .PHONY: bench-ensure

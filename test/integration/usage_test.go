@@ -21,9 +21,10 @@ var usageArgs = []string{"--usage-sample-interval", "1s", "--usage-checkpoint-in
 
 // The usage ledger through its whole life on a fake node: commands and bytes counted by the
 // gateways, CPU and memory read from the node, ready and suspended time from the lifecycle;
-// the same counts after a controller failover and a gateway restart (never twice); no write
-// while the environment is suspended and idle; a windowed total equal to the totals; and
-// read only by the client that created it or its administrators.
+// the same counts after a controller failover, a gateway restart, a Suspend/Resume and a
+// Replace (never twice, never going back); no write while the environment is suspended and
+// idle; a windowed total equal to the totals; and read only by the client that created it
+// or its administrators.
 func TestUsageLedger(t *testing.T) {
 	route := routeToLeader(t)
 	sys := startSystemWith(t, systemOptions{gateways: 2, controllers: 2, controllerArgs: usageArgs, gatewayArgs: route.args})
@@ -181,6 +182,54 @@ func TestUsageLedger(t *testing.T) {
 		t.Fatalf("suspended %d ms, want at least 8 s", ms)
 	}
 
+	// Resumed, then its executor replaced: a new Pod each time, whose CPU counts from its
+	// own zero, and commands that count once each — the totals go on from where they were.
+	if _, err := api.ResumeEnvironment(callCtx(t), &executionv1.ResumeEnvironmentRequest{OperationId: op(), Target: target}); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	s.waitReady(t)
+	s.acquire(t, "run-2")
+	if r, err := s.command(callCtx(t), burn); err != nil || r.GetExitCode() != 0 {
+		t.Fatalf("command after the resume: %v %v", r, err)
+	}
+	waitCommands(5)
+	before, err := get(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := sys.dial(t, "admin", 0)
+	env := s.latest(t)
+	rp, err := admin.ReplaceExecutor(callCtx(t), &executionv1.ReplaceExecutorRequest{OperationId: op(), Environment: s.envRef,
+		Preconditions: &executionv1.AdminPreconditions{Epoch: ptr(env.GetEpoch()), PodUid: ptr(env.GetPodUid())}, Reason: "usage test"})
+	if err != nil {
+		t.Fatalf("replace: %v", err)
+	}
+	clustertest.Eventually(t, time.Minute, "the replacement ready", func() bool {
+		env = s.latest(t)
+		return env.GetReady() && env.GetEpoch() > rp.GetEnvironment().GetEpoch()
+	})
+	s.acquire(t, "run-3")
+	if r, err := s.command(callCtx(t), burn); err != nil || r.GetExitCode() != 0 {
+		t.Fatalf("command after the replacement: %v %v", r, err)
+	}
+	waitCommands(6)
+	for range 3 {
+		time.Sleep(2 * time.Second)
+		after, err := get(api)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := after.GetTotals(), before.GetTotals()
+		if a.GetCommands() != 6 || a.GetCpuNanoseconds() < b.GetCpuNanoseconds() || a.GetSuspendedMilliseconds() < b.GetSuspendedMilliseconds() ||
+			a.GetBytesIn() < b.GetBytesIn() || a.GetStorageKibSeconds() < b.GetStorageKibSeconds() {
+			t.Fatalf("after the replacement: %v, before it %v", a, b)
+		}
+	}
+	u, err = get(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// Who may read it: not another client (absent, as for everything not yours), not an
 	// administrator of another client; the caller's listing by owner, and an administrator
 	// of every client.
@@ -202,7 +251,7 @@ func TestUsageLedger(t *testing.T) {
 	}
 	total := executionv1.UsageGranularity_USAGE_GRANULARITY_TOTAL
 	mine := list(api, &executionv1.ListUsageRequest{Owner: s.owner, Granularity: total})
-	if len(mine) != 1 || mine[0].GetEnvironment().GetId() != s.envRef.GetId() || mine[0].GetWindow().GetUsage().GetCommands() != 4 {
+	if len(mine) != 1 || mine[0].GetEnvironment().GetId() != s.envRef.GetId() || mine[0].GetWindow().GetUsage().GetCommands() != 6 {
 		t.Fatalf("the owner's usage: %v", mine)
 	}
 	if bob := list(api, &executionv1.ListUsageRequest{Owner: ownerOf("bob"), Granularity: total}); len(bob) != 0 {
@@ -210,7 +259,7 @@ func TestUsageLedger(t *testing.T) {
 	}
 	byClient := list(sys.dial(t, "admin", 0), &executionv1.ListUsageRequest{AllClients: true, Granularity: total,
 		GroupBy: executionv1.UsageGroupBy_USAGE_GROUP_BY_CLIENT})
-	if len(byClient) != 1 || byClient[0].GetClientHash() != u.GetClientHash() || byClient[0].GetWindow().GetUsage().GetCommands() != 4 {
+	if len(byClient) != 1 || byClient[0].GetClientHash() != u.GetClientHash() || byClient[0].GetWindow().GetUsage().GetCommands() != 6 {
 		t.Fatalf("the administrator's usage by client: %v", byClient)
 	}
 	if _, err := sys.dial(t, "caller", 0).ListUsage(callCtx(t), &executionv1.ListUsageRequest{AllClients: true}); err == nil {
