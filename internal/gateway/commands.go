@@ -259,6 +259,15 @@ func (h *Handler) startDetached(ctx context.Context, in *executionv1.StartComman
 	if err := h.quotaCommand(ctx, a, id, false); err != nil {
 		return nil, err
 	}
+	// Admitted again after the leader's answer, which may have taken a while: the grant,
+	// the epoch and the environment as they are now, not before (a command must not start
+	// in an executor being deleted meanwhile).
+	again, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
+	if err != nil {
+		h.releaseCommand(ctx, a, id)
+		return nil, err
+	}
+	a = again
 	info, err := h.startDurable(ctx, a, in.GetCommand(), id, true)
 	if err != nil {
 		h.releaseCommand(ctx, a, id)
@@ -319,6 +328,12 @@ func (h *Handler) RunCommand(in *executionv1.RunCommandRequest, stream grpc.Serv
 		if err := h.quotaCommand(ctx, a, id, false); err != nil {
 			return err
 		}
+		again, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment()) // as startDetached
+		if err != nil {
+			h.releaseCommand(ctx, a, id)
+			return err
+		}
+		a = again
 	}
 	info, err := h.startDurable(ctx, a, in.GetCommand(), id, in.GetDetach())
 	if err != nil {
