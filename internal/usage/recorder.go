@@ -333,6 +333,7 @@ func (r *Recorder) Checkpoint(ctx context.Context) {
 		if seen[u.Name] {
 			continue
 		}
+		var err error
 		if u.Status.EndedAt != nil && now.Sub(u.Status.EndedAt.Time) > r.cfg.Retention {
 			err = r.cfg.Execution.ExecutionV1alpha1().ExecutionUsages(r.cfg.Namespace).Delete(ctx, u.Name,
 				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u.UID, ResourceVersion: &u.ResourceVersion}})

@@ -274,11 +274,7 @@ func (n *NodeExec) ExecInContainer(ctx context.Context, name, uid, container str
 	if !slices.Contains(n.cfg.Nodes, pod.Spec.NodeName) {
 		return fmt.Errorf("node exec: %w: %s is on %q", ErrPodNotServed, name, pod.Spec.NodeName)
 	}
-	if pod.DeletionTimestamp != nil {
-		// Its processes were killed when the deletion was seen (WatchPods): a process
-		// started now would outlive the Pod, which a container's cannot.
-		return fmt.Errorf("node exec: pod %s is being deleted", name)
-	}
+
 	fs, err := n.mapPod(lookupCtx, pod, container)
 	if err != nil {
 		return fmt.Errorf("node exec: %w", err)
