@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/execplane/execplane/internal/cli"
+	"github.com/execplane/execplane/internal/helper/fileops"
 )
 
 // RootEnv names the environment variable that carries the workspace root. The executor Pod
@@ -45,6 +46,15 @@ type Config struct {
 	// Install, when set, copies the helper to this path and exits (install.go): the helper
 	// image's init container.
 	Install string
+	// Mirror, when set, makes Root equal to the tree at this path and exits (mirror.go):
+	// the one-shot Pod that copies a workspace into a snapshot or a snapshot into a new
+	// workspace.
+	Mirror string
+	// MirrorMaxEntries bounds the entries a mirror visits.
+	MirrorMaxEntries int
+	// MirrorReport, when set, is where the mirror's result goes too (a container's
+	// termination message file, read by the controller).
+	MirrorReport string
 
 	// refuseKeys is set by Run, not a flag: this process was dumpable from its exec (its
 	// binary readable by its user), so record keys given to it are refused.
@@ -53,7 +63,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults, with the root taken from RootEnv when set.
 func DefaultConfig(getenv func(string) string) Config {
-	c := Config{Root: DefaultRoot, HeartbeatInterval: defaultHeartbeat}
+	c := Config{Root: DefaultRoot, HeartbeatInterval: defaultHeartbeat, MirrorMaxEntries: fileops.DefaultMirrorEntries}
 	if v := getenv(RootEnv); v != "" {
 		c.Root = v
 	}
@@ -68,6 +78,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Supervise, "supervise", false, "supervise one durable command handed over on descriptor 3 (started by the helper itself)")
 	fs.BoolVar(&c.Pause, "pause", false, "run as the executor container's idle main process until SIGTERM")
 	fs.StringVar(&c.Install, "install", "", "copy this helper to the given absolute path (mode 0555) and exit: the helper image's init container")
+	fs.StringVar(&c.Mirror, "mirror", "", "make the workspace root equal to the tree at this absolute path and exit (a snapshot's copy Pod)")
+	fs.IntVar(&c.MirrorMaxEntries, "mirror-max-entries", fileops.DefaultMirrorEntries, "bound on the entries a mirror visits (a larger tree is refused)")
+	fs.StringVar(&c.MirrorReport, "mirror-report", "", "also write the mirror's result to this file (the container's termination message)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "interval of heartbeat frames while a command runs")
 }
 
@@ -79,5 +92,14 @@ func (c Config) Validate() error {
 		p.Addf("root", "the file system root cannot be the workspace root")
 	}
 	p.DurationBetween("heartbeat-interval", c.HeartbeatInterval, minHeartbeat, maxHeartbeat)
+	if c.Mirror != "" {
+		p.AbsolutePath("mirror", c.Mirror, false)
+		if filepath.Clean(c.Mirror) == filepath.Clean(c.Root) {
+			p.Addf("mirror", "the source and the workspace root are the same directory")
+		}
+		if c.MirrorMaxEntries < 1 {
+			p.Addf("mirror-max-entries", "must be at least 1")
+		}
+	}
 	return p.Err()
 }

@@ -35,6 +35,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Pause {
 		return Pause(ctx)
 	}
+	if cfg.Mirror != "" {
+		return RunMirror(cfg, stdout)
+	}
 	// A broken output pipe must surface as a write error (and cancel a running command),
 	// never kill the helper before it has reaped what it started. Caught, not ignored: an
 	// ignored signal stays ignored across exec, and commands must start with SIGPIPE at its

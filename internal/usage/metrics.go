@@ -14,6 +14,7 @@ type Metrics struct {
 	scrapes    *prometheus.CounterVec
 	scrapeTime prometheus.Histogram
 	writes     *prometheus.CounterVec
+	rounds     prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: unregistered).
@@ -32,6 +33,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "execplane_usage_ledger_writes_total",
 			Help: "API writes of usage ledgers, by kind (create, update) and result (ok, error).",
 		}, []string{"kind", "result"}),
+		rounds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "execplane_usage_checkpoints_total",
+			Help: "Checkpoints the leader's usage recorder ran (each writes only the ledgers that changed; a failed listing retries at the next).",
+		}),
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.scrapes.WithLabelValues(r)
@@ -39,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.writes.WithLabelValues("update", r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.scrapes, m.scrapeTime, m.writes)
+		reg.MustRegister(m.scrapes, m.scrapeTime, m.writes, m.rounds)
 	}
 	return m
 }
@@ -55,6 +60,9 @@ func (m *Metrics) scraped(err error, d time.Duration) {
 	m.scrapes.WithLabelValues(result(err)).Inc()
 	m.scrapeTime.Observe(d.Seconds())
 }
+
+// checkpointed counts a checkpoint run.
+func (m *Metrics) checkpointed() { m.rounds.Inc() }
 
 // wrote counts a write; a skipped one (nothing changed) is not called.
 func (m *Metrics) wrote(created bool, err error) {

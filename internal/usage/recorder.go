@@ -305,6 +305,7 @@ func (r *Recorder) Report(env string, uid types.UID, rep SeriesReport) error {
 // transitions recorded, time accrued to now, old windows pruned; creates the ledgers of new
 // environments and deletes those ended longer ago than the retention.
 func (r *Recorder) Checkpoint(ctx context.Context) {
+	defer r.cfg.Metrics.checkpointed()
 	now := r.cfg.Now()
 	envs, err := r.cfg.Environments.ExecutionEnvironments(r.cfg.Namespace).List(labels.Everything())
 	if err != nil {

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -122,7 +123,7 @@ func TestUsageLedger(t *testing.T) {
 	waitCommands(4)
 	// Held for several checkpoints: nothing reported again counts again.
 	for range 4 {
-		time.Sleep(2 * time.Second)
+		afterCheckpoints(t, sys, 1)
 		u, err := get(api)
 		if err != nil {
 			t.Fatalf("get usage: %v", err)
@@ -161,12 +162,14 @@ func TestUsageLedger(t *testing.T) {
 		written, err = usages.Get(ctx, name, metav1.GetOptions{})
 		return err == nil && written.Status.Accrual.State == v1alpha1.UsageSuspended
 	})
-	time.Sleep(5 * time.Second) // a Pod's last samples and the state change settle
+	afterCheckpoints(t, sys, 2) // a Pod's last samples and the state change folded
 	written, err = usages.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(8 * time.Second) // four checkpoints
+	suspendedAt := time.Now()
+	afterCheckpoints(t, sys, 4)
+	idle := time.Since(suspendedAt)
 	after, err := usages.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -178,8 +181,8 @@ func TestUsageLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms := u.GetTotals().GetSuspendedMilliseconds(); ms < 8000 {
-		t.Fatalf("suspended %d ms, want at least 8 s", ms)
+	if ms := u.GetTotals().GetSuspendedMilliseconds(); ms < idle.Milliseconds() {
+		t.Fatalf("suspended %d ms, want at least the %v it has been idle", ms, idle)
 	}
 
 	// Resumed, then its executor replaced: a new Pod each time, whose CPU counts from its
@@ -214,7 +217,7 @@ func TestUsageLedger(t *testing.T) {
 	}
 	waitCommands(6)
 	for range 3 {
-		time.Sleep(2 * time.Second)
+		afterCheckpoints(t, sys, 1)
 		after, err := get(api)
 		if err != nil {
 			t.Fatal(err)
@@ -264,5 +267,15 @@ func TestUsageLedger(t *testing.T) {
 	}
 	if _, err := sys.dial(t, "caller", 0).ListUsage(callCtx(t), &executionv1.ListUsageRequest{AllClients: true}); err == nil {
 		t.Fatal("a client that is no administrator listed every client's usage")
+	}
+}
+
+// afterCheckpoints waits until the leading controller has run n more usage checkpoints.
+func afterCheckpoints(t *testing.T, sys *system, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := sys.AwaitLeaderMetric(ctx, "execplane_usage_checkpoints_total ", float64(n)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 package realnode_test
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -101,7 +102,7 @@ func TestUsageMatchesTheCgroup(t *testing.T) {
 		return u.GetTotals()
 	}
 	// settled waits for the ledger to have sampled the Pod after the last command: two
-	// answers a second apart whose CPU agrees.
+	// answers four kubelet samples apart whose CPU agrees.
 	settled := func() *client.UsageCounters {
 		var prev *client.UsageCounters
 		var out *client.UsageCounters
@@ -110,7 +111,11 @@ func TestUsageMatchesTheCgroup(t *testing.T) {
 			ok := prev != nil && cur.GetCpuNanoseconds() == prev.GetCpuNanoseconds() && cur.GetCpuNanoseconds() > 0
 			prev, out = cur, cur
 			if !ok {
-				time.Sleep(time.Second)
+				wait, cancel := context.WithTimeout(ctx(t), 10*time.Second)
+				defer cancel()
+				if err := s.AwaitLeaderMetric(wait, `execplane_usage_kubelet_scrapes_total{result="ok"}`, 4); err != nil {
+					t.Fatal(err)
+				}
 			}
 			return ok
 		})

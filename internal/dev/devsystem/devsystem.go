@@ -427,6 +427,33 @@ func (p *Process) Ready(ctx context.Context) bool {
 	return err == nil && code == http.StatusOK
 }
 
+// AwaitLeaderMetric waits until the leading controller's metric prefix (as Metric reads
+// it) has grown by at least by since the call, under one leader: the observable a test
+// waits on instead of a pause ("four checkpoints later"). A change of leader starts the
+// count again.
+func (s *System) AwaitLeaderMetric(ctx context.Context, prefix string, by float64) error {
+	var leader *Process
+	var from float64
+	for {
+		if leader == nil || !leader.Leads(ctx) {
+			leader = nil
+			for _, c := range s.Controllers {
+				if v, err := c.Metric(ctx, prefix); err == nil && c.Leads(ctx) {
+					leader, from = c, v
+					break
+				}
+			}
+		} else if v, err := leader.Metric(ctx, prefix); err == nil && v >= from+by {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devsystem: waiting for %s to grow by %v: %w", prefix, by, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // Metric returns the sum of the samples of the metric lines that start with prefix (a
 // metric name, optionally with the opening of its labels).
 func (p *Process) Metric(ctx context.Context, prefix string) (float64, error) {
