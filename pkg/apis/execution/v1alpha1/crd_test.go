@@ -51,6 +51,7 @@ func full(name string) *v1alpha1.ExecutionEnvironment {
 			SchemaVersion: 1, OwnerHash: hex64, ClientHash: hex64, BindingID: "conversation:42",
 			RequestFingerprint: hex64, Profile: "python", ProfileDigest: "sha256:" + hex64,
 			CallerMetadata: map[string]string{"team": "a"},
+			From:           &v1alpha1.WorkspaceSource{Snapshot: "xsnap-0a1b", SnapshotUID: "snap-uid"},
 		},
 		Status: v1alpha1.ExecutionEnvironmentStatus{
 			ObservedGeneration: 1, Phase: v1alpha1.PhaseReady, Epoch: 7, GrantGeneration: 2,
@@ -79,49 +80,53 @@ func full(name string) *v1alpha1.ExecutionEnvironment {
 }
 
 // TestFixtureSetsEveryField fails when a field is added to the types without being set in
-// full(), which would let the round trip silently skip it.
+// full() or fullSnapshot(), which would let the round trips silently skip it.
 func TestFixtureSetsEveryField(t *testing.T) {
-	var walk func(path string, v reflect.Value)
-	walk = func(path string, v reflect.Value) {
-		switch v.Kind() {
-		case reflect.Pointer:
-			if v.IsNil() {
-				t.Errorf("%s is nil", path)
-				return
-			}
-			walk(path, v.Elem())
-		case reflect.Struct:
-			if v.Type() == reflect.TypeOf(metav1.Time{}) {
-				if tm := v.Interface().(metav1.Time); tm.IsZero() {
-					t.Errorf("%s is zero", path)
-				}
-				return
-			}
-			if v.Type() == reflect.TypeOf(metav1.MicroTime{}) {
-				if tm := v.Interface().(metav1.MicroTime); tm.IsZero() {
-					t.Errorf("%s is zero", path)
-				}
-				return
-			}
-			for i := range v.NumField() {
-				walk(path+"."+v.Type().Field(i).Name, v.Field(i))
-			}
-		case reflect.Slice:
-			if v.Len() == 0 {
-				t.Errorf("%s is empty", path)
-			}
-			for i := range v.Len() {
-				walk(path, v.Index(i))
-			}
-		default:
-			if v.IsZero() {
+	env := full("x")
+	everyFieldSet(t, "spec", reflect.ValueOf(env.Spec))
+	everyFieldSet(t, "status", reflect.ValueOf(env.Status))
+	snap := fullSnapshot("x")
+	everyFieldSet(t, "snapshot spec", reflect.ValueOf(snap.Spec))
+	everyFieldSet(t, "snapshot status", reflect.ValueOf(snap.Status))
+}
+
+func everyFieldSet(t *testing.T, path string, v reflect.Value) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			t.Errorf("%s is nil", path)
+			return
+		}
+		everyFieldSet(t, path, v.Elem())
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(metav1.Time{}) {
+			if tm := v.Interface().(metav1.Time); tm.IsZero() {
 				t.Errorf("%s is zero", path)
 			}
+			return
+		}
+		if v.Type() == reflect.TypeOf(metav1.MicroTime{}) {
+			if tm := v.Interface().(metav1.MicroTime); tm.IsZero() {
+				t.Errorf("%s is zero", path)
+			}
+			return
+		}
+		for i := range v.NumField() {
+			everyFieldSet(t, path+"."+v.Type().Field(i).Name, v.Field(i))
+		}
+	case reflect.Slice:
+		if v.Len() == 0 {
+			t.Errorf("%s is empty", path)
+		}
+		for i := range v.Len() {
+			everyFieldSet(t, path, v.Index(i))
+		}
+	default:
+		if v.IsZero() {
+			t.Errorf("%s is zero", path)
 		}
 	}
-	env := full("x")
-	walk("spec", reflect.ValueOf(env.Spec))
-	walk("status", reflect.ValueOf(env.Status))
 }
 
 // Every spec and status field round-trips through the API server: nothing is pruned.

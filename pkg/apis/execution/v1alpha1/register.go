@@ -38,7 +38,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &ExecutionEnvironment{}, &ExecutionEnvironmentList{}, &ExecutionUsage{}, &ExecutionUsageList{}, &ExecutionAllocation{}, &ExecutionAllocationList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &ExecutionEnvironment{}, &ExecutionEnvironmentList{}, &ExecutionUsage{}, &ExecutionUsageList{}, &ExecutionAllocation{}, &ExecutionAllocationList{}, &ExecutionSnapshot{}, &ExecutionSnapshotList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

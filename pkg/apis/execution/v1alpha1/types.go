@@ -77,6 +77,20 @@ type ExecutionEnvironmentSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	CallerMetadata map[string]string `json:"callerMetadata,omitempty"`
+	// From is the snapshot the workspace starts as (EnsureEnvironment's from_snapshot, a
+	// fork); none: an empty workspace.
+	// +optional
+	From *WorkspaceSource `json:"from,omitempty"`
+}
+
+// WorkspaceSource is a snapshot a new workspace is restored from (docs/snapshots.md).
+type WorkspaceSource struct {
+	// Snapshot is the ExecutionSnapshot's name and SnapshotUID its UID: a snapshot deleted
+	// and made again under the same name is another one.
+	// +kubebuilder:validation:MaxLength=63
+	Snapshot string `json:"snapshot"`
+	// +kubebuilder:validation:MaxLength=36
+	SnapshotUID string `json:"snapshotUID"`
 }
 
 // FenceState reports whether execution authority is proven.

@@ -43,6 +43,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionAllocations().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("executionenvironments"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionEnvironments().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("executionsnapshots"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionSnapshots().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("executionusages"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Execution().V1alpha1().ExecutionUsages().Informer()}, nil
 

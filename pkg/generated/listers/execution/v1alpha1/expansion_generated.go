@@ -20,6 +20,14 @@ type ExecutionEnvironmentListerExpansion interface{}
 // ExecutionEnvironmentNamespaceLister.
 type ExecutionEnvironmentNamespaceListerExpansion interface{}
 
+// ExecutionSnapshotListerExpansion allows custom methods to be added to
+// ExecutionSnapshotLister.
+type ExecutionSnapshotListerExpansion interface{}
+
+// ExecutionSnapshotNamespaceListerExpansion allows custom methods to be added to
+// ExecutionSnapshotNamespaceLister.
+type ExecutionSnapshotNamespaceListerExpansion interface{}
+
 // ExecutionUsageListerExpansion allows custom methods to be added to
 // ExecutionUsageLister.
 type ExecutionUsageListerExpansion interface{}

@@ -14,6 +14,8 @@ type Interface interface {
 	ExecutionAllocations() TypedExecutionAllocationInformer
 	// ExecutionEnvironments returns a ExecutionEnvironmentInformer.
 	ExecutionEnvironments() TypedExecutionEnvironmentInformer
+	// ExecutionSnapshots returns a ExecutionSnapshotInformer.
+	ExecutionSnapshots() TypedExecutionSnapshotInformer
 	// ExecutionUsages returns a ExecutionUsageInformer.
 	ExecutionUsages() TypedExecutionUsageInformer
 }
@@ -37,6 +39,11 @@ func (v *version) ExecutionAllocations() TypedExecutionAllocationInformer {
 // ExecutionEnvironments returns a TypedExecutionEnvironmentInformer.
 func (v *version) ExecutionEnvironments() TypedExecutionEnvironmentInformer {
 	return &executionEnvironmentInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// ExecutionSnapshots returns a TypedExecutionSnapshotInformer.
+func (v *version) ExecutionSnapshots() TypedExecutionSnapshotInformer {
+	return &executionSnapshotInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // ExecutionUsages returns a TypedExecutionUsageInformer.

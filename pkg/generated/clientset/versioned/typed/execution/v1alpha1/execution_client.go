@@ -16,6 +16,7 @@ type ExecutionV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	ExecutionAllocationsGetter
 	ExecutionEnvironmentsGetter
+	ExecutionSnapshotsGetter
 	ExecutionUsagesGetter
 }
 
@@ -30,6 +31,10 @@ func (c *ExecutionV1alpha1Client) ExecutionAllocations(namespace string) Executi
 
 func (c *ExecutionV1alpha1Client) ExecutionEnvironments(namespace string) ExecutionEnvironmentInterface {
 	return newExecutionEnvironments(c, namespace)
+}
+
+func (c *ExecutionV1alpha1Client) ExecutionSnapshots(namespace string) ExecutionSnapshotInterface {
+	return newExecutionSnapshots(c, namespace)
 }
 
 func (c *ExecutionV1alpha1Client) ExecutionUsages(namespace string) ExecutionUsageInterface {

@@ -8,4 +8,6 @@ type ExecutionAllocationExpansion interface{}
 
 type ExecutionEnvironmentExpansion interface{}
 
+type ExecutionSnapshotExpansion interface{}
+
 type ExecutionUsageExpansion interface{}

@@ -22,6 +22,10 @@ func (c *FakeExecutionV1alpha1) ExecutionEnvironments(namespace string) v1alpha1
 	return newFakeExecutionEnvironments(c, namespace)
 }
 
+func (c *FakeExecutionV1alpha1) ExecutionSnapshots(namespace string) v1alpha1.ExecutionSnapshotInterface {
+	return newFakeExecutionSnapshots(c, namespace)
+}
+
 func (c *FakeExecutionV1alpha1) ExecutionUsages(namespace string) v1alpha1.ExecutionUsageInterface {
 	return newFakeExecutionUsages(c, namespace)
 }
