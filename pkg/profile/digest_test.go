@@ -217,9 +217,12 @@ var policyFields = map[string]func(*ProfileSpec){
 	"suspendAfterIdle": func(s *ProfileSpec) { s.SuspendAfterIdle = &metav1.Duration{Duration: time.Hour} },
 	"retireAfterIdle":  func(s *ProfileSpec) { s.RetireAfterIdle = &metav1.Duration{Duration: 48 * time.Hour} },
 	"warmPool":         func(s *ProfileSpec) { s.WarmPool = &WarmPoolSpec{Size: 3} },
-	"retiredTTL":       func(s *ProfileSpec) { s.RetiredTTL = &metav1.Duration{Duration: time.Hour} },
-	"suspendedTTL":     func(s *ProfileSpec) { s.SuspendedTTL = &metav1.Duration{Duration: time.Hour} },
-	"maxLifetime":      func(s *ProfileSpec) { s.MaxLifetime = &metav1.Duration{Duration: 24 * time.Hour} },
+	"snapshots": func(s *ProfileSpec) {
+		s.Snapshots = &SnapshotsSpec{VolumeSnapshotClassName: "csi-hostpath", MaxQuiesce: &metav1.Duration{Duration: time.Minute}}
+	},
+	"retiredTTL":   func(s *ProfileSpec) { s.RetiredTTL = &metav1.Duration{Duration: time.Hour} },
+	"suspendedTTL": func(s *ProfileSpec) { s.SuspendedTTL = &metav1.Duration{Duration: time.Hour} },
+	"maxLifetime":  func(s *ProfileSpec) { s.MaxLifetime = &metav1.Duration{Duration: 24 * time.Hour} },
 }
 
 func TestDigestIgnoresThePolicyFields(t *testing.T) {

@@ -1,6 +1,8 @@
 package profile
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +119,70 @@ type ProfileSpec struct {
 	// adopts instead of creating (docs/controller.md#warm-pools); absent means none. Not
 	// part of the digest: it is how many executors wait, not what they are built from.
 	WarmPool *WarmPoolSpec `json:"warmPool,omitempty"`
+	// Snapshots says how the profile's workspaces are snapshotted and forked
+	// (docs/snapshots.md); absent means by copy with the defaults. Not part of the digest:
+	// how a workspace is copied, not what its executor is built from.
+	Snapshots *SnapshotsSpec `json:"snapshots,omitempty"`
+}
+
+// Snapshot methods (SnapshotsSpec.Method).
+const (
+	// SnapshotCSI takes a VolumeSnapshot of the workspace claim and restores a claim from it.
+	SnapshotCSI = "csi"
+	// SnapshotCopy copies the workspace into a claim of its own with a copy Pod.
+	SnapshotCopy = "copy"
+)
+
+// SnapshotsSpec is a profile's snapshot policy. Every field is optional.
+type SnapshotsSpec struct {
+	// Method is SnapshotCSI or SnapshotCopy; empty: csi when VolumeSnapshotClassName is
+	// set, else copy.
+	Method string `json:"method,omitempty"`
+	// VolumeSnapshotClassName is the VolumeSnapshotClass of csi snapshots; its driver must
+	// be the storage class's. Required by the csi method.
+	VolumeSnapshotClassName string `json:"volumeSnapshotClassName,omitempty"`
+	// MaxQuiesce bounds how long a snapshot keeps the environment's processes stopped
+	// while it is cut (a copy's whole time); DefaultMaxQuiesce when absent.
+	MaxQuiesce *metav1.Duration `json:"maxQuiesce,omitempty"`
+	// MaxCopyDuration bounds a restore's copy Pod; DefaultMaxCopyDuration when absent.
+	MaxCopyDuration *metav1.Duration `json:"maxCopyDuration,omitempty"`
+}
+
+// Defaults and bounds of the snapshot policy.
+const (
+	DefaultMaxQuiesce      = 2 * time.Minute
+	DefaultMaxCopyDuration = time.Hour
+	minMaxQuiesce          = time.Second
+	maxMaxQuiesce          = 30 * time.Minute
+	minMaxCopyDuration     = 10 * time.Second
+	maxMaxCopyDuration     = 24 * time.Hour
+)
+
+// SnapshotMethod is the profile's effective method: SnapshotCSI or SnapshotCopy.
+func (s *ProfileSpec) SnapshotMethod() string {
+	switch {
+	case s.Snapshots == nil:
+		return SnapshotCopy
+	case s.Snapshots.Method != "":
+		return s.Snapshots.Method
+	case s.Snapshots.VolumeSnapshotClassName != "":
+		return SnapshotCSI
+	}
+	return SnapshotCopy
+}
+
+// SnapshotBounds are the profile's effective quiesce and copy bounds.
+func (s *ProfileSpec) SnapshotBounds() (maxQuiesce, maxCopy time.Duration) {
+	maxQuiesce, maxCopy = DefaultMaxQuiesce, DefaultMaxCopyDuration
+	if sn := s.Snapshots; sn != nil {
+		if sn.MaxQuiesce != nil {
+			maxQuiesce = sn.MaxQuiesce.Duration
+		}
+		if sn.MaxCopyDuration != nil {
+			maxCopy = sn.MaxCopyDuration.Duration
+		}
+	}
+	return maxQuiesce, maxCopy
 }
 
 // WarmPoolSpec sizes a profile's warm pool.
@@ -193,6 +259,12 @@ func (s *ProfileSpec) DeepCopy() ProfileSpec {
 	if s.WarmPool != nil {
 		w := *s.WarmPool
 		out.WarmPool = &w
+	}
+	if s.Snapshots != nil {
+		sn := *s.Snapshots
+		sn.MaxQuiesce = copyDuration(sn.MaxQuiesce)
+		sn.MaxCopyDuration = copyDuration(sn.MaxCopyDuration)
+		out.Snapshots = &sn
 	}
 	return out
 }

@@ -162,6 +162,27 @@ func validateSpec(p *problem.List, path string, s *ProfileSpec, o ParseOptions) 
 	if w := s.WarmPool; w != nil {
 		checkBetween(p, field("warmPool.size"), w.Size, 0, min(MaxWarmPoolCeiling, max(s.MaxEnvironments, 0)))
 	}
+	if sn := s.Snapshots; sn != nil {
+		sub := func(name string) string { return field("snapshots." + name) }
+		switch sn.Method {
+		case "", SnapshotCopy:
+		case SnapshotCSI:
+			if sn.VolumeSnapshotClassName == "" {
+				p.Add(sub("volumeSnapshotClassName"), "is required by the csi method")
+			}
+		default:
+			p.Add(sub("method"), "%q is not %q or %q", sn.Method, SnapshotCSI, SnapshotCopy)
+		}
+		if sn.VolumeSnapshotClassName != "" {
+			addAll(p, sub("volumeSnapshotClassName"), sn.VolumeSnapshotClassName, validation.IsDNS1123Subdomain(sn.VolumeSnapshotClassName))
+		}
+		if d := sn.MaxQuiesce; d != nil && (d.Duration < minMaxQuiesce || d.Duration > maxMaxQuiesce) {
+			p.Add(sub("maxQuiesce"), "%s is outside [%s, %s]", d.Duration, minMaxQuiesce, maxMaxQuiesce)
+		}
+		if d := sn.MaxCopyDuration; d != nil && (d.Duration < minMaxCopyDuration || d.Duration > maxMaxCopyDuration) {
+			p.Add(sub("maxCopyDuration"), "%s is outside [%s, %s]", d.Duration, minMaxCopyDuration, maxMaxCopyDuration)
+		}
+	}
 	if c := s.Commands; c != nil {
 		sub := func(name string) string { return field("commands." + name) }
 		if c.MaxDetached != 0 {

@@ -132,6 +132,15 @@ func TestValidateRules(t *testing.T) {
 		{"retireAfterIdle not after suspendAfterIdle", func(s *ProfileSpec) {
 			s.SuspendAfterIdle, s.RetireAfterIdle = &metav1.Duration{Duration: time.Hour}, &metav1.Duration{Duration: time.Hour}
 		}, ParseOptions{}, "profiles.p.retireAfterIdle"},
+		{"snapshots.method unknown", func(s *ProfileSpec) { s.Snapshots = &SnapshotsSpec{Method: "rsync"} }, ParseOptions{}, "profiles.p.snapshots.method"},
+		{"snapshots csi without a class", func(s *ProfileSpec) { s.Snapshots = &SnapshotsSpec{Method: SnapshotCSI} }, ParseOptions{}, "profiles.p.snapshots.volumeSnapshotClassName"},
+		{"snapshots class not a name", func(s *ProfileSpec) { s.Snapshots = &SnapshotsSpec{VolumeSnapshotClassName: "Not A Name"} }, ParseOptions{}, "profiles.p.snapshots.volumeSnapshotClassName"},
+		{"snapshots.maxQuiesce too long", func(s *ProfileSpec) {
+			s.Snapshots = &SnapshotsSpec{MaxQuiesce: &metav1.Duration{Duration: time.Hour}}
+		}, ParseOptions{}, "profiles.p.snapshots.maxQuiesce"},
+		{"snapshots.maxCopyDuration too short", func(s *ProfileSpec) {
+			s.Snapshots = &SnapshotsSpec{MaxCopyDuration: &metav1.Duration{Duration: time.Second}}
+		}, ParseOptions{}, "profiles.p.snapshots.maxCopyDuration"},
 		{"warmPool.size negative", func(s *ProfileSpec) { s.WarmPool = &WarmPoolSpec{Size: -1} }, ParseOptions{}, "profiles.p.warmPool.size"},
 		{"warmPool.size above maxEnvironments", func(s *ProfileSpec) { s.WarmPool = &WarmPoolSpec{Size: s.MaxEnvironments + 1} }, ParseOptions{}, "profiles.p.warmPool.size"},
 		{"warmPool.size ceiling", func(s *ProfileSpec) {
@@ -273,5 +282,32 @@ func TestParseReportsDecodeAndValidationProblemsTogether(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
+	}
+}
+
+// The effective snapshot method and bounds.
+func TestSnapshotPolicy(t *testing.T) {
+	for _, c := range []struct {
+		spec *SnapshotsSpec
+		want string
+	}{
+		{nil, SnapshotCopy},
+		{&SnapshotsSpec{}, SnapshotCopy},
+		{&SnapshotsSpec{VolumeSnapshotClassName: "snap"}, SnapshotCSI},
+		{&SnapshotsSpec{VolumeSnapshotClassName: "snap", Method: SnapshotCopy}, SnapshotCopy},
+	} {
+		s := validSpec()
+		s.Snapshots = c.spec
+		if got := s.SnapshotMethod(); got != c.want {
+			t.Errorf("%+v: method %s, want %s", c.spec, got, c.want)
+		}
+	}
+	s := validSpec()
+	if q, c := s.SnapshotBounds(); q != DefaultMaxQuiesce || c != DefaultMaxCopyDuration {
+		t.Errorf("defaults %v %v", q, c)
+	}
+	s.Snapshots = &SnapshotsSpec{MaxQuiesce: &metav1.Duration{Duration: time.Minute}, MaxCopyDuration: &metav1.Duration{Duration: 3 * time.Hour}}
+	if q, c := s.SnapshotBounds(); q != time.Minute || c != 3*time.Hour {
+		t.Errorf("set %v %v", q, c)
 	}
 }

@@ -37,3 +37,26 @@ func hashFields(domain string, fields ...string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// SnapshotPrefix starts every snapshot's name.
+const SnapshotPrefix = "xsnap-"
+
+// SnapshotName is the deterministic name of an owner's snapshot: one per (client, owner,
+// the caller's name), so that a repeated CreateSnapshot finds it without a list and the
+// name says nothing of its owner. Its domain tag keeps it apart from environment names.
+func SnapshotName(client string, ownerHash, name string) string {
+	sum := sha256.Sum256([]byte(hashFields("snapshot", ident.ClientHash(client), ownerHash, name)))
+	return SnapshotPrefix + hex.EncodeToString(sum[:nameHashBytes])
+}
+
+// ownerKeyBytes is how much of the SHA-256 an owner key carries: 64 bits, short enough for
+// a storage object's name beside the snapshot's id.
+const ownerKeyBytes = 8
+
+// OwnerKey is the short key of (client, owner) that a snapshot's storage name and the
+// claims restored from it carry, for the admission policy to compare (docs/snapshots.md
+// "Names, owners and admission"). Not a secret: it only needs to differ between owners.
+func OwnerKey(client string, ownerHash string) string {
+	sum := sha256.Sum256([]byte(hashFields("owner-key", ident.ClientHash(client), ownerHash)))
+	return hex.EncodeToString(sum[:ownerKeyBytes])
+}
