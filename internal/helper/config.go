@@ -50,6 +50,9 @@ type Config struct {
 	// the one-shot Pod that copies a workspace into a snapshot or a snapshot into a new
 	// workspace.
 	Mirror string
+	// Quiesce, when set, stops the Pod's processes for at most this long, or until stdin
+	// ends, while a snapshot is cut (quiesce.go).
+	Quiesce time.Duration
 	// MirrorMaxEntries bounds the entries a mirror visits.
 	MirrorMaxEntries int
 	// MirrorReport, when set, is where the mirror's result goes too (a container's
@@ -79,6 +82,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Pause, "pause", false, "run as the executor container's idle main process until SIGTERM")
 	fs.StringVar(&c.Install, "install", "", "copy this helper to the given absolute path (mode 0555) and exit: the helper image's init container")
 	fs.StringVar(&c.Mirror, "mirror", "", "make the workspace root equal to the tree at this absolute path and exit (a snapshot's copy Pod)")
+	fs.DurationVar(&c.Quiesce, "quiesce", 0, "stop the executor's processes for at most this long, or until stdin ends, and exit (a snapshot's cut)")
 	fs.IntVar(&c.MirrorMaxEntries, "mirror-max-entries", fileops.DefaultMirrorEntries, "bound on the entries a mirror visits (a larger tree is refused)")
 	fs.StringVar(&c.MirrorReport, "mirror-report", "", "also write the mirror's result to this file (the container's termination message)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "interval of heartbeat frames while a command runs")
@@ -92,6 +96,9 @@ func (c Config) Validate() error {
 		p.Addf("root", "the file system root cannot be the workspace root")
 	}
 	p.DurationBetween("heartbeat-interval", c.HeartbeatInterval, minHeartbeat, maxHeartbeat)
+	if c.Quiesce != 0 {
+		p.DurationBetween("quiesce", c.Quiesce, time.Second, maxQuiesce)
+	}
 	if c.Mirror != "" {
 		p.AbsolutePath("mirror", c.Mirror, false)
 		if filepath.Clean(c.Mirror) == filepath.Clean(c.Root) {

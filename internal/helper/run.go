@@ -38,6 +38,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Mirror != "" {
 		return RunMirror(cfg, stdout)
 	}
+	if cfg.Quiesce != 0 {
+		return RunQuiesce(cfg, os.Stdin, stdout)
+	}
 	// A broken output pipe must surface as a write error (and cancel a running command),
 	// never kill the helper before it has reaped what it started. Caught, not ignored: an
 	// ignored signal stays ignored across exec, and commands must start with SIGPIPE at its
@@ -98,6 +101,9 @@ func Serve(_ context.Context, cfg Config, stdin io.Reader, stdout io.Writer) err
 	}
 	if req.GetVersion() != helperv1.ProtocolVersion_PROTOCOL_VERSION_1 {
 		return out.error(id, helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION, "unsupported protocol version")
+	}
+	if err := held(&req); err != nil {
+		return out.fail(id, err)
 	}
 	root, err := fileops.OpenRoot(cfg.Root)
 	if err != nil {

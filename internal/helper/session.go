@@ -276,6 +276,9 @@ func (s *session) serve(req *helperv1.Request, b *body, cancel <-chan struct{}) 
 	if err := checkBodies(req); err != nil {
 		return failure(id, err), nil
 	}
+	if err := held(req); err != nil {
+		return failure(id, err), nil
+	}
 	switch op := req.GetOperation().(type) {
 	case *helperv1.Request_File:
 		root, err := fileops.OpenRoot(s.cfg.Root)

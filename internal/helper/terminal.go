@@ -39,6 +39,9 @@ func ServeTerminal(_ context.Context, cfg Config, stdin io.Reader, stdout io.Wri
 	case req.GetTerminal() == nil:
 		return out.error(id, helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "terminal mode runs a terminal and nothing else")
 	}
+	if err := held(&req); err != nil {
+		return out.fail(id, err)
+	}
 	open := req.GetTerminal()
 	lim := protocol.CommandLimitsOf(req.GetLimits())
 	if err := lim.Check(); err != nil {

@@ -413,7 +413,7 @@ const (
 // the helpers the gateway starts are the runtime's exec's children, commands descend from
 // their helper or supervisor.
 func sweepOrphans(entries []entry) {
-	if !inExecutor() {
+	if !InExecutor() {
 		return
 	}
 	keep := map[int]bool{os.Getpid(): true}
@@ -429,11 +429,11 @@ func sweepOrphans(entries []entry) {
 	}
 }
 
-// inExecutor reports whether this process runs in an executor container: its PID 1 is the
+// InExecutor reports whether this process runs in an executor container: its PID 1 is the
 // helper's pause (`<helper> --pause`), which the workload cannot rename. Elsewhere (the
 // local cluster's fake node runs helpers as processes of the machine) PID 1 is the
 // machine's, and nothing is swept.
-func inExecutor() bool {
+func InExecutor() bool {
 	data, err := os.ReadFile("/proc/1/cmdline")
 	if err != nil {
 		return false
