@@ -41,12 +41,6 @@ const (
 // (snapshot.storage.k8s.io/v1, installed with the external snapshotter's CRDs).
 var VolumeSnapshotGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
 
-// SnapshotStorageName is the name of a snapshot's VolumeSnapshot or claim: the owner key
-// first, so that admission can compare it with a restoring claim's label.
-func SnapshotStorageName(ownerKey, snapshotID string) string {
-	return "xsnap-" + ownerKey + "-" + snapshotID
-}
-
 func snapshotLabels(snapshot, ownerKey, component string) map[string]string {
 	return map[string]string{
 		LabelName: appName, LabelComponent: component, LabelManagedBy: managedBy,

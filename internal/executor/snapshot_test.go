@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
+	"github.com/execplane/execplane/pkg/store"
 )
 
 const testOwnerKey = "0123456789abcdef"
@@ -19,7 +20,7 @@ func testCopy(node string) CopyOptions {
 	return CopyOptions{
 		Name: "xsnap-" + testOwnerKey + "-5f2c9a7be01d4c8a9f31-copy", Namespace: "tenant-a",
 		Snapshot: "xsnap-5f2c9a7be01d4c8a9f31", OwnerKey: testOwnerKey,
-		Source: "xenv-5f2c9a7be01d4c8a9f31-workspace", Target: SnapshotStorageName(testOwnerKey, "5f2c9a7be01d4c8a9f31"),
+		Source: "xenv-5f2c9a7be01d4c8a9f31-workspace", Target: store.SnapshotStorageName(testOwnerKey, "5f2c9a7be01d4c8a9f31"),
 		Node: node, ServiceAccount: "execplane-executor", Deadline: 2 * time.Minute,
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/execplane/execplane/internal/executor"
 	"github.com/execplane/execplane/pkg/client"
 	"github.com/execplane/execplane/pkg/profile"
+	"github.com/execplane/execplane/pkg/store"
 )
 
 // copyReport is the helper's mirror report (helper.MirrorReport), read from the copy Pod's
@@ -118,7 +119,7 @@ mkfifo pipe`)
 		t.Logf("%s → %s: %+v", from, to, rep)
 		return rep
 	}
-	snapshot := executor.SnapshotStorageName(ownerKey, "real")
+	snapshot := store.SnapshotStorageName(ownerKey, "real")
 	example, _ := reg.Get(profileExample)
 	rep := copyInto(example, source, snapshot, pod.Spec.NodeName)
 	// 1,000 files, the blob, 5 directories (d, d/a, d/b, sub, sub/deep), 2 symlinks, the FIFO.
@@ -143,7 +144,7 @@ mkfifo pipe`)
 
 	// Two forks from the snapshot, by the helper image's copy; each changed differently.
 	installed, _ := reg.Get(profileHelperImage)
-	forks := []string{executor.SnapshotStorageName(ownerKey, "fork-1"), executor.SnapshotStorageName(ownerKey, "fork-2")}
+	forks := []string{store.SnapshotStorageName(ownerKey, "fork-1"), store.SnapshotStorageName(ownerKey, "fork-2")}
 	for _, f := range forks {
 		copyInto(installed, snapshot, f, "")
 		sameTree(t, "fork "+f, tree(t, volumeDir(f)), want)

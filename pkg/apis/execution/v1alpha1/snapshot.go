@@ -29,7 +29,8 @@ type SnapshotPhase string
 
 // Snapshot phases.
 const (
-	// SnapshotPending: recorded, the cut not begun (the source being quiesced).
+	// SnapshotPending: recorded, the cut not begun (the source being quiesced). A new
+	// snapshot's status is empty, which means the same.
 	SnapshotPending SnapshotPhase = "Pending"
 	// SnapshotCutting: the VolumeSnapshot or the copy is being made.
 	SnapshotCutting SnapshotPhase = "Cutting"
@@ -172,6 +173,10 @@ type CopyProgress struct {
 type ExecutionSnapshotStatus struct {
 	// +optional
 	Phase SnapshotPhase `json:"phase,omitempty"`
+	// CutBy is when the cut must be done, set as it begins: the source's quiesce ends by
+	// then, and a copy that finished later is not a state the source passed through.
+	// +optional
+	CutBy *metav1.Time `json:"cutBy,omitempty"`
 	// CutAt is when the state was fixed; ReadyAt when it became restorable.
 	// +optional
 	CutAt *metav1.Time `json:"cutAt,omitempty"`

@@ -24,7 +24,7 @@ func fullSnapshot(name string) *v1alpha1.ExecutionSnapshot {
 				VolumeSnapshotClass: "csi-hostpath-snapclass", Bytes: 1 << 30},
 		},
 		Status: v1alpha1.ExecutionSnapshotStatus{
-			Phase: v1alpha1.SnapshotReady, CutAt: ptr.To(now), ReadyAt: ptr.To(now), RestoreBytes: 1 << 30,
+			Phase: v1alpha1.SnapshotReady, CutBy: ptr.To(now), CutAt: ptr.To(now), ReadyAt: ptr.To(now), RestoreBytes: 1 << 30,
 			Commands: []v1alpha1.SnapshotCommand{{ID: "cmd-1", State: "EXITED", ExitCode: ptr.To[int32](3)}},
 			Copy:     &v1alpha1.CopyProgress{Attempts: 1, Entries: 1000, Bytes: 1 << 20},
 			Failure:  &v1alpha1.SnapshotFailure{Reason: "DEADLINE_EXCEEDED", Message: "the copy outlasted the quiesce"},
