@@ -193,6 +193,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err == nil {
 				err = rec.Start(ctx) // no usage answered, nor quota judged, before the ledgers are read
 			}
+			var snaps *Snapshots
+			if err == nil {
+				snaps, err = NewSnapshots(SnapshotsConfig{Kube: client, Execution: execClient, Namespace: cfg.Executors(), Profiles: profiles, Logger: logger})
+			}
+			if err == nil {
+				err = snaps.Initialize(ctx)
+			}
 			var st *store.Store
 			if err == nil {
 				st, err = store.New(store.Config{Execution: execClient, Kube: client, Environments: r.Environments(), Namespace: cfg.Executors(),
@@ -200,7 +207,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			if err != nil {
 				if ctx.Err() == nil {
-					logger.Error("store, usage recorder or quotas failed to start", logging.KeyError, err)
+					logger.Error("store, usage recorder, quotas or snapshots failed to start", logging.KeyError, err)
 				}
 				<-ctx.Done()
 				return
@@ -213,6 +220,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 			})
 			recording.Go(func() { syncAllocations(ctx, alloc, r) })
+			recording.Go(func() { snaps.Run(ctx) })
 			ledger.Store(st)
 			defer ledger.Store(nil)
 			usages.Store(rec)

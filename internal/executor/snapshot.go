@@ -24,8 +24,8 @@ const (
 	// storage name and every claim restored from it carry: what the claims admission policy
 	// compares, as it cannot look a snapshot up.
 	LabelOwnerKey = "execution.mecatl.dev/owner-key"
-	// componentCopy marks a copy Pod; componentSnapshot a snapshot's VolumeSnapshot or claim.
-	componentCopy     = "workspace-copy"
+	// ComponentCopy marks a copy Pod; componentSnapshot a snapshot's VolumeSnapshot or claim.
+	ComponentCopy     = "workspace-copy"
 	componentSnapshot = "snapshot"
 	// Where the copy Pod mounts its two claims.
 	copySourcePath = "/source"
@@ -151,7 +151,7 @@ func CopyPod(p profile.Entry, o CopyOptions) (*corev1.Pod, error) {
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: o.Name, Namespace: o.Namespace,
-			Labels:      snapshotLabels(o.Snapshot, o.OwnerKey, componentCopy),
+			Labels:      snapshotLabels(o.Snapshot, o.OwnerKey, ComponentCopy),
 			Annotations: map[string]string{AnnotationProfile: p.Name, AnnotationDigest: p.Digest},
 		},
 		Spec: corev1.PodSpec{

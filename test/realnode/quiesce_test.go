@@ -61,12 +61,37 @@ func TestQuiesceStopsAndContinuesTheWorkspace(t *testing.T) {
 	}
 	moving("before the quiesce")
 
+	held, release := s.quiesce(t, w, "1m")
+	t.Logf("held: %+v", held)
+	before := count()
+	_, err := w.run.Run(ctx(t), client.Command{Shell: "echo during", Timeout: time.Minute})
+	// The helper's UNAVAILABLE reaches the caller as every executor-side "not now" does:
+	// FAILED_PRECONDITION with reason NOT_READY, retryable (podexec/answers.go).
+	if !errors.Is(err, client.ErrNotReady) || !strings.Contains(err.Error(), "snapshotted") {
+		t.Fatalf("a command during the hold: %v", err)
+	}
+	if after := count(); after != before {
+		t.Fatalf("the counter moved during the hold: %s → %s", before, after)
+	}
+	if done := release(); done.Continued != held.Stopped {
+		t.Fatalf("the end of the hold: %+v (stopped %d)", done, held.Stopped)
+	}
+	moving("after the quiesce")
+	if r := w.must(t, "echo after"); r != "after\n" {
+		t.Fatalf("a command after the hold: %q", r)
+	}
+}
+
+// quiesce runs the helper's --quiesce for d in w's executor, as the gateway will: it
+// returns the hold's first report once the processes are stopped, and a release that ends
+// the hold (the quiescer's stdin closed) and returns its last report.
+func (s *system) quiesce(t *testing.T, w *workspace, d string) (quiesceReport, func() quiesceReport) {
+	t.Helper()
 	pod := s.pod(t, w)
-	cfg := s.cluster.RESTConfig()
 	req := s.cluster.Kube().CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: executor.ContainerName, Command: []string{profile.DefaultHelperPath, "--quiesce", "1m"},
+		VersionedParams(&corev1.PodExecOptions{Container: executor.ContainerName, Command: []string{profile.DefaultHelperPath, "--quiesce", d},
 			Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+	ex, err := remotecommand.NewWebSocketExecutor(s.cluster.RESTConfig(), "GET", req.URL().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,27 +119,24 @@ func TestQuiesceStopsAndContinuesTheWorkspace(t *testing.T) {
 	if held.Error != "" || held.Stopped == 0 || held.Until.IsZero() {
 		t.Fatalf("the hold: %+v (stderr %q)", held, stderr.String())
 	}
-	t.Logf("held: %+v", held)
-	before := count()
-	_, err = w.run.Run(ctx(t), client.Command{Shell: "echo during", Timeout: time.Minute})
-	// The helper's UNAVAILABLE reaches the caller as every executor-side "not now" does:
-	// FAILED_PRECONDITION with reason NOT_READY, retryable (podexec/answers.go).
-	if !errors.Is(err, client.ErrNotReady) || !strings.Contains(err.Error(), "snapshotted") {
-		t.Fatalf("a command during the hold: %v", err)
+	released := false
+	release := func() quiesceReport {
+		t.Helper()
+		released = true
+		stdinW.Close()
+		done := next()
+		if !done.Done {
+			t.Fatalf("the end of the hold: %+v", done)
+		}
+		if err := <-streamed; err != nil {
+			t.Fatalf("the quiescer's exec: %v", err)
+		}
+		return done
 	}
-	if after := count(); after != before {
-		t.Fatalf("the counter moved during the hold: %s → %s", before, after)
-	}
-	stdinW.Close()
-	done := next()
-	if !done.Done || done.Continued != held.Stopped {
-		t.Fatalf("the end of the hold: %+v (stopped %d)", done, held.Stopped)
-	}
-	if err := <-streamed; err != nil {
-		t.Fatalf("the quiescer's exec: %v", err)
-	}
-	moving("after the quiesce")
-	if r := w.must(t, "echo after"); r != "after\n" {
-		t.Fatalf("a command after the hold: %q", r)
-	}
+	t.Cleanup(func() {
+		if !released {
+			stdinW.Close()
+		}
+	})
+	return held, release
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +19,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/execplane/execplane/internal/controller"
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/executor"
+	"github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/client"
+	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
+	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/store"
 )
@@ -227,4 +232,120 @@ func sameTree(t *testing.T, what string, got, want map[string]string) {
 	if bad > 0 {
 		t.FailNow()
 	}
+}
+
+// A snapshot through the controller, on the real node, of a workspace a detached command
+// is writing: begun and cut (store transitions, as the control API will run them) with the
+// source quiesced by the helper, the copy made by the controller's copy Pod on the source's
+// node while the hold lasts — Ready with its cut time, size and copy counters — then the
+// hold ended. The snapshot's files equal the source's unchanging ones file by file, and
+// the writer's two files are a state it passed through (the counter file one ahead of the
+// log at most: never the torn pair a copy taken while it runs would show). Deleted, its
+// claim goes and then the snapshot.
+func TestSnapshotThroughTheController(t *testing.T) {
+	s := startSystem(t)
+	w := s.ensure(t, "snapshot-writer", profileExample)
+	w.must(t, `set -e
+mkdir -p fixed gen
+i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
+	// The writer: gen/count holds the number of lines gen/log has or will have next.
+	if _, err := w.run.Start(ctx(t), client.Command{Shell: `i=0; while :; do i=$((i+1)); echo $i > gen/count.new && mv gen/count.new gen/count; echo $i >> gen/log; done`,
+		Timeout: 4 * time.Minute}, client.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 30*time.Second, "the writer writing", func() bool {
+		b, err := w.run.ReadFile(ctx(t), "gen/log")
+		return err == nil && len(b) > 1000
+	})
+	st := s.store(t)
+	caller := store.Caller{Client: s.Material.Caller.Identity, Capabilities: store.Capabilities{MayAttestOwner: true}}
+	ownerIn := store.Owner{Issuer: owner.Issuer, Subject: owner.Subject}
+	env := w.env.Status()
+	ref := ident.EnvironmentRef{Name: env.GetRef().GetId(), UID: env.GetRef().GetRevision()}
+	begun, err := st.BeginSnapshot(ctx(t), store.SnapshotInput{ReferenceInput: store.ReferenceInput{Caller: caller, OperationID: "op-snapshot",
+		Owner: ownerIn, Environment: ref, BindingID: "snapshot-writer"}, Name: "mid-write"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, release := s.quiesce(t, w, "2m")
+	target := store.SnapshotTarget{Caller: caller, Owner: ownerIn, Name: "mid-write"}
+	if _, err := st.CutSnapshot(ctx(t), target, true, nil, held.Until.Add(-10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var snap *v1alpha1.ExecutionSnapshot
+	clustertest.Eventually(t, 2*time.Minute, "the snapshot cut", func() bool {
+		snap, err = st.GetSnapshot(ctx(t), target)
+		return err == nil && (snap.Status.Phase == v1alpha1.SnapshotReady || snap.Status.Phase == v1alpha1.SnapshotFailed)
+	})
+	release()
+	if snap.Status.Phase != v1alpha1.SnapshotReady || snap.Status.CutAt == nil || snap.Status.Copy == nil || snap.Status.Copy.Entries < 1000 ||
+		snap.Status.RestoreBytes != begun.Spec.Storage.Bytes {
+		t.Fatalf("the snapshot: %+v (failure %+v)", snap.Status, snap.Status.Failure)
+	}
+	t.Logf("cut in %v: %+v", snap.Status.CutAt.Sub(begun.CreationTimestamp.Time), *snap.Status.Copy)
+
+	kube := s.cluster.Kube()
+	ns := s.ExecutorNamespace()
+	claimDir := func(name string) string {
+		t.Helper()
+		c, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil || c.Spec.VolumeName == "" {
+			t.Fatalf("claim %s: %v", name, err)
+		}
+		return filepath.Join(s.cluster.StateDir(), "node", "volumes", c.Spec.VolumeName)
+	}
+	snapTree, srcTree := tree(t, claimDir(snap.Spec.Storage.Name)), tree(t, claimDir(snap.Spec.Storage.SourceClaim))
+	for k, v := range srcTree {
+		if strings.HasPrefix(k, "fixed") && snapTree[k] != v {
+			t.Fatalf("%s: %q in the snapshot, %q in the source", k, snapTree[k], v)
+		}
+	}
+	for k := range snapTree {
+		if strings.HasPrefix(k, ".execplane") {
+			t.Fatalf("the snapshot carries the records: %s", k)
+		}
+	}
+	countB, err := os.ReadFile(filepath.Join(claimDir(snap.Spec.Storage.Name), "gen", "count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logB, err := os.ReadFile(filepath.Join(claimDir(snap.Spec.Storage.Name), "gen", "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, _ := strconv.Atoi(strings.TrimSpace(string(countB)))
+	lines := strings.Count(string(logB), "\n")
+	if count != lines && count != lines+1 {
+		t.Fatalf("a torn state: the counter says %d, the log has %d lines", count, lines)
+	}
+	t.Logf("the writer as cut: counter %d, log %d lines", count, lines)
+
+	if _, err := st.DeleteSnapshot(ctx(t), target); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, time.Minute, "the snapshot and its claim gone", func() bool {
+		_, err := s.exec.ExecutionV1alpha1().ExecutionSnapshots(ns).Get(ctx(t), snap.Name, metav1.GetOptions{})
+		_, cerr := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), snap.Spec.Storage.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && (apierrors.IsNotFound(cerr) || cerr == nil)
+	})
+}
+
+// store is a store over the system's namespace, standing for the control API's snapshot
+// calls, which are not built yet: it writes snapshots only, as the leader would.
+func (s *system) store(t *testing.T) *store.Store {
+	t.Helper()
+	reg, err := profile.Parse([]byte(profiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := execinformers.NewSharedInformerFactoryWithOptions(s.exec, 0, execinformers.WithNamespace(s.ExecutorNamespace()))
+	lister := factory.Execution().V1alpha1().ExecutionEnvironments().Lister()
+	factory.Start(t.Context().Done())
+	factory.WaitForCacheSync(t.Context().Done())
+	st, err := store.New(store.Config{Execution: s.exec, Kube: s.cluster.Kube(), Environments: lister, Namespace: s.ExecutorNamespace(),
+		Profiles: reg, Finalizer: controller.EnvironmentFinalizer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
