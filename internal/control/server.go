@@ -207,7 +207,8 @@ func (s *Server) Ensure(ctx context.Context, in *controlv1.EnsureRequest) (*cont
 	r := in.GetRequest()
 	return s.reply(ctx, "Ensure", in.GetCaller(), func(st *store.Store, c store.Caller) (*store.Result, error) {
 		return st.Ensure(ctx, store.EnsureInput{Caller: c, OperationID: r.GetOperationId(), Owner: owner(r.GetOwner()), BindingID: r.GetBindingId(),
-			Profile: r.GetProfile(), ExpectedProfileDigest: r.GetExpectedProfileDigest(), Metadata: r.GetMetadata(), Deadline: deadline(r.GetDeadline())})
+			Profile: r.GetProfile(), ExpectedProfileDigest: r.GetExpectedProfileDigest(), Metadata: r.GetMetadata(), Deadline: deadline(r.GetDeadline()),
+			FromSnapshot: r.GetFromSnapshot()})
 	})
 }
 

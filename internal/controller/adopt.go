@@ -247,8 +247,8 @@ func (p *pass) adoptPooled(ctx context.Context, pvcState presence) error {
 		return nil
 	}
 	if pvcState != absent || p.podPresence != absent || p.status.PVC != nil || p.status.Pod != nil ||
-		!p.persisted.NeverHadExecutor() || pl.wentCold(uid) {
-		return nil
+		!p.persisted.NeverHadExecutor() || pl.wentCold(uid) || p.env.Spec.From != nil {
+		return nil // a restore's workspace is its snapshot's, never a pooled empty one
 	}
 	pod, claim, fresh, err := pl.adopt(ctx, p.env, p.entry)
 	if errors.Is(err, errPoolEmpty) {

@@ -191,6 +191,17 @@ func (p *pass) createPVC(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if p.env.Spec.From != nil {
+		snap, err := p.restoreSource(ctx)
+		if err != nil || snap == nil {
+			return err
+		}
+		volumeSnapshot := ""
+		if snap.Spec.Method == executionv1alpha1.SnapshotCSI {
+			volumeSnapshot = snap.Spec.Storage.Name
+		}
+		executor.RestoreFrom(pvc, volumeSnapshot, snap.Spec.OwnerKey, snap.Status.RestoreBytes)
+	}
 	created, err := p.r.cfg.Kube.CoreV1().PersistentVolumeClaims(p.env.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {
 		return err // AlreadyExists included: the next pass adopts it from the cache

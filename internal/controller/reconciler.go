@@ -343,6 +343,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, key string) error {
 		return err
 	}
 	if left, ok := p.quiet(); ok {
+		if p.wake > 0 {
+			left = min(left, p.wake) // a restore's copy being waited for
+		}
 		r.queue.AddAfter(key, left) // the bound: written then if still not Ready
 		return nil
 	}
@@ -443,9 +446,14 @@ func (p *pass) run(ctx context.Context) error {
 			}
 		}
 		if p.podPresence == absent && p.o.pvc != nil && p.status.Pod == nil && p.persisted.NeverHadExecutor() {
+			// A copy restore fills the claim first (restore.go).
+			if done, err := p.restored(ctx); err != nil || !done {
+				return err
+			}
 			if err := p.createPod(ctx, 0, failAfterPodCreate); err != nil {
 				return err
 			}
+			p.restoreDone(ctx)
 		}
 	}
 	if err := p.settleTermination(ctx); err != nil {

@@ -26,6 +26,9 @@ func checkFields(in proto.Message) error {
 		if d := r.GetDeadline(); d != nil {
 			deadline(&f, "deadline", d)
 		}
+		if r.GetFromSnapshot() != "" {
+			f.DNSLabel("from_snapshot", r.GetFromSnapshot())
+		}
 	case *executionv1.GetUsageRequest:
 		return usage.CheckGet(r)
 	case *executionv1.ListUsageRequest:

@@ -46,6 +46,9 @@ type EnsureRequest struct {
 	// Deadline, when set, is a new environment's deadline (Environment.SetDeadline moves
 	// it), set in the same write that creates the binding's reference.
 	Deadline *Deadline
+	// FromSnapshot, when set, names one of the owner's ready snapshots that a new
+	// environment's workspace starts as (docs/snapshots.md); part of the request.
+	FromSnapshot string
 }
 
 // Ensure returns the binding's environment, creating it on first use, and (unless NoWait)
@@ -53,7 +56,7 @@ type EnsureRequest struct {
 // environment.
 func (c *Client) Ensure(ctx context.Context, r EnsureRequest) (*Environment, error) {
 	req := &executionv1.EnsureEnvironmentRequest{OperationId: newOperationID(), Owner: r.Owner.proto(), BindingId: r.BindingID,
-		Profile: r.Profile, ExpectedProfileDigest: r.ExpectedProfileDigest, Metadata: r.Metadata, Deadline: r.Deadline.proto()}
+		Profile: r.Profile, ExpectedProfileDigest: r.ExpectedProfileDigest, Metadata: r.Metadata, Deadline: r.Deadline.proto(), FromSnapshot: r.FromSnapshot}
 	resp, err := call(ctx, c, idempotent, func(ctx context.Context, opts ...grpc.CallOption) (*executionv1.EnsureEnvironmentResponse, error) {
 		return c.api.EnsureEnvironment(ctx, req, opts...)
 	})

@@ -38,6 +38,9 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 	if in.Deadline != nil {
 		c.deadline("deadline", *in.Deadline)
 	}
+	if in.FromSnapshot != "" {
+		c.DNSLabel("from_snapshot", in.FromSnapshot)
+	}
 	if c.Err() != nil {
 		return nil, c.Err()
 	}
@@ -58,6 +61,10 @@ func (s *Store) Ensure(ctx context.Context, in EnsureInput) (*Result, error) {
 		// Only when there is some: the fingerprints of environments created before
 		// metadata existed stay what they were.
 		request = append(request, metadataKey(in.Metadata))
+	}
+	if in.FromSnapshot != "" {
+		// Likewise only when set.
+		request = append(request, "from-snapshot", in.FromSnapshot)
 	}
 	fingerprint := hashFields("ensure", request...)
 
@@ -148,6 +155,14 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 	if cached() {
 		return nil, nil
 	}
+	var from *executionv1alpha1.WorkspaceSource
+	if in.FromSnapshot != "" {
+		snap, err := s.restorable(ctx, SnapshotTarget{Caller: in.Caller, Owner: in.Owner, Name: in.FromSnapshot})
+		if err != nil {
+			return nil, err
+		}
+		from = &executionv1alpha1.WorkspaceSource{Snapshot: snap.Name, SnapshotUID: string(snap.UID)}
+	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	// The quotas first: a refusal is the tenant's answer, and a slot of the profile's
@@ -172,7 +187,7 @@ func (s *Store) create(ctx context.Context, name string, in EnsureInput, ownerHa
 		Spec: executionv1alpha1.ExecutionEnvironmentSpec{
 			SchemaVersion: executionv1alpha1.CurrentSchemaVersion, OwnerHash: ownerHash, ClientHash: ident.ClientHash(in.Caller.Client),
 			BindingID: in.BindingID, RequestFingerprint: fingerprint, Profile: in.Profile, ProfileDigest: digest,
-			CallerMetadata: maps.Clone(in.Metadata),
+			CallerMetadata: maps.Clone(in.Metadata), From: from,
 		},
 	}
 	created, err := s.client().Create(ctx, env, metav1.CreateOptions{})

@@ -47,6 +47,9 @@ type EnsureInput struct {
 	// Deadline, when set, is the new environment's deadline, set with the binding's
 	// reference; not part of the request.
 	Deadline *DeadlineInput
+	// FromSnapshot, when set, is the caller's name of one of the owner's snapshots (Ready)
+	// that a new environment's workspace starts as; part of the request.
+	FromSnapshot string
 }
 
 // DeadlineInput asks for Action After from now.

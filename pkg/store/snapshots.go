@@ -316,3 +316,21 @@ func checkSnapshotTarget(t SnapshotTarget) error {
 	}
 	return nil
 }
+
+// restorable is the owner's snapshot a new environment may start from: Ready, and not being
+// deleted. Another owner's is NOT_FOUND like an absent one.
+func (s *Store) restorable(ctx context.Context, t SnapshotTarget) (*executionv1alpha1.ExecutionSnapshot, error) {
+	snap, err := s.GetSnapshot(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("%w: from_snapshot", err)
+	}
+	switch {
+	case snap.DeletionTimestamp != nil:
+		return nil, notReady("the snapshot is being deleted")
+	case snap.Status.Phase == executionv1alpha1.SnapshotFailed:
+		return nil, fmt.Errorf("%w: the snapshot failed and holds no state", apierror.ErrNotReady)
+	case snap.Status.Phase != executionv1alpha1.SnapshotReady:
+		return nil, notReady("the snapshot is not cut yet")
+	}
+	return snap, nil
+}

@@ -320,6 +320,41 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 	}
 	t.Logf("the writer as cut: counter %d, log %d lines", count, lines)
 
+	// Two forks from the snapshot through the public API: each a new environment whose
+	// workspace holds the snapshot's files (checked on the node, file by file), no durable
+	// command, and each changed differently without the other or the source seeing it.
+	fork := func(binding string) (*workspace, map[string]string) {
+		t.Helper()
+		env, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: owner, BindingID: binding, Profile: profileExample, FromSnapshot: "mid-write"})
+		if err != nil {
+			t.Fatalf("ensure %s from the snapshot: %v", binding, err)
+		}
+		f := &workspace{env: env, run: acquire(t, env, "run-1")}
+		claim := s.pod(t, f).Spec.Volumes[0].PersistentVolumeClaim.ClaimName
+		return f, tree(t, claimDir(claim))
+	}
+	want := maps.Clone(snapTree)
+	one, oneTree := fork("fork-1")
+	sameTree(t, "fork 1", withoutRecords(oneTree), want)
+	two, twoTree := fork("fork-2")
+	sameTree(t, "fork 2", withoutRecords(twoTree), want)
+	for _, f := range []*workspace{one, two} {
+		if cmds, _, err := f.run.Commands(ctx(t), 10); err != nil || len(cmds) != 0 {
+			t.Fatalf("a fork's durable commands: %v %v", cmds, err)
+		}
+	}
+	one.must(t, "echo one > only-in-one && rm fixed/f1")
+	two.must(t, "echo two > only-in-two && echo changed > fixed/f2")
+	if out := one.must(t, "cat fixed/f2; ls only-in-two 2>&1 || true"); !strings.HasPrefix(out, "file 2\n") || !strings.Contains(out, "No such file") {
+		t.Fatalf("fork 1 sees fork 2's changes: %q", out)
+	}
+	if out := two.must(t, "cat fixed/f1; ls only-in-one 2>&1 || true"); !strings.HasPrefix(out, "file 1\n") || !strings.Contains(out, "No such file") {
+		t.Fatalf("fork 2 sees fork 1's changes: %q", out)
+	}
+	if out := w.must(t, "cat fixed/f1 fixed/f2; ls only-in-one only-in-two 2>&1 || true"); !strings.HasPrefix(out, "file 1\nfile 2\n") || strings.Count(out, "No such file") != 2 {
+		t.Fatalf("the source sees the forks' changes: %q", out)
+	}
+
 	if _, err := st.DeleteSnapshot(ctx(t), target); err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +363,22 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 		_, cerr := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), snap.Spec.Storage.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) && (apierrors.IsNotFound(cerr) || cerr == nil)
 	})
+	// The forks keep their files without the snapshot.
+	if out := one.must(t, "cat fixed/f3 only-in-one"); out != "file 3\none\n" {
+		t.Fatalf("fork 1 after the snapshot's deletion: %q", out)
+	}
+}
+
+// withoutRecords is a tree less the durable commands' records (a fork's own helper makes
+// them).
+func withoutRecords(tr map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range tr {
+		if k != ".execplane" && !strings.HasPrefix(k, ".execplane/") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // store is a store over the system's namespace, standing for the control API's snapshot

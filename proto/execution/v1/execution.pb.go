@@ -1637,7 +1637,14 @@ type EnsureEnvironmentRequest struct {
 	// the call that creates it; in the same write, so no environment exists without it. Not
 	// part of the request's identity: a later Ensure of the binding leaves the deadline as it
 	// is (SetEnvironmentDeadline moves it).
-	Deadline      *Deadline `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *Deadline `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// When set, a new environment's workspace starts as this snapshot's files: the name (a
+	// DNS label) of one of the owner's snapshots, READY (docs/snapshots.md). The environment is
+	// independent of the snapshot and of its source: its own identity and epoch, no durable
+	// command running, no grant of the source valid on it. Part of the request, as the
+	// profile is. Another owner's snapshot answers NOT_FOUND, as an absent one does; one not
+	// ready, FAILED_PRECONDITION (NOT_READY).
+	FromSnapshot  string `protobuf:"bytes,8,opt,name=from_snapshot,json=fromSnapshot,proto3" json:"from_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1719,6 +1726,13 @@ func (x *EnsureEnvironmentRequest) GetDeadline() *Deadline {
 		return x.Deadline
 	}
 	return nil
+}
+
+func (x *EnsureEnvironmentRequest) GetFromSnapshot() string {
+	if x != nil {
+		return x.FromSnapshot
+	}
+	return ""
 }
 
 type EnsureEnvironmentResponse struct {
@@ -9344,7 +9358,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12'\n" +
 	"\x0fexpected_digest\x18\x02 \x01(\tR\x0eexpectedDigest\"J\n" +
 	"\x17ValidateProfileResponse\x12/\n" +
-	"\aprofile\x18\x01 \x01(\v2\x15.execution.v1.ProfileR\aprofile\"\x9c\x03\n" +
+	"\aprofile\x18\x01 \x01(\v2\x15.execution.v1.ProfileR\aprofile\"\xc1\x03\n" +
 	"\x18EnsureEnvironmentRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12)\n" +
 	"\x05owner\x18\x02 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x1d\n" +
@@ -9353,7 +9367,8 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\aprofile\x18\x04 \x01(\tR\aprofile\x126\n" +
 	"\x17expected_profile_digest\x18\x05 \x01(\tR\x15expectedProfileDigest\x12P\n" +
 	"\bmetadata\x18\x06 \x03(\v24.execution.v1.EnsureEnvironmentRequest.MetadataEntryR\bmetadata\x122\n" +
-	"\bdeadline\x18\a \x01(\v2\x16.execution.v1.DeadlineR\bdeadline\x1a;\n" +
+	"\bdeadline\x18\a \x01(\v2\x16.execution.v1.DeadlineR\bdeadline\x12#\n" +
+	"\rfrom_snapshot\x18\b \x01(\tR\ffromSnapshot\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +

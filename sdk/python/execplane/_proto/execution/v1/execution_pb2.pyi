@@ -415,7 +415,7 @@ class DeleteRetiredEnvironmentResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class EnsureEnvironmentRequest(_message.Message):
-    __slots__ = ["binding_id", "deadline", "expected_profile_digest", "metadata", "operation_id", "owner", "profile"]
+    __slots__ = ["binding_id", "deadline", "expected_profile_digest", "from_snapshot", "metadata", "operation_id", "owner", "profile"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -426,6 +426,7 @@ class EnsureEnvironmentRequest(_message.Message):
     BINDING_ID_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_PROFILE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    FROM_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -433,11 +434,12 @@ class EnsureEnvironmentRequest(_message.Message):
     binding_id: str
     deadline: Deadline
     expected_profile_digest: str
+    from_snapshot: str
     metadata: _containers.ScalarMap[str, str]
     operation_id: str
     owner: Owner
     profile: str
-    def __init__(self, operation_id: _Optional[str] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., expected_profile_digest: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deadline: _Optional[_Union[Deadline, _Mapping]] = ...) -> None: ...
+    def __init__(self, operation_id: _Optional[str] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., expected_profile_digest: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deadline: _Optional[_Union[Deadline, _Mapping]] = ..., from_snapshot: _Optional[str] = ...) -> None: ...
 
 class EnsureEnvironmentResponse(_message.Message):
     __slots__ = ["created", "environment", "environment_grant"]
