@@ -235,6 +235,38 @@ func (f *fakeControl) ListUsage(_ context.Context, in *controlv1.ListUsageReques
 	return &executionv1.ListUsageResponse{}, nil
 }
 
+func (f *fakeControl) snapshot(rpc string, in proto.Message) (*controlv1.SnapshotReply, error) {
+	f.record(rpc, in)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &controlv1.SnapshotReply{Snapshot: &executionv1.Snapshot{Name: "s", State: executionv1.SnapshotState_SNAPSHOT_STATE_READY}}, nil
+}
+
+func (f *fakeControl) BeginSnapshot(_ context.Context, in *controlv1.BeginSnapshotRequest, _ ...grpc.CallOption) (*controlv1.SnapshotReply, error) {
+	return f.snapshot("BeginSnapshot", in)
+}
+
+func (f *fakeControl) CutSnapshot(_ context.Context, in *controlv1.CutSnapshotRequest, _ ...grpc.CallOption) (*controlv1.SnapshotReply, error) {
+	return f.snapshot("CutSnapshot", in)
+}
+
+func (f *fakeControl) GetSnapshot(_ context.Context, in *controlv1.GetSnapshotRequest, _ ...grpc.CallOption) (*controlv1.SnapshotReply, error) {
+	return f.snapshot("GetSnapshot", in)
+}
+
+func (f *fakeControl) DeleteSnapshot(_ context.Context, in *controlv1.DeleteSnapshotRequest, _ ...grpc.CallOption) (*controlv1.SnapshotReply, error) {
+	return f.snapshot("DeleteSnapshot", in)
+}
+
+func (f *fakeControl) ListSnapshots(_ context.Context, in *controlv1.ListSnapshotsRequest, _ ...grpc.CallOption) (*executionv1.ListSnapshotsResponse, error) {
+	f.record("ListSnapshots", in)
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &executionv1.ListSnapshotsResponse{}, nil
+}
+
 func (f *fakeControl) AdmitCommand(_ context.Context, in *controlv1.AdmitCommandRequest, _ ...grpc.CallOption) (*controlv1.AdmitCommandResponse, error) {
 	f.record("AdmitCommand", in)
 	if f.err != nil {

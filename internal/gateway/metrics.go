@@ -33,7 +33,7 @@ func init() {
 		"PrepareReferenceDelete", "ConfirmReferenceDelete", "CancelReferenceDelete", "ListReferenceIntents", "RetireEnvironment",
 		"ReplaceExecutor", "RevokeEnvironment", "RecoverEnvironment", "MigrateEnvironment", "DeleteRetiredEnvironment",
 		"WriteFileStream", "ReadFileStream", "RunCommand", "WatchCommand", "ListCommands", "Terminal", "SuspendEnvironment", "ResumeEnvironment", "DeleteEnvironment", "SetEnvironmentRetention", "SetEnvironmentDeadline", "ListEnvironments",
-		"GetUsage", "ListUsage",
+		"GetUsage", "ListUsage", "CreateSnapshot", "GetSnapshot", "ListSnapshots", "DeleteSnapshot",
 		"Check", "Watch", "List", "ServerReflectionInfo"} {
 		methods[m] = true
 	}

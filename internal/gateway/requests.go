@@ -29,6 +29,22 @@ func checkFields(in proto.Message) error {
 		if r.GetFromSnapshot() != "" {
 			f.DNSLabel("from_snapshot", r.GetFromSnapshot())
 		}
+	case *executionv1.CreateSnapshotRequest:
+		f.Identifier("operation_id", r.GetOperationId())
+		t := r.GetTarget()
+		owner(&f, "target.owner", t.GetOwner())
+		ref(&f, "target.environment", t.GetEnvironment())
+		f.Identifier("target.binding_id", t.GetBindingId())
+		f.DNSLabel("name", r.GetName())
+	case *executionv1.GetSnapshotRequest:
+		owner(&f, "owner", r.GetOwner())
+		f.DNSLabel("name", r.GetName())
+	case *executionv1.ListSnapshotsRequest:
+		owner(&f, "owner", r.GetOwner())
+	case *executionv1.DeleteSnapshotRequest:
+		f.Identifier("operation_id", r.GetOperationId())
+		owner(&f, "owner", r.GetOwner())
+		f.DNSLabel("name", r.GetName())
 	case *executionv1.GetUsageRequest:
 		return usage.CheckGet(r)
 	case *executionv1.ListUsageRequest:

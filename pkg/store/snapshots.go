@@ -334,3 +334,24 @@ func (s *Store) restorable(ctx context.Context, t SnapshotTarget) (*executionv1a
 	}
 	return snap, nil
 }
+
+// QuiesceBound is how long a snapshot of an environment of the profile may hold its source
+// quiesced (the profile's snapshots.maxQuiesce; the default for a withdrawn profile).
+func (s *Store) QuiesceBound(profileName string) time.Duration {
+	var spec profile.ProfileSpec
+	if entry, ok := s.cfg.Profiles.Get(profileName); ok {
+		spec = entry.Spec
+	}
+	q, _ := spec.SnapshotBounds()
+	return q
+}
+
+// SourcePod is the name of the executor Pod a pending snapshot began on, "" when its source
+// no longer records it.
+func (s *Store) SourcePod(snap *executionv1alpha1.ExecutionSnapshot) string {
+	env, err := s.cfg.Environments.ExecutionEnvironments(s.cfg.Namespace).Get(snap.Spec.Source.Environment)
+	if err != nil || string(env.UID) != snap.Spec.Source.UID || env.Status.Pod == nil || string(env.Status.Pod.UID) != snap.Spec.Source.PodUID {
+		return ""
+	}
+	return env.Status.Pod.Name
+}

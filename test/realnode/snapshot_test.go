@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -19,16 +20,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/execplane/execplane/internal/controller"
 	"github.com/execplane/execplane/internal/dev/devcluster"
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
 	"github.com/execplane/execplane/internal/executor"
-	"github.com/execplane/execplane/pkg/apis/execution/v1alpha1"
 	"github.com/execplane/execplane/pkg/client"
-	execinformers "github.com/execplane/execplane/pkg/generated/informers/externalversions"
-	"github.com/execplane/execplane/pkg/ident"
 	"github.com/execplane/execplane/pkg/profile"
 	"github.com/execplane/execplane/pkg/store"
+	executionv1 "github.com/execplane/execplane/proto/execution/v1"
 )
 
 // copyReport is the helper's mirror report (helper.MirrorReport), read from the copy Pod's
@@ -234,11 +232,10 @@ func sameTree(t *testing.T, what string, got, want map[string]string) {
 	}
 }
 
-// A snapshot through the controller, on the real node, of a workspace a detached command
-// is writing: begun and cut (store transitions, as the control API will run them) with the
-// source quiesced by the helper, the copy made by the controller's copy Pod on the source's
-// node while the hold lasts — Ready with its cut time, size and copy counters — then the
-// hold ended. The snapshot's files equal the source's unchanging ones file by file, and
+// A snapshot through the public API, on the real node, of a workspace a detached command
+// is writing: CreateSnapshot quiesces the source's executor (the helper's --quiesce), the
+// controller's copy Pod copies it on the source's node while the hold lasts, and the answer
+// is READY with its cut time and size; another owner neither sees it nor restores from it. The snapshot's files equal the source's unchanging ones file by file, and
 // the writer's two files are a state it passed through (the counter file one ahead of the
 // log at most: never the torn pair a copy taken while it runs would show). Deleted, its
 // claim goes and then the snapshot.
@@ -257,32 +254,34 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 		b, err := w.run.ReadFile(ctx(t), "gen/log")
 		return err == nil && len(b) > 1000
 	})
-	st := s.store(t)
-	caller := store.Caller{Client: s.Material.Caller.Identity, Capabilities: store.Capabilities{MayAttestOwner: true}}
-	ownerIn := store.Owner{Issuer: owner.Issuer, Subject: owner.Subject}
-	env := w.env.Status()
-	ref := ident.EnvironmentRef{Name: env.GetRef().GetId(), UID: env.GetRef().GetRevision()}
-	begun, err := st.BeginSnapshot(ctx(t), store.SnapshotInput{ReferenceInput: store.ReferenceInput{Caller: caller, OperationID: "op-snapshot",
-		Owner: ownerIn, Environment: ref, BindingID: "snapshot-writer"}, Name: "mid-write"})
+	snap, err := w.env.Snapshot(ctx(t), "mid-write")
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, release := s.quiesce(t, w, "2m")
-	target := store.SnapshotTarget{Caller: caller, Owner: ownerIn, Name: "mid-write"}
-	if _, err := st.CutSnapshot(ctx(t), target, true, nil, held.Until.Add(-10*time.Second)); err != nil {
-		t.Fatal(err)
+	if snap.GetState() != client.SnapshotReady || snap.GetCutAt() == nil || snap.GetMethod() != executionv1.SnapshotMethod_SNAPSHOT_METHOD_COPY ||
+		snap.GetSource().GetId() != w.env.Ref().GetId() || snap.GetSizeBytes() <= 0 {
+		t.Fatalf("the snapshot: %v", snap)
 	}
-	var snap *v1alpha1.ExecutionSnapshot
-	clustertest.Eventually(t, 2*time.Minute, "the snapshot cut", func() bool {
-		snap, err = st.GetSnapshot(ctx(t), target)
-		return err == nil && (snap.Status.Phase == v1alpha1.SnapshotReady || snap.Status.Phase == v1alpha1.SnapshotFailed)
-	})
-	release()
-	if snap.Status.Phase != v1alpha1.SnapshotReady || snap.Status.CutAt == nil || snap.Status.Copy == nil || snap.Status.Copy.Entries < 1000 ||
-		snap.Status.RestoreBytes != begun.Spec.Storage.Bytes {
-		t.Fatalf("the snapshot: %+v (failure %+v)", snap.Status, snap.Status.Failure)
+	t.Logf("cut in %v", snap.GetCutAt().AsTime().Sub(snap.GetCreatedAt().AsTime()))
+	// The same request again answers it; another owner sees nothing.
+	if again, err := s.caller.GetSnapshot(ctx(t), owner, "mid-write"); err != nil || again.GetCutAt().AsTime() != snap.GetCutAt().AsTime() {
+		t.Fatalf("get: %v %v", again, err)
 	}
-	t.Logf("cut in %v: %+v", snap.Status.CutAt.Sub(begun.CreationTimestamp.Time), *snap.Status.Copy)
+	stranger := client.Owner{Issuer: owner.Issuer, Subject: "someone-else"}
+	if _, err := s.caller.GetSnapshot(ctx(t), stranger, "mid-write"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("another owner's get: %v", err)
+	}
+	if list, err := s.caller.Snapshots(ctx(t), stranger); err != nil || len(list) != 0 {
+		t.Fatalf("another owner's list: %v %v", list, err)
+	}
+	if _, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: stranger, BindingID: "stolen", Profile: profileExample, FromSnapshot: "mid-write"}); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("another owner's restore: %v", err)
+	}
+	stored, err := s.exec.ExecutionV1alpha1().ExecutionSnapshots(s.ExecutorNamespace()).List(ctx(t), metav1.ListOptions{})
+	if err != nil || len(stored.Items) != 1 {
+		t.Fatalf("the snapshot objects: %v %v", stored, err)
+	}
+	storage := stored.Items[0].Spec.Storage
 
 	kube := s.cluster.Kube()
 	ns := s.ExecutorNamespace()
@@ -294,7 +293,7 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 		}
 		return filepath.Join(s.cluster.StateDir(), "node", "volumes", c.Spec.VolumeName)
 	}
-	snapTree, srcTree := tree(t, claimDir(snap.Spec.Storage.Name)), tree(t, claimDir(snap.Spec.Storage.SourceClaim))
+	snapTree, srcTree := tree(t, claimDir(storage.Name)), tree(t, claimDir(storage.SourceClaim))
 	for k, v := range srcTree {
 		if strings.HasPrefix(k, "fixed") && snapTree[k] != v {
 			t.Fatalf("%s: %q in the snapshot, %q in the source", k, snapTree[k], v)
@@ -305,11 +304,11 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 			t.Fatalf("the snapshot carries the records: %s", k)
 		}
 	}
-	countB, err := os.ReadFile(filepath.Join(claimDir(snap.Spec.Storage.Name), "gen", "count"))
+	countB, err := os.ReadFile(filepath.Join(claimDir(storage.Name), "gen", "count"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	logB, err := os.ReadFile(filepath.Join(claimDir(snap.Spec.Storage.Name), "gen", "log"))
+	logB, err := os.ReadFile(filepath.Join(claimDir(storage.Name), "gen", "log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,14 +354,20 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 		t.Fatalf("the source sees the forks' changes: %q", out)
 	}
 
-	if _, err := st.DeleteSnapshot(ctx(t), target); err != nil {
+	if list, err := s.caller.Snapshots(ctx(t), owner); err != nil || len(list) != 1 || list[0].GetName() != "mid-write" {
+		t.Fatalf("the owner's list: %v %v", list, err)
+	}
+	if _, err := s.caller.DeleteSnapshot(ctx(t), owner, "mid-write"); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, time.Minute, "the snapshot and its claim gone", func() bool {
-		_, err := s.exec.ExecutionV1alpha1().ExecutionSnapshots(ns).Get(ctx(t), snap.Name, metav1.GetOptions{})
-		_, cerr := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), snap.Spec.Storage.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err) && (apierrors.IsNotFound(cerr) || cerr == nil)
+		_, err := s.exec.ExecutionV1alpha1().ExecutionSnapshots(ns).Get(ctx(t), stored.Items[0].Name, metav1.GetOptions{})
+		_, cerr := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), storage.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && apierrors.IsNotFound(cerr)
 	})
+	if _, err := s.caller.GetSnapshot(ctx(t), owner, "mid-write"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a deleted snapshot: %v", err)
+	}
 	// The forks keep their files without the snapshot.
 	if out := one.must(t, "cat fixed/f3 only-in-one"); out != "file 3\none\n" {
 		t.Fatalf("fork 1 after the snapshot's deletion: %q", out)
@@ -379,24 +384,4 @@ func withoutRecords(tr map[string]string) map[string]string {
 		}
 	}
 	return out
-}
-
-// store is a store over the system's namespace, standing for the control API's snapshot
-// calls, which are not built yet: it writes snapshots only, as the leader would.
-func (s *system) store(t *testing.T) *store.Store {
-	t.Helper()
-	reg, err := profile.Parse([]byte(profiles))
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory := execinformers.NewSharedInformerFactoryWithOptions(s.exec, 0, execinformers.WithNamespace(s.ExecutorNamespace()))
-	lister := factory.Execution().V1alpha1().ExecutionEnvironments().Lister()
-	factory.Start(t.Context().Done())
-	factory.WaitForCacheSync(t.Context().Done())
-	st, err := store.New(store.Config{Execution: s.exec, Kube: s.cluster.Kube(), Environments: lister, Namespace: s.ExecutorNamespace(),
-		Profiles: reg, Finalizer: controller.EnvironmentFinalizer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
 }

@@ -23,6 +23,7 @@ import (
 	v1 "github.com/execplane/execplane/proto/execution/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -2017,12 +2018,422 @@ func (*AdmitCommandResponse) Descriptor() ([]byte, []int) {
 	return file_control_v1_control_proto_rawDescGZIP(), []int{34}
 }
 
+type BeginSnapshotRequest struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Caller        *Caller                   `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.CreateSnapshotRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginSnapshotRequest) Reset() {
+	*x = BeginSnapshotRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginSnapshotRequest) ProtoMessage() {}
+
+func (x *BeginSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*BeginSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BeginSnapshotRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *BeginSnapshotRequest) GetRequest() *v1.CreateSnapshotRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// SnapshotExecutor is the source's executor Pod to quiesce for the cut.
+type SnapshotExecutor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PodName       string                 `protobuf:"bytes,1,opt,name=pod_name,json=podName,proto3" json:"pod_name,omitempty"`
+	PodUid        string                 `protobuf:"bytes,2,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotExecutor) Reset() {
+	*x = SnapshotExecutor{}
+	mi := &file_control_v1_control_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotExecutor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotExecutor) ProtoMessage() {}
+
+func (x *SnapshotExecutor) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotExecutor.ProtoReflect.Descriptor instead.
+func (*SnapshotExecutor) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SnapshotExecutor) GetPodName() string {
+	if x != nil {
+		return x.PodName
+	}
+	return ""
+}
+
+func (x *SnapshotExecutor) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+type SnapshotReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot *v1.Snapshot           `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// Set by BeginSnapshot for a pending snapshot whose source runs: quiesce this executor
+	// for at most max_quiesce, then CutSnapshot.
+	Executor      *SnapshotExecutor    `protobuf:"bytes,2,opt,name=executor,proto3" json:"executor,omitempty"`
+	MaxQuiesce    *durationpb.Duration `protobuf:"bytes,3,opt,name=max_quiesce,json=maxQuiesce,proto3" json:"max_quiesce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotReply) Reset() {
+	*x = SnapshotReply{}
+	mi := &file_control_v1_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotReply) ProtoMessage() {}
+
+func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotReply.ProtoReflect.Descriptor instead.
+func (*SnapshotReply) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SnapshotReply) GetSnapshot() *v1.Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *SnapshotReply) GetExecutor() *SnapshotExecutor {
+	if x != nil {
+		return x.Executor
+	}
+	return nil
+}
+
+func (x *SnapshotReply) GetMaxQuiesce() *durationpb.Duration {
+	if x != nil {
+		return x.MaxQuiesce
+	}
+	return nil
+}
+
+type CutSnapshotRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Owner  *v1.Owner              `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Name   string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The source's executor is quiesced (required when BeginSnapshot named one).
+	Quiesced bool `protobuf:"varint,4,opt,name=quiesced,proto3" json:"quiesced,omitempty"`
+	// The cut must be done by then (the quiesce ends then at the latest).
+	CutBy *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=cut_by,json=cutBy,proto3" json:"cut_by,omitempty"`
+	// SnapshotCommand states as of the quiesce.
+	Commands      []*v1.SnapshotCommand `protobuf:"bytes,6,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CutSnapshotRequest) Reset() {
+	*x = CutSnapshotRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutSnapshotRequest) ProtoMessage() {}
+
+func (x *CutSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CutSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CutSnapshotRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *CutSnapshotRequest) GetOwner() *v1.Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *CutSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CutSnapshotRequest) GetQuiesced() bool {
+	if x != nil {
+		return x.Quiesced
+	}
+	return false
+}
+
+func (x *CutSnapshotRequest) GetCutBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CutBy
+	}
+	return nil
+}
+
+func (x *CutSnapshotRequest) GetCommands() []*v1.SnapshotCommand {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+type GetSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.GetSnapshotRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSnapshotRequest) Reset() {
+	*x = GetSnapshotRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSnapshotRequest) ProtoMessage() {}
+
+func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetSnapshotRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *GetSnapshotRequest) GetRequest() *v1.GetSnapshotRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type ListSnapshotsRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Caller        *Caller                  `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.ListSnapshotsRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListSnapshotsRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *ListSnapshotsRequest) GetRequest() *v1.ListSnapshotsRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Caller        *Caller                   `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Request       *v1.DeleteSnapshotRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DeleteSnapshotRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *DeleteSnapshotRequest) GetRequest() *v1.DeleteSnapshotRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18control/v1/control.proto\x12\n" +
-	"control.v1\x1a\x1cexecution/v1/execution.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
+	"control.v1\x1a\x1cexecution/v1/execution.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
 	"\x06Caller\x12\x1d\n" +
 	"\n" +
 	"client_uri\x18\x01 \x01(\tR\tclientUri\x12\x1d\n" +
@@ -2151,7 +2562,34 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x04 \x01(\tR\tcommandId\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\bR\arelease\"\x16\n" +
-	"\x14AdmitCommandResponse2\x83\x12\n" +
+	"\x14AdmitCommandResponse\"\x81\x01\n" +
+	"\x14BeginSnapshotRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12=\n" +
+	"\arequest\x18\x02 \x01(\v2#.execution.v1.CreateSnapshotRequestR\arequest\"F\n" +
+	"\x10SnapshotExecutor\x12\x19\n" +
+	"\bpod_name\x18\x01 \x01(\tR\apodName\x12\x17\n" +
+	"\apod_uid\x18\x02 \x01(\tR\x06podUid\"\xb9\x01\n" +
+	"\rSnapshotReply\x122\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x16.execution.v1.SnapshotR\bsnapshot\x128\n" +
+	"\bexecutor\x18\x02 \x01(\v2\x1c.control.v1.SnapshotExecutorR\bexecutor\x12:\n" +
+	"\vmax_quiesce\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxQuiesce\"\x89\x02\n" +
+	"\x12CutSnapshotRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12)\n" +
+	"\x05owner\x18\x02 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1a\n" +
+	"\bquiesced\x18\x04 \x01(\bR\bquiesced\x121\n" +
+	"\x06cut_by\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05cutBy\x129\n" +
+	"\bcommands\x18\x06 \x03(\v2\x1d.execution.v1.SnapshotCommandR\bcommands\"|\n" +
+	"\x12GetSnapshotRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12:\n" +
+	"\arequest\x18\x02 \x01(\v2 .execution.v1.GetSnapshotRequestR\arequest\"\x80\x01\n" +
+	"\x14ListSnapshotsRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12<\n" +
+	"\arequest\x18\x02 \x01(\v2\".execution.v1.ListSnapshotsRequestR\arequest\"\x82\x01\n" +
+	"\x15DeleteSnapshotRequest\x12*\n" +
+	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12=\n" +
+	"\arequest\x18\x02 \x01(\v2#.execution.v1.DeleteSnapshotRequestR\arequest2\x8d\x15\n" +
 	"\x0eControlService\x12A\n" +
 	"\x06Ensure\x12\x19.control.v1.EnsureRequest\x1a\x1c.control.v1.EnvironmentReply\x12A\n" +
 	"\x06Attach\x12\x19.control.v1.AttachRequest\x1a\x1c.control.v1.EnvironmentReply\x12U\n" +
@@ -2183,7 +2621,12 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\bGetUsage\x12\x1b.control.v1.GetUsageRequest\x1a\x1e.execution.v1.GetUsageResponse\x12J\n" +
 	"\tListUsage\x12\x1c.control.v1.ListUsageRequest\x1a\x1f.execution.v1.ListUsageResponse\x12N\n" +
 	"\vReportUsage\x12\x1e.control.v1.ReportUsageRequest\x1a\x1f.control.v1.ReportUsageResponse\x12Q\n" +
-	"\fAdmitCommand\x12\x1f.control.v1.AdmitCommandRequest\x1a .control.v1.AdmitCommandResponseB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
+	"\fAdmitCommand\x12\x1f.control.v1.AdmitCommandRequest\x1a .control.v1.AdmitCommandResponse\x12L\n" +
+	"\rBeginSnapshot\x12 .control.v1.BeginSnapshotRequest\x1a\x19.control.v1.SnapshotReply\x12H\n" +
+	"\vCutSnapshot\x12\x1e.control.v1.CutSnapshotRequest\x1a\x19.control.v1.SnapshotReply\x12H\n" +
+	"\vGetSnapshot\x12\x1e.control.v1.GetSnapshotRequest\x1a\x19.control.v1.SnapshotReply\x12V\n" +
+	"\rListSnapshots\x12 .control.v1.ListSnapshotsRequest\x1a#.execution.v1.ListSnapshotsResponse\x12N\n" +
+	"\x0eDeleteSnapshot\x12!.control.v1.DeleteSnapshotRequest\x1a\x19.control.v1.SnapshotReplyB;Z9github.com/execplane/execplane/proto/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -2197,7 +2640,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 	return file_control_v1_control_proto_rawDescData
 }
 
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_control_v1_control_proto_goTypes = []any{
 	(*Caller)(nil),                             // 0: control.v1.Caller
 	(*VerifiedGrant)(nil),                      // 1: control.v1.VerifiedGrant
@@ -2234,172 +2677,213 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*ReportUsageResponse)(nil),                // 32: control.v1.ReportUsageResponse
 	(*AdmitCommandRequest)(nil),                // 33: control.v1.AdmitCommandRequest
 	(*AdmitCommandResponse)(nil),               // 34: control.v1.AdmitCommandResponse
-	(*v1.EnvironmentRef)(nil),                  // 35: execution.v1.EnvironmentRef
-	(*timestamppb.Timestamp)(nil),              // 36: google.protobuf.Timestamp
-	(*v1.Environment)(nil),                     // 37: execution.v1.Environment
-	(*v1.Reference)(nil),                       // 38: execution.v1.Reference
-	(*v1.RunClaim)(nil),                        // 39: execution.v1.RunClaim
-	(*v1.EnsureEnvironmentRequest)(nil),        // 40: execution.v1.EnsureEnvironmentRequest
-	(*v1.AttachEnvironmentRequest)(nil),        // 41: execution.v1.AttachEnvironmentRequest
-	(*v1.ReleaseReferenceRequest)(nil),         // 42: execution.v1.ReleaseReferenceRequest
-	(*v1.ReserveSuccessorRequest)(nil),         // 43: execution.v1.ReserveSuccessorRequest
-	(*v1.CommitReferenceRequest)(nil),          // 44: execution.v1.CommitReferenceRequest
-	(*v1.AbortReferenceRequest)(nil),           // 45: execution.v1.AbortReferenceRequest
-	(*v1.PrepareReferenceDeleteRequest)(nil),   // 46: execution.v1.PrepareReferenceDeleteRequest
-	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 47: execution.v1.ConfirmReferenceDeleteRequest
-	(*v1.CancelReferenceDeleteRequest)(nil),    // 48: execution.v1.CancelReferenceDeleteRequest
-	(*v1.ListReferenceIntentsRequest)(nil),     // 49: execution.v1.ListReferenceIntentsRequest
-	(*v1.AcquireRunRequest)(nil),               // 50: execution.v1.AcquireRunRequest
-	(*v1.RenewRunRequest)(nil),                 // 51: execution.v1.RenewRunRequest
-	(*v1.ReleaseRunRequest)(nil),               // 52: execution.v1.ReleaseRunRequest
-	(*v1.RetireEnvironmentRequest)(nil),        // 53: execution.v1.RetireEnvironmentRequest
-	(*v1.ReplaceExecutorRequest)(nil),          // 54: execution.v1.ReplaceExecutorRequest
-	(*v1.RevokeEnvironmentRequest)(nil),        // 55: execution.v1.RevokeEnvironmentRequest
-	(*v1.RecoverEnvironmentRequest)(nil),       // 56: execution.v1.RecoverEnvironmentRequest
-	(*v1.MigrateEnvironmentRequest)(nil),       // 57: execution.v1.MigrateEnvironmentRequest
-	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 58: execution.v1.DeleteRetiredEnvironmentRequest
-	(*v1.SuspendEnvironmentRequest)(nil),       // 59: execution.v1.SuspendEnvironmentRequest
-	(*v1.ResumeEnvironmentRequest)(nil),        // 60: execution.v1.ResumeEnvironmentRequest
-	(*v1.DeleteEnvironmentRequest)(nil),        // 61: execution.v1.DeleteEnvironmentRequest
-	(*v1.SetEnvironmentRetentionRequest)(nil),  // 62: execution.v1.SetEnvironmentRetentionRequest
-	(*v1.SetEnvironmentDeadlineRequest)(nil),   // 63: execution.v1.SetEnvironmentDeadlineRequest
-	(*v1.ListEnvironmentsRequest)(nil),         // 64: execution.v1.ListEnvironmentsRequest
-	(*v1.GetUsageRequest)(nil),                 // 65: execution.v1.GetUsageRequest
-	(*v1.ListUsageRequest)(nil),                // 66: execution.v1.ListUsageRequest
-	(*v1.ListReferenceIntentsResponse)(nil),    // 67: execution.v1.ListReferenceIntentsResponse
-	(*v1.ListEnvironmentsResponse)(nil),        // 68: execution.v1.ListEnvironmentsResponse
-	(*v1.GetUsageResponse)(nil),                // 69: execution.v1.GetUsageResponse
-	(*v1.ListUsageResponse)(nil),               // 70: execution.v1.ListUsageResponse
+	(*BeginSnapshotRequest)(nil),               // 35: control.v1.BeginSnapshotRequest
+	(*SnapshotExecutor)(nil),                   // 36: control.v1.SnapshotExecutor
+	(*SnapshotReply)(nil),                      // 37: control.v1.SnapshotReply
+	(*CutSnapshotRequest)(nil),                 // 38: control.v1.CutSnapshotRequest
+	(*GetSnapshotRequest)(nil),                 // 39: control.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),               // 40: control.v1.ListSnapshotsRequest
+	(*DeleteSnapshotRequest)(nil),              // 41: control.v1.DeleteSnapshotRequest
+	(*v1.EnvironmentRef)(nil),                  // 42: execution.v1.EnvironmentRef
+	(*timestamppb.Timestamp)(nil),              // 43: google.protobuf.Timestamp
+	(*v1.Environment)(nil),                     // 44: execution.v1.Environment
+	(*v1.Reference)(nil),                       // 45: execution.v1.Reference
+	(*v1.RunClaim)(nil),                        // 46: execution.v1.RunClaim
+	(*v1.EnsureEnvironmentRequest)(nil),        // 47: execution.v1.EnsureEnvironmentRequest
+	(*v1.AttachEnvironmentRequest)(nil),        // 48: execution.v1.AttachEnvironmentRequest
+	(*v1.ReleaseReferenceRequest)(nil),         // 49: execution.v1.ReleaseReferenceRequest
+	(*v1.ReserveSuccessorRequest)(nil),         // 50: execution.v1.ReserveSuccessorRequest
+	(*v1.CommitReferenceRequest)(nil),          // 51: execution.v1.CommitReferenceRequest
+	(*v1.AbortReferenceRequest)(nil),           // 52: execution.v1.AbortReferenceRequest
+	(*v1.PrepareReferenceDeleteRequest)(nil),   // 53: execution.v1.PrepareReferenceDeleteRequest
+	(*v1.ConfirmReferenceDeleteRequest)(nil),   // 54: execution.v1.ConfirmReferenceDeleteRequest
+	(*v1.CancelReferenceDeleteRequest)(nil),    // 55: execution.v1.CancelReferenceDeleteRequest
+	(*v1.ListReferenceIntentsRequest)(nil),     // 56: execution.v1.ListReferenceIntentsRequest
+	(*v1.AcquireRunRequest)(nil),               // 57: execution.v1.AcquireRunRequest
+	(*v1.RenewRunRequest)(nil),                 // 58: execution.v1.RenewRunRequest
+	(*v1.ReleaseRunRequest)(nil),               // 59: execution.v1.ReleaseRunRequest
+	(*v1.RetireEnvironmentRequest)(nil),        // 60: execution.v1.RetireEnvironmentRequest
+	(*v1.ReplaceExecutorRequest)(nil),          // 61: execution.v1.ReplaceExecutorRequest
+	(*v1.RevokeEnvironmentRequest)(nil),        // 62: execution.v1.RevokeEnvironmentRequest
+	(*v1.RecoverEnvironmentRequest)(nil),       // 63: execution.v1.RecoverEnvironmentRequest
+	(*v1.MigrateEnvironmentRequest)(nil),       // 64: execution.v1.MigrateEnvironmentRequest
+	(*v1.DeleteRetiredEnvironmentRequest)(nil), // 65: execution.v1.DeleteRetiredEnvironmentRequest
+	(*v1.SuspendEnvironmentRequest)(nil),       // 66: execution.v1.SuspendEnvironmentRequest
+	(*v1.ResumeEnvironmentRequest)(nil),        // 67: execution.v1.ResumeEnvironmentRequest
+	(*v1.DeleteEnvironmentRequest)(nil),        // 68: execution.v1.DeleteEnvironmentRequest
+	(*v1.SetEnvironmentRetentionRequest)(nil),  // 69: execution.v1.SetEnvironmentRetentionRequest
+	(*v1.SetEnvironmentDeadlineRequest)(nil),   // 70: execution.v1.SetEnvironmentDeadlineRequest
+	(*v1.ListEnvironmentsRequest)(nil),         // 71: execution.v1.ListEnvironmentsRequest
+	(*v1.GetUsageRequest)(nil),                 // 72: execution.v1.GetUsageRequest
+	(*v1.ListUsageRequest)(nil),                // 73: execution.v1.ListUsageRequest
+	(*v1.CreateSnapshotRequest)(nil),           // 74: execution.v1.CreateSnapshotRequest
+	(*v1.Snapshot)(nil),                        // 75: execution.v1.Snapshot
+	(*durationpb.Duration)(nil),                // 76: google.protobuf.Duration
+	(*v1.Owner)(nil),                           // 77: execution.v1.Owner
+	(*v1.SnapshotCommand)(nil),                 // 78: execution.v1.SnapshotCommand
+	(*v1.GetSnapshotRequest)(nil),              // 79: execution.v1.GetSnapshotRequest
+	(*v1.ListSnapshotsRequest)(nil),            // 80: execution.v1.ListSnapshotsRequest
+	(*v1.DeleteSnapshotRequest)(nil),           // 81: execution.v1.DeleteSnapshotRequest
+	(*v1.ListReferenceIntentsResponse)(nil),    // 82: execution.v1.ListReferenceIntentsResponse
+	(*v1.ListEnvironmentsResponse)(nil),        // 83: execution.v1.ListEnvironmentsResponse
+	(*v1.GetUsageResponse)(nil),                // 84: execution.v1.GetUsageResponse
+	(*v1.ListUsageResponse)(nil),               // 85: execution.v1.ListUsageResponse
+	(*v1.ListSnapshotsResponse)(nil),           // 86: execution.v1.ListSnapshotsResponse
 }
 var file_control_v1_control_proto_depIdxs = []int32{
-	35, // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
-	36, // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
-	38, // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
-	39, // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
-	0,  // 5: control.v1.EnsureRequest.caller:type_name -> control.v1.Caller
-	40, // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
-	0,  // 7: control.v1.AttachRequest.caller:type_name -> control.v1.Caller
-	41, // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
-	0,  // 9: control.v1.ReleaseReferenceRequest.caller:type_name -> control.v1.Caller
-	42, // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
-	0,  // 11: control.v1.ReserveSuccessorRequest.caller:type_name -> control.v1.Caller
-	43, // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
-	0,  // 13: control.v1.CommitReferenceRequest.caller:type_name -> control.v1.Caller
-	44, // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
-	0,  // 15: control.v1.AbortReferenceRequest.caller:type_name -> control.v1.Caller
-	45, // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
-	0,  // 17: control.v1.PrepareReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	46, // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
-	0,  // 19: control.v1.ConfirmReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	47, // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
-	0,  // 21: control.v1.CancelReferenceDeleteRequest.caller:type_name -> control.v1.Caller
-	48, // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
-	0,  // 23: control.v1.ListReferenceIntentsRequest.caller:type_name -> control.v1.Caller
-	49, // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
-	0,  // 25: control.v1.AcquireRunRequest.caller:type_name -> control.v1.Caller
-	50, // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
-	1,  // 27: control.v1.AcquireRunRequest.grant:type_name -> control.v1.VerifiedGrant
-	0,  // 28: control.v1.RenewRunRequest.caller:type_name -> control.v1.Caller
-	51, // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
-	1,  // 30: control.v1.RenewRunRequest.grant:type_name -> control.v1.VerifiedGrant
-	0,  // 31: control.v1.ReleaseRunRequest.caller:type_name -> control.v1.Caller
-	52, // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
-	1,  // 33: control.v1.ReleaseRunRequest.grant:type_name -> control.v1.VerifiedGrant
-	0,  // 34: control.v1.RetireRequest.caller:type_name -> control.v1.Caller
-	53, // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
-	0,  // 36: control.v1.ReplaceRequest.caller:type_name -> control.v1.Caller
-	54, // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
-	0,  // 38: control.v1.RevokeRequest.caller:type_name -> control.v1.Caller
-	55, // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
-	0,  // 40: control.v1.RecoverRequest.caller:type_name -> control.v1.Caller
-	56, // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
-	0,  // 42: control.v1.MigrateRequest.caller:type_name -> control.v1.Caller
-	57, // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
-	0,  // 44: control.v1.DeleteRetiredRequest.caller:type_name -> control.v1.Caller
-	58, // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
-	0,  // 46: control.v1.SuspendRequest.caller:type_name -> control.v1.Caller
-	59, // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
-	0,  // 48: control.v1.ResumeRequest.caller:type_name -> control.v1.Caller
-	60, // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
-	0,  // 50: control.v1.DeleteRequest.caller:type_name -> control.v1.Caller
-	61, // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
-	0,  // 52: control.v1.SetRetentionRequest.caller:type_name -> control.v1.Caller
-	62, // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
-	0,  // 54: control.v1.SetDeadlineRequest.caller:type_name -> control.v1.Caller
-	63, // 55: control.v1.SetDeadlineRequest.request:type_name -> execution.v1.SetEnvironmentDeadlineRequest
-	0,  // 56: control.v1.ListEnvironmentsRequest.caller:type_name -> control.v1.Caller
-	64, // 57: control.v1.ListEnvironmentsRequest.request:type_name -> execution.v1.ListEnvironmentsRequest
-	0,  // 58: control.v1.GetUsageRequest.caller:type_name -> control.v1.Caller
-	65, // 59: control.v1.GetUsageRequest.request:type_name -> execution.v1.GetUsageRequest
-	0,  // 60: control.v1.ListUsageRequest.caller:type_name -> control.v1.Caller
-	66, // 61: control.v1.ListUsageRequest.request:type_name -> execution.v1.ListUsageRequest
-	0,  // 62: control.v1.ReportUsageRequest.caller:type_name -> control.v1.Caller
-	30, // 63: control.v1.ReportUsageRequest.reports:type_name -> control.v1.UsageReport
-	0,  // 64: control.v1.AdmitCommandRequest.caller:type_name -> control.v1.Caller
-	3,  // 65: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
-	4,  // 66: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
-	5,  // 67: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
-	6,  // 68: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
-	7,  // 69: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
-	8,  // 70: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
-	9,  // 71: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
-	10, // 72: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
-	11, // 73: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
-	12, // 74: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
-	13, // 75: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
-	14, // 76: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
-	15, // 77: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
-	16, // 78: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
-	17, // 79: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
-	18, // 80: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
-	19, // 81: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
-	20, // 82: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
-	21, // 83: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
-	22, // 84: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
-	23, // 85: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
-	24, // 86: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
-	25, // 87: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
-	26, // 88: control.v1.ControlService.SetDeadline:input_type -> control.v1.SetDeadlineRequest
-	27, // 89: control.v1.ControlService.ListEnvironments:input_type -> control.v1.ListEnvironmentsRequest
-	28, // 90: control.v1.ControlService.GetUsage:input_type -> control.v1.GetUsageRequest
-	29, // 91: control.v1.ControlService.ListUsage:input_type -> control.v1.ListUsageRequest
-	31, // 92: control.v1.ControlService.ReportUsage:input_type -> control.v1.ReportUsageRequest
-	33, // 93: control.v1.ControlService.AdmitCommand:input_type -> control.v1.AdmitCommandRequest
-	2,  // 94: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
-	2,  // 95: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
-	2,  // 96: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
-	2,  // 97: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
-	2,  // 98: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
-	2,  // 99: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
-	2,  // 100: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 101: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
-	2,  // 102: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
-	67, // 103: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	2,  // 104: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
-	2,  // 105: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
-	2,  // 106: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
-	2,  // 107: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
-	2,  // 108: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
-	2,  // 109: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
-	2,  // 110: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
-	2,  // 111: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
-	2,  // 112: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
-	2,  // 113: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
-	2,  // 114: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
-	2,  // 115: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
-	2,  // 116: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
-	2,  // 117: control.v1.ControlService.SetDeadline:output_type -> control.v1.EnvironmentReply
-	68, // 118: control.v1.ControlService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
-	69, // 119: control.v1.ControlService.GetUsage:output_type -> execution.v1.GetUsageResponse
-	70, // 120: control.v1.ControlService.ListUsage:output_type -> execution.v1.ListUsageResponse
-	32, // 121: control.v1.ControlService.ReportUsage:output_type -> control.v1.ReportUsageResponse
-	34, // 122: control.v1.ControlService.AdmitCommand:output_type -> control.v1.AdmitCommandResponse
-	94, // [94:123] is the sub-list for method output_type
-	65, // [65:94] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	42,  // 0: control.v1.VerifiedGrant.environment:type_name -> execution.v1.EnvironmentRef
+	43,  // 1: control.v1.VerifiedGrant.expires_at:type_name -> google.protobuf.Timestamp
+	44,  // 2: control.v1.EnvironmentReply.environment:type_name -> execution.v1.Environment
+	45,  // 3: control.v1.EnvironmentReply.reference:type_name -> execution.v1.Reference
+	46,  // 4: control.v1.EnvironmentReply.run:type_name -> execution.v1.RunClaim
+	0,   // 5: control.v1.EnsureRequest.caller:type_name -> control.v1.Caller
+	47,  // 6: control.v1.EnsureRequest.request:type_name -> execution.v1.EnsureEnvironmentRequest
+	0,   // 7: control.v1.AttachRequest.caller:type_name -> control.v1.Caller
+	48,  // 8: control.v1.AttachRequest.request:type_name -> execution.v1.AttachEnvironmentRequest
+	0,   // 9: control.v1.ReleaseReferenceRequest.caller:type_name -> control.v1.Caller
+	49,  // 10: control.v1.ReleaseReferenceRequest.request:type_name -> execution.v1.ReleaseReferenceRequest
+	0,   // 11: control.v1.ReserveSuccessorRequest.caller:type_name -> control.v1.Caller
+	50,  // 12: control.v1.ReserveSuccessorRequest.request:type_name -> execution.v1.ReserveSuccessorRequest
+	0,   // 13: control.v1.CommitReferenceRequest.caller:type_name -> control.v1.Caller
+	51,  // 14: control.v1.CommitReferenceRequest.request:type_name -> execution.v1.CommitReferenceRequest
+	0,   // 15: control.v1.AbortReferenceRequest.caller:type_name -> control.v1.Caller
+	52,  // 16: control.v1.AbortReferenceRequest.request:type_name -> execution.v1.AbortReferenceRequest
+	0,   // 17: control.v1.PrepareReferenceDeleteRequest.caller:type_name -> control.v1.Caller
+	53,  // 18: control.v1.PrepareReferenceDeleteRequest.request:type_name -> execution.v1.PrepareReferenceDeleteRequest
+	0,   // 19: control.v1.ConfirmReferenceDeleteRequest.caller:type_name -> control.v1.Caller
+	54,  // 20: control.v1.ConfirmReferenceDeleteRequest.request:type_name -> execution.v1.ConfirmReferenceDeleteRequest
+	0,   // 21: control.v1.CancelReferenceDeleteRequest.caller:type_name -> control.v1.Caller
+	55,  // 22: control.v1.CancelReferenceDeleteRequest.request:type_name -> execution.v1.CancelReferenceDeleteRequest
+	0,   // 23: control.v1.ListReferenceIntentsRequest.caller:type_name -> control.v1.Caller
+	56,  // 24: control.v1.ListReferenceIntentsRequest.request:type_name -> execution.v1.ListReferenceIntentsRequest
+	0,   // 25: control.v1.AcquireRunRequest.caller:type_name -> control.v1.Caller
+	57,  // 26: control.v1.AcquireRunRequest.request:type_name -> execution.v1.AcquireRunRequest
+	1,   // 27: control.v1.AcquireRunRequest.grant:type_name -> control.v1.VerifiedGrant
+	0,   // 28: control.v1.RenewRunRequest.caller:type_name -> control.v1.Caller
+	58,  // 29: control.v1.RenewRunRequest.request:type_name -> execution.v1.RenewRunRequest
+	1,   // 30: control.v1.RenewRunRequest.grant:type_name -> control.v1.VerifiedGrant
+	0,   // 31: control.v1.ReleaseRunRequest.caller:type_name -> control.v1.Caller
+	59,  // 32: control.v1.ReleaseRunRequest.request:type_name -> execution.v1.ReleaseRunRequest
+	1,   // 33: control.v1.ReleaseRunRequest.grant:type_name -> control.v1.VerifiedGrant
+	0,   // 34: control.v1.RetireRequest.caller:type_name -> control.v1.Caller
+	60,  // 35: control.v1.RetireRequest.request:type_name -> execution.v1.RetireEnvironmentRequest
+	0,   // 36: control.v1.ReplaceRequest.caller:type_name -> control.v1.Caller
+	61,  // 37: control.v1.ReplaceRequest.request:type_name -> execution.v1.ReplaceExecutorRequest
+	0,   // 38: control.v1.RevokeRequest.caller:type_name -> control.v1.Caller
+	62,  // 39: control.v1.RevokeRequest.request:type_name -> execution.v1.RevokeEnvironmentRequest
+	0,   // 40: control.v1.RecoverRequest.caller:type_name -> control.v1.Caller
+	63,  // 41: control.v1.RecoverRequest.request:type_name -> execution.v1.RecoverEnvironmentRequest
+	0,   // 42: control.v1.MigrateRequest.caller:type_name -> control.v1.Caller
+	64,  // 43: control.v1.MigrateRequest.request:type_name -> execution.v1.MigrateEnvironmentRequest
+	0,   // 44: control.v1.DeleteRetiredRequest.caller:type_name -> control.v1.Caller
+	65,  // 45: control.v1.DeleteRetiredRequest.request:type_name -> execution.v1.DeleteRetiredEnvironmentRequest
+	0,   // 46: control.v1.SuspendRequest.caller:type_name -> control.v1.Caller
+	66,  // 47: control.v1.SuspendRequest.request:type_name -> execution.v1.SuspendEnvironmentRequest
+	0,   // 48: control.v1.ResumeRequest.caller:type_name -> control.v1.Caller
+	67,  // 49: control.v1.ResumeRequest.request:type_name -> execution.v1.ResumeEnvironmentRequest
+	0,   // 50: control.v1.DeleteRequest.caller:type_name -> control.v1.Caller
+	68,  // 51: control.v1.DeleteRequest.request:type_name -> execution.v1.DeleteEnvironmentRequest
+	0,   // 52: control.v1.SetRetentionRequest.caller:type_name -> control.v1.Caller
+	69,  // 53: control.v1.SetRetentionRequest.request:type_name -> execution.v1.SetEnvironmentRetentionRequest
+	0,   // 54: control.v1.SetDeadlineRequest.caller:type_name -> control.v1.Caller
+	70,  // 55: control.v1.SetDeadlineRequest.request:type_name -> execution.v1.SetEnvironmentDeadlineRequest
+	0,   // 56: control.v1.ListEnvironmentsRequest.caller:type_name -> control.v1.Caller
+	71,  // 57: control.v1.ListEnvironmentsRequest.request:type_name -> execution.v1.ListEnvironmentsRequest
+	0,   // 58: control.v1.GetUsageRequest.caller:type_name -> control.v1.Caller
+	72,  // 59: control.v1.GetUsageRequest.request:type_name -> execution.v1.GetUsageRequest
+	0,   // 60: control.v1.ListUsageRequest.caller:type_name -> control.v1.Caller
+	73,  // 61: control.v1.ListUsageRequest.request:type_name -> execution.v1.ListUsageRequest
+	0,   // 62: control.v1.ReportUsageRequest.caller:type_name -> control.v1.Caller
+	30,  // 63: control.v1.ReportUsageRequest.reports:type_name -> control.v1.UsageReport
+	0,   // 64: control.v1.AdmitCommandRequest.caller:type_name -> control.v1.Caller
+	0,   // 65: control.v1.BeginSnapshotRequest.caller:type_name -> control.v1.Caller
+	74,  // 66: control.v1.BeginSnapshotRequest.request:type_name -> execution.v1.CreateSnapshotRequest
+	75,  // 67: control.v1.SnapshotReply.snapshot:type_name -> execution.v1.Snapshot
+	36,  // 68: control.v1.SnapshotReply.executor:type_name -> control.v1.SnapshotExecutor
+	76,  // 69: control.v1.SnapshotReply.max_quiesce:type_name -> google.protobuf.Duration
+	0,   // 70: control.v1.CutSnapshotRequest.caller:type_name -> control.v1.Caller
+	77,  // 71: control.v1.CutSnapshotRequest.owner:type_name -> execution.v1.Owner
+	43,  // 72: control.v1.CutSnapshotRequest.cut_by:type_name -> google.protobuf.Timestamp
+	78,  // 73: control.v1.CutSnapshotRequest.commands:type_name -> execution.v1.SnapshotCommand
+	0,   // 74: control.v1.GetSnapshotRequest.caller:type_name -> control.v1.Caller
+	79,  // 75: control.v1.GetSnapshotRequest.request:type_name -> execution.v1.GetSnapshotRequest
+	0,   // 76: control.v1.ListSnapshotsRequest.caller:type_name -> control.v1.Caller
+	80,  // 77: control.v1.ListSnapshotsRequest.request:type_name -> execution.v1.ListSnapshotsRequest
+	0,   // 78: control.v1.DeleteSnapshotRequest.caller:type_name -> control.v1.Caller
+	81,  // 79: control.v1.DeleteSnapshotRequest.request:type_name -> execution.v1.DeleteSnapshotRequest
+	3,   // 80: control.v1.ControlService.Ensure:input_type -> control.v1.EnsureRequest
+	4,   // 81: control.v1.ControlService.Attach:input_type -> control.v1.AttachRequest
+	5,   // 82: control.v1.ControlService.ReleaseReference:input_type -> control.v1.ReleaseReferenceRequest
+	6,   // 83: control.v1.ControlService.ReserveSuccessor:input_type -> control.v1.ReserveSuccessorRequest
+	7,   // 84: control.v1.ControlService.CommitReference:input_type -> control.v1.CommitReferenceRequest
+	8,   // 85: control.v1.ControlService.AbortReference:input_type -> control.v1.AbortReferenceRequest
+	9,   // 86: control.v1.ControlService.PrepareReferenceDelete:input_type -> control.v1.PrepareReferenceDeleteRequest
+	10,  // 87: control.v1.ControlService.ConfirmReferenceDelete:input_type -> control.v1.ConfirmReferenceDeleteRequest
+	11,  // 88: control.v1.ControlService.CancelReferenceDelete:input_type -> control.v1.CancelReferenceDeleteRequest
+	12,  // 89: control.v1.ControlService.ListReferenceIntents:input_type -> control.v1.ListReferenceIntentsRequest
+	13,  // 90: control.v1.ControlService.AcquireRun:input_type -> control.v1.AcquireRunRequest
+	14,  // 91: control.v1.ControlService.RenewRun:input_type -> control.v1.RenewRunRequest
+	15,  // 92: control.v1.ControlService.ReleaseRun:input_type -> control.v1.ReleaseRunRequest
+	16,  // 93: control.v1.ControlService.Retire:input_type -> control.v1.RetireRequest
+	17,  // 94: control.v1.ControlService.Replace:input_type -> control.v1.ReplaceRequest
+	18,  // 95: control.v1.ControlService.Revoke:input_type -> control.v1.RevokeRequest
+	19,  // 96: control.v1.ControlService.Recover:input_type -> control.v1.RecoverRequest
+	20,  // 97: control.v1.ControlService.Migrate:input_type -> control.v1.MigrateRequest
+	21,  // 98: control.v1.ControlService.DeleteRetired:input_type -> control.v1.DeleteRetiredRequest
+	22,  // 99: control.v1.ControlService.Suspend:input_type -> control.v1.SuspendRequest
+	23,  // 100: control.v1.ControlService.Resume:input_type -> control.v1.ResumeRequest
+	24,  // 101: control.v1.ControlService.Delete:input_type -> control.v1.DeleteRequest
+	25,  // 102: control.v1.ControlService.SetRetention:input_type -> control.v1.SetRetentionRequest
+	26,  // 103: control.v1.ControlService.SetDeadline:input_type -> control.v1.SetDeadlineRequest
+	27,  // 104: control.v1.ControlService.ListEnvironments:input_type -> control.v1.ListEnvironmentsRequest
+	28,  // 105: control.v1.ControlService.GetUsage:input_type -> control.v1.GetUsageRequest
+	29,  // 106: control.v1.ControlService.ListUsage:input_type -> control.v1.ListUsageRequest
+	31,  // 107: control.v1.ControlService.ReportUsage:input_type -> control.v1.ReportUsageRequest
+	33,  // 108: control.v1.ControlService.AdmitCommand:input_type -> control.v1.AdmitCommandRequest
+	35,  // 109: control.v1.ControlService.BeginSnapshot:input_type -> control.v1.BeginSnapshotRequest
+	38,  // 110: control.v1.ControlService.CutSnapshot:input_type -> control.v1.CutSnapshotRequest
+	39,  // 111: control.v1.ControlService.GetSnapshot:input_type -> control.v1.GetSnapshotRequest
+	40,  // 112: control.v1.ControlService.ListSnapshots:input_type -> control.v1.ListSnapshotsRequest
+	41,  // 113: control.v1.ControlService.DeleteSnapshot:input_type -> control.v1.DeleteSnapshotRequest
+	2,   // 114: control.v1.ControlService.Ensure:output_type -> control.v1.EnvironmentReply
+	2,   // 115: control.v1.ControlService.Attach:output_type -> control.v1.EnvironmentReply
+	2,   // 116: control.v1.ControlService.ReleaseReference:output_type -> control.v1.EnvironmentReply
+	2,   // 117: control.v1.ControlService.ReserveSuccessor:output_type -> control.v1.EnvironmentReply
+	2,   // 118: control.v1.ControlService.CommitReference:output_type -> control.v1.EnvironmentReply
+	2,   // 119: control.v1.ControlService.AbortReference:output_type -> control.v1.EnvironmentReply
+	2,   // 120: control.v1.ControlService.PrepareReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,   // 121: control.v1.ControlService.ConfirmReferenceDelete:output_type -> control.v1.EnvironmentReply
+	2,   // 122: control.v1.ControlService.CancelReferenceDelete:output_type -> control.v1.EnvironmentReply
+	82,  // 123: control.v1.ControlService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	2,   // 124: control.v1.ControlService.AcquireRun:output_type -> control.v1.EnvironmentReply
+	2,   // 125: control.v1.ControlService.RenewRun:output_type -> control.v1.EnvironmentReply
+	2,   // 126: control.v1.ControlService.ReleaseRun:output_type -> control.v1.EnvironmentReply
+	2,   // 127: control.v1.ControlService.Retire:output_type -> control.v1.EnvironmentReply
+	2,   // 128: control.v1.ControlService.Replace:output_type -> control.v1.EnvironmentReply
+	2,   // 129: control.v1.ControlService.Revoke:output_type -> control.v1.EnvironmentReply
+	2,   // 130: control.v1.ControlService.Recover:output_type -> control.v1.EnvironmentReply
+	2,   // 131: control.v1.ControlService.Migrate:output_type -> control.v1.EnvironmentReply
+	2,   // 132: control.v1.ControlService.DeleteRetired:output_type -> control.v1.EnvironmentReply
+	2,   // 133: control.v1.ControlService.Suspend:output_type -> control.v1.EnvironmentReply
+	2,   // 134: control.v1.ControlService.Resume:output_type -> control.v1.EnvironmentReply
+	2,   // 135: control.v1.ControlService.Delete:output_type -> control.v1.EnvironmentReply
+	2,   // 136: control.v1.ControlService.SetRetention:output_type -> control.v1.EnvironmentReply
+	2,   // 137: control.v1.ControlService.SetDeadline:output_type -> control.v1.EnvironmentReply
+	83,  // 138: control.v1.ControlService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
+	84,  // 139: control.v1.ControlService.GetUsage:output_type -> execution.v1.GetUsageResponse
+	85,  // 140: control.v1.ControlService.ListUsage:output_type -> execution.v1.ListUsageResponse
+	32,  // 141: control.v1.ControlService.ReportUsage:output_type -> control.v1.ReportUsageResponse
+	34,  // 142: control.v1.ControlService.AdmitCommand:output_type -> control.v1.AdmitCommandResponse
+	37,  // 143: control.v1.ControlService.BeginSnapshot:output_type -> control.v1.SnapshotReply
+	37,  // 144: control.v1.ControlService.CutSnapshot:output_type -> control.v1.SnapshotReply
+	37,  // 145: control.v1.ControlService.GetSnapshot:output_type -> control.v1.SnapshotReply
+	86,  // 146: control.v1.ControlService.ListSnapshots:output_type -> execution.v1.ListSnapshotsResponse
+	37,  // 147: control.v1.ControlService.DeleteSnapshot:output_type -> control.v1.SnapshotReply
+	114, // [114:148] is the sub-list for method output_type
+	80,  // [80:114] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -2413,7 +2897,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -62,6 +62,11 @@ const (
 	ControlService_ListUsage_FullMethodName              = "/control.v1.ControlService/ListUsage"
 	ControlService_ReportUsage_FullMethodName            = "/control.v1.ControlService/ReportUsage"
 	ControlService_AdmitCommand_FullMethodName           = "/control.v1.ControlService/AdmitCommand"
+	ControlService_BeginSnapshot_FullMethodName          = "/control.v1.ControlService/BeginSnapshot"
+	ControlService_CutSnapshot_FullMethodName            = "/control.v1.ControlService/CutSnapshot"
+	ControlService_GetSnapshot_FullMethodName            = "/control.v1.ControlService/GetSnapshot"
+	ControlService_ListSnapshots_FullMethodName          = "/control.v1.ControlService/ListSnapshots"
+	ControlService_DeleteSnapshot_FullMethodName         = "/control.v1.ControlService/DeleteSnapshot"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -103,6 +108,13 @@ type ControlServiceClient interface {
 	// AdmitCommand counts a detached command against its environment's quotas before the
 	// gateway starts it (or, with release, gives its slot back once a gateway saw it end).
 	AdmitCommand(ctx context.Context, in *AdmitCommandRequest, opts ...grpc.CallOption) (*AdmitCommandResponse, error)
+	// Snapshots (docs/snapshots.md): the gateway begins one, quiesces the source's executor
+	// when BeginSnapshot names it, cuts it (waiting for the cut), then ends the quiesce.
+	BeginSnapshot(ctx context.Context, in *BeginSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error)
+	CutSnapshot(ctx context.Context, in *CutSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error)
+	GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error)
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*v1.ListSnapshotsResponse, error)
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error)
 }
 
 type controlServiceClient struct {
@@ -403,6 +415,56 @@ func (c *controlServiceClient) AdmitCommand(ctx context.Context, in *AdmitComman
 	return out, nil
 }
 
+func (c *controlServiceClient) BeginSnapshot(ctx context.Context, in *BeginSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotReply)
+	err := c.cc.Invoke(ctx, ControlService_BeginSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) CutSnapshot(ctx context.Context, in *CutSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotReply)
+	err := c.cc.Invoke(ctx, ControlService_CutSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotReply)
+	err := c.cc.Invoke(ctx, ControlService_GetSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*v1.ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, ControlService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*SnapshotReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotReply)
+	err := c.cc.Invoke(ctx, ControlService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -442,6 +504,13 @@ type ControlServiceServer interface {
 	// AdmitCommand counts a detached command against its environment's quotas before the
 	// gateway starts it (or, with release, gives its slot back once a gateway saw it end).
 	AdmitCommand(context.Context, *AdmitCommandRequest) (*AdmitCommandResponse, error)
+	// Snapshots (docs/snapshots.md): the gateway begins one, quiesces the source's executor
+	// when BeginSnapshot names it, cuts it (waiting for the cut), then ends the quiesce.
+	BeginSnapshot(context.Context, *BeginSnapshotRequest) (*SnapshotReply, error)
+	CutSnapshot(context.Context, *CutSnapshotRequest) (*SnapshotReply, error)
+	GetSnapshot(context.Context, *GetSnapshotRequest) (*SnapshotReply, error)
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*v1.ListSnapshotsResponse, error)
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*SnapshotReply, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -538,6 +607,21 @@ func (UnimplementedControlServiceServer) ReportUsage(context.Context, *ReportUsa
 }
 func (UnimplementedControlServiceServer) AdmitCommand(context.Context, *AdmitCommandRequest) (*AdmitCommandResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdmitCommand not implemented")
+}
+func (UnimplementedControlServiceServer) BeginSnapshot(context.Context, *BeginSnapshotRequest) (*SnapshotReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginSnapshot not implemented")
+}
+func (UnimplementedControlServiceServer) CutSnapshot(context.Context, *CutSnapshotRequest) (*SnapshotReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CutSnapshot not implemented")
+}
+func (UnimplementedControlServiceServer) GetSnapshot(context.Context, *GetSnapshotRequest) (*SnapshotReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSnapshot not implemented")
+}
+func (UnimplementedControlServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*v1.ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
+}
+func (UnimplementedControlServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*SnapshotReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -1082,6 +1166,96 @@ func _ControlService_AdmitCommand_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_BeginSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).BeginSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_BeginSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).BeginSnapshot(ctx, req.(*BeginSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_CutSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CutSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).CutSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_CutSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).CutSnapshot(ctx, req.(*CutSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_GetSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).GetSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_GetSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).GetSnapshot(ctx, req.(*GetSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1204,6 +1378,26 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AdmitCommand",
 			Handler:    _ControlService_AdmitCommand_Handler,
+		},
+		{
+			MethodName: "BeginSnapshot",
+			Handler:    _ControlService_BeginSnapshot_Handler,
+		},
+		{
+			MethodName: "CutSnapshot",
+			Handler:    _ControlService_CutSnapshot_Handler,
+		},
+		{
+			MethodName: "GetSnapshot",
+			Handler:    _ControlService_GetSnapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _ControlService_ListSnapshots_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _ControlService_DeleteSnapshot_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -43,6 +43,10 @@ var additions = []struct {
 	{"ListEnvironments", false, false, ""},
 	{"GetUsage", false, false, ""},
 	{"ListUsage", false, false, ""},
+	{"CreateSnapshot", false, false, ""},
+	{"GetSnapshot", false, false, ""},
+	{"ListSnapshots", false, false, ""},
+	{"DeleteSnapshot", false, false, ""},
 }
 
 func TestServiceHasExactlyTheContractRPCs(t *testing.T) {

@@ -816,6 +816,123 @@ func (UsageGroupBy) EnumDescriptor() ([]byte, []int) {
 	return file_execution_v1_execution_proto_rawDescGZIP(), []int{10}
 }
 
+// SnapshotState is where a snapshot is in its life (docs/snapshots.md).
+type SnapshotState int32
+
+const (
+	SnapshotState_SNAPSHOT_STATE_UNSPECIFIED SnapshotState = 0
+	// Recorded; its source being quiesced.
+	SnapshotState_SNAPSHOT_STATE_PENDING SnapshotState = 1
+	// Its state being fixed (a VolumeSnapshot taken, a copy made).
+	SnapshotState_SNAPSHOT_STATE_CUTTING SnapshotState = 2
+	// Restorable (EnsureEnvironment's from_snapshot).
+	SnapshotState_SNAPSHOT_STATE_READY SnapshotState = 3
+	// Holds no state (failure_reason and failure_message say why); delete it to use its name
+	// again.
+	SnapshotState_SNAPSHOT_STATE_FAILED SnapshotState = 4
+	// Being deleted.
+	SnapshotState_SNAPSHOT_STATE_DELETING SnapshotState = 5
+)
+
+// Enum value maps for SnapshotState.
+var (
+	SnapshotState_name = map[int32]string{
+		0: "SNAPSHOT_STATE_UNSPECIFIED",
+		1: "SNAPSHOT_STATE_PENDING",
+		2: "SNAPSHOT_STATE_CUTTING",
+		3: "SNAPSHOT_STATE_READY",
+		4: "SNAPSHOT_STATE_FAILED",
+		5: "SNAPSHOT_STATE_DELETING",
+	}
+	SnapshotState_value = map[string]int32{
+		"SNAPSHOT_STATE_UNSPECIFIED": 0,
+		"SNAPSHOT_STATE_PENDING":     1,
+		"SNAPSHOT_STATE_CUTTING":     2,
+		"SNAPSHOT_STATE_READY":       3,
+		"SNAPSHOT_STATE_FAILED":      4,
+		"SNAPSHOT_STATE_DELETING":    5,
+	}
+)
+
+func (x SnapshotState) Enum() *SnapshotState {
+	p := new(SnapshotState)
+	*p = x
+	return p
+}
+
+func (x SnapshotState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SnapshotState) Descriptor() protoreflect.EnumDescriptor {
+	return file_execution_v1_execution_proto_enumTypes[11].Descriptor()
+}
+
+func (SnapshotState) Type() protoreflect.EnumType {
+	return &file_execution_v1_execution_proto_enumTypes[11]
+}
+
+func (x SnapshotState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SnapshotState.Descriptor instead.
+func (SnapshotState) EnumDescriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{11}
+}
+
+// SnapshotMethod is how a snapshot keeps its state: the source profile's choice.
+type SnapshotMethod int32
+
+const (
+	SnapshotMethod_SNAPSHOT_METHOD_UNSPECIFIED SnapshotMethod = 0
+	// A CSI VolumeSnapshot of the workspace's claim.
+	SnapshotMethod_SNAPSHOT_METHOD_CSI SnapshotMethod = 1
+	// A copy in a claim of its own (the helper's confined, resumable mirror).
+	SnapshotMethod_SNAPSHOT_METHOD_COPY SnapshotMethod = 2
+)
+
+// Enum value maps for SnapshotMethod.
+var (
+	SnapshotMethod_name = map[int32]string{
+		0: "SNAPSHOT_METHOD_UNSPECIFIED",
+		1: "SNAPSHOT_METHOD_CSI",
+		2: "SNAPSHOT_METHOD_COPY",
+	}
+	SnapshotMethod_value = map[string]int32{
+		"SNAPSHOT_METHOD_UNSPECIFIED": 0,
+		"SNAPSHOT_METHOD_CSI":         1,
+		"SNAPSHOT_METHOD_COPY":        2,
+	}
+)
+
+func (x SnapshotMethod) Enum() *SnapshotMethod {
+	p := new(SnapshotMethod)
+	*p = x
+	return p
+}
+
+func (x SnapshotMethod) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SnapshotMethod) Descriptor() protoreflect.EnumDescriptor {
+	return file_execution_v1_execution_proto_enumTypes[12].Descriptor()
+}
+
+func (SnapshotMethod) Type() protoreflect.EnumType {
+	return &file_execution_v1_execution_proto_enumTypes[12]
+}
+
+func (x SnapshotMethod) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SnapshotMethod.Descriptor instead.
+func (SnapshotMethod) EnumDescriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{12}
+}
+
 // Owner is the end user on whose behalf the client acts, attested by the client.
 type Owner struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -9281,6 +9398,611 @@ func (x *ListUsageResponse) GetAsOf() *timestamppb.Timestamp {
 	return nil
 }
 
+// SnapshotCommand is one of the source's durable commands as of the cut. A restore runs
+// none of them.
+type SnapshotCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	State         CommandState           `protobuf:"varint,2,opt,name=state,proto3,enum=execution.v1.CommandState" json:"state,omitempty"`
+	ExitCode      *int32                 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotCommand) Reset() {
+	*x = SnapshotCommand{}
+	mi := &file_execution_v1_execution_proto_msgTypes[124]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotCommand) ProtoMessage() {}
+
+func (x *SnapshotCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[124]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotCommand.ProtoReflect.Descriptor instead.
+func (*SnapshotCommand) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{124}
+}
+
+func (x *SnapshotCommand) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SnapshotCommand) GetState() CommandState {
+	if x != nil {
+		return x.State
+	}
+	return CommandState_COMMAND_STATE_UNSPECIFIED
+}
+
+func (x *SnapshotCommand) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+// Snapshot is an owner's snapshot of an environment's workspace.
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's name for it: a DNS label, unique per owner and client.
+	Name   string         `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	State  SnapshotState  `protobuf:"varint,2,opt,name=state,proto3,enum=execution.v1.SnapshotState" json:"state,omitempty"`
+	Method SnapshotMethod `protobuf:"varint,3,opt,name=method,proto3,enum=execution.v1.SnapshotMethod" json:"method,omitempty"`
+	// The environment incarnation it was taken from (which may be gone since: a snapshot
+	// outlives its source) and the binding that took it.
+	Source          *EnvironmentRef        `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	SourceBindingId string                 `protobuf:"bytes,5,opt,name=source_binding_id,json=sourceBindingId,proto3" json:"source_binding_id,omitempty"`
+	Profile         string                 `protobuf:"bytes,6,opt,name=profile,proto3" json:"profile,omitempty"`
+	CreatedAt       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When its state was fixed, and when it became restorable.
+	CutAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=cut_at,json=cutAt,proto3" json:"cut_at,omitempty"`
+	ReadyAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ready_at,json=readyAt,proto3" json:"ready_at,omitempty"`
+	// The size a restore's workspace requests at least.
+	SizeBytes int64              `protobuf:"varint,10,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Commands  []*SnapshotCommand `protobuf:"bytes,11,rep,name=commands,proto3" json:"commands,omitempty"`
+	// For a FAILED snapshot: an ErrorReason name (e.g. LIMIT_EXCEEDED) and why.
+	FailureReason  string `protobuf:"bytes,12,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
+	FailureMessage string `protobuf:"bytes,13,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_execution_v1_execution_proto_msgTypes[125]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[125]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{125}
+}
+
+func (x *Snapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Snapshot) GetState() SnapshotState {
+	if x != nil {
+		return x.State
+	}
+	return SnapshotState_SNAPSHOT_STATE_UNSPECIFIED
+}
+
+func (x *Snapshot) GetMethod() SnapshotMethod {
+	if x != nil {
+		return x.Method
+	}
+	return SnapshotMethod_SNAPSHOT_METHOD_UNSPECIFIED
+}
+
+func (x *Snapshot) GetSource() *EnvironmentRef {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *Snapshot) GetSourceBindingId() string {
+	if x != nil {
+		return x.SourceBindingId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Snapshot) GetCutAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CutAt
+	}
+	return nil
+}
+
+func (x *Snapshot) GetReadyAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadyAt
+	}
+	return nil
+}
+
+func (x *Snapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetCommands() []*SnapshotCommand {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+func (x *Snapshot) GetFailureReason() string {
+	if x != nil {
+		return x.FailureReason
+	}
+	return ""
+}
+
+func (x *Snapshot) GetFailureMessage() string {
+	if x != nil {
+		return x.FailureMessage
+	}
+	return ""
+}
+
+type CreateSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Idempotency key: the same name and operation id answer the same snapshot.
+	OperationId string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// The binding's reference (published or pending, not being deleted) on the environment.
+	Target *ReferenceTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// The snapshot's name: a DNS label, unique per owner.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotRequest) Reset() {
+	*x = CreateSnapshotRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[126]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotRequest) ProtoMessage() {}
+
+func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[126]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{126}
+}
+
+func (x *CreateSnapshotRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetTarget() *ReferenceTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *CreateSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotResponse) Reset() {
+	*x = CreateSnapshotResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[127]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotResponse) ProtoMessage() {}
+
+func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[127]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{127}
+}
+
+func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type GetSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSnapshotRequest) Reset() {
+	*x = GetSnapshotRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[128]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSnapshotRequest) ProtoMessage() {}
+
+func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[128]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{128}
+}
+
+func (x *GetSnapshotRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *GetSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSnapshotResponse) Reset() {
+	*x = GetSnapshotResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[129]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSnapshotResponse) ProtoMessage() {}
+
+func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[129]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*GetSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{129}
+}
+
+func (x *GetSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ListSnapshotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[130]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[130]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{130}
+}
+
+func (x *ListSnapshotsRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+type ListSnapshotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name; at most 1000 (an owner's bound).
+	Snapshots     []*Snapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[131]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[131]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{131}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Owner         *Owner                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_execution_v1_execution_proto_msgTypes[132]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[132]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{132}
+}
+
+func (x *DeleteSnapshotRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *DeleteSnapshotRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *DeleteSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_execution_v1_execution_proto_msgTypes[133]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_execution_v1_execution_proto_msgTypes[133]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_execution_v1_execution_proto_rawDescGZIP(), []int{133}
+}
+
+func (x *DeleteSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
 var File_execution_v1_execution_proto protoreflect.FileDescriptor
 
 const file_execution_v1_execution_proto_rawDesc = "" +
@@ -9903,7 +10625,52 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x11ListUsageResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.execution.v1.UsageRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12/\n" +
-	"\x05as_of\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf*\xa7\x06\n" +
+	"\x05as_of\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\"\x92\x01\n" +
+	"\x0fSnapshotCommand\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x120\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1a.execution.v1.CommandStateR\x05state\x12 \n" +
+	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
+	"\n" +
+	"_exit_code\"\xd2\x04\n" +
+	"\bSnapshot\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1b.execution.v1.SnapshotStateR\x05state\x124\n" +
+	"\x06method\x18\x03 \x01(\x0e2\x1c.execution.v1.SnapshotMethodR\x06method\x124\n" +
+	"\x06source\x18\x04 \x01(\v2\x1c.execution.v1.EnvironmentRefR\x06source\x12*\n" +
+	"\x11source_binding_id\x18\x05 \x01(\tR\x0fsourceBindingId\x12\x18\n" +
+	"\aprofile\x18\x06 \x01(\tR\aprofile\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x121\n" +
+	"\x06cut_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05cutAt\x125\n" +
+	"\bready_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\areadyAt\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\n" +
+	" \x01(\x03R\tsizeBytes\x129\n" +
+	"\bcommands\x18\v \x03(\v2\x1d.execution.v1.SnapshotCommandR\bcommands\x12%\n" +
+	"\x0efailure_reason\x18\f \x01(\tR\rfailureReason\x12'\n" +
+	"\x0ffailure_message\x18\r \x01(\tR\x0efailureMessage\"\x85\x01\n" +
+	"\x15CreateSnapshotRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x125\n" +
+	"\x06target\x18\x02 \x01(\v2\x1d.execution.v1.ReferenceTargetR\x06target\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"L\n" +
+	"\x16CreateSnapshotResponse\x122\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x16.execution.v1.SnapshotR\bsnapshot\"S\n" +
+	"\x12GetSnapshotRequest\x12)\n" +
+	"\x05owner\x18\x01 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"I\n" +
+	"\x13GetSnapshotResponse\x122\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x16.execution.v1.SnapshotR\bsnapshot\"A\n" +
+	"\x14ListSnapshotsRequest\x12)\n" +
+	"\x05owner\x18\x01 \x01(\v2\x13.execution.v1.OwnerR\x05owner\"M\n" +
+	"\x15ListSnapshotsResponse\x124\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x16.execution.v1.SnapshotR\tsnapshots\"y\n" +
+	"\x15DeleteSnapshotRequest\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12)\n" +
+	"\x05owner\x18\x02 \x01(\v2\x13.execution.v1.OwnerR\x05owner\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"L\n" +
+	"\x16DeleteSnapshotResponse\x122\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x16.execution.v1.SnapshotR\bsnapshot*\xa7\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -9997,7 +10764,18 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\x16USAGE_GROUP_BY_BINDING\x10\x02\x12\x18\n" +
 	"\x14USAGE_GROUP_BY_OWNER\x10\x03\x12\x19\n" +
 	"\x15USAGE_GROUP_BY_CLIENT\x10\x04\x12\x17\n" +
-	"\x13USAGE_GROUP_BY_NONE\x10\x05B?Z=github.com/execplane/execplane/proto/execution/v1;executionv1b\x06proto3"
+	"\x13USAGE_GROUP_BY_NONE\x10\x05*\xb9\x01\n" +
+	"\rSnapshotState\x12\x1e\n" +
+	"\x1aSNAPSHOT_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SNAPSHOT_STATE_PENDING\x10\x01\x12\x1a\n" +
+	"\x16SNAPSHOT_STATE_CUTTING\x10\x02\x12\x18\n" +
+	"\x14SNAPSHOT_STATE_READY\x10\x03\x12\x19\n" +
+	"\x15SNAPSHOT_STATE_FAILED\x10\x04\x12\x1b\n" +
+	"\x17SNAPSHOT_STATE_DELETING\x10\x05*d\n" +
+	"\x0eSnapshotMethod\x12\x1f\n" +
+	"\x1bSNAPSHOT_METHOD_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SNAPSHOT_METHOD_CSI\x10\x01\x12\x18\n" +
+	"\x14SNAPSHOT_METHOD_COPY\x10\x02B?Z=github.com/execplane/execplane/proto/execution/v1;executionv1b\x06proto3"
 
 var (
 	file_execution_v1_execution_proto_rawDescOnce sync.Once
@@ -10011,8 +10789,8 @@ func file_execution_v1_execution_proto_rawDescGZIP() []byte {
 	return file_execution_v1_execution_proto_rawDescData
 }
 
-var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
+var file_execution_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_execution_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 137)
 var file_execution_v1_execution_proto_goTypes = []any{
 	(ErrorReason)(0),                         // 0: execution.v1.ErrorReason
 	(FenceState)(0),                          // 1: execution.v1.FenceState
@@ -10025,353 +10803,381 @@ var file_execution_v1_execution_proto_goTypes = []any{
 	(OutputStream)(0),                        // 8: execution.v1.OutputStream
 	(UsageGranularity)(0),                    // 9: execution.v1.UsageGranularity
 	(UsageGroupBy)(0),                        // 10: execution.v1.UsageGroupBy
-	(*Owner)(nil),                            // 11: execution.v1.Owner
-	(*EnvironmentRef)(nil),                   // 12: execution.v1.EnvironmentRef
-	(*Grant)(nil),                            // 13: execution.v1.Grant
-	(*Reference)(nil),                        // 14: execution.v1.Reference
-	(*RunClaim)(nil),                         // 15: execution.v1.RunClaim
-	(*Environment)(nil),                      // 16: execution.v1.Environment
-	(*Deadline)(nil),                         // 17: execution.v1.Deadline
-	(*Profile)(nil),                          // 18: execution.v1.Profile
-	(*ValidateProfileRequest)(nil),           // 19: execution.v1.ValidateProfileRequest
-	(*ValidateProfileResponse)(nil),          // 20: execution.v1.ValidateProfileResponse
-	(*EnsureEnvironmentRequest)(nil),         // 21: execution.v1.EnsureEnvironmentRequest
-	(*EnsureEnvironmentResponse)(nil),        // 22: execution.v1.EnsureEnvironmentResponse
-	(*AttachEnvironmentRequest)(nil),         // 23: execution.v1.AttachEnvironmentRequest
-	(*AttachEnvironmentResponse)(nil),        // 24: execution.v1.AttachEnvironmentResponse
-	(*ReferenceTarget)(nil),                  // 25: execution.v1.ReferenceTarget
-	(*ReleaseReferenceRequest)(nil),          // 26: execution.v1.ReleaseReferenceRequest
-	(*ReleaseReferenceResponse)(nil),         // 27: execution.v1.ReleaseReferenceResponse
-	(*ReserveSuccessorRequest)(nil),          // 28: execution.v1.ReserveSuccessorRequest
-	(*ReserveSuccessorResponse)(nil),         // 29: execution.v1.ReserveSuccessorResponse
-	(*CommitReferenceRequest)(nil),           // 30: execution.v1.CommitReferenceRequest
-	(*CommitReferenceResponse)(nil),          // 31: execution.v1.CommitReferenceResponse
-	(*AbortReferenceRequest)(nil),            // 32: execution.v1.AbortReferenceRequest
-	(*AbortReferenceResponse)(nil),           // 33: execution.v1.AbortReferenceResponse
-	(*PrepareReferenceDeleteRequest)(nil),    // 34: execution.v1.PrepareReferenceDeleteRequest
-	(*PrepareReferenceDeleteResponse)(nil),   // 35: execution.v1.PrepareReferenceDeleteResponse
-	(*ConfirmReferenceDeleteRequest)(nil),    // 36: execution.v1.ConfirmReferenceDeleteRequest
-	(*ConfirmReferenceDeleteResponse)(nil),   // 37: execution.v1.ConfirmReferenceDeleteResponse
-	(*CancelReferenceDeleteRequest)(nil),     // 38: execution.v1.CancelReferenceDeleteRequest
-	(*CancelReferenceDeleteResponse)(nil),    // 39: execution.v1.CancelReferenceDeleteResponse
-	(*ReferenceIntent)(nil),                  // 40: execution.v1.ReferenceIntent
-	(*ListReferenceIntentsRequest)(nil),      // 41: execution.v1.ListReferenceIntentsRequest
-	(*ListReferenceIntentsResponse)(nil),     // 42: execution.v1.ListReferenceIntentsResponse
-	(*AcquireRunRequest)(nil),                // 43: execution.v1.AcquireRunRequest
-	(*AcquireRunResponse)(nil),               // 44: execution.v1.AcquireRunResponse
-	(*RenewRunRequest)(nil),                  // 45: execution.v1.RenewRunRequest
-	(*RenewRunResponse)(nil),                 // 46: execution.v1.RenewRunResponse
-	(*ReleaseRunRequest)(nil),                // 47: execution.v1.ReleaseRunRequest
-	(*ReleaseRunResponse)(nil),               // 48: execution.v1.ReleaseRunResponse
-	(*FileInfo)(nil),                         // 49: execution.v1.FileInfo
-	(*ReadFile)(nil),                         // 50: execution.v1.ReadFile
-	(*ReadFileResult)(nil),                   // 51: execution.v1.ReadFileResult
-	(*WriteFile)(nil),                        // 52: execution.v1.WriteFile
-	(*WriteFileResult)(nil),                  // 53: execution.v1.WriteFileResult
-	(*StatFile)(nil),                         // 54: execution.v1.StatFile
-	(*StatFileResult)(nil),                   // 55: execution.v1.StatFileResult
-	(*ListDirectory)(nil),                    // 56: execution.v1.ListDirectory
-	(*ListDirectoryResult)(nil),              // 57: execution.v1.ListDirectoryResult
-	(*MakeDirectory)(nil),                    // 58: execution.v1.MakeDirectory
-	(*MakeDirectoryResult)(nil),              // 59: execution.v1.MakeDirectoryResult
-	(*RemovePath)(nil),                       // 60: execution.v1.RemovePath
-	(*RemovePathResult)(nil),                 // 61: execution.v1.RemovePathResult
-	(*RenamePath)(nil),                       // 62: execution.v1.RenamePath
-	(*RenamePathResult)(nil),                 // 63: execution.v1.RenamePathResult
-	(*CopyPath)(nil),                         // 64: execution.v1.CopyPath
-	(*CopyPathResult)(nil),                   // 65: execution.v1.CopyPathResult
-	(*Glob)(nil),                             // 66: execution.v1.Glob
-	(*GlobResult)(nil),                       // 67: execution.v1.GlobResult
-	(*Grep)(nil),                             // 68: execution.v1.Grep
-	(*GrepMatch)(nil),                        // 69: execution.v1.GrepMatch
-	(*GrepResult)(nil),                       // 70: execution.v1.GrepResult
-	(*FileOperation)(nil),                    // 71: execution.v1.FileOperation
-	(*FileResult)(nil),                       // 72: execution.v1.FileResult
-	(*FilesRequest)(nil),                     // 73: execution.v1.FilesRequest
-	(*FilesResponse)(nil),                    // 74: execution.v1.FilesResponse
-	(*WriteFileStreamRequest)(nil),           // 75: execution.v1.WriteFileStreamRequest
-	(*WriteFileStreamResponse)(nil),          // 76: execution.v1.WriteFileStreamResponse
-	(*ReadFileStreamRequest)(nil),            // 77: execution.v1.ReadFileStreamRequest
-	(*ReadFileStreamResponse)(nil),           // 78: execution.v1.ReadFileStreamResponse
-	(*EnvironmentVariable)(nil),              // 79: execution.v1.EnvironmentVariable
-	(*CommandSpec)(nil),                      // 80: execution.v1.CommandSpec
-	(*Argv)(nil),                             // 81: execution.v1.Argv
-	(*CapturedOutput)(nil),                   // 82: execution.v1.CapturedOutput
-	(*CommandResult)(nil),                    // 83: execution.v1.CommandResult
-	(*OutputCursor)(nil),                     // 84: execution.v1.OutputCursor
-	(*OutputChunk)(nil),                      // 85: execution.v1.OutputChunk
-	(*CommandProgram)(nil),                   // 86: execution.v1.CommandProgram
-	(*CommandInfo)(nil),                      // 87: execution.v1.CommandInfo
-	(*StartCommandRequest)(nil),              // 88: execution.v1.StartCommandRequest
-	(*StartCommandResponse)(nil),             // 89: execution.v1.StartCommandResponse
-	(*CommandStatusRequest)(nil),             // 90: execution.v1.CommandStatusRequest
-	(*CommandStatusResponse)(nil),            // 91: execution.v1.CommandStatusResponse
-	(*CancelCommandRequest)(nil),             // 92: execution.v1.CancelCommandRequest
-	(*CancelCommandResponse)(nil),            // 93: execution.v1.CancelCommandResponse
-	(*RunCommandRequest)(nil),                // 94: execution.v1.RunCommandRequest
-	(*CommandEvent)(nil),                     // 95: execution.v1.CommandEvent
-	(*WatchCommandRequest)(nil),              // 96: execution.v1.WatchCommandRequest
-	(*ListCommandsRequest)(nil),              // 97: execution.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),             // 98: execution.v1.ListCommandsResponse
-	(*TerminalSize)(nil),                     // 99: execution.v1.TerminalSize
-	(*TerminalStart)(nil),                    // 100: execution.v1.TerminalStart
-	(*TerminalRequest)(nil),                  // 101: execution.v1.TerminalRequest
-	(*TerminalResponse)(nil),                 // 102: execution.v1.TerminalResponse
-	(*AdminPreconditions)(nil),               // 103: execution.v1.AdminPreconditions
-	(*SuspendEnvironmentRequest)(nil),        // 104: execution.v1.SuspendEnvironmentRequest
-	(*SuspendEnvironmentResponse)(nil),       // 105: execution.v1.SuspendEnvironmentResponse
-	(*DeleteEnvironmentRequest)(nil),         // 106: execution.v1.DeleteEnvironmentRequest
-	(*DeleteEnvironmentResponse)(nil),        // 107: execution.v1.DeleteEnvironmentResponse
-	(*SetEnvironmentRetentionRequest)(nil),   // 108: execution.v1.SetEnvironmentRetentionRequest
-	(*SetEnvironmentRetentionResponse)(nil),  // 109: execution.v1.SetEnvironmentRetentionResponse
-	(*SetEnvironmentDeadlineRequest)(nil),    // 110: execution.v1.SetEnvironmentDeadlineRequest
-	(*SetEnvironmentDeadlineResponse)(nil),   // 111: execution.v1.SetEnvironmentDeadlineResponse
-	(*ListEnvironmentsRequest)(nil),          // 112: execution.v1.ListEnvironmentsRequest
-	(*ListEnvironmentsResponse)(nil),         // 113: execution.v1.ListEnvironmentsResponse
-	(*ResumeEnvironmentRequest)(nil),         // 114: execution.v1.ResumeEnvironmentRequest
-	(*ResumeEnvironmentResponse)(nil),        // 115: execution.v1.ResumeEnvironmentResponse
-	(*RetireEnvironmentRequest)(nil),         // 116: execution.v1.RetireEnvironmentRequest
-	(*RetireEnvironmentResponse)(nil),        // 117: execution.v1.RetireEnvironmentResponse
-	(*ReplaceExecutorRequest)(nil),           // 118: execution.v1.ReplaceExecutorRequest
-	(*ReplaceExecutorResponse)(nil),          // 119: execution.v1.ReplaceExecutorResponse
-	(*RevokeEnvironmentRequest)(nil),         // 120: execution.v1.RevokeEnvironmentRequest
-	(*RevokeEnvironmentResponse)(nil),        // 121: execution.v1.RevokeEnvironmentResponse
-	(*RecoverEnvironmentRequest)(nil),        // 122: execution.v1.RecoverEnvironmentRequest
-	(*RecoverEnvironmentResponse)(nil),       // 123: execution.v1.RecoverEnvironmentResponse
-	(*MigrateEnvironmentRequest)(nil),        // 124: execution.v1.MigrateEnvironmentRequest
-	(*MigrateEnvironmentResponse)(nil),       // 125: execution.v1.MigrateEnvironmentResponse
-	(*DeleteRetiredEnvironmentRequest)(nil),  // 126: execution.v1.DeleteRetiredEnvironmentRequest
-	(*DeleteRetiredEnvironmentResponse)(nil), // 127: execution.v1.DeleteRetiredEnvironmentResponse
-	(*UsageCounters)(nil),                    // 128: execution.v1.UsageCounters
-	(*UsageWindow)(nil),                      // 129: execution.v1.UsageWindow
-	(*GetUsageRequest)(nil),                  // 130: execution.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),                 // 131: execution.v1.GetUsageResponse
-	(*ListUsageRequest)(nil),                 // 132: execution.v1.ListUsageRequest
-	(*UsageRecord)(nil),                      // 133: execution.v1.UsageRecord
-	(*ListUsageResponse)(nil),                // 134: execution.v1.ListUsageResponse
-	nil,                                      // 135: execution.v1.Environment.MetadataEntry
-	nil,                                      // 136: execution.v1.EnsureEnvironmentRequest.MetadataEntry
-	nil,                                      // 137: execution.v1.ListEnvironmentsRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),            // 138: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 139: google.protobuf.Duration
+	(SnapshotState)(0),                       // 11: execution.v1.SnapshotState
+	(SnapshotMethod)(0),                      // 12: execution.v1.SnapshotMethod
+	(*Owner)(nil),                            // 13: execution.v1.Owner
+	(*EnvironmentRef)(nil),                   // 14: execution.v1.EnvironmentRef
+	(*Grant)(nil),                            // 15: execution.v1.Grant
+	(*Reference)(nil),                        // 16: execution.v1.Reference
+	(*RunClaim)(nil),                         // 17: execution.v1.RunClaim
+	(*Environment)(nil),                      // 18: execution.v1.Environment
+	(*Deadline)(nil),                         // 19: execution.v1.Deadline
+	(*Profile)(nil),                          // 20: execution.v1.Profile
+	(*ValidateProfileRequest)(nil),           // 21: execution.v1.ValidateProfileRequest
+	(*ValidateProfileResponse)(nil),          // 22: execution.v1.ValidateProfileResponse
+	(*EnsureEnvironmentRequest)(nil),         // 23: execution.v1.EnsureEnvironmentRequest
+	(*EnsureEnvironmentResponse)(nil),        // 24: execution.v1.EnsureEnvironmentResponse
+	(*AttachEnvironmentRequest)(nil),         // 25: execution.v1.AttachEnvironmentRequest
+	(*AttachEnvironmentResponse)(nil),        // 26: execution.v1.AttachEnvironmentResponse
+	(*ReferenceTarget)(nil),                  // 27: execution.v1.ReferenceTarget
+	(*ReleaseReferenceRequest)(nil),          // 28: execution.v1.ReleaseReferenceRequest
+	(*ReleaseReferenceResponse)(nil),         // 29: execution.v1.ReleaseReferenceResponse
+	(*ReserveSuccessorRequest)(nil),          // 30: execution.v1.ReserveSuccessorRequest
+	(*ReserveSuccessorResponse)(nil),         // 31: execution.v1.ReserveSuccessorResponse
+	(*CommitReferenceRequest)(nil),           // 32: execution.v1.CommitReferenceRequest
+	(*CommitReferenceResponse)(nil),          // 33: execution.v1.CommitReferenceResponse
+	(*AbortReferenceRequest)(nil),            // 34: execution.v1.AbortReferenceRequest
+	(*AbortReferenceResponse)(nil),           // 35: execution.v1.AbortReferenceResponse
+	(*PrepareReferenceDeleteRequest)(nil),    // 36: execution.v1.PrepareReferenceDeleteRequest
+	(*PrepareReferenceDeleteResponse)(nil),   // 37: execution.v1.PrepareReferenceDeleteResponse
+	(*ConfirmReferenceDeleteRequest)(nil),    // 38: execution.v1.ConfirmReferenceDeleteRequest
+	(*ConfirmReferenceDeleteResponse)(nil),   // 39: execution.v1.ConfirmReferenceDeleteResponse
+	(*CancelReferenceDeleteRequest)(nil),     // 40: execution.v1.CancelReferenceDeleteRequest
+	(*CancelReferenceDeleteResponse)(nil),    // 41: execution.v1.CancelReferenceDeleteResponse
+	(*ReferenceIntent)(nil),                  // 42: execution.v1.ReferenceIntent
+	(*ListReferenceIntentsRequest)(nil),      // 43: execution.v1.ListReferenceIntentsRequest
+	(*ListReferenceIntentsResponse)(nil),     // 44: execution.v1.ListReferenceIntentsResponse
+	(*AcquireRunRequest)(nil),                // 45: execution.v1.AcquireRunRequest
+	(*AcquireRunResponse)(nil),               // 46: execution.v1.AcquireRunResponse
+	(*RenewRunRequest)(nil),                  // 47: execution.v1.RenewRunRequest
+	(*RenewRunResponse)(nil),                 // 48: execution.v1.RenewRunResponse
+	(*ReleaseRunRequest)(nil),                // 49: execution.v1.ReleaseRunRequest
+	(*ReleaseRunResponse)(nil),               // 50: execution.v1.ReleaseRunResponse
+	(*FileInfo)(nil),                         // 51: execution.v1.FileInfo
+	(*ReadFile)(nil),                         // 52: execution.v1.ReadFile
+	(*ReadFileResult)(nil),                   // 53: execution.v1.ReadFileResult
+	(*WriteFile)(nil),                        // 54: execution.v1.WriteFile
+	(*WriteFileResult)(nil),                  // 55: execution.v1.WriteFileResult
+	(*StatFile)(nil),                         // 56: execution.v1.StatFile
+	(*StatFileResult)(nil),                   // 57: execution.v1.StatFileResult
+	(*ListDirectory)(nil),                    // 58: execution.v1.ListDirectory
+	(*ListDirectoryResult)(nil),              // 59: execution.v1.ListDirectoryResult
+	(*MakeDirectory)(nil),                    // 60: execution.v1.MakeDirectory
+	(*MakeDirectoryResult)(nil),              // 61: execution.v1.MakeDirectoryResult
+	(*RemovePath)(nil),                       // 62: execution.v1.RemovePath
+	(*RemovePathResult)(nil),                 // 63: execution.v1.RemovePathResult
+	(*RenamePath)(nil),                       // 64: execution.v1.RenamePath
+	(*RenamePathResult)(nil),                 // 65: execution.v1.RenamePathResult
+	(*CopyPath)(nil),                         // 66: execution.v1.CopyPath
+	(*CopyPathResult)(nil),                   // 67: execution.v1.CopyPathResult
+	(*Glob)(nil),                             // 68: execution.v1.Glob
+	(*GlobResult)(nil),                       // 69: execution.v1.GlobResult
+	(*Grep)(nil),                             // 70: execution.v1.Grep
+	(*GrepMatch)(nil),                        // 71: execution.v1.GrepMatch
+	(*GrepResult)(nil),                       // 72: execution.v1.GrepResult
+	(*FileOperation)(nil),                    // 73: execution.v1.FileOperation
+	(*FileResult)(nil),                       // 74: execution.v1.FileResult
+	(*FilesRequest)(nil),                     // 75: execution.v1.FilesRequest
+	(*FilesResponse)(nil),                    // 76: execution.v1.FilesResponse
+	(*WriteFileStreamRequest)(nil),           // 77: execution.v1.WriteFileStreamRequest
+	(*WriteFileStreamResponse)(nil),          // 78: execution.v1.WriteFileStreamResponse
+	(*ReadFileStreamRequest)(nil),            // 79: execution.v1.ReadFileStreamRequest
+	(*ReadFileStreamResponse)(nil),           // 80: execution.v1.ReadFileStreamResponse
+	(*EnvironmentVariable)(nil),              // 81: execution.v1.EnvironmentVariable
+	(*CommandSpec)(nil),                      // 82: execution.v1.CommandSpec
+	(*Argv)(nil),                             // 83: execution.v1.Argv
+	(*CapturedOutput)(nil),                   // 84: execution.v1.CapturedOutput
+	(*CommandResult)(nil),                    // 85: execution.v1.CommandResult
+	(*OutputCursor)(nil),                     // 86: execution.v1.OutputCursor
+	(*OutputChunk)(nil),                      // 87: execution.v1.OutputChunk
+	(*CommandProgram)(nil),                   // 88: execution.v1.CommandProgram
+	(*CommandInfo)(nil),                      // 89: execution.v1.CommandInfo
+	(*StartCommandRequest)(nil),              // 90: execution.v1.StartCommandRequest
+	(*StartCommandResponse)(nil),             // 91: execution.v1.StartCommandResponse
+	(*CommandStatusRequest)(nil),             // 92: execution.v1.CommandStatusRequest
+	(*CommandStatusResponse)(nil),            // 93: execution.v1.CommandStatusResponse
+	(*CancelCommandRequest)(nil),             // 94: execution.v1.CancelCommandRequest
+	(*CancelCommandResponse)(nil),            // 95: execution.v1.CancelCommandResponse
+	(*RunCommandRequest)(nil),                // 96: execution.v1.RunCommandRequest
+	(*CommandEvent)(nil),                     // 97: execution.v1.CommandEvent
+	(*WatchCommandRequest)(nil),              // 98: execution.v1.WatchCommandRequest
+	(*ListCommandsRequest)(nil),              // 99: execution.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),             // 100: execution.v1.ListCommandsResponse
+	(*TerminalSize)(nil),                     // 101: execution.v1.TerminalSize
+	(*TerminalStart)(nil),                    // 102: execution.v1.TerminalStart
+	(*TerminalRequest)(nil),                  // 103: execution.v1.TerminalRequest
+	(*TerminalResponse)(nil),                 // 104: execution.v1.TerminalResponse
+	(*AdminPreconditions)(nil),               // 105: execution.v1.AdminPreconditions
+	(*SuspendEnvironmentRequest)(nil),        // 106: execution.v1.SuspendEnvironmentRequest
+	(*SuspendEnvironmentResponse)(nil),       // 107: execution.v1.SuspendEnvironmentResponse
+	(*DeleteEnvironmentRequest)(nil),         // 108: execution.v1.DeleteEnvironmentRequest
+	(*DeleteEnvironmentResponse)(nil),        // 109: execution.v1.DeleteEnvironmentResponse
+	(*SetEnvironmentRetentionRequest)(nil),   // 110: execution.v1.SetEnvironmentRetentionRequest
+	(*SetEnvironmentRetentionResponse)(nil),  // 111: execution.v1.SetEnvironmentRetentionResponse
+	(*SetEnvironmentDeadlineRequest)(nil),    // 112: execution.v1.SetEnvironmentDeadlineRequest
+	(*SetEnvironmentDeadlineResponse)(nil),   // 113: execution.v1.SetEnvironmentDeadlineResponse
+	(*ListEnvironmentsRequest)(nil),          // 114: execution.v1.ListEnvironmentsRequest
+	(*ListEnvironmentsResponse)(nil),         // 115: execution.v1.ListEnvironmentsResponse
+	(*ResumeEnvironmentRequest)(nil),         // 116: execution.v1.ResumeEnvironmentRequest
+	(*ResumeEnvironmentResponse)(nil),        // 117: execution.v1.ResumeEnvironmentResponse
+	(*RetireEnvironmentRequest)(nil),         // 118: execution.v1.RetireEnvironmentRequest
+	(*RetireEnvironmentResponse)(nil),        // 119: execution.v1.RetireEnvironmentResponse
+	(*ReplaceExecutorRequest)(nil),           // 120: execution.v1.ReplaceExecutorRequest
+	(*ReplaceExecutorResponse)(nil),          // 121: execution.v1.ReplaceExecutorResponse
+	(*RevokeEnvironmentRequest)(nil),         // 122: execution.v1.RevokeEnvironmentRequest
+	(*RevokeEnvironmentResponse)(nil),        // 123: execution.v1.RevokeEnvironmentResponse
+	(*RecoverEnvironmentRequest)(nil),        // 124: execution.v1.RecoverEnvironmentRequest
+	(*RecoverEnvironmentResponse)(nil),       // 125: execution.v1.RecoverEnvironmentResponse
+	(*MigrateEnvironmentRequest)(nil),        // 126: execution.v1.MigrateEnvironmentRequest
+	(*MigrateEnvironmentResponse)(nil),       // 127: execution.v1.MigrateEnvironmentResponse
+	(*DeleteRetiredEnvironmentRequest)(nil),  // 128: execution.v1.DeleteRetiredEnvironmentRequest
+	(*DeleteRetiredEnvironmentResponse)(nil), // 129: execution.v1.DeleteRetiredEnvironmentResponse
+	(*UsageCounters)(nil),                    // 130: execution.v1.UsageCounters
+	(*UsageWindow)(nil),                      // 131: execution.v1.UsageWindow
+	(*GetUsageRequest)(nil),                  // 132: execution.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),                 // 133: execution.v1.GetUsageResponse
+	(*ListUsageRequest)(nil),                 // 134: execution.v1.ListUsageRequest
+	(*UsageRecord)(nil),                      // 135: execution.v1.UsageRecord
+	(*ListUsageResponse)(nil),                // 136: execution.v1.ListUsageResponse
+	(*SnapshotCommand)(nil),                  // 137: execution.v1.SnapshotCommand
+	(*Snapshot)(nil),                         // 138: execution.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),            // 139: execution.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),           // 140: execution.v1.CreateSnapshotResponse
+	(*GetSnapshotRequest)(nil),               // 141: execution.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),              // 142: execution.v1.GetSnapshotResponse
+	(*ListSnapshotsRequest)(nil),             // 143: execution.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),            // 144: execution.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),            // 145: execution.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),           // 146: execution.v1.DeleteSnapshotResponse
+	nil,                                      // 147: execution.v1.Environment.MetadataEntry
+	nil,                                      // 148: execution.v1.EnsureEnvironmentRequest.MetadataEntry
+	nil,                                      // 149: execution.v1.ListEnvironmentsRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),            // 150: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 151: google.protobuf.Duration
 }
 var file_execution_v1_execution_proto_depIdxs = []int32{
-	138, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
+	150, // 0: execution.v1.Grant.expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 1: execution.v1.Reference.state:type_name -> execution.v1.ReferenceState
-	138, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
-	138, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
-	12,  // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
+	150, // 2: execution.v1.Reference.updated_at:type_name -> google.protobuf.Timestamp
+	150, // 3: execution.v1.RunClaim.expires_at:type_name -> google.protobuf.Timestamp
+	14,  // 4: execution.v1.Environment.ref:type_name -> execution.v1.EnvironmentRef
 	2,   // 5: execution.v1.Environment.lifecycle:type_name -> execution.v1.LifecycleState
 	1,   // 6: execution.v1.Environment.fence_state:type_name -> execution.v1.FenceState
-	15,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
-	14,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
-	138, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
-	135, // 10: execution.v1.Environment.metadata:type_name -> execution.v1.Environment.MetadataEntry
-	138, // 11: execution.v1.Environment.deadline:type_name -> google.protobuf.Timestamp
+	17,  // 7: execution.v1.Environment.active_run:type_name -> execution.v1.RunClaim
+	16,  // 8: execution.v1.Environment.references:type_name -> execution.v1.Reference
+	150, // 9: execution.v1.Environment.created_at:type_name -> google.protobuf.Timestamp
+	147, // 10: execution.v1.Environment.metadata:type_name -> execution.v1.Environment.MetadataEntry
+	150, // 11: execution.v1.Environment.deadline:type_name -> google.protobuf.Timestamp
 	4,   // 12: execution.v1.Environment.deadline_action:type_name -> execution.v1.DeadlineAction
-	139, // 13: execution.v1.Deadline.after:type_name -> google.protobuf.Duration
+	151, // 13: execution.v1.Deadline.after:type_name -> google.protobuf.Duration
 	4,   // 14: execution.v1.Deadline.action:type_name -> execution.v1.DeadlineAction
-	139, // 15: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
-	18,  // 16: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
-	11,  // 17: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	136, // 18: execution.v1.EnsureEnvironmentRequest.metadata:type_name -> execution.v1.EnsureEnvironmentRequest.MetadataEntry
-	17,  // 19: execution.v1.EnsureEnvironmentRequest.deadline:type_name -> execution.v1.Deadline
-	16,  // 20: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	13,  // 21: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	11,  // 22: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
-	12,  // 23: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	139, // 24: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
-	16,  // 25: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	13,  // 26: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
-	11,  // 27: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
-	12,  // 28: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
-	25,  // 29: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 30: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
-	11,  // 31: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
-	12,  // 32: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	16,  // 33: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
-	14,  // 34: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
-	25,  // 35: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 36: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
-	14,  // 37: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
-	25,  // 38: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 39: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
-	25,  // 40: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 41: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	14,  // 42: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	25,  // 43: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 44: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	25,  // 45: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 46: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
-	14,  // 47: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
-	12,  // 48: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
-	14,  // 49: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
-	11,  // 50: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
-	40,  // 51: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
-	13,  // 52: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
-	12,  // 53: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	139, // 54: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
-	16,  // 55: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
-	15,  // 56: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
-	13,  // 57: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
-	13,  // 58: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 59: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	139, // 60: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
-	15,  // 61: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
-	13,  // 62: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
-	13,  // 63: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 64: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
-	16,  // 65: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
+	151, // 15: execution.v1.Profile.max_command_duration:type_name -> google.protobuf.Duration
+	20,  // 16: execution.v1.ValidateProfileResponse.profile:type_name -> execution.v1.Profile
+	13,  // 17: execution.v1.EnsureEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	148, // 18: execution.v1.EnsureEnvironmentRequest.metadata:type_name -> execution.v1.EnsureEnvironmentRequest.MetadataEntry
+	19,  // 19: execution.v1.EnsureEnvironmentRequest.deadline:type_name -> execution.v1.Deadline
+	18,  // 20: execution.v1.EnsureEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	15,  // 21: execution.v1.EnsureEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	13,  // 22: execution.v1.AttachEnvironmentRequest.owner:type_name -> execution.v1.Owner
+	14,  // 23: execution.v1.AttachEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	151, // 24: execution.v1.AttachEnvironmentRequest.wait_ready:type_name -> google.protobuf.Duration
+	18,  // 25: execution.v1.AttachEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	15,  // 26: execution.v1.AttachEnvironmentResponse.environment_grant:type_name -> execution.v1.Grant
+	13,  // 27: execution.v1.ReferenceTarget.owner:type_name -> execution.v1.Owner
+	14,  // 28: execution.v1.ReferenceTarget.environment:type_name -> execution.v1.EnvironmentRef
+	27,  // 29: execution.v1.ReleaseReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 30: execution.v1.ReleaseReferenceResponse.environment:type_name -> execution.v1.Environment
+	13,  // 31: execution.v1.ReserveSuccessorRequest.owner:type_name -> execution.v1.Owner
+	14,  // 32: execution.v1.ReserveSuccessorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	18,  // 33: execution.v1.ReserveSuccessorResponse.environment:type_name -> execution.v1.Environment
+	16,  // 34: execution.v1.ReserveSuccessorResponse.reference:type_name -> execution.v1.Reference
+	27,  // 35: execution.v1.CommitReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 36: execution.v1.CommitReferenceResponse.environment:type_name -> execution.v1.Environment
+	16,  // 37: execution.v1.CommitReferenceResponse.reference:type_name -> execution.v1.Reference
+	27,  // 38: execution.v1.AbortReferenceRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 39: execution.v1.AbortReferenceResponse.environment:type_name -> execution.v1.Environment
+	27,  // 40: execution.v1.PrepareReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 41: execution.v1.PrepareReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	16,  // 42: execution.v1.PrepareReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	27,  // 43: execution.v1.ConfirmReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 44: execution.v1.ConfirmReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	27,  // 45: execution.v1.CancelReferenceDeleteRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 46: execution.v1.CancelReferenceDeleteResponse.environment:type_name -> execution.v1.Environment
+	16,  // 47: execution.v1.CancelReferenceDeleteResponse.reference:type_name -> execution.v1.Reference
+	14,  // 48: execution.v1.ReferenceIntent.environment:type_name -> execution.v1.EnvironmentRef
+	16,  // 49: execution.v1.ReferenceIntent.reference:type_name -> execution.v1.Reference
+	13,  // 50: execution.v1.ListReferenceIntentsRequest.owner:type_name -> execution.v1.Owner
+	42,  // 51: execution.v1.ListReferenceIntentsResponse.intents:type_name -> execution.v1.ReferenceIntent
+	15,  // 52: execution.v1.AcquireRunRequest.environment_grant:type_name -> execution.v1.Grant
+	14,  // 53: execution.v1.AcquireRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	151, // 54: execution.v1.AcquireRunRequest.ttl:type_name -> google.protobuf.Duration
+	18,  // 55: execution.v1.AcquireRunResponse.environment:type_name -> execution.v1.Environment
+	17,  // 56: execution.v1.AcquireRunResponse.run:type_name -> execution.v1.RunClaim
+	15,  // 57: execution.v1.AcquireRunResponse.run_grant:type_name -> execution.v1.Grant
+	15,  // 58: execution.v1.RenewRunRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 59: execution.v1.RenewRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	151, // 60: execution.v1.RenewRunRequest.ttl:type_name -> google.protobuf.Duration
+	17,  // 61: execution.v1.RenewRunResponse.run:type_name -> execution.v1.RunClaim
+	15,  // 62: execution.v1.RenewRunResponse.run_grant:type_name -> execution.v1.Grant
+	15,  // 63: execution.v1.ReleaseRunRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 64: execution.v1.ReleaseRunRequest.environment:type_name -> execution.v1.EnvironmentRef
+	18,  // 65: execution.v1.ReleaseRunResponse.environment:type_name -> execution.v1.Environment
 	5,   // 66: execution.v1.FileInfo.type:type_name -> execution.v1.FileType
-	138, // 67: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	49,  // 68: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
+	150, // 67: execution.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	51,  // 68: execution.v1.ReadFileResult.info:type_name -> execution.v1.FileInfo
 	6,   // 69: execution.v1.WriteFile.mode:type_name -> execution.v1.WriteMode
-	49,  // 70: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
-	49,  // 71: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
-	49,  // 72: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
-	49,  // 73: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
-	49,  // 74: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
-	49,  // 75: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
-	69,  // 76: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
-	50,  // 77: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
-	52,  // 78: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
-	54,  // 79: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
-	56,  // 80: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
-	58,  // 81: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
-	60,  // 82: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
-	62,  // 83: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
-	64,  // 84: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
-	66,  // 85: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
-	68,  // 86: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
-	51,  // 87: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
-	53,  // 88: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
-	55,  // 89: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
-	57,  // 90: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
-	59,  // 91: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
-	61,  // 92: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
-	63,  // 93: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
-	65,  // 94: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
-	67,  // 95: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
-	70,  // 96: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
-	13,  // 97: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 98: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
-	71,  // 99: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
-	72,  // 100: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
-	13,  // 101: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 102: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	52,  // 103: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
-	53,  // 104: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
-	13,  // 105: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 106: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
-	50,  // 107: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
-	51,  // 108: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
-	81,  // 109: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
-	79,  // 110: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
-	139, // 111: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
+	51,  // 70: execution.v1.WriteFileResult.info:type_name -> execution.v1.FileInfo
+	51,  // 71: execution.v1.StatFileResult.info:type_name -> execution.v1.FileInfo
+	51,  // 72: execution.v1.ListDirectoryResult.entries:type_name -> execution.v1.FileInfo
+	51,  // 73: execution.v1.MakeDirectoryResult.info:type_name -> execution.v1.FileInfo
+	51,  // 74: execution.v1.RenamePathResult.info:type_name -> execution.v1.FileInfo
+	51,  // 75: execution.v1.CopyPathResult.info:type_name -> execution.v1.FileInfo
+	71,  // 76: execution.v1.GrepResult.matches:type_name -> execution.v1.GrepMatch
+	52,  // 77: execution.v1.FileOperation.read:type_name -> execution.v1.ReadFile
+	54,  // 78: execution.v1.FileOperation.write:type_name -> execution.v1.WriteFile
+	56,  // 79: execution.v1.FileOperation.stat:type_name -> execution.v1.StatFile
+	58,  // 80: execution.v1.FileOperation.list:type_name -> execution.v1.ListDirectory
+	60,  // 81: execution.v1.FileOperation.mkdir:type_name -> execution.v1.MakeDirectory
+	62,  // 82: execution.v1.FileOperation.remove:type_name -> execution.v1.RemovePath
+	64,  // 83: execution.v1.FileOperation.rename:type_name -> execution.v1.RenamePath
+	66,  // 84: execution.v1.FileOperation.copy:type_name -> execution.v1.CopyPath
+	68,  // 85: execution.v1.FileOperation.glob:type_name -> execution.v1.Glob
+	70,  // 86: execution.v1.FileOperation.grep:type_name -> execution.v1.Grep
+	53,  // 87: execution.v1.FileResult.read:type_name -> execution.v1.ReadFileResult
+	55,  // 88: execution.v1.FileResult.write:type_name -> execution.v1.WriteFileResult
+	57,  // 89: execution.v1.FileResult.stat:type_name -> execution.v1.StatFileResult
+	59,  // 90: execution.v1.FileResult.list:type_name -> execution.v1.ListDirectoryResult
+	61,  // 91: execution.v1.FileResult.mkdir:type_name -> execution.v1.MakeDirectoryResult
+	63,  // 92: execution.v1.FileResult.remove:type_name -> execution.v1.RemovePathResult
+	65,  // 93: execution.v1.FileResult.rename:type_name -> execution.v1.RenamePathResult
+	67,  // 94: execution.v1.FileResult.copy:type_name -> execution.v1.CopyPathResult
+	69,  // 95: execution.v1.FileResult.glob:type_name -> execution.v1.GlobResult
+	72,  // 96: execution.v1.FileResult.grep:type_name -> execution.v1.GrepResult
+	15,  // 97: execution.v1.FilesRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 98: execution.v1.FilesRequest.environment:type_name -> execution.v1.EnvironmentRef
+	73,  // 99: execution.v1.FilesRequest.operation:type_name -> execution.v1.FileOperation
+	74,  // 100: execution.v1.FilesResponse.result:type_name -> execution.v1.FileResult
+	15,  // 101: execution.v1.WriteFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 102: execution.v1.WriteFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	54,  // 103: execution.v1.WriteFileStreamRequest.write:type_name -> execution.v1.WriteFile
+	55,  // 104: execution.v1.WriteFileStreamResponse.result:type_name -> execution.v1.WriteFileResult
+	15,  // 105: execution.v1.ReadFileStreamRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 106: execution.v1.ReadFileStreamRequest.environment:type_name -> execution.v1.EnvironmentRef
+	52,  // 107: execution.v1.ReadFileStreamRequest.read:type_name -> execution.v1.ReadFile
+	53,  // 108: execution.v1.ReadFileStreamResponse.result:type_name -> execution.v1.ReadFileResult
+	83,  // 109: execution.v1.CommandSpec.argv:type_name -> execution.v1.Argv
+	81,  // 110: execution.v1.CommandSpec.environment:type_name -> execution.v1.EnvironmentVariable
+	151, // 111: execution.v1.CommandSpec.timeout:type_name -> google.protobuf.Duration
 	7,   // 112: execution.v1.CommandResult.state:type_name -> execution.v1.CommandState
-	82,  // 113: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
-	82,  // 114: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
-	138, // 115: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
-	139, // 116: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
+	84,  // 113: execution.v1.CommandResult.stdout:type_name -> execution.v1.CapturedOutput
+	84,  // 114: execution.v1.CommandResult.stderr:type_name -> execution.v1.CapturedOutput
+	150, // 115: execution.v1.CommandResult.started_at:type_name -> google.protobuf.Timestamp
+	151, // 116: execution.v1.CommandResult.duration:type_name -> google.protobuf.Duration
 	8,   // 117: execution.v1.OutputChunk.stream:type_name -> execution.v1.OutputStream
 	7,   // 118: execution.v1.CommandInfo.state:type_name -> execution.v1.CommandState
-	86,  // 119: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
-	138, // 120: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 121: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
-	13,  // 122: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 123: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	80,  // 124: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
-	83,  // 125: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
-	87,  // 126: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
-	13,  // 127: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 128: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
-	84,  // 129: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
-	83,  // 130: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
-	87,  // 131: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
-	85,  // 132: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
-	13,  // 133: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 134: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	139, // 135: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
-	87,  // 136: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
-	13,  // 137: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 138: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	80,  // 139: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
-	87,  // 140: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
-	85,  // 141: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
-	87,  // 142: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
-	13,  // 143: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 144: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
-	84,  // 145: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
-	13,  // 146: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
-	12,  // 147: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
-	87,  // 148: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
-	13,  // 149: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
-	12,  // 150: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
-	80,  // 151: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
-	99,  // 152: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
-	100, // 153: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
-	99,  // 154: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
-	138, // 155: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
-	83,  // 156: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
-	25,  // 157: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 158: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	25,  // 159: execution.v1.DeleteEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	139, // 160: execution.v1.DeleteEnvironmentRequest.wait:type_name -> google.protobuf.Duration
-	16,  // 161: execution.v1.DeleteEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	25,  // 162: execution.v1.SetEnvironmentRetentionRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 163: execution.v1.SetEnvironmentRetentionResponse.environment:type_name -> execution.v1.Environment
-	25,  // 164: execution.v1.SetEnvironmentDeadlineRequest.target:type_name -> execution.v1.ReferenceTarget
-	17,  // 165: execution.v1.SetEnvironmentDeadlineRequest.deadline:type_name -> execution.v1.Deadline
-	16,  // 166: execution.v1.SetEnvironmentDeadlineResponse.environment:type_name -> execution.v1.Environment
-	11,  // 167: execution.v1.ListEnvironmentsRequest.owner:type_name -> execution.v1.Owner
+	88,  // 119: execution.v1.CommandInfo.program:type_name -> execution.v1.CommandProgram
+	150, // 120: execution.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	85,  // 121: execution.v1.CommandInfo.result:type_name -> execution.v1.CommandResult
+	15,  // 122: execution.v1.StartCommandRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 123: execution.v1.StartCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	82,  // 124: execution.v1.StartCommandRequest.command:type_name -> execution.v1.CommandSpec
+	85,  // 125: execution.v1.StartCommandResponse.result:type_name -> execution.v1.CommandResult
+	89,  // 126: execution.v1.StartCommandResponse.command:type_name -> execution.v1.CommandInfo
+	15,  // 127: execution.v1.CommandStatusRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 128: execution.v1.CommandStatusRequest.environment:type_name -> execution.v1.EnvironmentRef
+	86,  // 129: execution.v1.CommandStatusRequest.from:type_name -> execution.v1.OutputCursor
+	85,  // 130: execution.v1.CommandStatusResponse.result:type_name -> execution.v1.CommandResult
+	89,  // 131: execution.v1.CommandStatusResponse.command:type_name -> execution.v1.CommandInfo
+	87,  // 132: execution.v1.CommandStatusResponse.output:type_name -> execution.v1.OutputChunk
+	15,  // 133: execution.v1.CancelCommandRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 134: execution.v1.CancelCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	151, // 135: execution.v1.CancelCommandRequest.grace:type_name -> google.protobuf.Duration
+	89,  // 136: execution.v1.CancelCommandResponse.command:type_name -> execution.v1.CommandInfo
+	15,  // 137: execution.v1.RunCommandRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 138: execution.v1.RunCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	82,  // 139: execution.v1.RunCommandRequest.command:type_name -> execution.v1.CommandSpec
+	89,  // 140: execution.v1.CommandEvent.started:type_name -> execution.v1.CommandInfo
+	87,  // 141: execution.v1.CommandEvent.output:type_name -> execution.v1.OutputChunk
+	89,  // 142: execution.v1.CommandEvent.ended:type_name -> execution.v1.CommandInfo
+	15,  // 143: execution.v1.WatchCommandRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 144: execution.v1.WatchCommandRequest.environment:type_name -> execution.v1.EnvironmentRef
+	86,  // 145: execution.v1.WatchCommandRequest.from:type_name -> execution.v1.OutputCursor
+	15,  // 146: execution.v1.ListCommandsRequest.run_grant:type_name -> execution.v1.Grant
+	14,  // 147: execution.v1.ListCommandsRequest.environment:type_name -> execution.v1.EnvironmentRef
+	89,  // 148: execution.v1.ListCommandsResponse.commands:type_name -> execution.v1.CommandInfo
+	15,  // 149: execution.v1.TerminalStart.run_grant:type_name -> execution.v1.Grant
+	14,  // 150: execution.v1.TerminalStart.environment:type_name -> execution.v1.EnvironmentRef
+	82,  // 151: execution.v1.TerminalStart.command:type_name -> execution.v1.CommandSpec
+	101, // 152: execution.v1.TerminalStart.size:type_name -> execution.v1.TerminalSize
+	102, // 153: execution.v1.TerminalRequest.start:type_name -> execution.v1.TerminalStart
+	101, // 154: execution.v1.TerminalRequest.resize:type_name -> execution.v1.TerminalSize
+	150, // 155: execution.v1.TerminalResponse.started:type_name -> google.protobuf.Timestamp
+	85,  // 156: execution.v1.TerminalResponse.result:type_name -> execution.v1.CommandResult
+	27,  // 157: execution.v1.SuspendEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 158: execution.v1.SuspendEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	27,  // 159: execution.v1.DeleteEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	151, // 160: execution.v1.DeleteEnvironmentRequest.wait:type_name -> google.protobuf.Duration
+	18,  // 161: execution.v1.DeleteEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	27,  // 162: execution.v1.SetEnvironmentRetentionRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 163: execution.v1.SetEnvironmentRetentionResponse.environment:type_name -> execution.v1.Environment
+	27,  // 164: execution.v1.SetEnvironmentDeadlineRequest.target:type_name -> execution.v1.ReferenceTarget
+	19,  // 165: execution.v1.SetEnvironmentDeadlineRequest.deadline:type_name -> execution.v1.Deadline
+	18,  // 166: execution.v1.SetEnvironmentDeadlineResponse.environment:type_name -> execution.v1.Environment
+	13,  // 167: execution.v1.ListEnvironmentsRequest.owner:type_name -> execution.v1.Owner
 	2,   // 168: execution.v1.ListEnvironmentsRequest.lifecycle:type_name -> execution.v1.LifecycleState
-	137, // 169: execution.v1.ListEnvironmentsRequest.metadata:type_name -> execution.v1.ListEnvironmentsRequest.MetadataEntry
-	16,  // 170: execution.v1.ListEnvironmentsResponse.environments:type_name -> execution.v1.Environment
-	25,  // 171: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
-	16,  // 172: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	12,  // 173: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	103, // 174: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	16,  // 175: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	12,  // 176: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
-	103, // 177: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	16,  // 178: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
-	12,  // 179: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	103, // 180: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	16,  // 181: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	12,  // 182: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	103, // 183: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	16,  // 184: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	12,  // 185: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	103, // 186: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	16,  // 187: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
-	12,  // 188: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
-	103, // 189: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
-	138, // 190: execution.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
-	138, // 191: execution.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
-	128, // 192: execution.v1.UsageWindow.usage:type_name -> execution.v1.UsageCounters
-	12,  // 193: execution.v1.GetUsageRequest.environment:type_name -> execution.v1.EnvironmentRef
-	138, // 194: execution.v1.GetUsageRequest.start:type_name -> google.protobuf.Timestamp
-	138, // 195: execution.v1.GetUsageRequest.end:type_name -> google.protobuf.Timestamp
+	149, // 169: execution.v1.ListEnvironmentsRequest.metadata:type_name -> execution.v1.ListEnvironmentsRequest.MetadataEntry
+	18,  // 170: execution.v1.ListEnvironmentsResponse.environments:type_name -> execution.v1.Environment
+	27,  // 171: execution.v1.ResumeEnvironmentRequest.target:type_name -> execution.v1.ReferenceTarget
+	18,  // 172: execution.v1.ResumeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	14,  // 173: execution.v1.RetireEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	105, // 174: execution.v1.RetireEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	18,  // 175: execution.v1.RetireEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	14,  // 176: execution.v1.ReplaceExecutorRequest.environment:type_name -> execution.v1.EnvironmentRef
+	105, // 177: execution.v1.ReplaceExecutorRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	18,  // 178: execution.v1.ReplaceExecutorResponse.environment:type_name -> execution.v1.Environment
+	14,  // 179: execution.v1.RevokeEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	105, // 180: execution.v1.RevokeEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	18,  // 181: execution.v1.RevokeEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	14,  // 182: execution.v1.RecoverEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	105, // 183: execution.v1.RecoverEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	18,  // 184: execution.v1.RecoverEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	14,  // 185: execution.v1.MigrateEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	105, // 186: execution.v1.MigrateEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	18,  // 187: execution.v1.MigrateEnvironmentResponse.environment:type_name -> execution.v1.Environment
+	14,  // 188: execution.v1.DeleteRetiredEnvironmentRequest.environment:type_name -> execution.v1.EnvironmentRef
+	105, // 189: execution.v1.DeleteRetiredEnvironmentRequest.preconditions:type_name -> execution.v1.AdminPreconditions
+	150, // 190: execution.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	150, // 191: execution.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	130, // 192: execution.v1.UsageWindow.usage:type_name -> execution.v1.UsageCounters
+	14,  // 193: execution.v1.GetUsageRequest.environment:type_name -> execution.v1.EnvironmentRef
+	150, // 194: execution.v1.GetUsageRequest.start:type_name -> google.protobuf.Timestamp
+	150, // 195: execution.v1.GetUsageRequest.end:type_name -> google.protobuf.Timestamp
 	9,   // 196: execution.v1.GetUsageRequest.granularity:type_name -> execution.v1.UsageGranularity
-	12,  // 197: execution.v1.GetUsageResponse.environment:type_name -> execution.v1.EnvironmentRef
-	128, // 198: execution.v1.GetUsageResponse.totals:type_name -> execution.v1.UsageCounters
-	129, // 199: execution.v1.GetUsageResponse.windows:type_name -> execution.v1.UsageWindow
-	138, // 200: execution.v1.GetUsageResponse.as_of:type_name -> google.protobuf.Timestamp
-	138, // 201: execution.v1.GetUsageResponse.ended_at:type_name -> google.protobuf.Timestamp
-	11,  // 202: execution.v1.ListUsageRequest.owner:type_name -> execution.v1.Owner
-	138, // 203: execution.v1.ListUsageRequest.start:type_name -> google.protobuf.Timestamp
-	138, // 204: execution.v1.ListUsageRequest.end:type_name -> google.protobuf.Timestamp
+	14,  // 197: execution.v1.GetUsageResponse.environment:type_name -> execution.v1.EnvironmentRef
+	130, // 198: execution.v1.GetUsageResponse.totals:type_name -> execution.v1.UsageCounters
+	131, // 199: execution.v1.GetUsageResponse.windows:type_name -> execution.v1.UsageWindow
+	150, // 200: execution.v1.GetUsageResponse.as_of:type_name -> google.protobuf.Timestamp
+	150, // 201: execution.v1.GetUsageResponse.ended_at:type_name -> google.protobuf.Timestamp
+	13,  // 202: execution.v1.ListUsageRequest.owner:type_name -> execution.v1.Owner
+	150, // 203: execution.v1.ListUsageRequest.start:type_name -> google.protobuf.Timestamp
+	150, // 204: execution.v1.ListUsageRequest.end:type_name -> google.protobuf.Timestamp
 	9,   // 205: execution.v1.ListUsageRequest.granularity:type_name -> execution.v1.UsageGranularity
 	10,  // 206: execution.v1.ListUsageRequest.group_by:type_name -> execution.v1.UsageGroupBy
-	12,  // 207: execution.v1.UsageRecord.environment:type_name -> execution.v1.EnvironmentRef
-	129, // 208: execution.v1.UsageRecord.window:type_name -> execution.v1.UsageWindow
-	133, // 209: execution.v1.ListUsageResponse.records:type_name -> execution.v1.UsageRecord
-	138, // 210: execution.v1.ListUsageResponse.as_of:type_name -> google.protobuf.Timestamp
-	211, // [211:211] is the sub-list for method output_type
-	211, // [211:211] is the sub-list for method input_type
-	211, // [211:211] is the sub-list for extension type_name
-	211, // [211:211] is the sub-list for extension extendee
-	0,   // [0:211] is the sub-list for field type_name
+	14,  // 207: execution.v1.UsageRecord.environment:type_name -> execution.v1.EnvironmentRef
+	131, // 208: execution.v1.UsageRecord.window:type_name -> execution.v1.UsageWindow
+	135, // 209: execution.v1.ListUsageResponse.records:type_name -> execution.v1.UsageRecord
+	150, // 210: execution.v1.ListUsageResponse.as_of:type_name -> google.protobuf.Timestamp
+	7,   // 211: execution.v1.SnapshotCommand.state:type_name -> execution.v1.CommandState
+	11,  // 212: execution.v1.Snapshot.state:type_name -> execution.v1.SnapshotState
+	12,  // 213: execution.v1.Snapshot.method:type_name -> execution.v1.SnapshotMethod
+	14,  // 214: execution.v1.Snapshot.source:type_name -> execution.v1.EnvironmentRef
+	150, // 215: execution.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	150, // 216: execution.v1.Snapshot.cut_at:type_name -> google.protobuf.Timestamp
+	150, // 217: execution.v1.Snapshot.ready_at:type_name -> google.protobuf.Timestamp
+	137, // 218: execution.v1.Snapshot.commands:type_name -> execution.v1.SnapshotCommand
+	27,  // 219: execution.v1.CreateSnapshotRequest.target:type_name -> execution.v1.ReferenceTarget
+	138, // 220: execution.v1.CreateSnapshotResponse.snapshot:type_name -> execution.v1.Snapshot
+	13,  // 221: execution.v1.GetSnapshotRequest.owner:type_name -> execution.v1.Owner
+	138, // 222: execution.v1.GetSnapshotResponse.snapshot:type_name -> execution.v1.Snapshot
+	13,  // 223: execution.v1.ListSnapshotsRequest.owner:type_name -> execution.v1.Owner
+	138, // 224: execution.v1.ListSnapshotsResponse.snapshots:type_name -> execution.v1.Snapshot
+	13,  // 225: execution.v1.DeleteSnapshotRequest.owner:type_name -> execution.v1.Owner
+	138, // 226: execution.v1.DeleteSnapshotResponse.snapshot:type_name -> execution.v1.Snapshot
+	227, // [227:227] is the sub-list for method output_type
+	227, // [227:227] is the sub-list for method input_type
+	227, // [227:227] is the sub-list for extension type_name
+	227, // [227:227] is the sub-list for extension extendee
+	0,   // [0:227] is the sub-list for field type_name
 }
 
 func init() { file_execution_v1_execution_proto_init() }
@@ -10423,13 +11229,14 @@ func file_execution_v1_execution_proto_init() {
 		(*TerminalResponse_Result)(nil),
 	}
 	file_execution_v1_execution_proto_msgTypes[92].OneofWrappers = []any{}
+	file_execution_v1_execution_proto_msgTypes[124].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_execution_v1_execution_proto_rawDesc), len(file_execution_v1_execution_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   127,
+			NumEnums:      13,
+			NumMessages:   137,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

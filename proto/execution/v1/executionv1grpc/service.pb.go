@@ -30,7 +30,7 @@ var File_execution_v1_executionv1grpc_service_proto protoreflect.FileDescriptor
 
 const file_execution_v1_executionv1grpc_service_proto_rawDesc = "" +
 	"\n" +
-	"*execution/v1/executionv1grpc/service.proto\x12\fexecution.v1\x1a\x1cexecution/v1/execution.proto2\xea\x1c\n" +
+	"*execution/v1/executionv1grpc/service.proto\x12\fexecution.v1\x1a\x1cexecution/v1/execution.proto2\xd2\x1f\n" +
 	"\x18ExecutionProviderService\x12^\n" +
 	"\x0fValidateProfile\x12$.execution.v1.ValidateProfileRequest\x1a%.execution.v1.ValidateProfileResponse\x12d\n" +
 	"\x11EnsureEnvironment\x12&.execution.v1.EnsureEnvironmentRequest\x1a'.execution.v1.EnsureEnvironmentResponse\x12d\n" +
@@ -72,7 +72,11 @@ const file_execution_v1_executionv1grpc_service_proto_rawDesc = "" +
 	"\x16SetEnvironmentDeadline\x12+.execution.v1.SetEnvironmentDeadlineRequest\x1a,.execution.v1.SetEnvironmentDeadlineResponse\x12a\n" +
 	"\x10ListEnvironments\x12%.execution.v1.ListEnvironmentsRequest\x1a&.execution.v1.ListEnvironmentsResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.execution.v1.GetUsageRequest\x1a\x1e.execution.v1.GetUsageResponse\x12L\n" +
-	"\tListUsage\x12\x1e.execution.v1.ListUsageRequest\x1a\x1f.execution.v1.ListUsageResponseBSZQgithub.com/execplane/execplane/proto/execution/v1/executionv1grpc;executionv1grpcb\x06proto3"
+	"\tListUsage\x12\x1e.execution.v1.ListUsageRequest\x1a\x1f.execution.v1.ListUsageResponse\x12[\n" +
+	"\x0eCreateSnapshot\x12#.execution.v1.CreateSnapshotRequest\x1a$.execution.v1.CreateSnapshotResponse\x12R\n" +
+	"\vGetSnapshot\x12 .execution.v1.GetSnapshotRequest\x1a!.execution.v1.GetSnapshotResponse\x12X\n" +
+	"\rListSnapshots\x12\".execution.v1.ListSnapshotsRequest\x1a#.execution.v1.ListSnapshotsResponse\x12[\n" +
+	"\x0eDeleteSnapshot\x12#.execution.v1.DeleteSnapshotRequest\x1a$.execution.v1.DeleteSnapshotResponseBSZQgithub.com/execplane/execplane/proto/execution/v1/executionv1grpc;executionv1grpcb\x06proto3"
 
 var file_execution_v1_executionv1grpc_service_proto_goTypes = []any{
 	(*v1.ValidateProfileRequest)(nil),           // 0: execution.v1.ValidateProfileRequest
@@ -113,43 +117,51 @@ var file_execution_v1_executionv1grpc_service_proto_goTypes = []any{
 	(*v1.ListEnvironmentsRequest)(nil),          // 35: execution.v1.ListEnvironmentsRequest
 	(*v1.GetUsageRequest)(nil),                  // 36: execution.v1.GetUsageRequest
 	(*v1.ListUsageRequest)(nil),                 // 37: execution.v1.ListUsageRequest
-	(*v1.ValidateProfileResponse)(nil),          // 38: execution.v1.ValidateProfileResponse
-	(*v1.EnsureEnvironmentResponse)(nil),        // 39: execution.v1.EnsureEnvironmentResponse
-	(*v1.AttachEnvironmentResponse)(nil),        // 40: execution.v1.AttachEnvironmentResponse
-	(*v1.ReleaseReferenceResponse)(nil),         // 41: execution.v1.ReleaseReferenceResponse
-	(*v1.FilesResponse)(nil),                    // 42: execution.v1.FilesResponse
-	(*v1.StartCommandResponse)(nil),             // 43: execution.v1.StartCommandResponse
-	(*v1.CommandStatusResponse)(nil),            // 44: execution.v1.CommandStatusResponse
-	(*v1.CancelCommandResponse)(nil),            // 45: execution.v1.CancelCommandResponse
-	(*v1.AcquireRunResponse)(nil),               // 46: execution.v1.AcquireRunResponse
-	(*v1.RenewRunResponse)(nil),                 // 47: execution.v1.RenewRunResponse
-	(*v1.ReleaseRunResponse)(nil),               // 48: execution.v1.ReleaseRunResponse
-	(*v1.ReserveSuccessorResponse)(nil),         // 49: execution.v1.ReserveSuccessorResponse
-	(*v1.CommitReferenceResponse)(nil),          // 50: execution.v1.CommitReferenceResponse
-	(*v1.AbortReferenceResponse)(nil),           // 51: execution.v1.AbortReferenceResponse
-	(*v1.PrepareReferenceDeleteResponse)(nil),   // 52: execution.v1.PrepareReferenceDeleteResponse
-	(*v1.ConfirmReferenceDeleteResponse)(nil),   // 53: execution.v1.ConfirmReferenceDeleteResponse
-	(*v1.CancelReferenceDeleteResponse)(nil),    // 54: execution.v1.CancelReferenceDeleteResponse
-	(*v1.ListReferenceIntentsResponse)(nil),     // 55: execution.v1.ListReferenceIntentsResponse
-	(*v1.RetireEnvironmentResponse)(nil),        // 56: execution.v1.RetireEnvironmentResponse
-	(*v1.ReplaceExecutorResponse)(nil),          // 57: execution.v1.ReplaceExecutorResponse
-	(*v1.RevokeEnvironmentResponse)(nil),        // 58: execution.v1.RevokeEnvironmentResponse
-	(*v1.RecoverEnvironmentResponse)(nil),       // 59: execution.v1.RecoverEnvironmentResponse
-	(*v1.MigrateEnvironmentResponse)(nil),       // 60: execution.v1.MigrateEnvironmentResponse
-	(*v1.DeleteRetiredEnvironmentResponse)(nil), // 61: execution.v1.DeleteRetiredEnvironmentResponse
-	(*v1.WriteFileStreamResponse)(nil),          // 62: execution.v1.WriteFileStreamResponse
-	(*v1.ReadFileStreamResponse)(nil),           // 63: execution.v1.ReadFileStreamResponse
-	(*v1.CommandEvent)(nil),                     // 64: execution.v1.CommandEvent
-	(*v1.ListCommandsResponse)(nil),             // 65: execution.v1.ListCommandsResponse
-	(*v1.TerminalResponse)(nil),                 // 66: execution.v1.TerminalResponse
-	(*v1.SuspendEnvironmentResponse)(nil),       // 67: execution.v1.SuspendEnvironmentResponse
-	(*v1.ResumeEnvironmentResponse)(nil),        // 68: execution.v1.ResumeEnvironmentResponse
-	(*v1.DeleteEnvironmentResponse)(nil),        // 69: execution.v1.DeleteEnvironmentResponse
-	(*v1.SetEnvironmentRetentionResponse)(nil),  // 70: execution.v1.SetEnvironmentRetentionResponse
-	(*v1.SetEnvironmentDeadlineResponse)(nil),   // 71: execution.v1.SetEnvironmentDeadlineResponse
-	(*v1.ListEnvironmentsResponse)(nil),         // 72: execution.v1.ListEnvironmentsResponse
-	(*v1.GetUsageResponse)(nil),                 // 73: execution.v1.GetUsageResponse
-	(*v1.ListUsageResponse)(nil),                // 74: execution.v1.ListUsageResponse
+	(*v1.CreateSnapshotRequest)(nil),            // 38: execution.v1.CreateSnapshotRequest
+	(*v1.GetSnapshotRequest)(nil),               // 39: execution.v1.GetSnapshotRequest
+	(*v1.ListSnapshotsRequest)(nil),             // 40: execution.v1.ListSnapshotsRequest
+	(*v1.DeleteSnapshotRequest)(nil),            // 41: execution.v1.DeleteSnapshotRequest
+	(*v1.ValidateProfileResponse)(nil),          // 42: execution.v1.ValidateProfileResponse
+	(*v1.EnsureEnvironmentResponse)(nil),        // 43: execution.v1.EnsureEnvironmentResponse
+	(*v1.AttachEnvironmentResponse)(nil),        // 44: execution.v1.AttachEnvironmentResponse
+	(*v1.ReleaseReferenceResponse)(nil),         // 45: execution.v1.ReleaseReferenceResponse
+	(*v1.FilesResponse)(nil),                    // 46: execution.v1.FilesResponse
+	(*v1.StartCommandResponse)(nil),             // 47: execution.v1.StartCommandResponse
+	(*v1.CommandStatusResponse)(nil),            // 48: execution.v1.CommandStatusResponse
+	(*v1.CancelCommandResponse)(nil),            // 49: execution.v1.CancelCommandResponse
+	(*v1.AcquireRunResponse)(nil),               // 50: execution.v1.AcquireRunResponse
+	(*v1.RenewRunResponse)(nil),                 // 51: execution.v1.RenewRunResponse
+	(*v1.ReleaseRunResponse)(nil),               // 52: execution.v1.ReleaseRunResponse
+	(*v1.ReserveSuccessorResponse)(nil),         // 53: execution.v1.ReserveSuccessorResponse
+	(*v1.CommitReferenceResponse)(nil),          // 54: execution.v1.CommitReferenceResponse
+	(*v1.AbortReferenceResponse)(nil),           // 55: execution.v1.AbortReferenceResponse
+	(*v1.PrepareReferenceDeleteResponse)(nil),   // 56: execution.v1.PrepareReferenceDeleteResponse
+	(*v1.ConfirmReferenceDeleteResponse)(nil),   // 57: execution.v1.ConfirmReferenceDeleteResponse
+	(*v1.CancelReferenceDeleteResponse)(nil),    // 58: execution.v1.CancelReferenceDeleteResponse
+	(*v1.ListReferenceIntentsResponse)(nil),     // 59: execution.v1.ListReferenceIntentsResponse
+	(*v1.RetireEnvironmentResponse)(nil),        // 60: execution.v1.RetireEnvironmentResponse
+	(*v1.ReplaceExecutorResponse)(nil),          // 61: execution.v1.ReplaceExecutorResponse
+	(*v1.RevokeEnvironmentResponse)(nil),        // 62: execution.v1.RevokeEnvironmentResponse
+	(*v1.RecoverEnvironmentResponse)(nil),       // 63: execution.v1.RecoverEnvironmentResponse
+	(*v1.MigrateEnvironmentResponse)(nil),       // 64: execution.v1.MigrateEnvironmentResponse
+	(*v1.DeleteRetiredEnvironmentResponse)(nil), // 65: execution.v1.DeleteRetiredEnvironmentResponse
+	(*v1.WriteFileStreamResponse)(nil),          // 66: execution.v1.WriteFileStreamResponse
+	(*v1.ReadFileStreamResponse)(nil),           // 67: execution.v1.ReadFileStreamResponse
+	(*v1.CommandEvent)(nil),                     // 68: execution.v1.CommandEvent
+	(*v1.ListCommandsResponse)(nil),             // 69: execution.v1.ListCommandsResponse
+	(*v1.TerminalResponse)(nil),                 // 70: execution.v1.TerminalResponse
+	(*v1.SuspendEnvironmentResponse)(nil),       // 71: execution.v1.SuspendEnvironmentResponse
+	(*v1.ResumeEnvironmentResponse)(nil),        // 72: execution.v1.ResumeEnvironmentResponse
+	(*v1.DeleteEnvironmentResponse)(nil),        // 73: execution.v1.DeleteEnvironmentResponse
+	(*v1.SetEnvironmentRetentionResponse)(nil),  // 74: execution.v1.SetEnvironmentRetentionResponse
+	(*v1.SetEnvironmentDeadlineResponse)(nil),   // 75: execution.v1.SetEnvironmentDeadlineResponse
+	(*v1.ListEnvironmentsResponse)(nil),         // 76: execution.v1.ListEnvironmentsResponse
+	(*v1.GetUsageResponse)(nil),                 // 77: execution.v1.GetUsageResponse
+	(*v1.ListUsageResponse)(nil),                // 78: execution.v1.ListUsageResponse
+	(*v1.CreateSnapshotResponse)(nil),           // 79: execution.v1.CreateSnapshotResponse
+	(*v1.GetSnapshotResponse)(nil),              // 80: execution.v1.GetSnapshotResponse
+	(*v1.ListSnapshotsResponse)(nil),            // 81: execution.v1.ListSnapshotsResponse
+	(*v1.DeleteSnapshotResponse)(nil),           // 82: execution.v1.DeleteSnapshotResponse
 }
 var file_execution_v1_executionv1grpc_service_proto_depIdxs = []int32{
 	0,  // 0: execution.v1.ExecutionProviderService.ValidateProfile:input_type -> execution.v1.ValidateProfileRequest
@@ -190,46 +202,54 @@ var file_execution_v1_executionv1grpc_service_proto_depIdxs = []int32{
 	35, // 35: execution.v1.ExecutionProviderService.ListEnvironments:input_type -> execution.v1.ListEnvironmentsRequest
 	36, // 36: execution.v1.ExecutionProviderService.GetUsage:input_type -> execution.v1.GetUsageRequest
 	37, // 37: execution.v1.ExecutionProviderService.ListUsage:input_type -> execution.v1.ListUsageRequest
-	38, // 38: execution.v1.ExecutionProviderService.ValidateProfile:output_type -> execution.v1.ValidateProfileResponse
-	39, // 39: execution.v1.ExecutionProviderService.EnsureEnvironment:output_type -> execution.v1.EnsureEnvironmentResponse
-	40, // 40: execution.v1.ExecutionProviderService.AttachEnvironment:output_type -> execution.v1.AttachEnvironmentResponse
-	41, // 41: execution.v1.ExecutionProviderService.ReleaseReference:output_type -> execution.v1.ReleaseReferenceResponse
-	42, // 42: execution.v1.ExecutionProviderService.Files:output_type -> execution.v1.FilesResponse
-	43, // 43: execution.v1.ExecutionProviderService.StartCommand:output_type -> execution.v1.StartCommandResponse
-	44, // 44: execution.v1.ExecutionProviderService.CommandStatus:output_type -> execution.v1.CommandStatusResponse
-	45, // 45: execution.v1.ExecutionProviderService.CancelCommand:output_type -> execution.v1.CancelCommandResponse
-	46, // 46: execution.v1.ExecutionProviderService.AcquireRun:output_type -> execution.v1.AcquireRunResponse
-	47, // 47: execution.v1.ExecutionProviderService.RenewRun:output_type -> execution.v1.RenewRunResponse
-	48, // 48: execution.v1.ExecutionProviderService.ReleaseRun:output_type -> execution.v1.ReleaseRunResponse
-	49, // 49: execution.v1.ExecutionProviderService.ReserveSuccessor:output_type -> execution.v1.ReserveSuccessorResponse
-	50, // 50: execution.v1.ExecutionProviderService.CommitReference:output_type -> execution.v1.CommitReferenceResponse
-	51, // 51: execution.v1.ExecutionProviderService.AbortReference:output_type -> execution.v1.AbortReferenceResponse
-	52, // 52: execution.v1.ExecutionProviderService.PrepareReferenceDelete:output_type -> execution.v1.PrepareReferenceDeleteResponse
-	53, // 53: execution.v1.ExecutionProviderService.ConfirmReferenceDelete:output_type -> execution.v1.ConfirmReferenceDeleteResponse
-	54, // 54: execution.v1.ExecutionProviderService.CancelReferenceDelete:output_type -> execution.v1.CancelReferenceDeleteResponse
-	55, // 55: execution.v1.ExecutionProviderService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
-	56, // 56: execution.v1.ExecutionProviderService.RetireEnvironment:output_type -> execution.v1.RetireEnvironmentResponse
-	57, // 57: execution.v1.ExecutionProviderService.ReplaceExecutor:output_type -> execution.v1.ReplaceExecutorResponse
-	58, // 58: execution.v1.ExecutionProviderService.RevokeEnvironment:output_type -> execution.v1.RevokeEnvironmentResponse
-	59, // 59: execution.v1.ExecutionProviderService.RecoverEnvironment:output_type -> execution.v1.RecoverEnvironmentResponse
-	60, // 60: execution.v1.ExecutionProviderService.MigrateEnvironment:output_type -> execution.v1.MigrateEnvironmentResponse
-	61, // 61: execution.v1.ExecutionProviderService.DeleteRetiredEnvironment:output_type -> execution.v1.DeleteRetiredEnvironmentResponse
-	62, // 62: execution.v1.ExecutionProviderService.WriteFileStream:output_type -> execution.v1.WriteFileStreamResponse
-	63, // 63: execution.v1.ExecutionProviderService.ReadFileStream:output_type -> execution.v1.ReadFileStreamResponse
-	64, // 64: execution.v1.ExecutionProviderService.RunCommand:output_type -> execution.v1.CommandEvent
-	64, // 65: execution.v1.ExecutionProviderService.WatchCommand:output_type -> execution.v1.CommandEvent
-	65, // 66: execution.v1.ExecutionProviderService.ListCommands:output_type -> execution.v1.ListCommandsResponse
-	66, // 67: execution.v1.ExecutionProviderService.Terminal:output_type -> execution.v1.TerminalResponse
-	67, // 68: execution.v1.ExecutionProviderService.SuspendEnvironment:output_type -> execution.v1.SuspendEnvironmentResponse
-	68, // 69: execution.v1.ExecutionProviderService.ResumeEnvironment:output_type -> execution.v1.ResumeEnvironmentResponse
-	69, // 70: execution.v1.ExecutionProviderService.DeleteEnvironment:output_type -> execution.v1.DeleteEnvironmentResponse
-	70, // 71: execution.v1.ExecutionProviderService.SetEnvironmentRetention:output_type -> execution.v1.SetEnvironmentRetentionResponse
-	71, // 72: execution.v1.ExecutionProviderService.SetEnvironmentDeadline:output_type -> execution.v1.SetEnvironmentDeadlineResponse
-	72, // 73: execution.v1.ExecutionProviderService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
-	73, // 74: execution.v1.ExecutionProviderService.GetUsage:output_type -> execution.v1.GetUsageResponse
-	74, // 75: execution.v1.ExecutionProviderService.ListUsage:output_type -> execution.v1.ListUsageResponse
-	38, // [38:76] is the sub-list for method output_type
-	0,  // [0:38] is the sub-list for method input_type
+	38, // 38: execution.v1.ExecutionProviderService.CreateSnapshot:input_type -> execution.v1.CreateSnapshotRequest
+	39, // 39: execution.v1.ExecutionProviderService.GetSnapshot:input_type -> execution.v1.GetSnapshotRequest
+	40, // 40: execution.v1.ExecutionProviderService.ListSnapshots:input_type -> execution.v1.ListSnapshotsRequest
+	41, // 41: execution.v1.ExecutionProviderService.DeleteSnapshot:input_type -> execution.v1.DeleteSnapshotRequest
+	42, // 42: execution.v1.ExecutionProviderService.ValidateProfile:output_type -> execution.v1.ValidateProfileResponse
+	43, // 43: execution.v1.ExecutionProviderService.EnsureEnvironment:output_type -> execution.v1.EnsureEnvironmentResponse
+	44, // 44: execution.v1.ExecutionProviderService.AttachEnvironment:output_type -> execution.v1.AttachEnvironmentResponse
+	45, // 45: execution.v1.ExecutionProviderService.ReleaseReference:output_type -> execution.v1.ReleaseReferenceResponse
+	46, // 46: execution.v1.ExecutionProviderService.Files:output_type -> execution.v1.FilesResponse
+	47, // 47: execution.v1.ExecutionProviderService.StartCommand:output_type -> execution.v1.StartCommandResponse
+	48, // 48: execution.v1.ExecutionProviderService.CommandStatus:output_type -> execution.v1.CommandStatusResponse
+	49, // 49: execution.v1.ExecutionProviderService.CancelCommand:output_type -> execution.v1.CancelCommandResponse
+	50, // 50: execution.v1.ExecutionProviderService.AcquireRun:output_type -> execution.v1.AcquireRunResponse
+	51, // 51: execution.v1.ExecutionProviderService.RenewRun:output_type -> execution.v1.RenewRunResponse
+	52, // 52: execution.v1.ExecutionProviderService.ReleaseRun:output_type -> execution.v1.ReleaseRunResponse
+	53, // 53: execution.v1.ExecutionProviderService.ReserveSuccessor:output_type -> execution.v1.ReserveSuccessorResponse
+	54, // 54: execution.v1.ExecutionProviderService.CommitReference:output_type -> execution.v1.CommitReferenceResponse
+	55, // 55: execution.v1.ExecutionProviderService.AbortReference:output_type -> execution.v1.AbortReferenceResponse
+	56, // 56: execution.v1.ExecutionProviderService.PrepareReferenceDelete:output_type -> execution.v1.PrepareReferenceDeleteResponse
+	57, // 57: execution.v1.ExecutionProviderService.ConfirmReferenceDelete:output_type -> execution.v1.ConfirmReferenceDeleteResponse
+	58, // 58: execution.v1.ExecutionProviderService.CancelReferenceDelete:output_type -> execution.v1.CancelReferenceDeleteResponse
+	59, // 59: execution.v1.ExecutionProviderService.ListReferenceIntents:output_type -> execution.v1.ListReferenceIntentsResponse
+	60, // 60: execution.v1.ExecutionProviderService.RetireEnvironment:output_type -> execution.v1.RetireEnvironmentResponse
+	61, // 61: execution.v1.ExecutionProviderService.ReplaceExecutor:output_type -> execution.v1.ReplaceExecutorResponse
+	62, // 62: execution.v1.ExecutionProviderService.RevokeEnvironment:output_type -> execution.v1.RevokeEnvironmentResponse
+	63, // 63: execution.v1.ExecutionProviderService.RecoverEnvironment:output_type -> execution.v1.RecoverEnvironmentResponse
+	64, // 64: execution.v1.ExecutionProviderService.MigrateEnvironment:output_type -> execution.v1.MigrateEnvironmentResponse
+	65, // 65: execution.v1.ExecutionProviderService.DeleteRetiredEnvironment:output_type -> execution.v1.DeleteRetiredEnvironmentResponse
+	66, // 66: execution.v1.ExecutionProviderService.WriteFileStream:output_type -> execution.v1.WriteFileStreamResponse
+	67, // 67: execution.v1.ExecutionProviderService.ReadFileStream:output_type -> execution.v1.ReadFileStreamResponse
+	68, // 68: execution.v1.ExecutionProviderService.RunCommand:output_type -> execution.v1.CommandEvent
+	68, // 69: execution.v1.ExecutionProviderService.WatchCommand:output_type -> execution.v1.CommandEvent
+	69, // 70: execution.v1.ExecutionProviderService.ListCommands:output_type -> execution.v1.ListCommandsResponse
+	70, // 71: execution.v1.ExecutionProviderService.Terminal:output_type -> execution.v1.TerminalResponse
+	71, // 72: execution.v1.ExecutionProviderService.SuspendEnvironment:output_type -> execution.v1.SuspendEnvironmentResponse
+	72, // 73: execution.v1.ExecutionProviderService.ResumeEnvironment:output_type -> execution.v1.ResumeEnvironmentResponse
+	73, // 74: execution.v1.ExecutionProviderService.DeleteEnvironment:output_type -> execution.v1.DeleteEnvironmentResponse
+	74, // 75: execution.v1.ExecutionProviderService.SetEnvironmentRetention:output_type -> execution.v1.SetEnvironmentRetentionResponse
+	75, // 76: execution.v1.ExecutionProviderService.SetEnvironmentDeadline:output_type -> execution.v1.SetEnvironmentDeadlineResponse
+	76, // 77: execution.v1.ExecutionProviderService.ListEnvironments:output_type -> execution.v1.ListEnvironmentsResponse
+	77, // 78: execution.v1.ExecutionProviderService.GetUsage:output_type -> execution.v1.GetUsageResponse
+	78, // 79: execution.v1.ExecutionProviderService.ListUsage:output_type -> execution.v1.ListUsageResponse
+	79, // 80: execution.v1.ExecutionProviderService.CreateSnapshot:output_type -> execution.v1.CreateSnapshotResponse
+	80, // 81: execution.v1.ExecutionProviderService.GetSnapshot:output_type -> execution.v1.GetSnapshotResponse
+	81, // 82: execution.v1.ExecutionProviderService.ListSnapshots:output_type -> execution.v1.ListSnapshotsResponse
+	82, // 83: execution.v1.ExecutionProviderService.DeleteSnapshot:output_type -> execution.v1.DeleteSnapshotResponse
+	42, // [42:84] is the sub-list for method output_type
+	0,  // [0:42] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

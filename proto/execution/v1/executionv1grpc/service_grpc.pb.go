@@ -63,6 +63,10 @@ const (
 	ExecutionProviderService_ListEnvironments_FullMethodName         = "/execution.v1.ExecutionProviderService/ListEnvironments"
 	ExecutionProviderService_GetUsage_FullMethodName                 = "/execution.v1.ExecutionProviderService/GetUsage"
 	ExecutionProviderService_ListUsage_FullMethodName                = "/execution.v1.ExecutionProviderService/ListUsage"
+	ExecutionProviderService_CreateSnapshot_FullMethodName           = "/execution.v1.ExecutionProviderService/CreateSnapshot"
+	ExecutionProviderService_GetSnapshot_FullMethodName              = "/execution.v1.ExecutionProviderService/GetSnapshot"
+	ExecutionProviderService_ListSnapshots_FullMethodName            = "/execution.v1.ExecutionProviderService/ListSnapshots"
+	ExecutionProviderService_DeleteSnapshot_FullMethodName           = "/execution.v1.ExecutionProviderService/DeleteSnapshot"
 )
 
 // ExecutionProviderServiceClient is the client API for ExecutionProviderService service.
@@ -205,6 +209,20 @@ type ExecutionProviderServiceClient interface {
 	// client's own environments (of one owner, when it names one); an administrator's
 	// clients' too. Not mutating.
 	ListUsage(ctx context.Context, in *v1.ListUsageRequest, opts ...grpc.CallOption) (*v1.ListUsageResponse, error)
+	// CreateSnapshot takes a crash-consistent snapshot of an environment's workspace for the
+	// owner of a binding that holds a reference on it (MayAttestOwner): a running executor's
+	// processes are stopped while the state is cut and continued after (docs/snapshots.md),
+	// and the answer comes once it is cut (READY, or FAILED with why). Idempotent by name and
+	// operation id; the name taken by another request is ALREADY_EXISTS.
+	CreateSnapshot(ctx context.Context, in *v1.CreateSnapshotRequest, opts ...grpc.CallOption) (*v1.CreateSnapshotResponse, error)
+	// GetSnapshot answers one of the owner's snapshots; another owner's answers NOT_FOUND, as an
+	// absent one does. Not mutating.
+	GetSnapshot(ctx context.Context, in *v1.GetSnapshotRequest, opts ...grpc.CallOption) (*v1.GetSnapshotResponse, error)
+	// ListSnapshots lists the owner's snapshots (this client's). Not mutating.
+	ListSnapshots(ctx context.Context, in *v1.ListSnapshotsRequest, opts ...grpc.CallOption) (*v1.ListSnapshotsResponse, error)
+	// DeleteSnapshot deletes one of the owner's snapshots and its storage; environments restored
+	// from it keep their files. A snapshot being deleted is answered as it is.
+	DeleteSnapshot(ctx context.Context, in *v1.DeleteSnapshotRequest, opts ...grpc.CallOption) (*v1.DeleteSnapshotResponse, error)
 }
 
 type executionProviderServiceClient struct {
@@ -628,6 +646,46 @@ func (c *executionProviderServiceClient) ListUsage(ctx context.Context, in *v1.L
 	return out, nil
 }
 
+func (c *executionProviderServiceClient) CreateSnapshot(ctx context.Context, in *v1.CreateSnapshotRequest, opts ...grpc.CallOption) (*v1.CreateSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.CreateSnapshotResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_CreateSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionProviderServiceClient) GetSnapshot(ctx context.Context, in *v1.GetSnapshotRequest, opts ...grpc.CallOption) (*v1.GetSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.GetSnapshotResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_GetSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionProviderServiceClient) ListSnapshots(ctx context.Context, in *v1.ListSnapshotsRequest, opts ...grpc.CallOption) (*v1.ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionProviderServiceClient) DeleteSnapshot(ctx context.Context, in *v1.DeleteSnapshotRequest, opts ...grpc.CallOption) (*v1.DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, ExecutionProviderService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionProviderServiceServer is the server API for ExecutionProviderService service.
 // All implementations must embed UnimplementedExecutionProviderServiceServer
 // for forward compatibility.
@@ -768,6 +826,20 @@ type ExecutionProviderServiceServer interface {
 	// client's own environments (of one owner, when it names one); an administrator's
 	// clients' too. Not mutating.
 	ListUsage(context.Context, *v1.ListUsageRequest) (*v1.ListUsageResponse, error)
+	// CreateSnapshot takes a crash-consistent snapshot of an environment's workspace for the
+	// owner of a binding that holds a reference on it (MayAttestOwner): a running executor's
+	// processes are stopped while the state is cut and continued after (docs/snapshots.md),
+	// and the answer comes once it is cut (READY, or FAILED with why). Idempotent by name and
+	// operation id; the name taken by another request is ALREADY_EXISTS.
+	CreateSnapshot(context.Context, *v1.CreateSnapshotRequest) (*v1.CreateSnapshotResponse, error)
+	// GetSnapshot answers one of the owner's snapshots; another owner's answers NOT_FOUND, as an
+	// absent one does. Not mutating.
+	GetSnapshot(context.Context, *v1.GetSnapshotRequest) (*v1.GetSnapshotResponse, error)
+	// ListSnapshots lists the owner's snapshots (this client's). Not mutating.
+	ListSnapshots(context.Context, *v1.ListSnapshotsRequest) (*v1.ListSnapshotsResponse, error)
+	// DeleteSnapshot deletes one of the owner's snapshots and its storage; environments restored
+	// from it keep their files. A snapshot being deleted is answered as it is.
+	DeleteSnapshot(context.Context, *v1.DeleteSnapshotRequest) (*v1.DeleteSnapshotResponse, error)
 	mustEmbedUnimplementedExecutionProviderServiceServer()
 }
 
@@ -891,6 +963,18 @@ func (UnimplementedExecutionProviderServiceServer) GetUsage(context.Context, *v1
 }
 func (UnimplementedExecutionProviderServiceServer) ListUsage(context.Context, *v1.ListUsageRequest) (*v1.ListUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListUsage not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) CreateSnapshot(context.Context, *v1.CreateSnapshotRequest) (*v1.CreateSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSnapshot not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) GetSnapshot(context.Context, *v1.GetSnapshotRequest) (*v1.GetSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSnapshot not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) ListSnapshots(context.Context, *v1.ListSnapshotsRequest) (*v1.ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
+}
+func (UnimplementedExecutionProviderServiceServer) DeleteSnapshot(context.Context, *v1.DeleteSnapshotRequest) (*v1.DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
 }
 func (UnimplementedExecutionProviderServiceServer) mustEmbedUnimplementedExecutionProviderServiceServer() {
 }
@@ -1555,6 +1639,78 @@ func _ExecutionProviderService_ListUsage_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionProviderService_CreateSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.CreateSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).CreateSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_CreateSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).CreateSnapshot(ctx, req.(*v1.CreateSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionProviderService_GetSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.GetSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).GetSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_GetSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).GetSnapshot(ctx, req.(*v1.GetSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionProviderService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).ListSnapshots(ctx, req.(*v1.ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionProviderService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionProviderServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionProviderService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionProviderServiceServer).DeleteSnapshot(ctx, req.(*v1.DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionProviderService_ServiceDesc is the grpc.ServiceDesc for ExecutionProviderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1693,6 +1849,22 @@ var ExecutionProviderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListUsage",
 			Handler:    _ExecutionProviderService_ListUsage_Handler,
+		},
+		{
+			MethodName: "CreateSnapshot",
+			Handler:    _ExecutionProviderService_CreateSnapshot_Handler,
+		},
+		{
+			MethodName: "GetSnapshot",
+			Handler:    _ExecutionProviderService_GetSnapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _ExecutionProviderService_ListSnapshots_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _ExecutionProviderService_DeleteSnapshot_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

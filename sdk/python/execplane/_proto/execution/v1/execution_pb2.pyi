@@ -73,6 +73,15 @@ REFERENCE_STATE_PENDING_DELETE: ReferenceState
 REFERENCE_STATE_PUBLISHED: ReferenceState
 REFERENCE_STATE_RESERVED_SUCCESSOR: ReferenceState
 REFERENCE_STATE_UNSPECIFIED: ReferenceState
+SNAPSHOT_METHOD_COPY: SnapshotMethod
+SNAPSHOT_METHOD_CSI: SnapshotMethod
+SNAPSHOT_METHOD_UNSPECIFIED: SnapshotMethod
+SNAPSHOT_STATE_CUTTING: SnapshotState
+SNAPSHOT_STATE_DELETING: SnapshotState
+SNAPSHOT_STATE_FAILED: SnapshotState
+SNAPSHOT_STATE_PENDING: SnapshotState
+SNAPSHOT_STATE_READY: SnapshotState
+SNAPSHOT_STATE_UNSPECIFIED: SnapshotState
 USAGE_GRANULARITY_DAY: UsageGranularity
 USAGE_GRANULARITY_HOUR: UsageGranularity
 USAGE_GRANULARITY_TOTAL: UsageGranularity
@@ -374,6 +383,22 @@ class CopyPathResult(_message.Message):
     info: FileInfo
     def __init__(self, info: _Optional[_Union[FileInfo, _Mapping]] = ..., copied_bytes: _Optional[int] = ..., copied_entries: _Optional[int] = ...) -> None: ...
 
+class CreateSnapshotRequest(_message.Message):
+    __slots__ = ["name", "operation_id", "target"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    operation_id: str
+    target: ReferenceTarget
+    def __init__(self, operation_id: _Optional[str] = ..., target: _Optional[_Union[ReferenceTarget, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CreateSnapshotResponse(_message.Message):
+    __slots__ = ["snapshot"]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: Snapshot
+    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
+
 class Deadline(_message.Message):
     __slots__ = ["action", "after"]
     ACTION_FIELD_NUMBER: _ClassVar[int]
@@ -413,6 +438,22 @@ class DeleteRetiredEnvironmentRequest(_message.Message):
 class DeleteRetiredEnvironmentResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ["name", "operation_id", "owner"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    operation_id: str
+    owner: Owner
+    def __init__(self, operation_id: _Optional[str] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
+    __slots__ = ["snapshot"]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: Snapshot
+    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
 
 class EnsureEnvironmentRequest(_message.Message):
     __slots__ = ["binding_id", "deadline", "expected_profile_digest", "from_snapshot", "metadata", "operation_id", "owner", "profile"]
@@ -600,6 +641,20 @@ class FilesResponse(_message.Message):
     result: FileResult
     def __init__(self, result: _Optional[_Union[FileResult, _Mapping]] = ...) -> None: ...
 
+class GetSnapshotRequest(_message.Message):
+    __slots__ = ["name", "owner"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner: Owner
+    def __init__(self, owner: _Optional[_Union[Owner, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetSnapshotResponse(_message.Message):
+    __slots__ = ["snapshot"]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: Snapshot
+    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
+
 class GetUsageRequest(_message.Message):
     __slots__ = ["end", "environment", "granularity", "start"]
     END_FIELD_NUMBER: _ClassVar[int]
@@ -780,6 +835,18 @@ class ListReferenceIntentsResponse(_message.Message):
     intents: _containers.RepeatedCompositeFieldContainer[ReferenceIntent]
     next_page_token: str
     def __init__(self, intents: _Optional[_Iterable[_Union[ReferenceIntent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = ["owner"]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    owner: Owner
+    def __init__(self, owner: _Optional[_Union[Owner, _Mapping]] = ...) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ["snapshots"]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    snapshots: _containers.RepeatedCompositeFieldContainer[Snapshot]
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ...) -> None: ...
 
 class ListUsageRequest(_message.Message):
     __slots__ = ["all_clients", "binding_id", "client", "end", "granularity", "group_by", "owner", "page_size", "page_token", "start"]
@@ -1232,6 +1299,46 @@ class SetEnvironmentRetentionResponse(_message.Message):
     environment: Environment
     def __init__(self, environment: _Optional[_Union[Environment, _Mapping]] = ...) -> None: ...
 
+class Snapshot(_message.Message):
+    __slots__ = ["commands", "created_at", "cut_at", "failure_message", "failure_reason", "method", "name", "profile", "ready_at", "size_bytes", "source", "source_binding_id", "state"]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CUT_AT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    READY_AT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    commands: _containers.RepeatedCompositeFieldContainer[SnapshotCommand]
+    created_at: _timestamp_pb2.Timestamp
+    cut_at: _timestamp_pb2.Timestamp
+    failure_message: str
+    failure_reason: str
+    method: SnapshotMethod
+    name: str
+    profile: str
+    ready_at: _timestamp_pb2.Timestamp
+    size_bytes: int
+    source: EnvironmentRef
+    source_binding_id: str
+    state: SnapshotState
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[SnapshotState, str]] = ..., method: _Optional[_Union[SnapshotMethod, str]] = ..., source: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., source_binding_id: _Optional[str] = ..., profile: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., cut_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., size_bytes: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[SnapshotCommand, _Mapping]]] = ..., failure_reason: _Optional[str] = ..., failure_message: _Optional[str] = ...) -> None: ...
+
+class SnapshotCommand(_message.Message):
+    __slots__ = ["command_id", "exit_code", "state"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    exit_code: int
+    state: CommandState
+    def __init__(self, command_id: _Optional[str] = ..., state: _Optional[_Union[CommandState, str]] = ..., exit_code: _Optional[int] = ...) -> None: ...
+
 class StartCommandRequest(_message.Message):
     __slots__ = ["command", "command_id", "detach", "environment", "run_grant"]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -1468,4 +1575,10 @@ class UsageGranularity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class UsageGroupBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class SnapshotState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class SnapshotMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

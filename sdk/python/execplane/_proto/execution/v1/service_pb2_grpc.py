@@ -207,6 +207,26 @@ class ExecutionProviderServiceStub(object):
                 request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageRequest.SerializeToString,
                 response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageResponse.FromString,
                 )
+        self.CreateSnapshot = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/CreateSnapshot',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.CreateSnapshotRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.CreateSnapshotResponse.FromString,
+                )
+        self.GetSnapshot = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/GetSnapshot',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetSnapshotRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetSnapshotResponse.FromString,
+                )
+        self.ListSnapshots = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/ListSnapshots',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListSnapshotsResponse.FromString,
+                )
+        self.DeleteSnapshot = channel.unary_unary(
+                '/execution.v1.ExecutionProviderService/DeleteSnapshot',
+                request_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteSnapshotResponse.FromString,
+                )
 
 
 class ExecutionProviderServiceServicer(object):
@@ -537,6 +557,40 @@ class ExecutionProviderServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSnapshot(self, request, context):
+        """CreateSnapshot takes a crash-consistent snapshot of an environment's workspace for the
+        owner of a binding that holds a reference on it (MayAttestOwner): a running executor's
+        processes are stopped while the state is cut and continued after (docs/snapshots.md),
+        and the answer comes once it is cut (READY, or FAILED with why). Idempotent by name and
+        operation id; the name taken by another request is ALREADY_EXISTS.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSnapshot(self, request, context):
+        """GetSnapshot answers one of the owner's snapshots; another owner's answers NOT_FOUND, as an
+        absent one does. Not mutating.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """ListSnapshots lists the owner's snapshots (this client's). Not mutating.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """DeleteSnapshot deletes one of the owner's snapshots and its storage; environments restored
+        from it keep their files. A snapshot being deleted is answered as it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutionProviderServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -729,6 +783,26 @@ def add_ExecutionProviderServiceServicer_to_server(servicer, server):
                     servicer.ListUsage,
                     request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageRequest.FromString,
                     response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageResponse.SerializeToString,
+            ),
+            'CreateSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSnapshot,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.CreateSnapshotRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.CreateSnapshotResponse.SerializeToString,
+            ),
+            'GetSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSnapshot,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetSnapshotRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetSnapshotResponse.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1386,5 +1460,73 @@ class ExecutionProviderService(object):
         return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/ListUsage',
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageRequest.SerializeToString,
             execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListUsageResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CreateSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/CreateSnapshot',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.CreateSnapshotRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.CreateSnapshotResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/GetSnapshot',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetSnapshotRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.GetSnapshotResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/ListSnapshots',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListSnapshotsRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.ListSnapshotsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/execution.v1.ExecutionProviderService/DeleteSnapshot',
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteSnapshotRequest.SerializeToString,
+            execplane_dot___proto_dot_execution_dot_v1_dot_execution__pb2.DeleteSnapshotResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
