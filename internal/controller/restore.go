@@ -63,7 +63,7 @@ func (p *pass) restored(ctx context.Context) (bool, error) {
 		_, maxCopy := p.entry.Spec.SnapshotBounds()
 		copyPod, err := executor.CopyPod(p.entry, executor.CopyOptions{
 			Name: restoreCopyName(p.env), Namespace: p.env.Namespace, Snapshot: snap.Name, OwnerKey: snap.Spec.OwnerKey,
-			Source: snap.Spec.Storage.Name, Target: p.claimName(),
+			Source: snap.Spec.Storage.Name, Target: p.claimName(), EnvironmentUID: string(p.env.UID),
 			ServiceAccount: p.r.cfg.Profiles.ExecutorServiceAccount(), Deadline: maxCopy,
 		})
 		if err != nil {
@@ -76,9 +76,22 @@ func (p *pass) restored(ctx context.Context) (bool, error) {
 		return false, nil
 	case err != nil:
 		return false, err
+	case pod.Labels[executor.LabelEnvironmentUID] != string(p.env.UID):
+		// Another incarnation's (the binding's previous environment): never this one's.
+		if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		p.wake = restoreRecheck
+		return false, nil
 	}
+	_, maxCopy := p.entry.Spec.SnapshotBounds()
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
+		if _, report := copyOutcome(pod); report.Error != "" {
+			p.r.log.Warn("a restore's copy was refused", logging.KeyEnvironment, p.env.Name, "reason", truncate(report.Error, 256))
+			p.fence(fenceRestoreCopy)
+			return false, nil
+		}
 		return true, nil
 	case corev1.PodFailed:
 		_, report := copyOutcome(pod)
@@ -86,9 +99,18 @@ func (p *pass) restored(ctx context.Context) (bool, error) {
 		p.fence(fenceRestoreCopy)
 		return false, nil
 	}
+	if p.now.After(pod.CreationTimestamp.Add(maxCopy + restoreGrace)) {
+		// Never started (a claim that cannot be mounted), so its own deadline never ran.
+		p.fence(fenceRestoreCopy)
+		return false, nil
+	}
 	p.wake = restoreRecheck
 	return false, nil
 }
+
+// restoreGrace is how long past its deadline a restore's copy Pod may take to be seen ended
+// before the environment is fenced.
+const restoreGrace = time.Minute
 
 // restoreDone removes a restore's copy Pod once the executor is created (a copy run again
 // before that is harmless: the mirror is idempotent).

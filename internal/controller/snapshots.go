@@ -204,15 +204,28 @@ func (s *Snapshots) cutCopy(ctx context.Context, snap *executionv1alpha1.Executi
 		if !now.Before(by.Time) {
 			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the cut's deadline passed before its copy began")
 		}
-		return snapshotRecheck, s.startCopy(ctx, snap, by.Time.Sub(now))
+		// Only from the API server's copy: a cache still showing Cutting after this leader
+		// wrote Ready (and deleted the copy Pod) must not copy the live workspace again.
+		live, err := s.cfg.Execution.ExecutionV1alpha1().ExecutionSnapshots(s.cfg.Namespace).Get(ctx, snap.Name, metav1.GetOptions{})
+		if err != nil || live.UID != snap.UID || live.Status.Phase != executionv1alpha1.SnapshotCutting {
+			return 0, err
+		}
+		return snapshotRecheck, s.startCopy(ctx, live, by.Time.Sub(now))
 	} else if err != nil {
 		return 0, err
 	}
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
 		finished, report := copyOutcome(pod)
+		if report.Error != "" {
+			// A refusal that a retry would meet again (the helper exits 0 for those).
+			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the workspace cannot be copied: "+truncate(report.Error, 512))
+		}
 		if finished.IsZero() || finished.After(by.Time) {
 			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the copy finished after the cut's deadline: it is not a state the source passed through")
+		}
+		if why := s.sourceMoved(ctx, snap); why != "" {
+			return 0, s.fail(ctx, snap, apierror.ErrStaleEpoch, why)
 		}
 		snap.Status.Phase = executionv1alpha1.SnapshotReady
 		snap.Status.CutAt = &metav1.Time{Time: finished}
@@ -225,6 +238,9 @@ func (s *Snapshots) cutCopy(ctx context.Context, snap *executionv1alpha1.Executi
 		return 0, s.removeCopyPods(ctx, snap)
 	case corev1.PodFailed:
 		_, report := copyOutcome(pod)
+		if pod.Status.Reason == "DeadlineExceeded" {
+			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the copy outlasted the cut's deadline (the profile's snapshots.maxQuiesce)")
+		}
 		msg := "the copy Pod failed"
 		if report.Error != "" {
 			msg += ": " + truncate(report.Error, 512)
@@ -235,6 +251,25 @@ func (s *Snapshots) cutCopy(ctx context.Context, snap *executionv1alpha1.Executi
 		return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the copy outlasted the cut's deadline (the profile's snapshots.maxQuiesce)")
 	}
 	return min(snapshotRecheck, by.Time.Sub(now)), nil
+}
+
+// sourceMoved says why the source may have been written by an executor other than the one
+// quiesced for the cut ("" when it was not): a suspended source resumed, or its executor
+// replaced, while the copy ran. Such a copy is not a state the source passed through.
+func (s *Snapshots) sourceMoved(ctx context.Context, snap *executionv1alpha1.ExecutionSnapshot) string {
+	src := snap.Spec.Source
+	env, err := s.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(s.cfg.Namespace).Get(ctx, src.Environment, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && string(env.UID) != src.UID) {
+		return "" // gone: nothing of it wrote
+	}
+	if err != nil {
+		return "the source cannot be read to prove its executor unchanged"
+	}
+	running := env.Status.Pod != nil && !env.Status.Suspended()
+	if (src.PodUID == "" && running) || (src.PodUID != "" && running && string(env.Status.Pod.UID) != src.PodUID) {
+		return "the source's executor changed while it was copied"
+	}
+	return ""
 }
 
 // startCopy creates the snapshot's claim (if absent) and its copy Pod, on the source Pod's

@@ -75,7 +75,7 @@ var profilesGroup = &group{name: "profiles", summary: "executor profiles as the 
 var envGroup = &group{name: "env", summary: "a binding's environment: ensure, attach, release, suspend, resume, rm, retain", leaves: []*leaf{
 	{
 		name: "ensure", args: "BINDING", nargs: 1, summary: "the binding's environment, created on first use; waits until it is Ready",
-		example: "execctl env ensure conv-1 --owner alice --issuer https://idp.example --profile sandbox\nexecctl env ensure conv-1 --profile sandbox --no-wait -o json",
+		example: "execctl env ensure conv-1 --owner alice --issuer https://idp.example --profile sandbox\nexecctl env ensure conv-1 --profile sandbox --no-wait -o json\nexecctl env ensure conv-2 --profile sandbox --from-snapshot before-refactor",
 		setup: func(fs *flag.FlagSet, in *invocation) func() error {
 			owner := ownerFlags(fs, in)
 			profile := fs.String("profile", "", "executor profile (required)")
@@ -83,6 +83,7 @@ var envGroup = &group{name: "env", summary: "a binding's environment: ensure, at
 			noWait := fs.Bool("no-wait", false, "return once the environment exists, without waiting until it is Ready")
 			pending := fs.Bool("keep-pending", false, "leave the binding's reference PENDING_CREATE (commit it with refs commit)")
 			wait := fs.Duration("wait", 5*time.Minute, "how long to wait until Ready")
+			from := fs.String("from-snapshot", "", "a new environment's workspace starts as this snapshot of the owner's (snap ls)")
 			return func() error {
 				o, err := owner()
 				if err != nil {
@@ -98,7 +99,7 @@ var envGroup = &group{name: "env", summary: "a binding's environment: ensure, at
 				ctx, cancel := in.callContext()
 				defer cancel()
 				env, err := c.Ensure(ctx, client.EnsureRequest{Owner: o, BindingID: in.args[0], Profile: *profile, ExpectedProfileDigest: *digest,
-					KeepReferencePending: *pending, NoWait: true})
+					KeepReferencePending: *pending, NoWait: true, FromSnapshot: *from})
 				if err != nil {
 					return err
 				}

@@ -14,7 +14,7 @@ import (
 )
 
 // groups are the API's nouns, in the order help shows them.
-var groups = []*group{profilesGroup, envGroup, runGroup, fsGroup, execGroup, cmdGroup, mcpGroup, refsGroup, usageGroup, adminGroup}
+var groups = []*group{profilesGroup, envGroup, runGroup, fsGroup, execGroup, cmdGroup, mcpGroup, refsGroup, snapGroup, usageGroup, adminGroup}
 
 // Run is execctl's entry point: global flags, then a command and its arguments.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

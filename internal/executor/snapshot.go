@@ -117,6 +117,9 @@ type CopyOptions struct {
 	ServiceAccount string
 	// Deadline bounds the Pod's life (activeDeadlineSeconds); its retries are within it.
 	Deadline time.Duration
+	// EnvironmentUID, for a restore's copy, is the environment incarnation it fills
+	// (LabelEnvironmentUID): another incarnation of the same name never takes it as its own.
+	EnvironmentUID string
 }
 
 // CopyPod builds the one-shot Pod that copies one claim into another with the helper's
@@ -199,6 +202,9 @@ func CopyPod(p profile.Entry, o CopyOptions) (*corev1.Pod, error) {
 				{Name: "target", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.Target}}},
 			},
 		},
+	}
+	if o.EnvironmentUID != "" {
+		pod.Labels[LabelEnvironmentUID] = o.EnvironmentUID
 	}
 	if o.Node != "" {
 		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{

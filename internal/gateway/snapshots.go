@@ -21,8 +21,12 @@ type QuiesceExecutor interface {
 }
 
 // quiesceSlack is how much longer than the cut's deadline the helper holds the quiesce at
-// most: the cut is judged by its deadline, which falls within the hold.
-const quiesceSlack = 10 * time.Second
+// most: the cut is judged by its deadline (the copy's end by the node's clock against it,
+// set by this gateway's), which falls within the hold by this much.
+const quiesceSlack = 20 * time.Second
+
+// maxHold is the helper's bound on a quiesce (30 minutes).
+const maxHold = 30 * time.Minute
 
 // defaultMaxQuiesce applies when the controller names no bound (profile.DefaultMaxQuiesce).
 const defaultMaxQuiesce = 2 * time.Minute
@@ -45,6 +49,11 @@ func (h *Handler) CreateSnapshot(ctx context.Context, in *executionv1.CreateSnap
 	if maxQuiesce <= 0 {
 		maxQuiesce = defaultMaxQuiesce
 	}
+	// The hold and the cut outlive the caller's call: a caller gone mid-cut must not end the
+	// hold while a copy still runs (the helper, too, holds until its deadline unless released).
+	hold := min(maxQuiesce+quiesceSlack, maxHold)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hold+quiesceSlack)
+	defer cancel()
 	quiesced := false
 	if ex := begun.GetExecutor(); ex != nil {
 		if ex.GetPodName() == "" {
@@ -54,16 +63,16 @@ func (h *Handler) CreateSnapshot(ctx context.Context, in *executionv1.CreateSnap
 		if !ok {
 			return nil, fmt.Errorf("%w: this gateway cannot quiesce executors", apierror.ErrUnimplemented)
 		}
-		hold, err := q.Quiesce(ctx, podexec.Target{Pod: podexec.PodRef{Name: ex.GetPodName(), UID: types.UID(ex.GetPodUid())}}, maxQuiesce+quiesceSlack)
+		held, err := q.Quiesce(ctx, podexec.Target{Pod: podexec.PodRef{Name: ex.GetPodName(), UID: types.UID(ex.GetPodUid())}}, hold)
 		if err != nil {
 			return nil, err
 		}
-		defer hold.Release()
+		defer held.Release()
 		quiesced = true
 	}
 	cut, err := h.b.Control.CutSnapshot(ctx, &controlv1.CutSnapshotRequest{
 		Caller: c, Owner: in.GetTarget().GetOwner(), Name: in.GetName(), Quiesced: quiesced,
-		CutBy: timestamppb.New(time.Now().Add(maxQuiesce)),
+		CutBy: timestamppb.New(time.Now().Add(hold - quiesceSlack)),
 	})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package helper
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"time"
@@ -27,13 +28,21 @@ type QuiesceReport struct {
 
 // RunQuiesce stops every process of the executor container but its main process and
 // itself (quiesce.Stop), with a marker that keeps commands from starting meanwhile, then
-// holds until stdin ends or cfg.Quiesce has passed, and continues them. Only in an executor
+// holds until the release line on stdin (QuiesceRelease) or cfg.Quiesce has passed, and
+// continues them. One quiesce at a time: another while one holds is refused. Only in an executor
 // container (its own PID namespace, whose PID 1 is the helper's pause): elsewhere — the
 // local cluster's fake node runs helpers among the machine's processes — it refuses.
 func RunQuiesce(cfg Config, stdin io.Reader, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	if !supervisor.InExecutor() {
 		err := protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "quiesce runs only in an executor container")
+		_ = enc.Encode(QuiesceReport{Error: err.Error()})
+		return err
+	}
+	if quiesce.Held(time.Now()) {
+		// Another quiesce holds: two would stop each other, and the first to end would
+		// continue what the other still holds.
+		err := protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "another quiesce holds this executor")
 		_ = enc.Encode(QuiesceReport{Error: err.Error()})
 		return err
 	}
@@ -54,8 +63,13 @@ func RunQuiesce(cfg Config, stdin io.Reader, stdout io.Writer) error {
 	}
 	released := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, stdin)
-		close(released)
+		// Only the release line ends the hold early: a stream cut before it (the gateway
+		// gone mid-cut) holds until the deadline, so that no copy still running sees the
+		// processes go on.
+		line, _ := bufio.NewReader(io.LimitReader(stdin, 64)).ReadString('\n')
+		if line == QuiesceRelease+"\n" {
+			close(released)
+		}
 	}()
 	werr := enc.Encode(QuiesceReport{Stopped: len(procs), Until: until})
 	if werr == nil {
@@ -73,6 +87,9 @@ func RunQuiesce(cfg Config, stdin io.Reader, stdout io.Writer) error {
 	}
 	return enc.Encode(QuiesceReport{Stopped: len(procs), Continued: n, Done: true})
 }
+
+// QuiesceRelease is the line on --quiesce's stdin that ends the hold before its deadline.
+const QuiesceRelease = "release"
 
 // errHeld refuses a command while a snapshot is being cut: retryable.
 var errHeld = protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the workspace is being snapshotted: retry when the snapshot is cut")

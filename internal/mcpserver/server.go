@@ -112,6 +112,7 @@ func (s *Server) MCP() *mcp.Server {
 	s.addFileTools(m)
 	s.addCommandTools(m)
 	s.addDeleteTool(m)
+	s.addSnapshotTool(m)
 	return m
 }
 
@@ -120,6 +121,7 @@ const instructions = `These tools act on one durable workspace (an execplane env
 Paths are relative to the workspace root. Call ensure_environment first to see the environment; every other tool ensures it too, except delete_environment, which ends it for good (only when the task says the workspace is no longer needed).
 write_file with if_version (the version read_file or stat returned) writes only if the file is unchanged: on VERSION_MISMATCH read it again.
 run_command runs a command to its end (its output streamed as progress when the client asks for progress); with detach it returns a command id to poll with command_status.
+snapshot_workspace saves the files under a name before a risky step, a point to come back to or branch from.
 A tool error starts with the API's reason (NOT_FOUND, VERSION_MISMATCH, STALE_EPOCH, ...). RUN_CLAIM_LOST means another client took the workspace: ensure_environment takes it back.`
 
 // Close releases the run claim, if one is held.
@@ -321,6 +323,50 @@ func (s *Server) addDeleteTool(m *mcp.Server) {
 		}
 		s.deleted = env
 		return nil, DeleteEnvironmentView{ID: env.ID(), State: strings.TrimPrefix(env.Status().GetLifecycle().String(), "LIFECYCLE_STATE_")}, nil
+	})
+}
+
+// SnapshotInput is snapshot_workspace's input.
+type SnapshotInput struct {
+	Name string `json:"name" jsonschema:"the snapshot's name: lowercase letters, digits and '-', at most 63, unique for the owner"`
+}
+
+// SnapshotView is what snapshot_workspace answers.
+type SnapshotView struct {
+	Name      string `json:"name"`
+	State     string `json:"state" jsonschema:"READY once restorable; FAILED with failure when it holds nothing"`
+	SizeBytes int64  `json:"size_bytes"`
+	CutAt     string `json:"cut_at,omitempty" jsonschema:"when its state was fixed (RFC 3339)"`
+	Failure   string `json:"failure,omitempty"`
+}
+
+// snapshotTimeout bounds snapshot_workspace: the cut of a copy lasts as long as the copy
+// (the profile's snapshots.maxQuiesce, 2 minutes by default).
+const snapshotTimeout = 3 * time.Minute
+
+func (s *Server) addSnapshotTool(m *mcp.Server) {
+	mcp.AddTool(m, &mcp.Tool{Name: "snapshot_workspace",
+		Description: "Save the workspace's files as a named snapshot (its running processes are paused while it is taken, then go on): a point to come back to or to branch from (a new binding's environment started from the snapshot, e.g. execctl env ensure --from-snapshot NAME). Durable commands are not kept.",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: false, OpenWorldHint: ptr(false)},
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotView, error) {
+		run, err := s.held(ctx)
+		if err != nil {
+			return nil, SnapshotView{}, toolError(err)
+		}
+		ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+		defer cancel()
+		snap, err := run.Environment().Snapshot(ctx, in.Name)
+		if err != nil {
+			return nil, SnapshotView{}, toolError(err)
+		}
+		out := SnapshotView{Name: snap.GetName(), State: strings.TrimPrefix(snap.GetState().String(), "SNAPSHOT_STATE_"), SizeBytes: snap.GetSizeBytes()}
+		if snap.GetCutAt() != nil {
+			out.CutAt = snap.GetCutAt().AsTime().UTC().Format(time.RFC3339)
+		}
+		if snap.GetFailureReason() != "" {
+			out.Failure = snap.GetFailureReason() + ": " + snap.GetFailureMessage()
+		}
+		return nil, out, nil
 	})
 }
 

@@ -35,7 +35,7 @@ type quiesceReport struct {
 type Hold struct {
 	// Stopped is how many processes the helper stopped (as it says).
 	Stopped int
-	in      io.Closer
+	in      io.WriteCloser
 	lines   *bufio.Scanner
 	ended   chan error
 	abort   func()
@@ -57,6 +57,8 @@ func (e *Exec) Quiesce(ctx context.Context, pod PodRef, d time.Duration) (*Hold,
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
 	h := &Hold{in: stdinW, ended: make(chan error, 1), abort: abort}
+	timer := time.AfterFunc(firstReportWait, abort)
+	defer timer.Stop()
 	go func() {
 		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: &capped{limit: stderrCap}})
 		stdoutW.CloseWithError(io.EOF)
@@ -96,11 +98,23 @@ func (h *Hold) next() (quiesceReport, error) {
 // Release ends the hold: the helper continues what it stopped and says so. It reports
 // whether the helper said everything it stopped was continued.
 func (h *Hold) Release() bool {
-	h.in.Close()
+	timer := time.AfterFunc(releaseWait, h.abort) // a stream that stalls ends, and so does the write
+	defer timer.Stop()
+	_, werr := h.in.Write([]byte(quiesceRelease + "\n"))
 	last, err := h.next()
 	h.end()
-	return err == nil && last.Done && last.Continued == h.Stopped
+	return werr == nil && err == nil && last.Done && last.Continued == h.Stopped
 }
+
+// quiesceRelease is the helper's release line (helper.QuiesceRelease).
+const quiesceRelease = "release"
+
+// Bounds on the quiescer's reports: the workload (the same user) could stop the quiescer
+// itself; a silent one is given up, and holds until its own deadline.
+const (
+	firstReportWait = 30 * time.Second
+	releaseWait     = 10 * time.Second
+)
 
 // end closes the stream and waits for it.
 func (h *Hold) end() {

@@ -26,6 +26,9 @@ const (
 	SnapshotOwnerKeyLabel = "execution.mecatl.dev/owner-key"
 	// SnapshotFinalizer holds a snapshot until the controller has removed its storage.
 	SnapshotFinalizer = "execution.mecatl.dev/snapshot-storage"
+	// SnapshotSourceLabel carries the name of a snapshot's source environment: one cut at a
+	// time per source (two quiesces of one executor would undo each other).
+	SnapshotSourceLabel = "execution.mecatl.dev/source-environment"
 	// MaxSnapshotsPerOwner bounds one owner's snapshots of one client (listed whole).
 	MaxSnapshotsPerOwner = 1000
 )
@@ -89,6 +92,15 @@ func (s *Store) BeginSnapshot(ctx context.Context, in SnapshotInput) (*execution
 	case op.InProgress():
 		return nil, notReady(fmt.Sprintf("%s in progress", op.Kind))
 	}
+	cutting, err := snaps.List(ctx, metav1.ListOptions{LabelSelector: labels.Set{SnapshotSourceLabel: env.Name}.String()})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list snapshots: %v", apierror.ErrUnavailable, err)
+	}
+	for _, other := range cutting.Items {
+		if ph := other.Status.Phase; other.DeletionTimestamp == nil && (ph == "" || ph == executionv1alpha1.SnapshotPending || ph == executionv1alpha1.SnapshotCutting) {
+			return nil, notReady("another snapshot of this environment is being cut: retry once it is")
+		}
+	}
 	count, err := snaps.List(ctx, metav1.ListOptions{LabelSelector: labels.Set{SnapshotOwnerKeyLabel: OwnerKey(in.Caller.Client, ownerHash)}.String()})
 	if err != nil {
 		return nil, fmt.Errorf("%w: list snapshots: %v", apierror.ErrUnavailable, err)
@@ -141,14 +153,16 @@ func (s *Store) newSnapshot(in SnapshotInput, name string, env *executionv1alpha
 	return &executionv1alpha1.ExecutionSnapshot{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: s.cfg.Namespace,
-			Labels:     map[string]string{SnapshotOwnerKeyLabel: key},
+			Labels:     map[string]string{SnapshotOwnerKeyLabel: key, SnapshotSourceLabel: env.Name},
 			Finalizers: []string{SnapshotFinalizer},
 		},
 		Spec: executionv1alpha1.ExecutionSnapshotSpec{
 			ClientHash: ident.ClientHash(in.Caller.Client), OwnerHash: ownerHash, OwnerKey: key,
 			Name: in.Name, OperationID: in.OperationID, Source: source, Method: method,
 			Storage: executionv1alpha1.SnapshotStorage{
-				Name:        SnapshotStorageName(key, strings.TrimPrefix(name, SnapshotPrefix)),
+				// A name of its own, never the name's: a snapshot deleted and taken again at
+				// once must not meet its predecessor's claim or copy Pod, still going.
+				Name:        SnapshotStorageName(key, randomID()[:20]),
 				SourceClaim: claim.Name, StorageClass: storageClass, VolumeSnapshotClass: class,
 				Bytes: max(claim.Spec.Resources.Requests.Storage().Value(), 1),
 			},
@@ -213,6 +227,8 @@ func (s *Store) CutSnapshot(ctx context.Context, t SnapshotTarget, quiesced bool
 		switch {
 		case string(env.UID) != src.UID || env.DeletionTimestamp != nil || env.Status.Deleted():
 			return nil, fmt.Errorf("%w: the source environment is gone", apierror.ErrStaleEpoch)
+		case env.Status.FenceState == executionv1alpha1.FenceUnknown:
+			return nil, apierror.ErrFenced
 		case src.PodUID == "" && running, src.PodUID != "" && (!running || string(env.Status.Pod.UID) != src.PodUID || env.Status.Epoch != src.Epoch):
 			return nil, fmt.Errorf("%w: the source's executor changed since the snapshot began", apierror.ErrStaleEpoch)
 		case running && !quiesced:

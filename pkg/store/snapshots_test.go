@@ -75,6 +75,15 @@ func TestSnapshotTransitions(t *testing.T) {
 		t.Fatalf("a cut repeated changed it: %+v %v", again, err)
 	}
 
+	// One cut at a time per source: another snapshot of it meanwhile is NOT_READY.
+	if _, err := f.store.BeginSnapshot(f.ctx, in("op-snap-3", "stale")); !errors.Is(err, apierror.ErrNotReady) {
+		t.Fatalf("a second snapshot while one is cut: %v", err)
+	}
+	// The controller's outcome (not running here): the first one done.
+	cut.Status.Phase = v1alpha1.SnapshotReady
+	if _, err := f.exec.ExecutionV1alpha1().ExecutionSnapshots(f.ns).UpdateStatus(f.ctx, cut, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// A snapshot begun on the running executor cannot be cut once the source was suspended.
 	stale, err := f.store.BeginSnapshot(f.ctx, in("op-snap-3", "stale"))
 	if err != nil {
@@ -88,7 +97,16 @@ func TestSnapshotTransitions(t *testing.T) {
 	if _, err := f.store.CutSnapshot(f.ctx, store.SnapshotTarget{Caller: agentA, Owner: alice, Name: stale.Spec.Name}, true, nil, time.Now().Add(time.Minute)); !errors.Is(err, apierror.ErrStaleEpoch) {
 		t.Fatalf("a cut after the executor changed: %v", err)
 	}
-	// Suspended: begun and cut without an executor to quiesce.
+	// Suspended: begun and cut without an executor to quiesce (the stale one failed first,
+	// as the controller fails a snapshot never cut).
+	staleSnap, err := f.exec.ExecutionV1alpha1().ExecutionSnapshots(f.ns).Get(f.ctx, stale.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleSnap.Status.Phase = v1alpha1.SnapshotFailed
+	if _, err := f.exec.ExecutionV1alpha1().ExecutionSnapshots(f.ns).UpdateStatus(f.ctx, staleSnap, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	idle, err := f.store.BeginSnapshot(f.ctx, in("op-snap-4", "idle"))
 	if err != nil || idle.Spec.Source.PodUID != "" {
 		t.Fatalf("a snapshot of a suspended source: %+v %v", idle, err)

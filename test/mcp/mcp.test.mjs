@@ -47,7 +47,7 @@ test("an agent session through execctl mcp", { timeout: 240_000 }, async () => {
     const { tools } = await client.listTools();
     const names = tools.map((t) => t.name).sort();
     assert.deepEqual(names, ["cancel_command", "command_status", "delete_environment", "ensure_environment", "glob", "grep", "list_directory",
-      "read_file", "remove", "rename", "run_command", "stat", "write_file"]);
+      "read_file", "remove", "rename", "run_command", "snapshot_workspace", "stat", "write_file"]);
     const write = tools.find((t) => t.name === "write_file");
     assert.deepEqual(write.inputSchema.required, ["path", "content"]);
     assert.equal(write.inputSchema.properties.if_version.type, "string");
@@ -145,7 +145,7 @@ test("execctl mcp over streamable HTTP", { timeout: 120_000 }, async () => {
     const client = new Client({ name: "execplane-mcp-http-test", version: "1.0.0" });
     await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
     try {
-      assert.equal((await client.listTools()).tools.length, 13);
+      assert.equal((await client.listTools()).tools.length, 14);
       assert.equal((await call(client, "ensure_environment", {})).state, "READY");
       await call(client, "write_file", { path: "over-http.txt", content: "streamable\n" });
       const ran = await call(client, "run_command", { argv: ["cat", "over-http.txt"] });

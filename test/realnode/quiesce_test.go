@@ -63,6 +63,11 @@ func TestQuiesceStopsAndContinuesTheWorkspace(t *testing.T) {
 
 	held, release := s.quiesce(t, w, "1m")
 	t.Logf("held: %+v", held)
+	// One quiesce at a time: a second would stop the first, and either's end would continue
+	// what the other still holds.
+	if second, _ := s.startQuiesce(t, w, "1m"); !strings.Contains(second.Error, "another quiesce") {
+		t.Fatalf("a second quiesce during the hold: %+v", second)
+	}
 	before := count()
 	_, err := w.run.Run(ctx(t), client.Command{Shell: "echo during", Timeout: time.Minute})
 	// The helper's UNAVAILABLE reaches the caller as every executor-side "not now" does:
@@ -84,8 +89,19 @@ func TestQuiesceStopsAndContinuesTheWorkspace(t *testing.T) {
 
 // quiesce runs the helper's --quiesce for d in w's executor, as the gateway will: it
 // returns the hold's first report once the processes are stopped, and a release that ends
-// the hold (the quiescer's stdin closed) and returns its last report.
+// the hold (the release line on the quiescer's stdin) and returns its last report.
 func (s *system) quiesce(t *testing.T, w *workspace, d string) (quiesceReport, func() quiesceReport) {
+	t.Helper()
+	held, release := s.startQuiesce(t, w, d)
+	if held.Error != "" || held.Stopped == 0 || held.Until.IsZero() {
+		t.Fatalf("the hold: %+v", held)
+	}
+	return held, release
+}
+
+// startQuiesce runs the helper's --quiesce and returns its first report as it is (a
+// refusal included) and the release.
+func (s *system) startQuiesce(t *testing.T, w *workspace, d string) (quiesceReport, func() quiesceReport) {
 	t.Helper()
 	pod := s.pod(t, w)
 	req := s.cluster.Kube().CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
@@ -116,13 +132,19 @@ func (s *system) quiesce(t *testing.T, w *workspace, d string) (quiesceReport, f
 		return r
 	}
 	held := next()
-	if held.Error != "" || held.Stopped == 0 || held.Until.IsZero() {
-		t.Fatalf("the hold: %+v (stderr %q)", held, stderr.String())
+	if held.Error != "" {
+		t.Logf("the quiescer refused: %s (stderr %q)", held.Error, stderr.String())
+		stdinW.Close()
+		<-streamed
+		return held, nil
 	}
 	released := false
 	release := func() quiesceReport {
 		t.Helper()
 		released = true
+		if _, err := stdinW.Write([]byte("release\n")); err != nil {
+			t.Fatalf("release: %v", err)
+		}
 		stdinW.Close()
 		done := next()
 		if !done.Done {

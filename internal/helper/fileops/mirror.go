@@ -191,6 +191,11 @@ func (m *mirror) file(src, dst int, name string, st *unix.Stat_t) error {
 	if err == nil {
 		err = unix.UtimesNanoAt(dst, tmp, []unix.Timespec{opened.Atim, opened.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
 	}
+	if err == nil {
+		// Durable before it is renamed into place: a crash after the rename leaves a file
+		// whose size and time say it is whole, which a resumed mirror does not copy again.
+		err = unix.Fsync(out)
+	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}

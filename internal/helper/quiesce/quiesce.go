@@ -61,11 +61,15 @@ func ProcDir() ([]int, error) {
 }
 
 // Stop stops every process list names but PID 1 and the caller, pass after pass, until a
-// pass stops nothing new and every stopped process is seen stopped. On failure it continues
-// what it stopped and returns the error.
+// pass stops nothing new, every thread of every process stopped is seen stopped, and a
+// listing taken after that finds nothing new (a fork under way when its parent was stopped
+// completes: its child is caught by that listing). A process stopped already (a user's ^Z,
+// a debugger's) is left as it is and never continued. On failure it continues what it
+// stopped and returns the error.
 func Stop(list Procs) ([]Proc, error) {
 	self := os.Getpid()
 	stopped := map[int]Proc{}
+	already := map[int]uint64{}
 	fail := func(err error) ([]Proc, error) {
 		Continue(values(stopped))
 		return nil, err
@@ -80,50 +84,87 @@ func Stop(list Procs) ([]Proc, error) {
 			if pid <= 1 || pid == self {
 				continue
 			}
-			if p, ok := stopped[pid]; ok {
-				if _, ticks, ok := stat(pid); !ok || ticks == p.StartTicks {
-					continue // stopped already, or gone
-				}
-				// Its pid was reused by a new process: the old one is gone.
-				delete(stopped, pid)
-			}
 			state, ticks, ok := stat(pid)
-			if !ok || state == 'Z' || state == 'X' {
+			if !ok || state == 'X' {
+				continue // gone
+			}
+			if p, ok := stopped[pid]; ok {
+				if ticks == p.StartTicks {
+					continue // stopped by an earlier pass
+				}
+				delete(stopped, pid) // its pid reused by a new process: the old one is gone
+			}
+			if t, ok := already[pid]; ok && t == ticks {
 				continue
 			}
+			if state == 'T' || state == 't' {
+				already[pid] = ticks
+				continue
+			}
+			// A zombie leader may still have live threads: the signal reaches the whole
+			// thread group, so it is sent whatever the leader's state.
 			switch err := unix.Kill(pid, unix.SIGSTOP); {
 			case errors.Is(err, unix.ESRCH):
 				continue
 			case err != nil:
 				return fail(fmt.Errorf("quiesce: stop process %d: %w", pid, err))
 			}
-			// The start time read before the signal: if the pid was reused in between, the
-			// new process is stopped under the old one's start time and never continued by
-			// Continue — so read it again and keep what was signalled.
-			if _, now, ok := stat(pid); ok && now != ticks {
+			// Read again: a pid reused between the read and the signal is the process
+			// signalled, and the one to continue.
+			if _, now, ok := stat(pid); ok {
 				ticks = now
 			}
 			stopped[pid] = Proc{PID: pid, StartTicks: ticks}
 			fresh++
 		}
-		if fresh == 0 {
-			if err := settle(stopped); err != nil {
-				return fail(err)
-			}
+		if fresh > 0 {
+			continue
+		}
+		if err := settle(stopped); err != nil {
+			return fail(err)
+		}
+		if news, err := unseen(list, self, stopped, already); err != nil {
+			return fail(err)
+		} else if !news {
 			return values(stopped), nil
 		}
 	}
 	return fail(fmt.Errorf("quiesce: processes kept starting through %d passes", maxPasses))
 }
 
-// settle waits until every stopped process is seen stopped (or gone).
+// unseen reports whether list now names a live process that is neither stopped nor was
+// stopped already.
+func unseen(list Procs, self int, stopped map[int]Proc, already map[int]uint64) (bool, error) {
+	pids, err := list()
+	if err != nil {
+		return false, fmt.Errorf("quiesce: list processes: %w", err)
+	}
+	for _, pid := range pids {
+		if pid <= 1 || pid == self {
+			continue
+		}
+		state, ticks, ok := stat(pid)
+		if !ok || state == 'X' {
+			continue
+		}
+		if p, ok := stopped[pid]; ok && p.StartTicks == ticks {
+			continue
+		}
+		if t, ok := already[pid]; ok && t == ticks {
+			continue
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// settle waits until every thread of every stopped process is seen stopped (or gone).
 func settle(stopped map[int]Proc) error {
 	deadline := time.Now().Add(settleTime)
 	for {
 		waiting := 0
 		for pid, p := range stopped {
-			state, ticks, ok := stat(pid)
-			if ok && ticks == p.StartTicks && state != 'T' && state != 't' && state != 'Z' && state != 'X' {
+			if _, ticks, ok := stat(pid); ok && ticks == p.StartTicks && !allStopped(pid) {
 				waiting++
 			}
 		}
@@ -135,6 +176,25 @@ func settle(stopped map[int]Proc) error {
 		}
 		time.Sleep(settlePoll)
 	}
+}
+
+// allStopped reports whether every thread of pid is stopped or dead.
+func allStopped(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return true // gone
+	}
+	for _, t := range tasks {
+		data, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if state, ok := stateOf(data); ok && state != 'T' && state != 't' && state != 'Z' && state != 'X' {
+			return false
+		}
+	}
+	return true
 }
 
 // Continue continues each process that is still the one stopped (same pid and start time).
@@ -164,19 +224,37 @@ func stat(pid int) (state byte, startTicks uint64, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
-	// The command name may hold spaces and parentheses: the fields follow the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
+	f, ok := statFields(data)
+	if !ok || len(f) < 20 {
 		return 0, 0, false
 	}
-	f := strings.Fields(string(data[i+1:]))
 	// f[0] is field 3 (state); field 22 (starttime) is f[19].
-	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
 	t, err := strconv.ParseUint(f[19], 10, 64)
 	if err != nil {
 		return 0, 0, false
 	}
 	return f[0][0], t, true
+}
+
+// stateOf is the state field of a stat file's content.
+func stateOf(data []byte) (byte, bool) {
+	f, ok := statFields(data)
+	if !ok {
+		return 0, false
+	}
+	return f[0][0], true
+}
+
+// statFields are a stat file's fields from the third (state) on: the command name before
+// them may hold spaces and parentheses, so they follow the last ')'.
+func statFields(data []byte) ([]string, bool) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, false
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) == 0 || len(f[0]) != 1 {
+		return nil, false
+	}
+	return f, true
 }

@@ -163,3 +163,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A process stopped before the quiesce (a user's ^Z) is left stopped: not recorded, never
+// continued.
+func TestStopLeavesAStoppedProcessStopped(t *testing.T) {
+	_, list := tree(t, "sleep 60 & sleep 60 & wait")
+	var pids []int
+	waitFor(t, "two sleeps", func() bool { pids, _ = list(); return len(pids) == 3 })
+	paused := pids[len(pids)-1]
+	if err := syscall.Kill(paused, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the paused sleep stopped", func() bool { s, _, _ := stat(paused); return s == 'T' })
+	procs, err := Stop(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.PID == paused {
+			t.Fatal("a process stopped before the quiesce was recorded as stopped by it")
+		}
+	}
+	if len(procs) != 2 {
+		t.Fatalf("stopped %v, want the shell and the other sleep", procs)
+	}
+	Continue(procs)
+	if s, _, _ := stat(paused); s != 'T' {
+		t.Fatalf("the paused process was continued: %c", s)
+	}
+}

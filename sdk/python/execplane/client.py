@@ -88,7 +88,8 @@ class Client:
 
     def ensure(self, owner: Owner, binding_id: str, profile: str, *, expected_profile_digest: str = "",
                metadata: Mapping[str, str] | None = None, deadline: Deadline | None = None,
-               keep_reference_pending: bool = False, wait: bool = True, timeout: float = DEFAULT_READY_TIMEOUT) -> Environment:
+               keep_reference_pending: bool = False, wait: bool = True, timeout: float = DEFAULT_READY_TIMEOUT,
+               from_snapshot: str = "") -> Environment:
         """The binding's environment, created on first use; identical concurrent calls yield
         one environment. Unless ``keep_reference_pending``, the binding's reference is
         committed; unless ``wait`` is false, waits until the environment is Ready.
@@ -98,11 +99,13 @@ class Client:
         matched by ``list_environments``; it is part of the request, like the profile: the
         binding ensured again with other metadata is AlreadyExists. ``deadline`` is a new
         environment's, set in the same write as the binding's reference; a later ensure
-        leaves it as it is (``Environment.set_deadline`` moves it)."""
+        leaves it as it is (``Environment.set_deadline`` moves it). ``from_snapshot`` names one
+        of the owner's READY snapshots that a new environment's workspace starts as (part of
+        the request); another owner's is NotFound."""
         deadline_at = time.monotonic() + timeout
         req = pb.EnsureEnvironmentRequest(operation_id=new_operation_id(), owner=owner.proto(), binding_id=binding_id,
                                           profile=profile, expected_profile_digest=expected_profile_digest,
-                                          metadata=dict(metadata or {}))
+                                          metadata=dict(metadata or {}), from_snapshot=from_snapshot)
         if deadline is not None:
             req.deadline.CopyFrom(deadline.proto())
         resp = self.call(_call.Safety.IDEMPOTENT, self.api.EnsureEnvironment, req, timeout=self.timeout)
@@ -136,6 +139,21 @@ class Client:
                                            lifecycle=[_lifecycle_state(s) for s in lifecycle or ()],
                                            metadata=dict(metadata or {}), page_size=page_size)
         return self._pages(first)
+
+    def get_snapshot(self, owner: Owner, name: str) -> pb.Snapshot:
+        """One of the owner's snapshots (GetSnapshot); another owner's is NotFound, as an
+        absent one."""
+        return self.call(_call.Safety.IDEMPOTENT, self.api.GetSnapshot, pb.GetSnapshotRequest(owner=owner.proto(), name=name)).snapshot
+
+    def list_snapshots(self, owner: Owner) -> list[pb.Snapshot]:
+        """The owner's snapshots (this client's), by name (ListSnapshots)."""
+        return list(self.call(_call.Safety.IDEMPOTENT, self.api.ListSnapshots, pb.ListSnapshotsRequest(owner=owner.proto())).snapshots)
+
+    def delete_snapshot(self, owner: Owner, name: str) -> pb.Snapshot:
+        """Deletes one of the owner's snapshots and its storage (DeleteSnapshot); environments
+        restored from it keep their files."""
+        req = pb.DeleteSnapshotRequest(operation_id=new_operation_id(), owner=owner.proto(), name=name)
+        return self.call(_call.Safety.IDEMPOTENT, self.api.DeleteSnapshot, req).snapshot
 
     def get_usage(self, environment_id: str, revision: str = "", *, start: datetime.datetime | None = None,
                   end: datetime.datetime | None = None, granularity: int | str = 0) -> pb.GetUsageResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -138,6 +138,24 @@ class Environment:
                            **fields)
         resp = self._client.call(_call.Safety.IDEMPOTENT, rpc, req, timeout=timeout)
         self._set(resp.environment)
+
+    def snapshot(self, name: str, timeout: float | None = None) -> pb.Snapshot:
+        """A crash-consistent snapshot of the workspace named ``name`` (CreateSnapshot): the
+        executor's processes are stopped while it is cut. Returns once it is cut: state
+        ``SNAPSHOT_STATE_READY``, or ``SNAPSHOT_STATE_FAILED`` with ``failure_reason``.
+        ``Client.ensure(..., from_snapshot=name)`` restores it; ``fork`` does both."""
+        req = pb.CreateSnapshotRequest(operation_id=new_operation_id(), name=name,
+                                       target=pb.ReferenceTarget(owner=self.owner.proto(), environment=self.ref, binding_id=self.binding_id))
+        return self._client.call(_call.Safety.IDEMPOTENT, self._client.api.CreateSnapshot, req, timeout=timeout).snapshot
+
+    def fork(self, snapshot: str, binding_id: str, profile: str, **ensure: Any) -> Environment:
+        """Snapshots this environment as ``snapshot`` and ensures ``binding_id``'s environment
+        from it: an independent copy of the workspace, no durable command running, none of
+        this environment's grants. The snapshot stays, the caller's to delete."""
+        snap = self.snapshot(snapshot)
+        if snap.state != pb.SNAPSHOT_STATE_READY:
+            raise RuntimeError(f"snapshot {snapshot}: {pb.SnapshotState.Name(snap.state)}: {snap.failure_reason} {snap.failure_message}")
+        return self._client.ensure(self.owner, binding_id, profile, from_snapshot=snapshot, **ensure)
 
     def suspend(self) -> None:
         """Stops the executor and keeps the workspace; every grant issued before dies. Refused

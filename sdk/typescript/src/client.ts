@@ -54,6 +54,18 @@ export interface ClientOptions {
  * when the connection failed before an answer; every retry sends the same request, so the
  * same operation id. OUTCOME_UNKNOWN is never retried. Close it when done.
  */
+/** The options of Client.ensure. */
+export interface EnsureOptions {
+  expectedProfileDigest?: string;
+  metadata?: Record<string, string>;
+  deadline?: Deadline;
+  keepReferencePending?: boolean;
+  wait?: boolean;
+  timeoutMs?: number;
+  /** One of the owner's READY snapshots a new environment's workspace starts as. */
+  fromSnapshot?: string;
+}
+
 export class Client {
   readonly api: RpcClient<typeof ExecutionProviderService>;
   readonly retry: RetryPolicy;
@@ -108,14 +120,16 @@ export class Client {
    * listEnvironments; it is part of the request, like the profile: the binding ensured again
    * with other metadata is ALREADY_EXISTS. deadline is a new environment's, set in the same
    * write as the binding's reference; a later ensure leaves it as it is (setDeadline moves it).
+   * fromSnapshot names one of the owner's READY snapshots that a new environment's workspace
+   * starts as (part of the request); another owner's is NOT_FOUND.
    */
   async ensure(owner: Owner, bindingId: string, profile: string,
-    opts: { expectedProfileDigest?: string; metadata?: Record<string, string>; deadline?: Deadline; keepReferencePending?: boolean; wait?: boolean; timeoutMs?: number } = {}): Promise<Environment> {
+    opts: EnsureOptions = {}): Promise<Environment> {
     const deadline = Date.now() + (opts.timeoutMs ?? DEFAULT_READY_TIMEOUT_MS);
     const req = create(pb.EnsureEnvironmentRequestSchema, {
       operationId: newOperationId(), owner: create(pb.OwnerSchema, owner), bindingId, profile,
       expectedProfileDigest: opts.expectedProfileDigest ?? "", metadata: { ...opts.metadata },
-      deadline: opts.deadline ? deadlineProto(opts.deadline) : undefined,
+      deadline: opts.deadline ? deadlineProto(opts.deadline) : undefined, fromSnapshot: opts.fromSnapshot ?? "",
     });
     const resp = await this.call(Safety.Idempotent, (o) => this.api.ensureEnvironment(req, o));
     const env = new Environment(this, owner, bindingId, resp.environment!, resp.environmentGrant);
@@ -147,6 +161,24 @@ export class Client {
       metadata: { ...opts.metadata }, pageSize,
     });
     return this.pages(first);
+  }
+
+  /** One of owner's snapshots (GetSnapshot); another owner's is NOT_FOUND, as an absent one. */
+  async getSnapshot(owner: Owner, name: string): Promise<pb.Snapshot> {
+    const req = create(pb.GetSnapshotRequestSchema, { owner: create(pb.OwnerSchema, owner), name });
+    return (await this.call(Safety.Idempotent, (o) => this.api.getSnapshot(req, o))).snapshot!;
+  }
+
+  /** owner's snapshots (this client's), by name (ListSnapshots). */
+  async listSnapshots(owner: Owner): Promise<pb.Snapshot[]> {
+    const req = create(pb.ListSnapshotsRequestSchema, { owner: create(pb.OwnerSchema, owner) });
+    return (await this.call(Safety.Idempotent, (o) => this.api.listSnapshots(req, o))).snapshots;
+  }
+
+  /** Deletes one of owner's snapshots and its storage; environments restored from it keep their files. */
+  async deleteSnapshot(owner: Owner, name: string): Promise<pb.Snapshot> {
+    const req = create(pb.DeleteSnapshotRequestSchema, { operationId: newOperationId(), owner: create(pb.OwnerSchema, owner), name });
+    return (await this.call(Safety.Idempotent, (o) => this.api.deleteSnapshot(req, o))).snapshot!;
   }
 
   /**

@@ -2,7 +2,7 @@
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
-import type { Client, Owner } from "./client.js";
+import type { Client, EnsureOptions, Owner } from "./client.js";
 import { ExecplaneError, isGrantInvalid, isNotReady, isRevoked } from "./errors.js";
 import * as pb from "./gen/execution/v1/execution_pb.js";
 import { DEFAULT_READY_TIMEOUT_MS, DEFAULT_RUN_TTL_MS, MAX_DEADLINE_MS, MAX_RUN_TTL_MS, MIN_DEADLINE_MS, MIN_RUN_TTL_MS, newOperationId, readyLongPollMs, readyMarginMs } from "./limits.js";
@@ -114,6 +114,32 @@ export class Environment {
     return this.reference((r, o) => this.client.api.releaseReference(create(pb.ReleaseReferenceRequestSchema, r), o));
   }
   /** Stops the executor and keeps the workspace; every grant issued before dies (RUN_CLAIM_HELD while a claim is held). */
+  /**
+   * A crash-consistent snapshot of the workspace named name (CreateSnapshot): the executor's
+   * processes are stopped while it is cut. Resolves once it is cut: state READY, or FAILED
+   * with failureReason. client.ensure(..., { fromSnapshot: name }) restores it; fork does both.
+   */
+  async snapshot(name: string, timeoutMs?: number): Promise<pb.Snapshot> {
+    const req = create(pb.CreateSnapshotRequestSchema, {
+      operationId: newOperationId(), name,
+      target: create(pb.ReferenceTargetSchema, { owner: create(pb.OwnerSchema, this.owner), environment: this.ref, bindingId: this.bindingId }),
+    });
+    return (await this.client.call(Safety.Idempotent, (o) => this.client.api.createSnapshot(req, o), timeoutMs)).snapshot!;
+  }
+
+  /**
+   * Snapshots this environment as snapshot and ensures bindingId's environment from it: an
+   * independent copy of the workspace, no durable command running, none of this environment's
+   * grants. The snapshot stays, the caller's to delete.
+   */
+  async fork(snapshot: string, bindingId: string, profile: string, opts: EnsureOptions = {}): Promise<Environment> {
+    const snap = await this.snapshot(snapshot);
+    if (snap.state !== pb.SnapshotState.READY) {
+      throw new Error(`snapshot ${snapshot}: ${pb.SnapshotState[snap.state]}: ${snap.failureReason} ${snap.failureMessage}`);
+    }
+    return this.client.ensure(this.owner, bindingId, profile, { ...opts, fromSnapshot: snapshot });
+  }
+
   suspend(): Promise<void> {
     return this.reference((r, o) => this.client.api.suspendEnvironment(create(pb.SuspendEnvironmentRequestSchema, r), o));
   }

@@ -2,7 +2,7 @@
 // the Go SDK's (docs/sdks.md): operation ids kept across retries, only what the server marks
 // retryable retried, OUTCOME_UNKNOWN never retried, the run claim renewed and released, the
 // API's reasons on every error.
-export { Client, type ClientOptions, type LifecycleName, type ListOptions, type Owner } from "./client.js";
+export { Client, type ClientOptions, type EnsureOptions, type LifecycleName, type ListOptions, type Owner } from "./client.js";
 export { Environment, withRun, type Deadline } from "./environment.js";
 export { type ListUsageOptions, type UsageGranularityName, type UsageGroupByName, type UsageOptions } from "./usage.js";
 export { Run, type FileInfo, type CommandResult, type CommandInfo, type CommandOptions } from "./run.js";
