@@ -59,7 +59,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the TypeScript SDK's tests failed: %v", err)
 	}
-	if !strings.Contains(string(out), "# pass 14\n") || !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") {
-		t.Fatal("node did not pass the fourteen tests (three sessions, six request shapes, three usage calls, two error readings)")
+	if !strings.Contains(string(out), "# pass 15\n") || !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") {
+		t.Fatal("node did not pass the fifteen tests (three sessions, six request shapes, three usage calls, one snapshot call, two error readings)")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,7 +114,7 @@ func (s *system) startQuiesce(t *testing.T, w *workspace, d string) (quiesceRepo
 	}
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
-	var stderr strings.Builder
+	var stderr lockedText
 	streamed := make(chan error, 1)
 	go func() {
 		streamed <- ex.StreamWithContext(ctx(t), remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: &stderr})
@@ -133,9 +134,9 @@ func (s *system) startQuiesce(t *testing.T, w *workspace, d string) (quiesceRepo
 	}
 	held := next()
 	if held.Error != "" {
-		t.Logf("the quiescer refused: %s (stderr %q)", held.Error, stderr.String())
 		stdinW.Close()
 		<-streamed
+		t.Logf("the quiescer refused: %s (stderr %q)", held.Error, stderr.String())
 		return held, nil
 	}
 	released := false
@@ -161,4 +162,23 @@ func (s *system) startQuiesce(t *testing.T, w *workspace, d string) (quiesceRepo
 		}
 	})
 	return held, release
+}
+
+// lockedText is a strings.Builder written by the exec stream's goroutine and read by the
+// test's.
+type lockedText struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedText) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedText) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
