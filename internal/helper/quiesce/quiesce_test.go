@@ -81,7 +81,16 @@ func TestStopAndContinue(t *testing.T) {
 		}
 	}
 	before := progress(t, file)
-	time.Sleep(300 * time.Millisecond) // the writer would have written ~20 times
+	// A clock outside the stopped tree, writing at the writer's pace: once it has moved 20
+	// times, the writer would have too, had it not been stopped.
+	clock := filepath.Join(t.TempDir(), "clock")
+	tree(t, `i=0; while :; do i=$((i+1)); echo $i > `+clock+`.new && mv `+clock+`.new `+clock+`; sleep 0.01 & wait; done`)
+	waitFor(t, "the clock running", func() bool { return progress(t, clock) != "" })
+	start, _ := strconv.Atoi(strings.TrimSpace(progress(t, clock)))
+	waitFor(t, "the clock 20 ticks on", func() bool {
+		n, _ := strconv.Atoi(strings.TrimSpace(progress(t, clock)))
+		return n >= start+20
+	})
 	if after := progress(t, file); after != before {
 		t.Fatalf("the counter moved while stopped: %s → %s", before, after)
 	}
@@ -155,12 +164,15 @@ func TestHeld(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
