@@ -217,14 +217,7 @@ func pod(name, namespace string, objLabels map[string]string, claim string, p pr
 			RuntimeClassName:              nonEmpty(spec.RuntimeClassName),
 			NodeSelector:                  copyMap(spec.NodeSelector),
 			Tolerations:                   append([]corev1.Toleration(nil), spec.Tolerations...),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:        ptr.To(true),
-				RunAsUser:           ptr.To[int64](RunAsUser),
-				RunAsGroup:          ptr.To[int64](RunAsGroup),
-				FSGroup:             ptr.To[int64](RunAsGroup),
-				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
-				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			SecurityContext:               podSecurity(),
 			Containers: []corev1.Container{{
 				Name:            ContainerName,
 				Image:           spec.Image,
@@ -236,15 +229,8 @@ func pod(name, namespace string, objLabels map[string]string, claim string, p pr
 					{Name: "HOME", Value: workspace},
 					{Name: "TMPDIR", Value: TmpPath},
 				},
-				Resources: resources(spec),
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Privileged:               ptr.To(false),
-					ReadOnlyRootFilesystem:   ptr.To(true),
-					RunAsNonRoot:             ptr.To(true),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
+				Resources:       resources(spec),
+				SecurityContext: containerSecurity(),
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "workspace", MountPath: workspace},
 					{Name: "tmp", MountPath: TmpPath},
@@ -300,6 +286,32 @@ func installHelper(pod *corev1.Pod, image string) {
 		VolumeMounts:             []corev1.VolumeMount{{Name: helperVolume, MountPath: helperInstallDir}},
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 	}}
+}
+
+// podSecurity is every executor-side Pod's (executors and copy Pods): the fixed non-root
+// identity, the workspace's group, the runtime's seccomp filter.
+func podSecurity() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:        ptr.To(true),
+		RunAsUser:           ptr.To[int64](RunAsUser),
+		RunAsGroup:          ptr.To[int64](RunAsGroup),
+		FSGroup:             ptr.To[int64](RunAsGroup),
+		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// containerSecurity is every executor-side container's: no privilege, no capability, a
+// read-only root file system.
+func containerSecurity() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Privileged:               ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
 func resources(spec profile.ProfileSpec) corev1.ResourceRequirements {
