@@ -25,6 +25,8 @@ GO_TEST_FLAGS ?=
 CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
 # The same for the real node's containerd and kubelet.
 NODE_BIN = $$(hack/build-node-bins.sh)
+# The same for the CSI sidecars and csi-sanity beside the real node (make test, not make demo).
+CSI_BIN = $$(hack/build-csi-bins.sh)
 # The same for cert-manager's controller, which test/deploy runs (not make demo or deploy).
 CERT_MANAGER_BIN = $$(hack/build-cert-manager.sh)
 
@@ -137,7 +139,7 @@ FUZZTIME_SHORT ?= 3s
 test: build lint verify vuln node-packages executor-debs npm-packages python-packages ## Lint, verify generated code, check for called vulnerabilities, run every test with -race (uses the local cluster; the fault suite with a short budget, its report printed), then each fuzz target briefly.
 	@mkdir -p .cache && rm -f $(CHAOS_REPORT)
 	EXECPLANE_CHAOS_REPORT=$(CHAOS_REPORT) EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_HELPER_BIN=$(CURDIR)/bin/helper \
-	  EXECPLANE_CERT_MANAGER_BIN=$(CERT_MANAGER_BIN) \
+	  EXECPLANE_CERT_MANAGER_BIN=$(CERT_MANAGER_BIN) EXECPLANE_CSI_BIN=$(CSI_BIN) \
 	  $(GO) test -race -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	@if [ -f $(CHAOS_REPORT) ]; then cat $(CHAOS_REPORT); fi
 	FUZZTIME=$(FUZZTIME_SHORT) hack/fuzz.sh
@@ -193,6 +195,10 @@ test-unit: ## Run the unit tests only (no local cluster), with -race.
 .PHONY: bench-controller
 bench-controller: ## Controller at scale: N environments (BENCH_N, default 10000) on KWOK, vs raw object creation, with its API writes (usage ledgers apart) to Ready, idle and suspended; BENCH_ARGS="-heap-profile=heap.pb.gz" keeps its heap profile.
 	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(GO) run ./bench/controllerscale -n $(or $(BENCH_N),10000) $(BENCH_ARGS)
+
+.PHONY: bench-fork
+bench-fork: build bin/pause node-packages ## Fork → Ready (CreateSnapshot, then Ensure from it) of a 100 MiB workspace on the real node, by the copy and the csi method, beside Ensure cold and warm (docs/benchmarks.md).
+	EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) EXECPLANE_CSI_BIN=$(CSI_BIN) $(GO) run ./bench/fork $(BENCH_ARGS)
 
 .PHONY: bench-ensure
 bench-ensure: build bin/pause node-packages ## Ensure → Ready (cold ÷ raw PVC + Pod, resume, warm pool hits and claims/s) on a fake node with a real cluster's delays; BENCH_ARGS="-node real -pool 20" on the real node (docs/benchmarks.md).

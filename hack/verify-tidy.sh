@@ -3,7 +3,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 status=0
-for dir in . hack/tools hack/vulndb hack/k8s-tools hack/kubelet-tools hack/containerd-tools hack/etcd-tools hack/kwok-tools hack/coredns-tools hack/cert-manager-tools; do
+for dir in . hack/tools hack/vulndb hack/k8s-tools hack/kubelet-tools hack/csi-tools hack/containerd-tools hack/etcd-tools hack/kwok-tools hack/coredns-tools hack/cert-manager-tools; do
   if ! (cd "$ROOT/$dir" && go mod tidy -diff >/dev/null 2>&1); then
     echo "go.mod in $dir is not tidy: run (cd $dir && go mod tidy)" >&2
     (cd "$ROOT/$dir" && go mod tidy -diff | head -20) >&2 || true

@@ -204,6 +204,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if opts.RealNode != nil && opts.RealNode.CSI {
+		if err := c.startCSI(ctx, bg); err != nil {
+			return nil, err
+		}
+	}
 	c.StartupTime = time.Since(begin)
 	if err := c.writeEnvFile(apiPort, execPort); err != nil {
 		return nil, err

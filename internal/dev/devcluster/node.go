@@ -95,6 +95,9 @@ type RealNodeOptions struct {
 	// ClusterDNS runs the cluster's DNS server (dns.go) on the node: Start returns once it is
 	// Ready. Its binary comes from FindDNSBinaries.
 	ClusterDNS bool
+	// CSI runs the host-path CSI driver with snapshots and its sidecars on the node (csi.go):
+	// Start returns once the kubelet registered it. Its sidecars come from FindCSIBinaries.
+	CSI bool
 }
 
 // realNode is the running real node.
@@ -411,7 +414,8 @@ func (n *realNode) proxyReady(ctx context.Context) bool {
 func (n *realNode) stopRunning() {
 	n.procs.stopAll()
 	if n.ledger != nil {
-		_ = killPrograms(n.ledger.BinDir)
+		_ = killPrograms(n.ledger.BinDir, nodeBinaries)
+		_ = killPrograms(n.ledger.CSIBinDir, csiSidecars)
 		_ = killCgroup(n.ledger.CgroupRoot)
 	}
 }

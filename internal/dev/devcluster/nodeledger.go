@@ -49,6 +49,8 @@ type nodeLedger struct {
 	// BinDir holds containerd, its shim and the kubelet: a process running a program from
 	// there is the node's.
 	BinDir string `json:"binDir"`
+	// CSIBinDir holds the CSI sidecars (csi.go), when the node runs them: likewise the node's.
+	CSIBinDir string `json:"csiBinDir,omitempty"`
 	// Sysctls are the values before the node started.
 	Sysctls map[string]string `json:"sysctls"`
 	// Address was added to lo.
@@ -248,7 +250,7 @@ var networkSysctls = []string{"net.ipv4.ip_forward", "net.bridge.bridge-nf-call-
 func (l *nodeLedger) undo() error {
 	var errs []error
 	// Processes first: nothing may recreate what the rest removes.
-	errs = append(errs, killPrograms(l.BinDir))
+	errs = append(errs, killPrograms(l.BinDir, nodeBinaries), killPrograms(l.CSIBinDir, csiSidecars))
 	if l.CgroupRoot != "" {
 		errs = append(errs, killCgroup(l.CgroupRoot), removeCgroup(l.CgroupRoot))
 	}
@@ -404,12 +406,12 @@ func hasAddress(link, cidr string) bool {
 
 // killPrograms kills every process running one of the node's programs from binDir (by the
 // exact path of its executable) and waits until they are gone.
-func killPrograms(binDir string) error {
+func killPrograms(binDir string, names []string) error {
 	if binDir == "" {
 		return nil
 	}
 	programs := map[string]bool{}
-	for _, name := range nodeBinaries {
+	for _, name := range names {
 		programs[filepath.Join(binDir, name)] = true
 	}
 	find := func() []int {
