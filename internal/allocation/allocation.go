@@ -76,7 +76,9 @@ type Allocator struct {
 	cfg    Config
 	log    hclog.Logger
 	lister execlisters.ExecutionAllocationLister
-	synced cache.InformerSynced
+	// snaps lists the snapshots, whose storage Sync counts.
+	snaps  execlisters.ExecutionSnapshotLister
+	synced []cache.InformerSynced
 	start  func(<-chan struct{})
 }
 
@@ -98,13 +100,15 @@ func New(cfg Config) (*Allocator, error) {
 	}
 	factory := execinformers.NewSharedInformerFactoryWithOptions(cfg.Execution, 0, execinformers.WithNamespace(cfg.Namespace))
 	inf := factory.Execution().V1alpha1().ExecutionAllocations()
-	return &Allocator{cfg: cfg, log: cfg.Logger.Named("quota"), lister: inf.Lister(), synced: inf.Informer().HasSynced, start: factory.Start}, nil
+	snaps := factory.Execution().V1alpha1().ExecutionSnapshots()
+	return &Allocator{cfg: cfg, log: cfg.Logger.Named("quota"), lister: inf.Lister(), snaps: snaps.Lister(),
+		synced: []cache.InformerSynced{inf.Informer().HasSynced, snaps.Informer().HasSynced}, start: factory.Start}, nil
 }
 
 // Start starts the allocations' cache and waits for it.
 func (a *Allocator) Start(ctx context.Context) error {
 	a.start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return ctx.Err()
 	}
 	return nil
@@ -232,14 +236,14 @@ func (a *Allocator) restore(ctx context.Context, s scope, name string, prev *exe
 // fits checks that one more ready environment (and, new, one more environment with its
 // storage) stays within the scope's limits.
 func fits(s scope, st *executionv1alpha1.ExecutionAllocationStatus, in store.Admitted, isNew bool) error {
-	var envs, ready, storage int64
+	var envs, ready int64
 	for _, e := range st.Environments {
 		envs++
-		storage += e.StorageBytes
 		if e.Ready {
 			ready++
 		}
 	}
+	storage := storageUsed(st) // the snapshots' too
 	l := s.limits
 	if isNew && l.Environments != nil && envs+1 > *l.Environments {
 		return exceeded(s, "environments", *l.Environments, envs)
@@ -369,9 +373,10 @@ func (a *Allocator) update(ctx context.Context, s scope, change func(*executionv
 	return fmt.Errorf("%w: the %s allocation lost the compare-and-swap %d times", apierror.ErrConflict, s.label(), maxAttempts)
 }
 
-// Sync makes every allocation true to the environments: each existing environment of a
-// limited scope listed (ready unless suspended), each gone one dropped, each suspended one
-// no longer ready — past the grace of a fresh admission. It returns the scopes whose time
+// Sync makes every allocation true to the environments and snapshots: each existing
+// environment of a limited scope listed (ready unless suspended), each snapshot holding
+// storage listed in the scopes with a storage quota, each gone one dropped, each suspended
+// environment no longer ready — past the grace of a fresh admission. It returns the scopes whose time
 // quota with the suspend action is exceeded, with their ready environments.
 func (a *Allocator) Sync(ctx context.Context) map[string][]string {
 	envs, err := a.cfg.Environments.ExecutionEnvironments(a.cfg.Namespace).List(labels.Everything())
@@ -380,8 +385,9 @@ func (a *Allocator) Sync(ctx context.Context) map[string][]string {
 	}
 	now := a.cfg.Now()
 	type want struct {
-		s    scope
-		envs map[string]executionv1alpha1.AllocatedEnvironment
+		s     scope
+		envs  map[string]executionv1alpha1.AllocatedEnvironment
+		snaps map[string]executionv1alpha1.AllocatedSnapshot
 	}
 	wanted := map[string]*want{}
 	toSuspend := map[string][]string{}
@@ -420,6 +426,17 @@ func (a *Allocator) Sync(ctx context.Context) map[string][]string {
 			w.envs[env.Name] = executionv1alpha1.AllocatedEnvironment{Name: env.Name, Ready: ready, StorageBytes: storage}
 		}
 	}
+	a.eachSnapshot(func(s scope, sn executionv1alpha1.AllocatedSnapshot) {
+		w := wanted[s.name()]
+		if w == nil {
+			w = &want{s: s, envs: map[string]executionv1alpha1.AllocatedEnvironment{}}
+			wanted[s.name()] = w
+		}
+		if w.snaps == nil {
+			w.snaps = map[string]executionv1alpha1.AllocatedSnapshot{}
+		}
+		w.snaps[sn.Name] = sn
+	})
 	existing, err := a.lister.ExecutionAllocations(a.cfg.Namespace).List(labels.Everything())
 	if err != nil {
 		return toSuspend
@@ -438,7 +455,9 @@ func (a *Allocator) Sync(ctx context.Context) map[string][]string {
 	}
 	for _, w := range wanted {
 		err := a.update(ctx, w.s, func(st *executionv1alpha1.ExecutionAllocationStatus) (bool, error) {
-			return reconcile(st, w.envs, now, gone), nil
+			envs := reconcile(st, w.envs, now, gone)
+			snaps := reconcileSnapshots(st, w.snaps, now, func(name string) bool { return a.snapshotGone(ctx, name) })
+			return envs || snaps, nil
 		})
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("an allocation cannot be synced; retried", logging.KeyName, w.s.name(), logging.KeyError, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/execplane/execplane/internal/allocation"
 	"github.com/execplane/execplane/internal/control"
@@ -195,7 +196,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			var snaps *Snapshots
 			if err == nil {
-				snaps, err = NewSnapshots(SnapshotsConfig{Kube: client, Execution: execClient, Namespace: cfg.Executors(), Profiles: profiles, Logger: logger})
+				var dyn dynamic.Interface
+				if dyn, err = dynamic.NewForConfig(proc.Clients.REST); err == nil {
+					snaps, err = NewSnapshots(SnapshotsConfig{Kube: client, Execution: execClient, Dynamic: dyn, Namespace: cfg.Executors(),
+						Profiles: profiles, Release: alloc.ReleaseSnapshot, Logger: logger})
+				}
 			}
 			if err == nil {
 				err = snaps.Initialize(ctx)

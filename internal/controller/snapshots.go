@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -46,10 +47,15 @@ const (
 type SnapshotsConfig struct {
 	Kube      kubernetes.Interface
 	Execution versioned.Interface
+	// Dynamic reads and writes VolumeSnapshots (the csi method); nil fails csi snapshots.
+	Dynamic   dynamic.Interface
 	Namespace string
 	Profiles  *profile.Registry
-	Logger    hclog.Logger
-	Now       func() time.Time
+	// Release, when set, gives a snapshot's storage back to its quotas once its storage is
+	// removed (failed or deleted).
+	Release func(context.Context, store.Admitted)
+	Logger  hclog.Logger
+	Now     func() time.Time
 }
 
 // Snapshots drives each ExecutionSnapshot's storage (docs/snapshots.md): a copy's claim and
@@ -174,8 +180,8 @@ func (s *Snapshots) Reconcile(ctx context.Context, name string) (time.Duration, 
 		}
 		return 0, s.fail(ctx, snap, apierror.ErrUnavailable, "the snapshot was never cut: its caller went away before the cut")
 	case executionv1alpha1.SnapshotCutting:
-		if snap.Spec.Method != executionv1alpha1.SnapshotCopy {
-			return 0, s.fail(ctx, snap, apierror.ErrUnimplemented, "csi snapshots are not built yet: use the copy method")
+		if snap.Spec.Method == executionv1alpha1.SnapshotCSI {
+			return s.cutCSI(ctx, snap, now)
 		}
 		return s.cutCopy(ctx, snap, now)
 	case executionv1alpha1.SnapshotFailed:
@@ -360,7 +366,11 @@ func (s *Snapshots) fail(ctx context.Context, snap *executionv1alpha1.ExecutionS
 		return err
 	}
 	s.log.Info("snapshot failed", logging.KeyName, snap.Name, "reason", snap.Status.Failure.Reason)
-	return s.removeStorage(ctx, snap)
+	if err := s.removeStorage(ctx, snap); err != nil {
+		return err
+	}
+	s.release(ctx, snap)
+	return nil
 }
 
 func (s *Snapshots) writeStatus(ctx context.Context, snap *executionv1alpha1.ExecutionSnapshot) error {
@@ -377,13 +387,13 @@ func (s *Snapshots) removeCopyPods(ctx context.Context, snap *executionv1alpha1.
 	return err
 }
 
-// removeStorage deletes the copy Pods and the snapshot's claim.
+// removeStorage deletes the copy Pods and the snapshot's claim or VolumeSnapshot.
 func (s *Snapshots) removeStorage(ctx context.Context, snap *executionv1alpha1.ExecutionSnapshot) error {
 	if err := s.removeCopyPods(ctx, snap); err != nil {
 		return err
 	}
-	if snap.Spec.Method != executionv1alpha1.SnapshotCopy {
-		return nil
+	if snap.Spec.Method == executionv1alpha1.SnapshotCSI {
+		return s.removeVolumeSnapshot(ctx, snap)
 	}
 	err := s.cfg.Kube.CoreV1().PersistentVolumeClaims(s.cfg.Namespace).Delete(ctx, snap.Spec.Storage.Name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
@@ -402,8 +412,16 @@ func (s *Snapshots) remove(ctx context.Context, snap *executionv1alpha1.Executio
 	}
 	snap.Finalizers = slices.DeleteFunc(snap.Finalizers, func(f string) bool { return f == store.SnapshotFinalizer })
 	_, err := s.cfg.Execution.ExecutionV1alpha1().ExecutionSnapshots(s.cfg.Namespace).Update(ctx, snap, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
 	}
-	return err
+	s.release(ctx, snap)
+	return nil
+}
+
+// release gives the snapshot's storage back to its quotas.
+func (s *Snapshots) release(ctx context.Context, snap *executionv1alpha1.ExecutionSnapshot) {
+	if s.cfg.Release != nil {
+		s.cfg.Release(ctx, store.Admitted{ClientHash: snap.Spec.ClientHash, OwnerHash: snap.Spec.OwnerHash, Name: snap.Name})
+	}
 }

@@ -64,6 +64,10 @@ type Admission interface {
 	// Forget gives back what AdmitEnvironment counted for an environment that was not
 	// created (best effort: the controller's sync gives back what it misses).
 	Forget(ctx context.Context, in Admitted)
+	// AdmitSnapshot counts a new snapshot's storage (Admitted.Name is the snapshot's)
+	// before it is created; the controller's sync gives it back once the snapshot is gone
+	// or failed.
+	AdmitSnapshot(ctx context.Context, in Admitted) error
 }
 
 // Admitted names an environment for Admission.

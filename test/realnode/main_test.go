@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	node.CSI = true // the csi snapshot method's tests
 	return clustertest.Main(m, clustertest.Options{RealNode: node})
 }
 
@@ -65,11 +67,15 @@ const (
 	profileExample = "example"
 	// profileHelperImage runs an image without the helper; its helperImage installs it.
 	profileHelperImage = "installed"
-	tmpSizeLimit       = 8 << 20
+	// profileCSI runs the example image on the CSI driver's volumes, snapshotted by it.
+	profileCSI   = "csi"
+	tmpSizeLimit = 8 << 20
 )
 
 var profiles = "profiles:\n" + profileYAML(profileExample, devimage.ExecutorRef, "") +
-	profileYAML(profileHelperImage, devimage.UserlandRef, "    helperImage: "+devimage.HelperRef+"\n")
+	profileYAML(profileHelperImage, devimage.UserlandRef, "    helperImage: "+devimage.HelperRef+"\n") +
+	strings.Replace(profileYAML(profileCSI, devimage.ExecutorRef, "    snapshots:\n      volumeSnapshotClassName: "+devcluster.CSISnapshotClassName+"\n"),
+		"storageClass: "+devcluster.StorageClassName, "storageClass: "+devcluster.CSIStorageClassName, 1)
 
 // profileYAML is one profile of image on the real node, with extra lines.
 func profileYAML(name, image, extra string) string {

@@ -240,8 +240,19 @@ func sameTree(t *testing.T, what string, got, want map[string]string) {
 // log at most: never the torn pair a copy taken while it runs would show). Deleted, its
 // claim goes and then the snapshot.
 func TestSnapshotThroughTheController(t *testing.T) {
+	snapshotThroughTheController(t, profileExample, executionv1.SnapshotMethod_SNAPSHOT_METHOD_COPY)
+}
+
+// The same through the CSI driver: a VolumeSnapshot of the quiesced workspace, forks
+// restored by their claims' dataSource.
+func TestCSISnapshotThroughTheController(t *testing.T) {
+	snapshotThroughTheController(t, profileCSI, executionv1.SnapshotMethod_SNAPSHOT_METHOD_CSI)
+}
+
+func snapshotThroughTheController(t *testing.T, profileName string, method executionv1.SnapshotMethod) {
 	s := startSystem(t)
-	w := s.ensure(t, "snapshot-writer", profileExample)
+	csi := method == executionv1.SnapshotMethod_SNAPSHOT_METHOD_CSI
+	w := s.ensure(t, "snapshot-writer", profileName)
 	w.must(t, `set -e
 mkdir -p fixed gen
 i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
@@ -258,7 +269,7 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.GetState() != client.SnapshotReady || snap.GetCutAt() == nil || snap.GetMethod() != executionv1.SnapshotMethod_SNAPSHOT_METHOD_COPY ||
+	if snap.GetState() != client.SnapshotReady || snap.GetCutAt() == nil || snap.GetMethod() != method ||
 		snap.GetSource().GetId() != w.env.Ref().GetId() || snap.GetSizeBytes() <= 0 {
 		t.Fatalf("the snapshot: %v", snap)
 	}
@@ -274,7 +285,7 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 	if list, err := s.caller.Snapshots(ctx(t), stranger); err != nil || len(list) != 0 {
 		t.Fatalf("another owner's list: %v %v", list, err)
 	}
-	if _, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: stranger, BindingID: "stolen", Profile: profileExample, FromSnapshot: "mid-write"}); !errors.Is(err, client.ErrNotFound) {
+	if _, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: stranger, BindingID: "stolen", Profile: profileName, FromSnapshot: "mid-write"}); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("another owner's restore: %v", err)
 	}
 	stored, err := s.exec.ExecutionV1alpha1().ExecutionSnapshots(s.ExecutorNamespace()).List(ctx(t), metav1.ListOptions{})
@@ -287,28 +298,39 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 	ns := s.ExecutorNamespace()
 	claimDir := func(name string) string {
 		t.Helper()
-		c, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), name, metav1.GetOptions{})
-		if err != nil || c.Spec.VolumeName == "" {
+		dir, err := s.cluster.ClaimDir(ctx(t), ns, name)
+		if err != nil {
 			t.Fatalf("claim %s: %v", name, err)
 		}
-		return filepath.Join(s.cluster.StateDir(), "node", "volumes", c.Spec.VolumeName)
+		return dir
 	}
-	snapTree, srcTree := tree(t, claimDir(storage.Name)), tree(t, claimDir(storage.SourceClaim))
+	// A copy's files are its claim's; a csi snapshot's the driver's copy of the volume.
+	snapDir := ""
+	if csi {
+		if snapDir, err = s.cluster.VolumeSnapshotDir(ctx(t), ns, storage.Name); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		snapDir = claimDir(storage.Name)
+	}
+	snapTree, srcTree := tree(t, snapDir), tree(t, claimDir(storage.SourceClaim))
 	for k, v := range srcTree {
 		if strings.HasPrefix(k, "fixed") && snapTree[k] != v {
 			t.Fatalf("%s: %q in the snapshot, %q in the source", k, snapTree[k], v)
 		}
 	}
 	for k := range snapTree {
-		if strings.HasPrefix(k, ".execplane") {
+		// A volume's snapshot holds the records too: sealed to the source, nothing a fork
+		// lists (checked below).
+		if !csi && strings.HasPrefix(k, ".execplane") {
 			t.Fatalf("the snapshot carries the records: %s", k)
 		}
 	}
-	countB, err := os.ReadFile(filepath.Join(claimDir(storage.Name), "gen", "count"))
+	countB, err := os.ReadFile(filepath.Join(snapDir, "gen", "count"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	logB, err := os.ReadFile(filepath.Join(claimDir(storage.Name), "gen", "log"))
+	logB, err := os.ReadFile(filepath.Join(snapDir, "gen", "log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +346,7 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 	// command, and each changed differently without the other or the source seeing it.
 	fork := func(binding string) (*workspace, map[string]string) {
 		t.Helper()
-		env, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: owner, BindingID: binding, Profile: profileExample, FromSnapshot: "mid-write"})
+		env, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: owner, BindingID: binding, Profile: profileName, FromSnapshot: "mid-write"})
 		if err != nil {
 			t.Fatalf("ensure %s from the snapshot: %v", binding, err)
 		}
@@ -332,7 +354,7 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 		claim := s.pod(t, f).Spec.Volumes[0].PersistentVolumeClaim.ClaimName
 		return f, tree(t, claimDir(claim))
 	}
-	want := maps.Clone(snapTree)
+	want := withoutRecords(snapTree)
 	one, oneTree := fork("fork-1")
 	sameTree(t, "fork 1", withoutRecords(oneTree), want)
 	two, twoTree := fork("fork-2")
@@ -360,8 +382,12 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 	if _, err := s.caller.DeleteSnapshot(ctx(t), owner, "mid-write"); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.Eventually(t, time.Minute, "the snapshot and its claim gone", func() bool {
+	clustertest.Eventually(t, time.Minute, "the snapshot and its storage gone", func() bool {
 		_, err := s.exec.ExecutionV1alpha1().ExecutionSnapshots(ns).Get(ctx(t), stored.Items[0].Name, metav1.GetOptions{})
+		if csi {
+			_, serr := os.Stat(snapDir)
+			return apierrors.IsNotFound(err) && errors.Is(serr, os.ErrNotExist)
+		}
 		_, cerr := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), storage.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(cerr)
 	})
@@ -384,4 +410,44 @@ func withoutRecords(tr map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// A snapshot's storage counts against the owner's storage quota with the environments': a
+// snapshot, or an environment, beyond it is refused QUOTA_EXCEEDED before anything is made,
+// and the storage is given back when the snapshot is deleted.
+func TestSnapshotCountsAgainstTheStorageQuota(t *testing.T) {
+	quotas := filepath.Join(t.TempDir(), "quotas.yaml")
+	if err := os.WriteFile(quotas, []byte("defaults:\n  owner:\n    storage: 2Gi\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startSystemArgs(t, []string{"--quotas", quotas})
+	quotaOwner := client.Owner{Issuer: owner.Issuer, Subject: "quota"}
+	env, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: quotaOwner, BindingID: "quota-source", Profile: profileExample})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := env.Snapshot(ctx(t), "within"); err != nil || snap.GetState() != client.SnapshotReady {
+		t.Fatalf("a snapshot within the quota (1 GiB of 2 GiB held): %v %v", snap, err)
+	}
+	storageRefusal := func(what string, err error) {
+		t.Helper()
+		var e *client.Error
+		if !errors.Is(err, client.ErrQuotaExceeded) || !errors.As(err, &e) || e.Metadata["quota"] != "storage" || e.Metadata["used"] != strconv.Itoa(2<<30) {
+			t.Fatalf("%s beyond the storage quota: %v", what, err)
+		}
+	}
+	_, err = env.Snapshot(ctx(t), "beyond")
+	storageRefusal("a snapshot", err)
+	if _, err := s.caller.GetSnapshot(ctx(t), quotaOwner, "beyond"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a refused snapshot left something: %v", err)
+	}
+	_, err = s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: quotaOwner, BindingID: "quota-other", Profile: profileExample})
+	storageRefusal("an environment", err)
+	if _, err := s.caller.DeleteSnapshot(ctx(t), quotaOwner, "within"); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, time.Minute, "the storage given back with the snapshot", func() bool {
+		_, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: quotaOwner, BindingID: "quota-other", Profile: profileExample})
+		return err == nil
+	})
 }

@@ -68,6 +68,19 @@ type AllocatedEnvironment struct {
 	AdmittedAt   metav1.Time `json:"admittedAt"`
 }
 
+// AllocatedSnapshot is a snapshot whose storage is counted against the scope's storage
+// quota: from its beginning until it is deleted or failed.
+type AllocatedSnapshot struct {
+	// Name is the ExecutionSnapshot's.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// StorageBytes is what it keeps: its source claim's requested size.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	StorageBytes int64       `json:"storageBytes,omitempty"`
+	AdmittedAt   metav1.Time `json:"admittedAt"`
+}
+
 // AllocatedCommand is a running detached command counted against the scope.
 type AllocatedCommand struct {
 	// +kubebuilder:validation:MaxLength=63
@@ -90,6 +103,12 @@ type ExecutionAllocationStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=5000
 	Commands []AllocatedCommand `json:"commands,omitempty"`
+	// Snapshots are the scope's snapshots, their storage counted with the environments'.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=5000
+	Snapshots []AllocatedSnapshot `json:"snapshots,omitempty"`
 }
 
 // ExecutionAllocationList is a list of allocations.
