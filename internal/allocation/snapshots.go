@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -94,16 +93,30 @@ func (a *Allocator) eachSnapshot(add func(scope, executionv1alpha1.AllocatedSnap
 		}
 		for _, s := range a.scopes(sn.Spec.ClientHash, sn.Spec.OwnerHash) {
 			if s.limits.Storage != nil {
-				add(s, executionv1alpha1.AllocatedSnapshot{Name: sn.Name, StorageBytes: sn.Spec.Storage.Bytes})
+				add(s, executionv1alpha1.AllocatedSnapshot{Name: sn.Spec.Storage.Name, StorageBytes: sn.Spec.Storage.Bytes})
 			}
 		}
 	}
 }
 
-// snapshotGone confirms, on the API server, that a snapshot holds no storage any more.
-func (a *Allocator) snapshotGone(ctx context.Context, name string) bool {
-	sn, err := a.cfg.Execution.ExecutionV1alpha1().ExecutionSnapshots(a.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
-	return apierrors.IsNotFound(err) || (err == nil && !holdsStorage(sn))
+// snapshotGone confirms, on the API server, that no snapshot holds the storage named
+// storage (xsnap-<owner key>-<id>: the owner's snapshots are listed by their key).
+func (a *Allocator) snapshotGone(ctx context.Context, storage string) bool {
+	key, _, ok := strings.Cut(strings.TrimPrefix(storage, store.SnapshotPrefix), "-")
+	if !ok {
+		return true // never a snapshot's storage
+	}
+	list, err := a.cfg.Execution.ExecutionV1alpha1().ExecutionSnapshots(a.cfg.Namespace).List(ctx,
+		metav1.ListOptions{LabelSelector: labels.Set{store.SnapshotOwnerKeyLabel: key}.String()})
+	if err != nil {
+		return false
+	}
+	for i := range list.Items {
+		if sn := &list.Items[i]; sn.Spec.Storage.Name == storage {
+			return !holdsStorage(sn)
+		}
+	}
+	return true
 }
 
 // reconcileSnapshots makes st list want (name → entry), keeping fresh admissions (a

@@ -84,30 +84,54 @@ func (s *Snapshots) cutCSI(ctx context.Context, snap *executionv1alpha1.Executio
 		return 0, err
 	}
 	vs := readVolumeSnapshot(u)
+	// The snapshotter's status.error is its last error, also of a retry that then
+	// succeeded: it decides nothing while the snapshot may still be cut in time or become
+	// ready, and is the reason given when it does not.
+	why := func(msg string) string {
+		if vs.failure != "" {
+			msg += ": " + truncate(vs.failure, 512)
+		}
+		return msg
+	}
 	switch {
-	case vs.failure != "":
-		return 0, s.fail(ctx, snap, apierror.ErrInternal, "the CSI driver could not snapshot the workspace: "+truncate(vs.failure, 512))
 	case vs.created.IsZero():
 		if !now.Before(by.Time) {
-			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the CSI driver did not cut the volume by the cut's deadline (the profile's snapshots.maxQuiesce)")
+			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, why("the CSI driver did not cut the volume by the cut's deadline (the profile's snapshots.maxQuiesce)"))
 		}
 		return min(csiRecheck, by.Time.Sub(now)), nil
 	case vs.created.After(by.Time):
 		return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the CSI driver cut the volume after the cut's deadline: it is not a state the source passed through")
-	case !vs.ready:
-		if now.After(vs.created.Add(csiReadyTimeout)) {
-			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, "the VolumeSnapshot was cut but never became ready to use")
-		}
-		return csiRecheck, nil
 	}
-	if why := s.sourceMoved(ctx, snap); why != "" {
-		return 0, s.fail(ctx, snap, apierror.ErrStaleEpoch, why)
+	if snap.Status.CutAt == nil {
+		// Cut in time: whether the source was the quiesced executor is judged now, not once
+		// a slow driver has made the snapshot ready (the quiesce has ended by then).
+		if why := s.sourceMoved(ctx, snap); why != "" {
+			return 0, s.fail(ctx, snap, apierror.ErrStaleEpoch, why)
+		}
+		snap.Status.CutAt = &metav1.Time{Time: vs.created}
+		if !vs.ready {
+			return csiRecheck, s.writeStatus(ctx, snap)
+		}
+	}
+	if !vs.ready {
+		if now.After(vs.created.Add(csiReadyTimeout)) {
+			return 0, s.fail(ctx, snap, apierror.ErrLimitExceeded, why("the VolumeSnapshot was cut but never became ready to use"))
+		}
+		return min(csiReadyRecheck(now.Sub(vs.created)), csiReadyTimeout), nil
 	}
 	snap.Status.Phase = executionv1alpha1.SnapshotReady
-	snap.Status.CutAt = &metav1.Time{Time: vs.created}
 	snap.Status.ReadyAt = &metav1.Time{Time: now}
 	snap.Status.RestoreBytes = max(vs.restoreBytes, st.Bytes)
 	return 0, s.writeStatus(ctx, snap)
+}
+
+// csiReadyRecheck backs off while a cut VolumeSnapshot becomes ready (a cloud driver's
+// upload takes minutes): every csiRecheck for its first 10 s, then every 5 s.
+func csiReadyRecheck(since time.Duration) time.Duration {
+	if since < 10*time.Second {
+		return csiRecheck
+	}
+	return snapshotRecheck
 }
 
 // removeVolumeSnapshot deletes a csi snapshot's VolumeSnapshot (its class's deletion policy

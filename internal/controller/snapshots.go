@@ -422,6 +422,6 @@ func (s *Snapshots) remove(ctx context.Context, snap *executionv1alpha1.Executio
 // release gives the snapshot's storage back to its quotas.
 func (s *Snapshots) release(ctx context.Context, snap *executionv1alpha1.ExecutionSnapshot) {
 	if s.cfg.Release != nil {
-		s.cfg.Release(ctx, store.Admitted{ClientHash: snap.Spec.ClientHash, OwnerHash: snap.Spec.OwnerHash, Name: snap.Name})
+		s.cfg.Release(ctx, store.Admitted{ClientHash: snap.Spec.ClientHash, OwnerHash: snap.Spec.OwnerHash, Name: snap.Spec.Storage.Name})
 	}
 }

@@ -265,7 +265,7 @@ func List(ledgers []*executionv1alpha1.ExecutionUsage, s Scope, r Range, by exec
 // recordKey is the group key of rec: its key fields joined, so that keys sort like them.
 func recordKey(rec *executionv1.UsageRecord) string {
 	return rec.GetEnvironment().GetId() + "\x00" + rec.GetEnvironment().GetRevision() + "\x00" + rec.GetClientHash() + "\x00" +
-		rec.GetOwnerHash() + "\x00" + rec.GetBindingId()
+		rec.GetOwnerHash() + "\x00" + rec.GetBindingId() + "\x00" + rec.GetSnapshot()
 }
 
 // groupKey is a ledger's group under by, and the record fields it carries. The key sorts
@@ -284,12 +284,15 @@ func groupKey(u *executionv1alpha1.ExecutionUsage, by executionv1.UsageGroupBy) 
 	default:
 		rec.Environment = &executionv1.EnvironmentRef{Id: sp.Environment.Name, Revision: string(sp.Environment.UID)}
 		rec.ClientHash, rec.OwnerHash, rec.BindingId, rec.Profile = sp.ClientHash, sp.OwnerHash, sp.BindingID, sp.Profile
+		if sp.Snapshot != nil {
+			rec.Snapshot = sp.Snapshot.Name
+		}
 	}
 	return recordKey(rec), rec
 }
 
 func cloneRecord(r *executionv1.UsageRecord) *executionv1.UsageRecord {
-	out := &executionv1.UsageRecord{BindingId: r.BindingId, OwnerHash: r.OwnerHash, ClientHash: r.ClientHash, Profile: r.Profile}
+	out := &executionv1.UsageRecord{BindingId: r.BindingId, OwnerHash: r.OwnerHash, ClientHash: r.ClientHash, Profile: r.Profile, Snapshot: r.Snapshot}
 	if r.Environment != nil {
 		out.Environment = &executionv1.EnvironmentRef{Id: r.Environment.Id, Revision: r.Environment.Revision}
 	}
@@ -326,7 +329,7 @@ func decodeToken(token string) (string, int64, bool) {
 func Newest(ledgers []*executionv1alpha1.ExecutionUsage, name, revision string) *executionv1alpha1.ExecutionUsage {
 	var best *executionv1alpha1.ExecutionUsage
 	for _, u := range ledgers {
-		if u.Spec.Environment.Name != name || (revision != "" && string(u.Spec.Environment.UID) != revision) {
+		if u.Spec.Snapshot != nil || u.Spec.Environment.Name != name || (revision != "" && string(u.Spec.Environment.UID) != revision) {
 			continue
 		}
 		if best == nil || better(u, best) {

@@ -86,7 +86,9 @@ type Recorder struct {
 	cfg    RecorderConfig
 	log    hclog.Logger
 	usages execlisters.ExecutionUsageLister
-	synced cache.InformerSynced
+	// snaps are the snapshots, whose storage ledgers of their own count.
+	snaps  execlisters.ExecutionSnapshotLister
+	synced []cache.InformerSynced
 	start  func(<-chan struct{})
 
 	mu      sync.Mutex
@@ -123,9 +125,11 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	}
 	factory := execinformers.NewSharedInformerFactoryWithOptions(cfg.Execution, 0, execinformers.WithNamespace(cfg.Namespace))
 	inf := factory.Execution().V1alpha1().ExecutionUsages()
+	snaps := factory.Execution().V1alpha1().ExecutionSnapshots()
 	return &Recorder{
-		cfg: cfg, log: cfg.Logger.Named("usage"), usages: inf.Lister(), synced: inf.Informer().HasSynced,
-		start: factory.Start, pending: map[string]*pendingLedger{}, scrapeFailedAt: map[string]time.Time{},
+		cfg: cfg, log: cfg.Logger.Named("usage"), usages: inf.Lister(), snaps: snaps.Lister(),
+		synced: []cache.InformerSynced{inf.Informer().HasSynced, snaps.Informer().HasSynced},
+		start:  factory.Start, pending: map[string]*pendingLedger{}, scrapeFailedAt: map[string]time.Time{},
 	}, nil
 }
 
@@ -144,7 +148,7 @@ func LedgerName(env string, uid types.UID) string { return env + "-" + string(ui
 // (a new leader's reads and quotas would see no usage).
 func (r *Recorder) Start(ctx context.Context) error {
 	r.start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), r.synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
 		return ctx.Err()
 	}
 	return nil
@@ -172,8 +176,16 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 }
 
-// Synced reports whether the ledgers' cache is synced (reads answer from it).
-func (r *Recorder) Synced() bool { return r.synced() }
+// Synced reports whether the ledgers' cache (and the snapshots') is synced (reads answer
+// from it).
+func (r *Recorder) Synced() bool {
+	for _, synced := range r.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
+}
 
 // Sample reads every kubelet that runs an executor Pod of an environment and keeps the
 // samples for the next checkpoint.
@@ -322,10 +334,11 @@ func (r *Recorder) Checkpoint(ctx context.Context) {
 			// accrual starts at the environment's creation either way.
 			continue
 		}
-		if err := r.write(ctx, name, env, state, at, now); err != nil && ctx.Err() == nil {
+		if err := r.write(ctx, name, func() *executionv1alpha1.ExecutionUsage { return newLedger(name, env) }, r.storageOf(env), state, at, now); err != nil && ctx.Err() == nil {
 			r.log.Warn("a usage ledger cannot be written; retried at the next checkpoint", logging.KeyEnvironment, env.Name, logging.KeyError, err)
 		}
 	}
+	r.checkpointSnapshots(ctx, seen, now)
 	ledgers, err := r.usages.ExecutionUsages(r.cfg.Namespace).List(labels.Everything())
 	if err != nil {
 		return
@@ -341,7 +354,7 @@ func (r *Recorder) Checkpoint(ctx context.Context) {
 		} else if u.Status.EndedAt == nil && r.goneLive(ctx, u) {
 			// The environment is gone (the cache says, and so does the API server: a
 			// leader whose cache stalled ends nothing): it ended when it was seen gone.
-			err = r.write(ctx, u.Name, nil, executionv1alpha1.UsageEnded, now, now)
+			err = r.write(ctx, u.Name, nil, 0, executionv1alpha1.UsageEnded, now, now)
 		}
 		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			r.log.Warn("an ended usage ledger cannot be written", logging.KeyName, u.Name, logging.KeyError, err)
@@ -361,8 +374,12 @@ func (r *Recorder) hasLedgerOrPending(name string) bool {
 	return ok
 }
 
-// goneLive confirms with the API server that a ledger's environment incarnation is gone.
+// goneLive confirms with the API server that a ledger's environment incarnation (or
+// snapshot) is gone.
 func (r *Recorder) goneLive(ctx context.Context, u *executionv1alpha1.ExecutionUsage) bool {
+	if sn := u.Spec.Snapshot; sn != nil {
+		return r.snapshotGone(ctx, sn.Object)
+	}
 	env, err := r.cfg.Execution.ExecutionV1alpha1().ExecutionEnvironments(r.cfg.Namespace).Get(ctx, u.Spec.Environment.Name, metav1.GetOptions{})
 	return apierrors.IsNotFound(err) || (err == nil && env.UID != u.Spec.Environment.UID)
 }
@@ -403,15 +420,16 @@ func (r *Recorder) storageOf(env *executionv1alpha1.ExecutionEnvironment) int64 
 	return q.Value()
 }
 
-// write folds what is pending for the ledger name (of env, nil when it is gone) and writes
-// it when it changed. The transition to state is recorded at the time the status gives,
-// bounded by what the ledger already holds and now.
-func (r *Recorder) write(ctx context.Context, name string, env *executionv1alpha1.ExecutionEnvironment, state executionv1alpha1.UsageState, at, now time.Time) error {
+// write folds what is pending for the ledger name and writes it when it changed; create
+// makes the ledger when it does not exist (nil: its subject is gone, nothing is created),
+// storage is its subject's requested size now. The transition to state is recorded at the
+// time the status gives, bounded by what the ledger already holds and now.
+func (r *Recorder) write(ctx context.Context, name string, create func() *executionv1alpha1.ExecutionUsage, storage int64, state executionv1alpha1.UsageState, at, now time.Time) error {
 	cur, err := r.usages.ExecutionUsages(r.cfg.Namespace).Get(name)
 	var u *executionv1alpha1.ExecutionUsage
 	switch {
-	case apierrors.IsNotFound(err) && env != nil:
-		u = newLedger(name, env)
+	case apierrors.IsNotFound(err) && create != nil:
+		u = create()
 	case err != nil:
 		return err
 	default:
@@ -440,7 +458,6 @@ func (r *Recorder) write(ctx context.Context, name string, env *executionv1alpha
 		l.FoldSeries(s)
 	}
 	folded := !apiequality.Semantic.DeepEqual(before, &u.Status)
-	storage := r.storageOf(env)
 	if state != u.Status.Accrual.State || storage != u.Status.Accrual.StorageBytes {
 		if at.IsZero() || at.After(now) || state == u.Status.Accrual.State {
 			// A size change (or a state whose time the status does not give) counts from

@@ -115,12 +115,10 @@ func (s *Store) BeginSnapshot(ctx context.Context, in SnapshotInput) (*execution
 	snap := s.newSnapshot(in, name, env, claim)
 	if s.cfg.Admission != nil {
 		// Its storage counts against the owner's and the client's storage quotas until it
-		// is deleted (a snapshot that exists already was counted when it was begun).
-		if _, err := snaps.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			if err := s.cfg.Admission.AdmitSnapshot(ctx, Admitted{ClientHash: snap.Spec.ClientHash, OwnerHash: snap.Spec.OwnerHash,
-				Name: name, StorageBytes: snap.Spec.Storage.Bytes}); err != nil {
-				return nil, err
-			}
+		// is removed, keyed by the storage's name (never reused, unlike the snapshot's).
+		if err := s.cfg.Admission.AdmitSnapshot(ctx, Admitted{ClientHash: snap.Spec.ClientHash, OwnerHash: snap.Spec.OwnerHash,
+			Name: snap.Spec.Storage.Name, StorageBytes: snap.Spec.Storage.Bytes}); err != nil {
+			return nil, err
 		}
 	}
 	created, err := snaps.Create(ctx, snap, metav1.CreateOptions{})

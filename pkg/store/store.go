@@ -64,9 +64,9 @@ type Admission interface {
 	// Forget gives back what AdmitEnvironment counted for an environment that was not
 	// created (best effort: the controller's sync gives back what it misses).
 	Forget(ctx context.Context, in Admitted)
-	// AdmitSnapshot counts a new snapshot's storage (Admitted.Name is the snapshot's)
-	// before it is created; the controller's sync gives it back once the snapshot is gone
-	// or failed.
+	// AdmitSnapshot counts a new snapshot's storage (Admitted.Name is its storage's name,
+	// never reused) before it is created; the controller gives it back once the storage is
+	// removed, and its sync once the snapshot is gone or failed.
 	AdmitSnapshot(ctx context.Context, in Admitted) error
 }
 

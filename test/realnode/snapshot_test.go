@@ -414,13 +414,14 @@ func withoutRecords(tr map[string]string) map[string]string {
 
 // A snapshot's storage counts against the owner's storage quota with the environments': a
 // snapshot, or an environment, beyond it is refused QUOTA_EXCEEDED before anything is made,
-// and the storage is given back when the snapshot is deleted.
+// and the storage is given back when the snapshot is deleted. The usage ledger counts its
+// storage over time in a record of its own.
 func TestSnapshotCountsAgainstTheStorageQuota(t *testing.T) {
 	quotas := filepath.Join(t.TempDir(), "quotas.yaml")
 	if err := os.WriteFile(quotas, []byte("defaults:\n  owner:\n    storage: 2Gi\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startSystemArgs(t, []string{"--quotas", quotas})
+	s := startSystemArgs(t, []string{"--quotas", quotas, "--usage-checkpoint-interval", "2s"})
 	quotaOwner := client.Owner{Issuer: owner.Issuer, Subject: "quota"}
 	env, err := s.caller.Ensure(ctx(t), client.EnsureRequest{Owner: quotaOwner, BindingID: "quota-source", Profile: profileExample})
 	if err != nil {
@@ -429,6 +430,18 @@ func TestSnapshotCountsAgainstTheStorageQuota(t *testing.T) {
 	if snap, err := env.Snapshot(ctx(t), "within"); err != nil || snap.GetState() != client.SnapshotReady {
 		t.Fatalf("a snapshot within the quota (1 GiB of 2 GiB held): %v %v", snap, err)
 	}
+	clustertest.Eventually(t, time.Minute, "the snapshot's storage in the usage ledger", func() bool {
+		for rec, err := range s.caller.ListUsage(ctx(t), client.ListUsageOptions{Owner: quotaOwner}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.GetSnapshot() == "within" && rec.GetBindingId() == "quota-source" && rec.GetWindow().GetUsage().GetStorageKibSeconds() > 0 &&
+				rec.GetWindow().GetUsage().GetCpuNanoseconds() == 0 {
+				return true
+			}
+		}
+		return false
+	})
 	storageRefusal := func(what string, err error) {
 		t.Helper()
 		var e *client.Error

@@ -2,7 +2,6 @@ package csidriver
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -100,9 +99,10 @@ func (c controller) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest
 		if !ok {
 			return nil, status.Errorf(codes.NotFound, "snapshot %q", v.Snapshot)
 		}
-		if s.Bytes > want && limit > 0 && s.Bytes > limit {
+		if limit > 0 && s.Bytes > limit {
 			return nil, status.Errorf(codes.OutOfRange, "the snapshot holds %d bytes", s.Bytes)
 		}
+		v.Bytes = max(v.Bytes, s.Bytes) // never less than it holds
 		from = d.path(snapshotsDir, s.ID)
 	case v.Clone != "":
 		if _, ok := d.st.Volumes[v.Clone]; !ok {
@@ -277,7 +277,8 @@ func (c controller) ListSnapshots(_ context.Context, req *csi.ListSnapshotsReque
 }
 
 // path is the directory of the object id of kind (volumesDir or snapshotsDir). IDs come
-// from callers: one that is not a plain name is never a path.
+// from callers: only an ID's last element is used (callers look IDs up in the state first,
+// or refuse what is not a plain name), so no ID reaches outside the state directory.
 func (d *Driver) path(kind, id string) string {
 	if kind == snapshotsDir {
 		return SnapshotDir(d.opts.StateDir, id)
@@ -290,7 +291,7 @@ func (d *Driver) remove(kind, id string) error {
 	if id != filepath.Base(id) || id == "." || id == ".." {
 		return nil // never one of ours
 	}
-	if err := os.RemoveAll(d.path(kind, id)); err != nil {
+	if err := discard(d.opts.StateDir, d.path(kind, id)); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	return nil

@@ -99,11 +99,13 @@ func (st *state) save(dir string) error {
 	return os.Rename(tmp, filepath.Join(dir, stateFile))
 }
 
-// copyTree makes dst (absent) a copy of the directory src — contents, modes, owners, times,
-// links — through a scratch directory, so that dst is whole or absent.
+// copyTree makes dst a copy of the directory src — contents, modes, owners, times, links —
+// through a scratch directory, so that dst is whole or absent. Its callers' state does not
+// list dst: what is there is an earlier attempt's (its state not written, perhaps of
+// another source), and is replaced.
 func copyTree(stateDir, src, dst string) error {
-	if _, err := os.Lstat(dst); err == nil {
-		return nil // an earlier attempt finished; its state was not written
+	if err := discard(stateDir, dst); err != nil {
+		return err
 	}
 	tmp, err := os.MkdirTemp(filepath.Join(stateDir, scratchDir), "copy-")
 	if err != nil {
@@ -117,10 +119,11 @@ func copyTree(stateDir, src, dst string) error {
 	return os.Rename(into, dst)
 }
 
-// makeDir makes dst (absent) an empty volume directory, through the scratch directory.
+// makeDir makes dst an empty volume directory, through the scratch directory (what an
+// earlier attempt left there is replaced, as copyTree's).
 func makeDir(stateDir, dst string) error {
-	if _, err := os.Lstat(dst); err == nil {
-		return nil
+	if err := discard(stateDir, dst); err != nil {
+		return err
 	}
 	tmp, err := os.MkdirTemp(filepath.Join(stateDir, scratchDir), "new-")
 	if err != nil {
@@ -131,6 +134,22 @@ func makeDir(stateDir, dst string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// discard moves dir (if any) into the scratch directory, which the next start empties, and
+// removes it: a crash midway never leaves a half-removed tree under an ID.
+func discard(stateDir, dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(stateDir, scratchDir), "gone-")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(dir, filepath.Join(tmp, "tree")); err != nil {
+		return err
+	}
+	return os.RemoveAll(tmp)
 }
 
 // treeBytes is the size of the regular files under dir.

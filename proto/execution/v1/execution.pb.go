@@ -9253,13 +9253,17 @@ func (x *ListUsageRequest) GetPageToken() string {
 // UsageRecord is one group's usage in one window. Its key fields are those of the grouping
 // (the environment's carry them all).
 type UsageRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Environment   *EnvironmentRef        `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
-	BindingId     string                 `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
-	OwnerHash     string                 `protobuf:"bytes,3,opt,name=owner_hash,json=ownerHash,proto3" json:"owner_hash,omitempty"`
-	ClientHash    string                 `protobuf:"bytes,4,opt,name=client_hash,json=clientHash,proto3" json:"client_hash,omitempty"`
-	Profile       string                 `protobuf:"bytes,5,opt,name=profile,proto3" json:"profile,omitempty"`
-	Window        *UsageWindow           `protobuf:"bytes,6,opt,name=window,proto3" json:"window,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Environment *EnvironmentRef        `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	BindingId   string                 `protobuf:"bytes,2,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	OwnerHash   string                 `protobuf:"bytes,3,opt,name=owner_hash,json=ownerHash,proto3" json:"owner_hash,omitempty"`
+	ClientHash  string                 `protobuf:"bytes,4,opt,name=client_hash,json=clientHash,proto3" json:"client_hash,omitempty"`
+	Profile     string                 `protobuf:"bytes,5,opt,name=profile,proto3" json:"profile,omitempty"`
+	Window      *UsageWindow           `protobuf:"bytes,6,opt,name=window,proto3" json:"window,omitempty"`
+	// Set on a snapshot's record when grouped by environment: the snapshot's name, its
+	// storage alone counted (environment is its source). Other groupings add snapshots'
+	// storage to their groups'.
+	Snapshot      string `protobuf:"bytes,7,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9334,6 +9338,13 @@ func (x *UsageRecord) GetWindow() *UsageWindow {
 		return x.Window
 	}
 	return nil
+}
+
+func (x *UsageRecord) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
 }
 
 type ListUsageResponse struct {
@@ -10611,7 +10622,7 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\tpage_size\x18\t \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\n" +
-	" \x01(\tR\tpageToken\"\xf9\x01\n" +
+	" \x01(\tR\tpageToken\"\x95\x02\n" +
 	"\vUsageRecord\x12>\n" +
 	"\venvironment\x18\x01 \x01(\v2\x1c.execution.v1.EnvironmentRefR\venvironment\x12\x1d\n" +
 	"\n" +
@@ -10621,7 +10632,8 @@ const file_execution_v1_execution_proto_rawDesc = "" +
 	"\vclient_hash\x18\x04 \x01(\tR\n" +
 	"clientHash\x12\x18\n" +
 	"\aprofile\x18\x05 \x01(\tR\aprofile\x121\n" +
-	"\x06window\x18\x06 \x01(\v2\x19.execution.v1.UsageWindowR\x06window\"\xa1\x01\n" +
+	"\x06window\x18\x06 \x01(\v2\x19.execution.v1.UsageWindowR\x06window\x12\x1a\n" +
+	"\bsnapshot\x18\a \x01(\tR\bsnapshot\"\xa1\x01\n" +
 	"\x11ListUsageResponse\x123\n" +
 	"\arecords\x18\x01 \x03(\v2\x19.execution.v1.UsageRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12/\n" +

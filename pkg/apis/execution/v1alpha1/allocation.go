@@ -71,7 +71,8 @@ type AllocatedEnvironment struct {
 // AllocatedSnapshot is a snapshot whose storage is counted against the scope's storage
 // quota: from its beginning until it is deleted or failed.
 type AllocatedSnapshot struct {
-	// Name is the ExecutionSnapshot's.
+	// Name is its storage's (the VolumeSnapshot's or the claim's: xsnap-<owner key>-<id>,
+	// never reused, unlike the snapshot's own name).
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// StorageBytes is what it keeps: its source claim's requested size.

@@ -60,6 +60,20 @@ type ExecutionUsageSpec struct {
 	BindingID string `json:"bindingID"`
 	// +kubebuilder:validation:MaxLength=63
 	Profile string `json:"profile"`
+	// Snapshot, when set, makes this the ledger of a snapshot's storage: Environment is then
+	// its source's, and only storage accrues, from the snapshot's beginning until it is
+	// deleted or has failed.
+	// +optional
+	Snapshot *UsageSnapshot `json:"snapshot,omitempty"`
+}
+
+// UsageSnapshot names a snapshot whose storage a ledger counts.
+type UsageSnapshot struct {
+	// Object is the ExecutionSnapshot's identity.
+	Object ObjectIdentity `json:"object"`
+	// Name is the snapshot's name as its owner gave it.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
 }
 
 // UsageCounters are amounts used over a period. Integrals are in KiB-seconds so that years

@@ -1450,20 +1450,22 @@ class UsageCounters(_message.Message):
     def __init__(self, cpu_nanoseconds: _Optional[int] = ..., memory_kib_seconds: _Optional[int] = ..., memory_peak_bytes: _Optional[int] = ..., storage_kib_seconds: _Optional[int] = ..., ready_milliseconds: _Optional[int] = ..., suspended_milliseconds: _Optional[int] = ..., commands: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ...) -> None: ...
 
 class UsageRecord(_message.Message):
-    __slots__ = ["binding_id", "client_hash", "environment", "owner_hash", "profile", "window"]
+    __slots__ = ["binding_id", "client_hash", "environment", "owner_hash", "profile", "snapshot", "window"]
     BINDING_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HASH_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     OWNER_HASH_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     binding_id: str
     client_hash: str
     environment: EnvironmentRef
     owner_hash: str
     profile: str
+    snapshot: str
     window: UsageWindow
-    def __init__(self, environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., owner_hash: _Optional[str] = ..., client_hash: _Optional[str] = ..., profile: _Optional[str] = ..., window: _Optional[_Union[UsageWindow, _Mapping]] = ...) -> None: ...
+    def __init__(self, environment: _Optional[_Union[EnvironmentRef, _Mapping]] = ..., binding_id: _Optional[str] = ..., owner_hash: _Optional[str] = ..., client_hash: _Optional[str] = ..., profile: _Optional[str] = ..., window: _Optional[_Union[UsageWindow, _Mapping]] = ..., snapshot: _Optional[str] = ...) -> None: ...
 
 class UsageWindow(_message.Message):
     __slots__ = ["closed", "end", "start", "usage"]
