@@ -376,6 +376,24 @@ i=0; while [ $i -lt 1000 ]; do echo "file $i" > fixed/f$i; i=$((i+1)); done`)
 		t.Fatalf("the source sees the forks' changes: %q", out)
 	}
 
+	// The snapshot outlives its source: deleted (its workspace with it), the snapshot is
+	// still restored whole.
+	if err := w.run.Close(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.env.Delete(ctx(t), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, time.Minute, "the source's workspace claim gone", func() bool {
+		_, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx(t), storage.SourceClaim, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if got, err := s.caller.GetSnapshot(ctx(t), owner, "mid-write"); err != nil || got.GetState() != client.SnapshotReady {
+		t.Fatalf("the snapshot after its source's deletion: %v %v", got, err)
+	}
+	_, threeTree := fork("fork-3")
+	sameTree(t, "fork 3, of a deleted source", withoutRecords(threeTree), want)
+
 	if list, err := s.caller.Snapshots(ctx(t), owner); err != nil || len(list) != 1 || list[0].GetName() != "mid-write" {
 		t.Fatalf("the owner's list: %v %v", list, err)
 	}
