@@ -33,12 +33,10 @@ func (node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest
 func (n node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	d := n.d
 	target := req.GetTargetPath()
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, invalid("a volume ID is required")
-	case target == "" || !filepath.IsAbs(target):
-		return nil, invalid("an absolute target path is required")
-	case req.GetVolumeCapability() == nil:
+	if err := checkTarget(req.GetVolumeId(), target); err != nil {
+		return nil, err
+	}
+	if req.GetVolumeCapability() == nil {
 		return nil, invalid("a volume capability is required")
 	}
 	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
@@ -73,11 +71,8 @@ func (n node) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeReq
 
 func (n node) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	target := req.GetTargetPath()
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, invalid("a volume ID is required")
-	case target == "" || !filepath.IsAbs(target):
-		return nil, invalid("an absolute target path is required")
+	if err := checkTarget(req.GetVolumeId(), target); err != nil {
+		return nil, err
 	}
 	n.d.mu.Lock()
 	defer n.d.mu.Unlock()
@@ -97,6 +92,17 @@ func (n node) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolum
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// checkTarget refuses a publication without a volume or an absolute target path.
+func checkTarget(volumeID, target string) error {
+	switch {
+	case volumeID == "":
+		return invalid("a volume ID is required")
+	case target == "" || !filepath.IsAbs(target):
+		return invalid("an absolute target path is required")
+	}
+	return nil
 }
 
 // isMountPoint reports whether path is a mount point in this mount namespace.
