@@ -21,7 +21,8 @@ LDFLAGS   := -s -w -X github.com/execplane/execplane/internal/version.Version=$(
              -X github.com/execplane/execplane/internal/version.Commit=$(COMMIT)
 BINARIES  := gateway controller execctl execplane-dev helper e2b
 GO_TEST_FLAGS ?=
-# Builds the cluster binaries on first use (cached by version) and prints their directory.
+# Builds the cluster binaries on first use (cached by version) and prints their directory: all
+# of them (make test), or the parts a target runs (hack/build-cluster-bins.sh).
 CLUSTER_BIN = $$(hack/build-cluster-bins.sh)
 # The same for the real node's containerd and kubelet.
 NODE_BIN = $$(hack/build-node-bins.sh)
@@ -41,11 +42,7 @@ help: ## Show this help.
 .PHONY: build
 build: ## Build bin/gateway, bin/controller, bin/execctl, bin/execplane-dev (the local stack), bin/e2b (the E2B front end) and a static bin/helper.
 	@mkdir -p bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/gateway ./cmd/gateway
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/controller ./cmd/controller
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execctl ./cmd/execctl
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/execplane-dev ./cmd/execplane-dev
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/e2b ./cmd/e2b
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/gateway ./cmd/controller ./cmd/execctl ./cmd/execplane-dev ./cmd/e2b
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/helper ./cmd/helper
 
 # The product images, built in Go without Docker (internal/dev/devimage; docs/deployment.md,
@@ -225,9 +222,18 @@ cluster-bins: ## Build the local cluster's pinned binaries (once; cached by vers
 # keeps them on the fake nodes, for machines without the runtime.
 DEV_STATE ?= .state/dev
 DEV_NODE  ?= real
-DEV_UP = EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) $(if $(filter real,$(DEV_NODE)),EXECPLANE_NODE_BIN=$(NODE_BIN)) \
+DEV_UP = EXECPLANE_CLUSTER_BIN=$$(hack/build-cluster-bins.sh core $(if $(filter real,$(DEV_NODE)),,kwok)) \
+  $(if $(filter real,$(DEV_NODE)),EXECPLANE_NODE_BIN=$(NODE_BIN)) \
   bin/execplane-dev up --state-dir $(DEV_STATE) --node $(DEV_NODE) --helper bin/helper --pause bin/pause
-DEV_PREREQS = build bin/pause $(if $(filter real,$(DEV_NODE)),node-packages executor-debs)
+DEV_PREREQS = demo-build
+
+.PHONY: demo-build
+demo-build: ## Build what make demo runs (DEV_NODE=kwok: for the fake nodes), a line per stage with its progress; the go commands' output in .state/build.log.
+	@hack/build-demo.sh $(DEV_NODE)
+
+.PHONY: kubectl
+kubectl: ## Build kubectl for the local cluster (once, cached by version: about 2 min), beside its binaries; make demo prints where.
+	@dir=$$(hack/build-cluster-bins.sh core kubectl) && echo "$$dir/kubectl"
 
 # The real node's sandbox process, for the local stack's pause image (static, like the helper).
 .PHONY: bin/pause
@@ -272,7 +278,7 @@ bin/helm:
 
 .PHONY: deploy
 deploy: build bin/pause bin/helm node-packages images ## Push the images to the local cluster's registry, helm install --wait the chart on its real node (2 controllers, 2 gateways as Pods) and walk a client through the gateway's Service.
-	@EXECPLANE_CLUSTER_BIN=$(CLUSTER_BIN) EXECPLANE_NODE_BIN=$(NODE_BIN) bin/execplane-dev up --state-dir $(DEPLOY_STATE) --node real \
+	@EXECPLANE_CLUSTER_BIN=$$(hack/build-cluster-bins.sh core kubectl) EXECPLANE_NODE_BIN=$(NODE_BIN) bin/execplane-dev up --state-dir $(DEPLOY_STATE) --node real \
 	  --helper bin/helper --pause bin/pause --chart deploy/helm/execplane --images $(IMAGES_DIR) --helm bin/helm
 	@bin/execplane-dev demo --state-dir $(DEPLOY_STATE)
 	@echo

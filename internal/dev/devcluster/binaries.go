@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -17,8 +18,13 @@ import (
 // the binaries are located (and built on first use) by running that script.
 const BinEnv = "EXECPLANE_CLUSTER_BIN"
 
-// binaryNames are the programs the cluster runs; all must be present in the bin directory.
-var binaryNames = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}
+// binaryNames are the programs every cluster runs (hack/build-cluster-bins.sh core); KWOK
+// runs the fake nodes (its part kwok). kubectl (its part kubectl) is for people and
+// devdeploy, not for Start.
+var binaryNames = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// kwokName is KWOK's program.
+const kwokName = "kwok"
 
 // stageFiles are the KWOK stages the cluster uses, copied beside the binaries by the build
 // script from the pinned KWOK module: node initialisation and lease heartbeats, Pod
@@ -39,19 +45,24 @@ var ownStages embed.FS
 var ErrBinariesMissing = errors.New("local cluster binaries missing")
 
 // FindBinaries returns the directory holding the cluster's binaries: $EXECPLANE_CLUSTER_BIN
-// when set, otherwise the output of hack/build-cluster-bins.sh (which builds them once, ~7
-// minutes cold on 2 cores, and caches them by version).
-func FindBinaries(ctx context.Context) (string, error) {
-	dir, err := BinaryDir(ctx, BinEnv, "build-cluster-bins.sh", "the local cluster binaries")
+// when set, otherwise the output of hack/build-cluster-bins.sh (which builds them once, cached
+// by version): its parts core and kubectl (tests run it), and kwok too for a cluster with
+// fake nodes. make demo sets the variable to a directory of the core alone.
+func FindBinaries(ctx context.Context, fakeNodes bool) (string, error) {
+	args := []string{"core", "kubectl"}
+	if fakeNodes {
+		args = append(args, "kwok")
+	}
+	dir, err := BinaryDir(ctx, BinEnv, "build-cluster-bins.sh", "the local cluster binaries", args...)
 	if err != nil {
 		return "", err
 	}
-	return dir, checkBinaries(dir)
+	return dir, checkBinaries(dir, fakeNodes)
 }
 
 // BinaryDir is $env when set, otherwise the directory hack/<script> prints (building the
 // binaries once, cached by version).
-func BinaryDir(ctx context.Context, env, script, what string) (string, error) {
+func BinaryDir(ctx context.Context, env, script, what string, args ...string) (string, error) {
 	if dir := os.Getenv(env); dir != "" {
 		return dir, nil
 	}
@@ -59,7 +70,7 @@ func BinaryDir(ctx context.Context, env, script, what string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", script))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", script), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -68,16 +79,24 @@ func BinaryDir(ctx context.Context, env, script, what string) (string, error) {
 	return strings.TrimSpace(out.String()), nil
 }
 
-func checkBinaries(dir string) error {
+// checkBinaries fails naming what dir lacks: the core programs, and KWOK with its stages for
+// fake nodes.
+func checkBinaries(dir string, fakeNodes bool) error {
 	var missing []string
-	for _, name := range binaryNames {
+	names := binaryNames
+	if fakeNodes {
+		names = append(slices.Clone(names), kwokName)
+	}
+	for _, name := range names {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			missing = append(missing, name)
 		}
 	}
-	for _, name := range stageFiles {
-		if _, err := os.Stat(filepath.Join(dir, "kwok-stages", name+".yaml")); err != nil {
-			missing = append(missing, "kwok-stages/"+name+".yaml")
+	if fakeNodes {
+		for _, name := range stageFiles {
+			if _, err := os.Stat(filepath.Join(dir, "kwok-stages", name+".yaml")); err != nil {
+				missing = append(missing, "kwok-stages/"+name+".yaml")
+			}
 		}
 	}
 	if len(missing) > 0 {

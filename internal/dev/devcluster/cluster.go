@@ -44,6 +44,9 @@ type Options struct {
 	BinDir string
 	// Nodes is the number of fake nodes (default 1).
 	Nodes int
+	// NoFakeNodes, with RealNode, runs the real node alone: no fake node, no KWOK and no
+	// node exec endpoint, so that neither needs building (make demo).
+	NoFakeNodes bool
 	// ImageFiles maps paths inside executor images to local files (see NodeExecConfig).
 	ImageFiles map[string]string
 	// RealNode, when set, joins a real node (containerd, runc, a kubelet) beside the fake
@@ -98,17 +101,23 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.StateDir == "" {
 		return nil, errors.New("devcluster: StateDir is required")
 	}
-	if opts.Nodes <= 0 {
+	if opts.NoFakeNodes {
+		if opts.RealNode == nil {
+			return nil, errors.New("devcluster: NoFakeNodes needs RealNode: a cluster needs a node")
+		}
+		opts.Nodes = 0
+	} else if opts.Nodes <= 0 {
 		opts.Nodes = 1
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
 	if opts.BinDir == "" {
-		if opts.BinDir, err = FindBinaries(ctx); err != nil {
+		if opts.BinDir, err = FindBinaries(ctx, opts.Nodes > 0); err != nil {
 			return nil, err
 		}
-	} else if err := checkBinaries(opts.BinDir); err != nil {
+	}
+	if err := checkBinaries(opts.BinDir, opts.Nodes > 0); err != nil {
 		return nil, err
 	}
 	if opts.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
@@ -177,12 +186,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := runProvisioner(bg, c.kube, filepath.Join(opts.StateDir, "node", "volumes"), opts.VolumeBindDelay); err != nil {
 		return nil, err
 	}
-	execPort, err := c.startNodeExec()
-	if err != nil {
-		return nil, err
-	}
-	if err := c.startKWOK(execPort, kwokPort); err != nil {
-		return nil, err
+	var execPort int
+	if opts.Nodes > 0 {
+		if execPort, err = c.startNodeExec(); err != nil {
+			return nil, err
+		}
+		if err := c.startKWOK(execPort, kwokPort); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.installFixtures(ctx); err != nil {
 		return nil, err
@@ -213,11 +224,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.writeEnvFile(apiPort, execPort); err != nil {
 		return nil, err
 	}
-	nodes := fmt.Sprintf("%d fake node(s)", opts.Nodes)
-	if c.realNode != nil {
-		nodes += " and the real node " + RealNodeName
+	var nodes []string
+	if opts.Nodes > 0 {
+		nodes = append(nodes, fmt.Sprintf("%d fake node(s)", opts.Nodes))
 	}
-	opts.Logf("devcluster: ready in %s (%s); KUBECONFIG=%s", c.StartupTime.Round(10*time.Millisecond), nodes, c.kubeconfig)
+	if c.realNode != nil {
+		nodes = append(nodes, "the real node "+RealNodeName)
+	}
+	opts.Logf("devcluster: ready in %s (%s); KUBECONFIG=%s", c.StartupTime.Round(10*time.Millisecond), strings.Join(nodes, " and "), c.kubeconfig)
 	return c, nil
 }
 
@@ -440,7 +454,7 @@ func (c *Cluster) startKWOK(execPort, kwokPort int) error {
 	if err := os.WriteFile(stagesPath, []byte(strings.Join(stages, "\n---\n")+"\n"), 0o600); err != nil {
 		return err
 	}
-	_, err = c.procs.start(c.opts.StateDir, "kwok", filepath.Join(c.opts.BinDir, "kwok"),
+	_, err = c.procs.start(c.opts.StateDir, "kwok", filepath.Join(c.opts.BinDir, kwokName),
 		"--kubeconfig="+c.kubeconfig, "-c", stagesPath,
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
 		"--node-lease-duration-seconds="+strconv.Itoa(nodeLeaseSeconds),

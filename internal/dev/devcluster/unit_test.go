@@ -90,14 +90,31 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 }
 
 func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
-	err := checkBinaries(t.TempDir())
+	err := checkBinaries(t.TempDir(), true)
 	if err == nil {
 		t.Fatal("empty directory accepted")
 	}
-	for _, name := range append(slices.Clone(binaryNames), "kwok-stages/pod-ready.yaml") {
+	for _, name := range append(slices.Clone(binaryNames), kwokName, "kwok-stages/pod-ready.yaml") {
 		if !contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
+	}
+}
+
+// A cluster of the real node alone (make demo) needs no KWOK: its absence is not missing.
+func TestCheckBinariesWithoutFakeNodesNeedsNoKWOK(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range binaryNames {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := checkBinaries(dir, false); err != nil {
+		t.Errorf("the core programs refused without fake nodes: %v", err)
+	}
+	err := checkBinaries(dir, true)
+	if err == nil || !contains(err.Error(), kwokName) {
+		t.Errorf("fake nodes without KWOK: got %v, want an error naming %s", err, kwokName)
 	}
 }
 

@@ -169,7 +169,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	var o Options
 	fs.StringVar(&o.StateDir, "state-dir", ".state/dev", "directory for the stack's state, logs, kubeconfig and development keys")
-	fs.IntVar(&o.Nodes, "nodes", 1, "number of fake nodes")
+	fs.IntVar(&o.Nodes, "nodes", -1, "number of fake nodes (default: 1 with --node "+NodeKWOK+", none with --node "+NodeReal+")")
 	fs.StringVar(&o.Node, "node", NodeReal, "where executors run: "+NodeReal+" (containerd + runc + a kubelet on this machine; needs root) or "+NodeKWOK+" (the fake nodes run the local helper as a process)")
 	fs.StringVar(&o.Helper, "helper", "", "local helper binary (static): in the real node's images, or served as "+devcluster.HelperImagePath+" by the fake nodes")
 	fs.StringVar(&o.Pause, "pause", "", "the real node's sandbox binary (static; internal/dev/pause)")
@@ -223,6 +223,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	starts := fs.Arg(0) == "up" || fs.Arg(0) == "serve"
 	switch o.Node {
 	case NodeKWOK:
+		if o.Nodes == 0 {
+			return cli.Usagef("--node %s runs executors on fake nodes: --nodes must be at least 1", NodeKWOK)
+		}
 	case NodeReal:
 		if starts && (o.Helper == "" || o.Pause == "") {
 			return cli.Usagef("--node %s needs --helper and --pause (the images are built from them)", NodeReal)
@@ -260,7 +263,9 @@ func serve(ctx context.Context, o Options, stderr io.Writer) error {
 			_ = os.Remove(filepath.Join(o.StateDir, f))
 		}
 	}()
-	copts := devcluster.Options{StateDir: filepath.Join(o.StateDir, "cluster"), Nodes: o.Nodes, Logf: logf}
+	// The real node alone unless fake nodes are asked for: KWOK is then neither run nor built.
+	copts := devcluster.Options{StateDir: filepath.Join(o.StateDir, "cluster"), Nodes: max(o.Nodes, 0), Logf: logf,
+		NoFakeNodes: o.Node == NodeReal && o.Nodes <= 0}
 	if o.Helper != "" {
 		copts.ImageFiles = map[string]string{devcluster.HelperImagePath: o.Helper}
 	}
@@ -523,7 +528,11 @@ func describe(dir string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "export KUBECONFIG=%s   # kubectl is in %s\n", info.Kubeconfig, info.KubectlDir)
+	kubectl := "kubectl is in " + info.KubectlDir
+	if _, err := os.Stat(filepath.Join(info.KubectlDir, "kubectl")); err != nil {
+		kubectl = "make kubectl builds kubectl into " + info.KubectlDir
+	}
+	fmt.Fprintf(w, "export KUBECONFIG=%s   # %s\n", info.Kubeconfig, kubectl)
 	if info.GatewayAddress != "" {
 		fmt.Fprintf(w, "gateway %s, namespace %s, executors in %s, profile %q\n", info.GatewayAddress, info.Namespace, info.ExecutorNamespace, info.Profile)
 		fmt.Fprintf(w, "as the caller:        source %s\n", filepath.Join(dir, "caller.env"))
