@@ -8,7 +8,7 @@
 # A package built for both at the same version (with the same Go and flags) is compiled once:
 # the local cluster's Kubernetes, etcd and containerd share client-go, k8s.io/api, gRPC,
 # protobuf and golang.org/x with execplane's own binaries, much of a cold first run (docs/
-# quickstart.md). Run it after bumping the main module's requirements or a tool's version;
+# quickstart.md); make test's CSI sidecars share them too. Run it after bumping the main module's requirements or a tool's version;
 # hack/verify-tidy.sh fails while the two disagree. Never lowers a version.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +20,7 @@ dir=$(cd "$1" && pwd)
 case $(basename "$dir") in
   kube-tools) pkgs=(. k8s.io/kubernetes/cmd/kubectl) ;;
   etcd-tools) pkgs=(go.etcd.io/etcd/server/v3) ;;
+  csi-tools) pkgs=(github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity) ;;
   containerd-tools) pkgs=(github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr) ;;
   *) echo "align-tools.sh: which packages does $dir build?" >&2; exit 2 ;;
 esac

@@ -18,7 +18,7 @@ if [ -f "$BIN/.complete" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$BIN/crds"
 start=$(date +%s)
 echo "building cert-manager's controller ($VERSION) into $BIN" >&2
-CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w" -o "$BIN/cert-manager-controller" .
+CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -gcflags "$GCFLAGS" -ldflags "-s -w" -o "$BIN/cert-manager-controller" .
 # The CRDs the controllers watch, from the module (the Helm chart's source of them).
 DIR=$(GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
 for crd in certificates certificaterequests issuers clusterissuers; do

@@ -41,21 +41,21 @@ KUBE_NAMES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-p
 
 build_core() {
   echo "  etcd" >&2
-  ( cd "$ROOT/hack/etcd-tools" && go build "${V[@]}" -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3 )
+  ( cd "$ROOT/hack/etcd-tools" && go build "${V[@]}" -trimpath -gcflags "$GCFLAGS" -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3 )
   echo "  kube ($KUBE_NAMES)" >&2
-  ( cd "$ROOT/hack/kube-tools" && go build "${V[@]}" -trimpath -ldflags "$LD" -o "$BIN/kube" . )
+  ( cd "$ROOT/hack/kube-tools" && go build "${V[@]}" -trimpath -gcflags "$GCFLAGS" -ldflags "$LD" -o "$BIN/kube" . )
   local n
   for n in $KUBE_NAMES; do ln -f "$BIN/kube" "$BIN/$n"; done
 }
 
 build_kubectl() {
   echo "  kubectl" >&2
-  ( cd "$ROOT/hack/kube-tools" && go build "${V[@]}" -trimpath -ldflags "$LD" -o "$BIN/kubectl" k8s.io/kubernetes/cmd/kubectl )
+  ( cd "$ROOT/hack/kube-tools" && go build "${V[@]}" -trimpath -gcflags "$GCFLAGS" -ldflags "$LD" -o "$BIN/kubectl" k8s.io/kubernetes/cmd/kubectl )
 }
 
 build_kwok() {
   echo "  kwok" >&2
-  ( cd "$ROOT/hack/kwok-tools" && go build "${V[@]}" -trimpath -ldflags "-s -w" -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok )
+  ( cd "$ROOT/hack/kwok-tools" && go build "${V[@]}" -trimpath -gcflags "$GCFLAGS" -ldflags "-s -w" -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok )
   # kwok's stage definitions ship inside its module; copy the ones the cluster uses.
   local dir s
   dir=$(cd "$ROOT/hack/kwok-tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)

@@ -36,7 +36,7 @@ start=$(date +%s)
 echo "building the CSI sidecars into $BIN (cold: ~8 min on 2 cores)" >&2
 export GOFLAGS=-mod=readonly
 # shellcheck disable=SC2086 # one package per line
-( cd "$ROOT/hack/csi-tools" && go build -trimpath -ldflags "-s -w" -o "$BIN/" $PROGRAMS )
+( cd "$ROOT/hack/csi-tools" && go build -trimpath -gcflags "$GCFLAGS" -ldflags "-s -w" -o "$BIN/" $PROGRAMS )
 CLIENT_DIR=$(cd "$ROOT/hack/csi-tools" && go mod download -json github.com/kubernetes-csi/external-snapshotter/client/v8 | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
 for c in $CRDS; do
   group=snapshot.storage.k8s.io

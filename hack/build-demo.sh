@@ -26,7 +26,7 @@ MAKE=${MAKE:-make}
 
 # Seconds each stage took cold on the reference machine (2 cores; docs/quickstart.md): the
 # estimate until this machine has run the stage itself.
-declare -A REFERENCE=([go]=40 [execplane]=200 [cluster]=420 [cluster-kwok]=560 [node]=75 [debian]=30)
+declare -A REFERENCE=([go]=20 [execplane]=270 [cluster]=540 [cluster-kwok]=740 [node]=90 [debian]=15)
 
 estimate() { # stage → seconds
   local s
@@ -45,7 +45,7 @@ mmss() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 left() { # elapsed estimate → words
   local r=$(($2 - $1))
-  if [ "$r" -le 0 ]; then echo "a little longer than last time"
+  if [ "$r" -le 0 ]; then echo "longer than the estimate"
   elif [ "$r" -lt 60 ]; then echo "under a minute left"
   else echo "~$(((r + 30) / 60)) min left"; fi
 }
@@ -124,7 +124,8 @@ fetch_tools() {
   (cd hack/kube-tools && go list -deps . >/dev/null)
   (cd hack/etcd-tools && go list -deps go.etcd.io/etcd/server/v3 >/dev/null)
   if [ "$NODE" = real ]; then
-    (cd hack/containerd-tools && go list -deps github.com/containerd/containerd/v2/cmd/... >/dev/null)
+    (cd hack/containerd-tools && go list -deps github.com/containerd/containerd/v2/cmd/containerd \
+      github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr >/dev/null)
   else
     (cd hack/kwok-tools && go list -deps sigs.k8s.io/kwok/cmd/kwok >/dev/null)
   fi
@@ -167,7 +168,7 @@ else
     verbose hack/build-cluster-bins.sh core kwok
 fi
 # The downloads beside the builds are done by now (each build fetched what it lacked).
-wait "$(cat "$LOG.fetch.pid")" 2>/dev/null || true
+while kill -0 "$(cat "$LOG.fetch.pid")" 2>/dev/null; do sleep 1; done
 cat "$LOG.fetch" >>"$LOG"
 rm -f "$LOG.fetch" "$LOG.fetch.pid" "$LOG.debian" "$LOG.debian.rc"
 echo "make demo: built in $(mmss $(($(date +%s) - total_start)))"

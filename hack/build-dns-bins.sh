@@ -17,7 +17,7 @@ mkdir -p "$BIN"
 start=$(date +%s)
 echo "building the local cluster's DNS server (CoreDNS $COREDNS_VERSION) into $BIN" >&2
 # Static: it runs in an image with nothing else in it.
-( cd "$ROOT/hack/coredns-tools" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath \
+( cd "$ROOT/hack/coredns-tools" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -gcflags "$GCFLAGS" \
     -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" -o "$BIN/coredns" . )
 touch "$BIN/.complete"
 echo "built in $(( $(date +%s) - start )) s" >&2

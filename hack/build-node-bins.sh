@@ -14,7 +14,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONTAINERD_VERSION=$(cd "$ROOT/hack/containerd-tools" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 # The programs built are part of the key: a directory built for another list is another one.
 PROGRAMS="containerd containerd-shim-runc-v2 ctr kubelet kube-proxy"
-key=$( (cat "$ROOT"/hack/containerd-tools/go.{mod,sum} "$ROOT"/hack/kube-tools/{go.mod,go.sum,main.go}; echo "$PROGRAMS") | sha256sum | cut -c1-12)
+# containerd's plugins left out: the snapshotters that need C libraries, the tracing exporters.
+TAGS="no_btrfs no_devmapper no_zfs no_tracing"
+key=$( (cat "$ROOT"/hack/containerd-tools/go.{mod,sum} "$ROOT"/hack/kube-tools/{go.mod,go.sum,main.go}; echo "$PROGRAMS"; echo "$TAGS") | sha256sum | cut -c1-12)
 BIN=$CACHE/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-$(go env GOVERSION)-$key
 if [ -f "$BIN/.complete" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$BIN"
@@ -27,11 +29,10 @@ echo "building the real node's binaries into $BIN" >&2
 export GOFLAGS=-mod=readonly
 V=()
 [ "${EXECPLANE_BUILD_VERBOSE:-}" != 1 ] || V=(-v)
-# The snapshotters that need C libraries are left out. Built as the cluster's Kubernetes and
-# execplane's binaries are (cgo as the toolchain defaults, the module's requirements raised to
-# the main module's: hack/align-tools.sh), so that the packages they share — gRPC, protobuf,
-# client-go, golang.org/x — are compiled once.
-( cd "$ROOT/hack/containerd-tools" && go build "${V[@]}" -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+# Built as the cluster's Kubernetes and execplane's binaries are (cgo as the toolchain defaults,
+# the module's requirements raised to the main module's: hack/align-tools.sh), so that the
+# packages they share — gRPC, protobuf, client-go, golang.org/x — are compiled once.
+( cd "$ROOT/hack/containerd-tools" && go build "${V[@]}" -trimpath -gcflags "$GCFLAGS" -tags "$TAGS" \
     -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" -o "$BIN/" \
     github.com/containerd/containerd/v2/cmd/containerd \
     github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \

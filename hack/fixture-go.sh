@@ -14,5 +14,8 @@ export GOTOOLCHAIN=${EXECPLANE_CLUSTER_GOTOOLCHAIN:-$(sed -n 's/^export GOTOOLCH
 # GOTOOLCHAIN itself — the same Go, and cache key, from a test as from make.
 PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v '/golang.org/toolchain@' | paste -sd: -)
 unset GOROOT
+# No DWARF from the compiler, as the Makefile's builds (GCFLAGS): the binaries are linked with
+# -w, which drops it, and compiling without it is ~7 % faster.
+GCFLAGS=all=-dwarf=false
 K8S_VERSION=v1.37.2
 CACHE=${CLUSTER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/execplane}

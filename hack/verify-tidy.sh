@@ -11,7 +11,7 @@ for dir in . hack/tools hack/vulndb hack/kube-tools hack/csi-tools hack/containe
   fi
 done
 # The tools modules whose packages execplane's build shares (hack/align-tools.sh).
-for dir in hack/kube-tools hack/etcd-tools hack/containerd-tools; do
+for dir in hack/kube-tools hack/etcd-tools hack/containerd-tools hack/csi-tools; do
   "$ROOT/hack/align-tools.sh" --check "$ROOT/$dir" || status=1
 done
 exit $status

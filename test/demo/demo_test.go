@@ -143,6 +143,12 @@ func demoStack(t *testing.T, node string) {
 	if !strings.Contains(up, "source "+filepath.Join(state, "caller.env")) {
 		t.Fatalf("up did not say how to reach the stack:\n%s", up)
 	}
+	// The real node alone: make demo neither runs KWOK nor builds it (docs/quickstart.md);
+	// the fake nodes' stack runs it.
+	_, err := os.Stat(filepath.Join(state, "cluster", "kwok.log"))
+	if ranKWOK := err == nil; ranKWOK != (node == devstack.NodeKWOK) {
+		t.Errorf("--node %s: KWOK ran: %v, want %v", node, ranKWOK, node == devstack.NodeKWOK)
+	}
 	pid, err := os.ReadFile(filepath.Join(state, "devstack.pid"))
 	if err != nil {
 		t.Fatal(err)

@@ -170,14 +170,16 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	opts.Logf("devcluster: kube-apiserver ready after %s", time.Since(begin).Round(10*time.Millisecond))
 	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
-	if _, err := c.procs.start(opts.StateDir, "kube-controller-manager", bin("kube-controller-manager"),
+	// The controller manager and the scheduler are supervised (started again when they exit),
+	// as a kubelet does with a control plane's static Pods.
+	if _, err := c.procs.startSupervised(opts.StateDir, "kube-controller-manager", bin("kube-controller-manager"),
 		"--kubeconfig="+c.kubeconfig, "--leader-elect=false", "--secure-port=0",
 		"--service-account-private-key-file="+c.pki.ServiceAccountKey, "--root-ca-file="+c.pki.CACert,
 		"--use-service-account-credentials=false", "--service-cluster-ip-range="+serviceCIDR,
 		kubeAPIQPS, kubeAPIBurst); err != nil {
 		return nil, err
 	}
-	if _, err := c.procs.start(opts.StateDir, "kube-scheduler", bin("kube-scheduler"),
+	if _, err := c.procs.startSupervised(opts.StateDir, "kube-scheduler", bin("kube-scheduler"),
 		"--kubeconfig="+c.kubeconfig, "--leader-elect=false", "--secure-port=0", kubeAPIQPS, kubeAPIBurst); err != nil {
 		return nil, err
 	}

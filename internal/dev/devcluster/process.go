@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -19,6 +20,15 @@ const stopGrace = 5 * time.Second
 // logTailBytes is how much of a failed process's log an error quotes.
 const logTailBytes = 2048
 
+// A supervised child that exits on its own is started again after relaunchDelay, doubled for
+// each exit within quickExit of its start up to relaunchDelayMax: a kubelet's restart of a
+// static Pod, with its back-off.
+const (
+	relaunchDelay    = time.Second
+	relaunchDelayMax = 16 * time.Second
+	quickExit        = 10 * time.Second
+)
+
 // process is one child of the cluster, in its own process group.
 type process struct {
 	name    string
@@ -30,6 +40,12 @@ type process struct {
 	logPath string
 	done    chan struct{}
 	waitErr error
+	// owner, when set, supervises the process: it is started again when it exits on its
+	// own (not by stopAll or restart). started is when it was; quickExits counts its exits
+	// in a row within quickExit of their start.
+	owner      *processes
+	started    time.Time
+	quickExits int
 }
 
 // processes is the set of children Start launched, in start order.
@@ -44,9 +60,21 @@ func (ps *processes) start(dir, name, bin string, args ...string) (*process, err
 	return ps.startWithPath(dir, name, os.Getenv("PATH"), bin, args...)
 }
 
+// startSupervised is start for a child that is started again whenever it exits on its own,
+// as the control plane's static Pods are by their kubelet: kube-scheduler exits when it finds
+// its cache inconsistent after an API server restart, and a real cluster brings it back.
+func (ps *processes) startSupervised(dir, name, bin string, args ...string) (*process, error) {
+	p := &process{name: name, dir: dir, path: os.Getenv("PATH"), bin: bin, args: args, owner: ps}
+	return ps.add(p)
+}
+
 // startWithPath is start with the child's PATH given.
 func (ps *processes) startWithPath(dir, name, path, bin string, args ...string) (*process, error) {
-	p := &process{name: name, dir: dir, path: path, bin: bin, args: args}
+	return ps.add(&process{name: name, dir: dir, path: path, bin: bin, args: args})
+}
+
+// add launches p and adds it to the set.
+func (ps *processes) add(p *process) (*process, error) {
 	if err := p.launch(os.O_TRUNC); err != nil {
 		return nil, err
 	}
@@ -75,14 +103,40 @@ func (p *process) launch(flag int) error {
 		logFile.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	p.cmd, p.done = cmd, make(chan struct{})
+	p.cmd, p.done, p.started = cmd, make(chan struct{}), time.Now()
 	done := p.done
 	go func() {
 		p.waitErr = cmd.Wait()
 		logFile.Close()
 		close(done)
+		if p.owner != nil {
+			delay := relaunchDelay
+			if time.Since(p.started) < quickExit {
+				delay = min(relaunchDelay<<min(p.quickExits, 8), relaunchDelayMax)
+			}
+			time.AfterFunc(delay, func() { p.owner.relaunch(p) })
+		}
 	}()
 	return os.WriteFile(filepath.Join(p.dir, p.name+".pid"), []byte(fmt.Sprintf("%d\n", cmd.Process.Pid)), 0o600)
+}
+
+// relaunch starts a supervised child that exited on its own again, its log appended to —
+// unless it is no longer in the set: stopAll took it, or restart replaced it.
+func (ps *processes) relaunch(p *process) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	i := slices.Index(ps.procs, p)
+	if i < 0 {
+		return
+	}
+	next := &process{name: p.name, dir: p.dir, path: p.path, bin: p.bin, args: p.args, owner: p.owner}
+	if time.Since(p.started) < quickExit {
+		next.quickExits = p.quickExits + 1
+	}
+	if err := next.launch(os.O_APPEND); err != nil {
+		return // it stays exited: firstExited reports it
+	}
+	ps.procs[i] = next
 }
 
 // find returns the child named name.
@@ -118,7 +172,7 @@ func (ps *processes) restart(name string) error {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT) // a paused one dies too
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
-		next := &process{name: p.name, dir: p.dir, path: p.path, bin: p.bin, args: p.args}
+		next := &process{name: p.name, dir: p.dir, path: p.path, bin: p.bin, args: p.args, owner: p.owner}
 		if err := next.launch(os.O_APPEND); err != nil {
 			return err
 		}

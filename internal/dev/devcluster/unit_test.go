@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -168,5 +169,45 @@ func TestDelayStage(t *testing.T) {
 	}
 	if _, err := delayStage("kind: Stage\nspec: {}", time.Second); err == nil {
 		t.Error("a stage without spec.next")
+	}
+}
+
+// A supervised child that exits on its own is started again (kube-scheduler after an API
+// server restart, as its kubelet would); once stopAll took it, it never is.
+func TestSupervisedProcessIsStartedAgainUntilStopped(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	var ps processes
+	p, err := ps.startSupervised(dir, "child", "/bin/sh", "-c", "echo run >> "+runs+"; exec sleep 60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		data, _ := os.ReadFile(runs)
+		return strings.Count(string(data), "run\n")
+	}
+	// It exits on its own (killed from outside, as a crash): a second one starts.
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(t.Context(), 10*time.Second, func() (bool, error) {
+		return count() == 2 && ps.firstExited() == nil, nil
+	}, "the child started again"); err != nil {
+		t.Fatalf("%v: %d runs, %v", err, count(), ps.firstExited())
+	}
+	current, err := ps.find("child")
+	if err != nil || current == p {
+		t.Fatalf("the set still holds the exited child (%v)", err)
+	}
+	// Stopped, it stays stopped: the relaunch its exit schedules finds it gone from the set.
+	if killed := ps.stopAll(); len(killed) != 0 {
+		t.Errorf("stopAll had to kill %v", killed)
+	}
+	ps.relaunch(current)
+	if n := count(); n != 2 {
+		t.Errorf("started %d times, want 2: a stopped child was started again", n)
+	}
+	if _, err := ps.find("child"); err == nil {
+		t.Error("a stopped child is back in the set")
 	}
 }
