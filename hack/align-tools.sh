@@ -11,6 +11,8 @@
 # quickstart.md); make test's CSI sidecars share them too. Run it after bumping the main module's requirements or a tool's version;
 # hack/verify-tidy.sh fails while the two disagree. Never lowers a version.
 set -euo pipefail
+# sort and join must agree on the order: bytes, not the locale's collation.
+export LC_ALL=C
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 check=
 if [ "${1:-}" = --check ]; then check=1; shift; fi

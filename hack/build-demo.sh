@@ -135,12 +135,19 @@ fetch_tools() {
 # debian starts them, debian_wait waits for them and answers as they did.
 debian() {
   ( rc=0; "$MAKE" --no-print-directory -s node-packages executor-debs >"$LOG.debian" 2>&1 || rc=$?; echo "$rc" >"$LOG.debian.rc" ) &
+  echo $! >"$LOG.debian.pid"
 }
 debian_wait() {
-  while [ ! -s "$LOG.debian.rc" ]; do sleep 1; done
+  local pid
+  pid=$(cat "$LOG.debian.pid")
+  while [ ! -s "$LOG.debian.rc" ] && kill -0 "$pid" 2>/dev/null; do sleep 1; done
   cat "$LOG.debian"
+  # Gone without its answer (killed): a failure.
+  [ -s "$LOG.debian.rc" ] || return 1
   return "$(cat "$LOG.debian.rc")"
 }
+# A failed stage ends the script: the jobs beside it end with it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
 modules() {
   GOTOOLCHAIN=$TOOLCHAIN go version
@@ -152,7 +159,7 @@ modules() {
 verbose() { GOFLAGS="$(GOTOOLCHAIN=local go env GOFLAGS) -v" EXECPLANE_BUILD_VERBOSE=1 "$@"; }
 
 : >"$LOG.fetch"
-rm -f "$LOG.debian.rc"
+rm -f "$LOG.debian.rc" "$LOG.debian.pid"
 stage go "the Go toolchain ($TOOLCHAIN) and execplane's modules" modules
 [ "$NODE" != real ] || debian
 stage execplane "execplane: gateway, controller, e2b, execctl, execplane-dev, helper, pause" \
@@ -170,5 +177,5 @@ fi
 # The downloads beside the builds are done by now (each build fetched what it lacked).
 while kill -0 "$(cat "$LOG.fetch.pid")" 2>/dev/null; do sleep 1; done
 cat "$LOG.fetch" >>"$LOG"
-rm -f "$LOG.fetch" "$LOG.fetch.pid" "$LOG.debian" "$LOG.debian.rc"
+rm -f "$LOG.fetch" "$LOG.fetch.pid" "$LOG.debian" "$LOG.debian.rc" "$LOG.debian.pid"
 echo "make demo: built in $(mmss $(($(date +%s) - total_start)))"

@@ -41,12 +41,20 @@ type process struct {
 	done    chan struct{}
 	waitErr error
 	// owner, when set, supervises the process: it is started again when it exits on its
-	// own (not by stopAll or restart). started is when it was; quickExits counts its exits
-	// in a row within quickExit of their start.
+	// own (not by stopAll or restart). started is when it was; quickExits counts the exits
+	// in a row, before it, within quickExit of their start.
 	owner      *processes
 	started    time.Time
 	quickExits int
+	// Set once it has exited, before done is closed: quick, whether it exited within
+	// quickExit of its start; restarting, whether it is about to be started again (cleared
+	// if that fails).
+	quick, restarting bool
 }
+
+// crashLoop is how many quick exits in a row make a supervised child's exit a failure to
+// report (firstExited), not a restart to wait for.
+const crashLoop = 3
 
 // processes is the set of children Start launched, in start order.
 type processes struct {
@@ -108,12 +116,16 @@ func (p *process) launch(flag int) error {
 	go func() {
 		p.waitErr = cmd.Wait()
 		logFile.Close()
-		close(done)
+		delay := relaunchDelay
 		if p.owner != nil {
-			delay := relaunchDelay
-			if time.Since(p.started) < quickExit {
+			p.quick = time.Since(p.started) < quickExit
+			if p.quick {
 				delay = min(relaunchDelay<<min(p.quickExits, 8), relaunchDelayMax)
 			}
+			p.restarting = !p.quick || p.quickExits+1 < crashLoop
+		}
+		close(done)
+		if p.owner != nil {
 			time.AfterFunc(delay, func() { p.owner.relaunch(p) })
 		}
 	}()
@@ -130,11 +142,12 @@ func (ps *processes) relaunch(p *process) {
 		return
 	}
 	next := &process{name: p.name, dir: p.dir, path: p.path, bin: p.bin, args: p.args, owner: p.owner}
-	if time.Since(p.started) < quickExit {
+	if p.quick {
 		next.quickExits = p.quickExits + 1
 	}
 	if err := next.launch(os.O_APPEND); err != nil {
-		return // it stays exited: firstExited reports it
+		p.restarting = false // it stays exited: firstExited reports it
+		return
 	}
 	ps.procs[i] = next
 }
@@ -182,10 +195,14 @@ func (ps *processes) restart(name string) error {
 	return fmt.Errorf("no process %q in this cluster", name)
 }
 
-// exited reports an error when the process has already exited.
+// exited reports an error when the process has already exited — unless it is supervised and
+// about to be started again (not crash-looping, its restart not failed).
 func (p *process) exited() error {
 	select {
 	case <-p.done:
+		if p.restarting {
+			return nil
+		}
 		return fmt.Errorf("%s exited: %v\n%s", p.name, p.waitErr, p.logTail())
 	default:
 		return nil
@@ -227,8 +244,6 @@ func (ps *processes) stopAll() []string {
 			select {
 			case <-p.done:
 			case <-deadline:
-			}
-			if p.exited() == nil {
 				killed = append(killed, p.name)
 			}
 			// The group too: a descendant that outlived its parent must not survive.

@@ -186,9 +186,17 @@ func TestSupervisedProcessIsStartedAgainUntilStopped(t *testing.T) {
 		data, _ := os.ReadFile(runs)
 		return strings.Count(string(data), "run\n")
 	}
-	// It exits on its own (killed from outside, as a crash): a second one starts.
+	if err := poll(t.Context(), 10*time.Second, func() (bool, error) { return count() == 1, nil }, "the child's start"); err != nil {
+		t.Fatal(err)
+	}
+	// It exits on its own (killed from outside, as a crash): while it waits to be started
+	// again the cluster is not broken, and a second one starts.
 	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+	<-p.done
+	if err := ps.firstExited(); err != nil {
+		t.Errorf("a supervised child about to be started again is reported as exited: %v", err)
 	}
 	if err := poll(t.Context(), 10*time.Second, func() (bool, error) {
 		return count() == 2 && ps.firstExited() == nil, nil

@@ -221,6 +221,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return cli.Usagef("--helper is required to run execplane (the executors run it)")
 	}
 	starts := fs.Arg(0) == "up" || fs.Arg(0) == "serve"
+	if o.Nodes < -1 {
+		return cli.Usagef("--nodes: want a number of fake nodes, not %d", o.Nodes)
+	}
 	switch o.Node {
 	case NodeKWOK:
 		if o.Nodes == 0 {
