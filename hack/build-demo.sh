@@ -17,8 +17,9 @@ cd "$ROOT"
 LOG=$ROOT/.state/build.log
 mkdir -p "$ROOT/.state"
 : >"$LOG"
-TOOLCHAIN=$(sed -n 's/^export GOTOOLCHAIN := *//p' Makefile)
-CACHE=${CLUSTER_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/execplane}
+# The toolchain and the cache the fixture scripts use (GOTOOLCHAIN, CACHE).
+. hack/fixture-go.sh
+TOOLCHAIN=$GOTOOLCHAIN
 mkdir -p "$CACHE"
 TIMES=$CACHE/build-demo-times
 touch "$TIMES"
