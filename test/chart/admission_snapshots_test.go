@@ -89,7 +89,9 @@ func TestAdmissionPolicyHoldsSnapshotsToTheirOwner(t *testing.T) {
 		_, err := controller.CoreV1().Pods(in.executors).Create(ctx, pod, dry)
 		return err
 	}
-	clustertest.Eventually(t, time.Minute, "the policies in force", func() bool {
+	// Each policy takes effect when the API server's informer has it, one object at a
+	// time: each section waits for its own before it judges the others' answers.
+	clustertest.Eventually(t, time.Minute, "the Pods policy in force", func() bool {
 		return createPod(copyPod("minimal", workspace, stranger)) != nil
 	})
 	for _, p := range []struct{ profile, source, target string }{
@@ -161,6 +163,9 @@ func TestAdmissionPolicyHoldsSnapshotsToTheirOwner(t *testing.T) {
 		_, err := controller.CoreV1().PersistentVolumeClaims(in.executors).Create(ctx, pvc, dry)
 		return err
 	}
+	clustertest.Eventually(t, time.Minute, "the claims policy in force", func() bool {
+		return createClaim(restored(stranger)) != nil
+	})
 	if err := createClaim(restored(storage)); err != nil {
 		t.Errorf("the policy refused a restore from the owner's snapshot: %v", err)
 	}
@@ -195,6 +200,10 @@ func TestAdmissionPolicyHoldsSnapshotsToTheirOwner(t *testing.T) {
 
 	// VolumeSnapshots (the csi method): of a workspace claim, named with their owner key.
 	vss := dyn.Resource(executor.VolumeSnapshotGVR).Namespace(in.executors)
+	clustertest.Eventually(t, time.Minute, "the VolumeSnapshots policy in force", func() bool {
+		_, err := vss.Create(ctx, executor.VolumeSnapshot(stranger, in.executors, snapshotName, key, workspace, "snapclass"), dry)
+		return err != nil
+	})
 	if _, err := vss.Create(ctx, executor.VolumeSnapshot(storage, in.executors, snapshotName, key, workspace, "snapclass"), dry); err != nil {
 		t.Errorf("the policy refused the VolumeSnapshot of a workspace: %v", err)
 	}
