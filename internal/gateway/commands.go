@@ -252,28 +252,57 @@ func (h *Handler) startDetached(ctx context.Context, in *executionv1.StartComman
 	if err != nil {
 		return nil, err
 	}
-	id := in.GetCommandId()
-	if id == "" {
+	info, _, err := h.startDetachedCounted(ctx, a, in.GetRunGrant(), in.GetEnvironment(), in.GetCommand(), in.GetCommandId())
+	if err != nil {
+		return nil, err
+	}
+	return &executionv1.StartCommandResponse{Command: info}, nil
+}
+
+// startDetachedCounted starts a detached command counted against its environment's
+// quotas, and returns it with the admission it started under. A start replayed by
+// command_id answers the first start's command even when the quota is full now (it was
+// counted when it started), and the replay of a command that has ended holds no slot.
+func (h *Handler) startDetachedCounted(ctx context.Context, a *admitted, g *executionv1.Grant, ref *executionv1.EnvironmentRef,
+	spec *executionv1.CommandSpec, id string) (*executionv1.CommandInfo, *admitted, error) {
+	given := id != ""
+	if !given {
 		id = newCommandID()
 	}
 	if err := h.quotaCommand(ctx, a, id, false); err != nil {
-		return nil, err
+		if given && apierror.Reason(err) == apierror.ReasonName(apierror.ErrQuotaExceeded.Reason()) && h.durableExists(ctx, a, id) {
+			info, err := h.startDurable(ctx, a, spec, id, true) // a replay: the helper compares the command
+			if err != nil {
+				return nil, nil, err
+			}
+			h.releaseEnded(ctx, a, info)
+			return info, a, nil
+		}
+		return nil, nil, err
 	}
 	// Admitted again after the leader's answer, which may have taken a while: the grant,
 	// the epoch and the environment as they are now, not before (a command must not start
 	// in an executor being deleted meanwhile).
-	again, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment())
+	again, err := h.admit(ctx, g, ref)
 	if err != nil {
 		h.releaseCommand(ctx, a, id)
-		return nil, err
+		return nil, nil, err
 	}
-	a = again
-	info, err := h.startDurable(ctx, a, in.GetCommand(), id, true)
+	info, err := h.startDurable(ctx, again, spec, id, true)
 	if err != nil {
-		h.releaseCommand(ctx, a, id)
-		return nil, err
+		h.releaseCommand(ctx, again, id)
+		return nil, nil, err
 	}
-	return &executionv1.StartCommandResponse{Command: info}, nil
+	if info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING {
+		h.releaseCommand(ctx, again, id) // a replay of a command that ended: the slot just taken
+	}
+	return info, again, nil
+}
+
+// durableExists reports whether the environment's helper has a command of the id.
+func (h *Handler) durableExists(ctx context.Context, a *admitted, id string) bool {
+	_, err := h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Status{Status: &helperv1.DurableStatus{CommandId: id, MaxBytes: 1}}})
+	return err == nil
 }
 
 // quotaCommand counts a detached command against its environment's quotas before it
@@ -320,26 +349,13 @@ func (h *Handler) RunCommand(in *executionv1.RunCommandRequest, stream grpc.Serv
 	if err != nil {
 		return err
 	}
-	id := in.GetCommandId()
+	var info *executionv1.CommandInfo
 	if in.GetDetach() {
-		if id == "" {
-			id = newCommandID()
-		}
-		if err := h.quotaCommand(ctx, a, id, false); err != nil {
-			return err
-		}
-		again, err := h.admit(ctx, in.GetRunGrant(), in.GetEnvironment()) // as startDetached
-		if err != nil {
-			h.releaseCommand(ctx, a, id)
-			return err
-		}
-		a = again
+		info, a, err = h.startDetachedCounted(ctx, a, in.GetRunGrant(), in.GetEnvironment(), in.GetCommand(), in.GetCommandId())
+	} else {
+		info, err = h.startDurable(ctx, a, in.GetCommand(), in.GetCommandId(), false)
 	}
-	info, err := h.startDurable(ctx, a, in.GetCommand(), id, in.GetDetach())
 	if err != nil {
-		if in.GetDetach() {
-			h.releaseCommand(ctx, a, id)
-		}
 		return err
 	}
 	if err := stream.Send(&executionv1.CommandEvent{Event: &executionv1.CommandEvent_Started{Started: info}}); err != nil {

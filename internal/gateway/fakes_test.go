@@ -134,6 +134,9 @@ func defaultAnswer(req *helperv1.Request) *helperv1.Response {
 		res.Commands = []*executionv1.CommandInfo{{CommandId: id, State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED,
 			Result: &executionv1.CommandResult{State: executionv1.CommandState_COMMAND_STATE_SUCCEEDED}}}
 		res.Complete = d.GetFollow() != nil
+		if d.GetStart() != nil { // a start answers the command running, as the helper does
+			res.Commands[0].State, res.Commands[0].Result = executionv1.CommandState_COMMAND_STATE_RUNNING, nil
+		}
 	}
 	return &helperv1.Response{RequestId: req.GetRequestId(), Outcome: &helperv1.Response_Durable{Durable: res}}
 }

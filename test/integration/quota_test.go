@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -130,29 +131,55 @@ func TestQuotaAdmissionAcrossGatewaysAndALeaderChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := ensureReady(t, apis[0], "quota-bob", "quota-commands")
-	start := func(id string) error {
-		_, err := apis[0].StartCommand(callCtx(t), &executionv1.StartCommandRequest{RunGrant: s.runG, Environment: s.envRef,
-			Command: shell("sleep 300"), Detach: true, CommandId: id})
-		return err
+	// The longest claim: waiting for the quota under load may outlast the default minute.
+	rn, err := apis[0].RenewRun(callCtx(t), &executionv1.RenewRunRequest{OperationId: op(), RunGrant: s.runG, Environment: s.envRef,
+		Ttl: durationpb.New(5 * time.Minute)})
+	if err != nil {
+		t.Fatalf("renew: %v", err)
 	}
+	s.runG = rn.GetRunGrant()
+	start := func(id string) (*executionv1.CommandInfo, error) {
+		r, err := apis[0].StartCommand(callCtx(t), &executionv1.StartCommandRequest{RunGrant: s.runG, Environment: s.envRef,
+			Command: shell("sleep 300"), Detach: true, CommandId: id})
+		return r.GetCommand(), err
+	}
+	cancel := func(id string) {
+		t.Helper()
+		if _, err := apis[0].CancelCommand(callCtx(t), &executionv1.CancelCommandRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: id}); err != nil {
+			t.Fatalf("cancel %s: %v", id, err)
+		}
+	}
+	quotaRefused := func(err error) bool {
+		return status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "detachedCommands")
+	}
+	var first, second string
+	round := 0
 	clustertest.Eventually(t, time.Minute, "the detached commands quota in force", func() bool {
-		// A job-3 of an earlier round, cancelled, holds its slot until its end is seen:
-		// job-1 or job-2 refused for the quota meanwhile is tried again.
-		for _, id := range []string{"job-1", "job-2"} {
-			if err := start(id); err != nil {
-				if status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "detachedCommands") {
-					return false
+		// New ids each round: a round that ran before the controller read the file
+		// cancels what it started, and a slot not yet given back refuses the next round's.
+		round++
+		first, second = fmt.Sprintf("job-%d-a", round), fmt.Sprintf("job-%d-b", round)
+		var started []string
+		end := func() bool {
+			for _, id := range started {
+				cancel(id)
+			}
+			return false
+		}
+		for _, id := range []string{first, second} {
+			if _, err := start(id); err != nil {
+				if quotaRefused(err) {
+					return end()
 				}
 				t.Fatalf("the detached command %s: %v", id, err)
 			}
+			started = append(started, id)
 		}
-		err := start("job-3")
+		third := fmt.Sprintf("job-%d-c", round)
+		_, err := start(third)
 		if err == nil {
-			// Read before the file changed: end it and try again.
-			if _, err := apis[0].CancelCommand(callCtx(t), &executionv1.CancelCommandRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "job-3"}); err != nil {
-				t.Fatal(err)
-			}
-			return false
+			started = append(started, third)
+			return end()
 		}
 		wantCode(t, "a third detached command", err, codes.ResourceExhausted, "QUOTA_EXCEEDED")
 		if md := apierror.Info(err).GetMetadata(); md["quota"] != "detachedCommands" || md["limit"] != "2" {
@@ -160,10 +187,23 @@ func TestQuotaAdmissionAcrossGatewaysAndALeaderChange(t *testing.T) {
 		}
 		return true
 	})
-	if _, err := apis[0].CancelCommand(callCtx(t), &executionv1.CancelCommandRequest{RunGrant: s.runG, Environment: s.envRef, CommandId: "job-1"}); err != nil {
-		t.Fatalf("cancel: %v", err)
+	// A start replayed by command_id answers the first start's command and is counted once.
+	if info, err := start(first); err != nil || info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING {
+		t.Fatalf("a replayed start of a running command, the quota full: %v %v", info, err)
 	}
-	if err := start("job-4"); err != nil {
+	cancel(first)
+	// Replayed after its end it answers the ended command and keeps no slot: a new one fits.
+	if info, err := start(first); err != nil || info.GetState() != executionv1.CommandState_COMMAND_STATE_CANCELLED {
+		t.Fatalf("a replayed start of a cancelled command: %v %v", info, err)
+	}
+	if _, err := start("job-4"); err != nil {
 		t.Fatalf("a detached command after one ended: %v", err)
+	}
+	// The quota full again: the replay still answers the ended command; a new one is refused.
+	if info, err := start(first); err != nil || info.GetState() != executionv1.CommandState_COMMAND_STATE_CANCELLED {
+		t.Fatalf("a replayed start of a cancelled command, the quota full: %v %v", info, err)
+	}
+	if _, err := start("job-5"); !quotaRefused(err) {
+		t.Fatalf("a third detached command beside %s and job-4: %v", second, err)
 	}
 }
