@@ -519,12 +519,14 @@ func reconcile(st *executionv1alpha1.ExecutionAllocationStatus, want map[string]
 
 // Command admits (or, with release, gives back) a detached command of the environment
 // name of UID: counted against its scopes' detachedCommands until a gateway sees it end
-// or its profile's longest duration passes. An environment the leader does not know is
-// apierror.ErrNotFound.
-func (a *Allocator) Command(ctx context.Context, name, uid, id string, release bool) error {
+// or its profile's longest duration passes. taken reports whether this admission listed
+// the command in some scope (false: listed there already, or no scope counts detached
+// commands): only a taken slot is the caller's to give back when its start fails. An
+// environment the leader does not know is apierror.ErrNotFound.
+func (a *Allocator) Command(ctx context.Context, name, uid, id string, release bool) (taken bool, err error) {
 	env, err := a.cfg.Environments.ExecutionEnvironments(a.cfg.Namespace).Get(name)
 	if err != nil || string(env.UID) != uid {
-		return fmt.Errorf("%w: environment %s", apierror.ErrNotFound, name)
+		return false, fmt.Errorf("%w: environment %s", apierror.ErrNotFound, name)
 	}
 	var scopes []scope
 	for _, s := range a.scopes(env.Spec.ClientHash, env.Spec.OwnerHash) {
@@ -536,12 +538,12 @@ func (a *Allocator) Command(ctx context.Context, name, uid, id string, release b
 		for _, s := range scopes {
 			a.dropCommand(ctx, s, name, id)
 		}
-		return nil
+		return false, nil
 	}
 	for _, s := range a.scopes(env.Spec.ClientHash, env.Spec.OwnerHash) {
 		if err := a.checkTime(s); err != nil {
 			a.cfg.Metrics.refused(s.label(), err)
-			return err
+			return false, err
 		}
 	}
 	var longest time.Duration
@@ -550,13 +552,15 @@ func (a *Allocator) Command(ctx context.Context, name, uid, id string, release b
 	}
 	now := a.cfg.Now()
 	until := metav1.NewTime(now.Add(max(longest, grace)))
-	var done []scope
+	var done []scope // the scopes this admission listed the command in
 	for _, s := range scopes {
+		added := false
 		err := a.update(ctx, s, func(st *executionv1alpha1.ExecutionAllocationStatus) (bool, error) {
+			added = false // a conflict's retry decides anew
 			live := 0
 			for _, c := range st.Commands {
 				if c.Environment == name && c.CommandID == id {
-					return false, nil // admitted already
+					return false, nil // admitted already: not this admission's to drop
 				}
 				if c.Until.After(now) {
 					live++
@@ -566,6 +570,7 @@ func (a *Allocator) Command(ctx context.Context, name, uid, id string, release b
 				return false, exceeded(s, "detachedCommands", limit, int64(live))
 			}
 			st.Commands = append(st.Commands, executionv1alpha1.AllocatedCommand{Environment: name, CommandID: id, Until: until})
+			added = true
 			return true, nil
 		})
 		if err != nil {
@@ -573,11 +578,13 @@ func (a *Allocator) Command(ctx context.Context, name, uid, id string, release b
 			for _, d := range done {
 				a.dropCommand(context.WithoutCancel(ctx), d, name, id)
 			}
-			return err
+			return false, err
 		}
-		done = append(done, s)
+		if added {
+			done = append(done, s)
+		}
 	}
-	return nil
+	return len(done) > 0, nil
 }
 
 func (a *Allocator) dropCommand(ctx context.Context, s scope, env, id string) {

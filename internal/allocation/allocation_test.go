@@ -462,11 +462,33 @@ func TestGiveBackDecidedOnTheAPIServer(t *testing.T) {
 		env := testEnv("xenv-a", alice, running)
 		f := newFixture(t, setup{quotas: "defaults: {client: {detachedCommands: 10}, owner: {detachedCommands: 1}}",
 			envs: []*executionv1alpha1.ExecutionEnvironment{env}, maxCommand: 24 * time.Hour})
-		if err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false); err != nil {
+		if _, err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false); err != nil {
 			t.Fatal(err)
 		}
 		f.freeze()
-		refusal(t, f.a.Command(ctx, env.Name, string(env.UID), "cmd-2", false))
+		refusal(t, second(f.a.Command(ctx, env.Name, string(env.UID), "cmd-2", false)))
+		var ids []string
+		for _, c := range f.allocation(clientScope()).Status.Commands {
+			ids = append(ids, c.CommandID)
+		}
+		if diff := cmp.Diff([]string{"cmd-1"}, ids); diff != "" {
+			t.Errorf("the client's commands after the owner's refusal (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a refusal keeps the slots it did not take", func(t *testing.T) {
+		// cmd-1 counted by the client's quota before the owner's was set; cmd-2 fills the
+		// owner's: the owner refuses the repeat of cmd-1's start, and the client's slot of
+		// cmd-1 — the first start's — stays.
+		env := testEnv("xenv-a", alice, running)
+		until := metav1.NewTime(t0.Add(time.Hour))
+		client, owner := allocationOf(clientScope(), entry(env.Name, true, t0)), allocationOf(ownerScope(alice), entry(env.Name, true, t0))
+		client.Status.Commands = []executionv1alpha1.AllocatedCommand{{Environment: env.Name, CommandID: "cmd-1", Until: until}}
+		owner.Status.Commands = []executionv1alpha1.AllocatedCommand{{Environment: env.Name, CommandID: "cmd-2", Until: until}}
+		f := newFixture(t, setup{quotas: "defaults: {client: {detachedCommands: 10}, owner: {detachedCommands: 1}}",
+			envs: []*executionv1alpha1.ExecutionEnvironment{env}, allocations: []*executionv1alpha1.ExecutionAllocation{client, owner},
+			maxCommand: 24 * time.Hour})
+		f.freeze()
+		refusal(t, second(f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false)))
 		var ids []string
 		for _, c := range f.allocation(clientScope()).Status.Commands {
 			ids = append(ids, c.CommandID)
@@ -479,11 +501,11 @@ func TestGiveBackDecidedOnTheAPIServer(t *testing.T) {
 		env := testEnv("xenv-a", alice, running)
 		f := newFixture(t, setup{quotas: "defaults: {owner: {detachedCommands: 1}}", envs: []*executionv1alpha1.ExecutionEnvironment{env}, maxCommand: 24 * time.Hour})
 		f.freeze()
-		if err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false); err != nil {
+		if _, err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false); err != nil {
 			t.Fatal(err)
 		}
 		// The start failed: the gateway gives the slot back.
-		if err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", true); err != nil {
+		if _, err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", true); err != nil {
 			t.Fatal(err)
 		}
 		if al := f.allocation(ownerScope(alice)); al != nil && len(al.Status.Commands) != 0 {
@@ -592,8 +614,8 @@ func TestCommand(t *testing.T) {
 	})
 	ctx := t.Context()
 	uid := string(env.UID)
-	if err := f.a.Command(ctx, env.Name, uid, "cmd-1", false); err != nil {
-		t.Fatal(err)
+	if taken, err := f.a.Command(ctx, env.Name, uid, "cmd-1", false); err != nil || !taken {
+		t.Fatalf("the first command: taken %v, %v", taken, err)
 	}
 	f.settle()
 	al := f.allocation(ownerScope(alice))
@@ -602,24 +624,24 @@ func TestCommand(t *testing.T) {
 		t.Errorf("commands (-want +got):\n%s", diff)
 	}
 	want := map[string]string{"quota": "detachedCommands", "scope": "owner", "limit": "1", "used": "1"}
-	if diff := cmp.Diff(want, refusal(t, f.a.Command(ctx, env.Name, uid, "cmd-2", false))); diff != "" {
+	if diff := cmp.Diff(want, refusal(t, second(f.a.Command(ctx, env.Name, uid, "cmd-2", false)))); diff != "" {
 		t.Errorf("the second command (-want +got):\n%s", diff)
 	}
-	// The same command again is admitted, unchanged.
-	if err := f.a.Command(ctx, env.Name, uid, "cmd-1", false); err != nil {
-		t.Errorf("the same command again: %v", err)
+	// The same command again is admitted, unchanged: its slot is the first admission's.
+	if taken, err := f.a.Command(ctx, env.Name, uid, "cmd-1", false); err != nil || taken {
+		t.Errorf("the same command again: taken %v, %v", taken, err)
 	}
-	if err := f.a.Command(ctx, env.Name, uid, "cmd-1", true); err != nil {
+	if _, err := f.a.Command(ctx, env.Name, uid, "cmd-1", true); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 	f.settle()
-	if err := f.a.Command(ctx, env.Name, uid, "cmd-2", false); err != nil {
+	if _, err := f.a.Command(ctx, env.Name, uid, "cmd-2", false); err != nil {
 		t.Errorf("after the release: %v", err)
 	}
 	f.settle()
 	// A slot past its expiry is free whether or not the sync dropped it.
 	f.now = t0.Add(2 * time.Hour)
-	if err := f.a.Command(ctx, env.Name, uid, "cmd-3", false); err != nil {
+	if _, err := f.a.Command(ctx, env.Name, uid, "cmd-3", false); err != nil {
 		t.Errorf("past the first slot's expiry: %v", err)
 	}
 
@@ -628,7 +650,7 @@ func TestCommand(t *testing.T) {
 		{"another incarnation", env.Name, "uid-other"},
 	} {
 		for _, release := range []bool{false, true} {
-			if err := f.a.Command(ctx, c.env, c.uid, "cmd-9", release); !errors.Is(err, apierror.ErrNotFound) {
+			if _, err := f.a.Command(ctx, c.env, c.uid, "cmd-9", release); !errors.Is(err, apierror.ErrNotFound) {
 				t.Errorf("%s (release %v): err = %v, want ErrNotFound", c.name, release, err)
 			}
 		}
@@ -638,7 +660,7 @@ func TestCommand(t *testing.T) {
 func TestCommandSlotAtLeastGrace(t *testing.T) {
 	env := testEnv("xenv-a", alice, running)
 	f := newFixture(t, setup{quotas: "defaults: {client: {detachedCommands: 3}}", envs: []*executionv1alpha1.ExecutionEnvironment{env}})
-	if err := f.a.Command(t.Context(), env.Name, string(env.UID), "cmd-1", false); err != nil {
+	if _, err := f.a.Command(t.Context(), env.Name, string(env.UID), "cmd-1", false); err != nil {
 		t.Fatal(err)
 	}
 	got := f.allocation(clientScope()).Status.Commands
@@ -888,7 +910,7 @@ func TestAdmitTimeQuota(t *testing.T) {
 			calls := map[string]error{
 				"AdmitEnvironment": f.a.AdmitEnvironment(ctx, admitted(alice, "xenv-new")),
 				"AdmitReady":       f.a.AdmitReady(ctx, admitted(alice, env.Name)),
-				"Command":          f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false),
+				"Command":          second(f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false)),
 			}
 			for call, err := range calls {
 				if c.want == nil {
@@ -930,3 +952,6 @@ func TestNewRequires(t *testing.T) {
 		t.Errorf("a full config: %v", err)
 	}
 }
+
+// second is the error of a call that answers a value too.
+func second[T any](_ T, err error) error { return err }

@@ -221,22 +221,23 @@ func visibleUsage(c store.Caller, u *executionv1alpha1.ExecutionUsage) bool {
 // AdmitCommand implements ControlService: a detached command counted against its
 // environment's quotas before a gateway starts it, or given back.
 func (s *Server) AdmitCommand(ctx context.Context, in *controlv1.AdmitCommandRequest) (*controlv1.AdmitCommandResponse, error) {
-	if err := s.admitCommand(ctx, in); err != nil {
+	taken, err := s.admitCommand(ctx, in)
+	if err != nil {
 		return nil, s.status("AdmitCommand", in.GetCaller(), err)
 	}
-	return &controlv1.AdmitCommandResponse{}, nil
+	return &controlv1.AdmitCommandResponse{Taken: taken}, nil
 }
 
-func (s *Server) admitCommand(ctx context.Context, in *controlv1.AdmitCommandRequest) error {
+func (s *Server) admitCommand(ctx context.Context, in *controlv1.AdmitCommandRequest) (bool, error) {
 	if _, _, err := s.begin(ctx, in.GetCaller()); err != nil {
-		return err
+		return false, err
 	}
 	var a *allocation.Allocator
 	if s.cfg.Allocations != nil {
 		a = s.cfg.Allocations()
 	}
 	if a == nil {
-		return ErrNotLeader
+		return false, ErrNotLeader
 	}
 	var f ident.Fields
 	f.DNSLabel("environment", in.GetEnvironment())
@@ -245,7 +246,7 @@ func (s *Server) admitCommand(ctx context.Context, in *controlv1.AdmitCommandReq
 		f.Fail("command_id", "must be 1..128 bytes of printable ASCII")
 	}
 	if err := f.Err(); err != nil {
-		return err
+		return false, err
 	}
 	return a.Command(ctx, in.GetEnvironment(), in.GetRevision(), in.GetCommandId(), in.GetRelease())
 }

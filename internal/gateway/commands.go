@@ -261,62 +261,103 @@ func (h *Handler) startDetached(ctx context.Context, in *executionv1.StartComman
 
 // startDetachedCounted starts a detached command counted against its environment's
 // quotas, and returns it with the admission it started under. A start replayed by
-// command_id answers the first start's command even when the quota is full now (it was
-// counted when it started), and the replay of a command that has ended holds no slot.
+// command_id answers the first start's command even when the quota is full now, and the
+// replay of a command that has ended keeps no slot.
 func (h *Handler) startDetachedCounted(ctx context.Context, a *admitted, g *executionv1.Grant, ref *executionv1.EnvironmentRef,
 	spec *executionv1.CommandSpec, id string) (*executionv1.CommandInfo, *admitted, error) {
 	given := id != ""
 	if !given {
 		id = newCommandID()
 	}
-	if err := h.quotaCommand(ctx, a, id, false); err != nil {
-		if given && apierror.Reason(err) == apierror.ReasonName(apierror.ErrQuotaExceeded.Reason()) && h.durableExists(ctx, a, id) {
-			info, err := h.startDurable(ctx, a, spec, id, true) // a replay: the helper compares the command
-			if err != nil {
-				return nil, nil, err
-			}
-			h.releaseEnded(ctx, a, info)
-			return info, a, nil
+	taken, err := h.quotaCommand(ctx, a, id, false)
+	if err != nil {
+		if given && apierror.Reason(err) == apierror.ReasonName(apierror.ErrQuotaExceeded.Reason()) {
+			return h.replayRefused(ctx, g, ref, spec, id, err)
 		}
 		return nil, nil, err
+	}
+	// A slot this admission did not take is a start's before it (the same id): never
+	// given back for this call's failure.
+	giveBack := func(a *admitted) {
+		if taken {
+			h.releaseCommand(ctx, a, id)
+		}
 	}
 	// Admitted again after the leader's answer, which may have taken a while: the grant,
 	// the epoch and the environment as they are now, not before (a command must not start
 	// in an executor being deleted meanwhile).
 	again, err := h.admit(ctx, g, ref)
 	if err != nil {
-		h.releaseCommand(ctx, a, id)
+		giveBack(a)
 		return nil, nil, err
 	}
 	info, err := h.startDurable(ctx, again, spec, id, true)
 	if err != nil {
-		h.releaseCommand(ctx, again, id)
+		giveBack(again)
 		return nil, nil, err
 	}
 	if info.GetState() != executionv1.CommandState_COMMAND_STATE_RUNNING {
-		h.releaseCommand(ctx, again, id) // a replay of a command that ended: the slot just taken
+		// A replay of a command that has ended: the slot just taken goes back now (the
+		// gateway's memory of give-backs may hold the command already), its first start's
+		// as any seen ended.
+		if taken {
+			h.releaseCommand(ctx, again, id)
+		} else {
+			h.releaseEnded(ctx, again, info)
+		}
 	}
 	return info, again, nil
 }
 
-// durableExists reports whether the environment's helper has a command of the id.
-func (h *Handler) durableExists(ctx context.Context, a *admitted, id string) bool {
-	_, err := h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Status{Status: &helperv1.DurableStatus{CommandId: id, MaxBytes: 1}}})
-	return err == nil
+// replayRefused answers a detached start refused for a quota: a replay of a command the
+// helper has answers that command (it started before, counted then or before the quota),
+// anything else the refusal.
+func (h *Handler) replayRefused(ctx context.Context, g *executionv1.Grant, ref *executionv1.EnvironmentRef,
+	spec *executionv1.CommandSpec, id string, refusal error) (*executionv1.CommandInfo, *admitted, error) {
+	a, err := h.admit(ctx, g, ref) // as now: the leader's answer may have taken a while
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Status{Status: &helperv1.DurableStatus{CommandId: id, MaxBytes: 1}}})
+	if err != nil {
+		return nil, nil, refusal
+	}
+	before := res.GetCommands()[0]
+	info, err := h.startDurable(ctx, a, spec, id, true) // the helper compares command, run and epoch
+	if err != nil {
+		return nil, nil, err
+	}
+	if !proto.Equal(info.GetStartedAt(), before.GetStartedAt()) {
+		// The record went between the two calls (the helper retires ended records at a
+		// start or a list), and this start began a command no slot counts: it ends now,
+		// and the refusal stands.
+		h.cancelUncounted(a, id)
+		return nil, nil, refusal
+	}
+	h.releaseEnded(ctx, a, info)
+	return info, a, nil
+}
+
+// cancelUncounted ends at once a detached command that started without a quota slot.
+func (h *Handler) cancelUncounted(a *admitted, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelAfterCall)
+	defer cancel()
+	_, _ = h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Cancel{Cancel: &helperv1.DurableCancel{CommandId: id}}})
 }
 
 // quotaCommand counts a detached command against its environment's quotas before it
-// starts (or gives its slot back): the leader decides, atomically across gateways.
-func (h *Handler) quotaCommand(ctx context.Context, a *admitted, id string, release bool) error {
+// starts (or gives its slot back): the leader decides, atomically across gateways. taken
+// reports whether this admission took a slot (a controller before the field never says so).
+func (h *Handler) quotaCommand(ctx context.Context, a *admitted, id string, release bool) (taken bool, err error) {
 	cl, err := client(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = h.b.Control.AdmitCommand(ctx, &controlv1.AdmitCommandRequest{
+	r, err := h.b.Control.AdmitCommand(ctx, &controlv1.AdmitCommandRequest{
 		Caller:      &controlv1.Caller{ClientUri: string(cl.Identity), RequestId: RequestID(ctx)},
 		Environment: a.env.Name, Revision: string(a.env.UID), CommandId: id, Release: release,
 	})
-	return err
+	return r.GetTaken(), err
 }
 
 // releaseEnded gives back the slot of a detached command seen ended (followed to its end,
@@ -336,7 +377,7 @@ func (h *Handler) releaseEnded(ctx context.Context, a *admitted, c *executionv1.
 func (h *Handler) releaseCommand(ctx context.Context, a *admitted, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelAfterCall)
 	defer cancel()
-	_ = h.quotaCommand(ctx, a, id, true)
+	_, _ = h.quotaCommand(ctx, a, id, true)
 }
 
 // RunCommand implements ExecutionProviderService: a durable command, streamed.

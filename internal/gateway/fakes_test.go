@@ -159,6 +159,8 @@ type fakeControl struct {
 	reply *controlv1.EnvironmentReply
 	list  *executionv1.ListReferenceIntentsResponse
 	err   error
+	// admit answers AdmitCommand when set (a slot not taken, or err, otherwise).
+	admit func(*controlv1.AdmitCommandRequest) (*controlv1.AdmitCommandResponse, error)
 
 	mu    sync.Mutex
 	calls []controlCall
@@ -272,6 +274,9 @@ func (f *fakeControl) ListSnapshots(_ context.Context, in *controlv1.ListSnapsho
 
 func (f *fakeControl) AdmitCommand(_ context.Context, in *controlv1.AdmitCommandRequest, _ ...grpc.CallOption) (*controlv1.AdmitCommandResponse, error) {
 	f.record("AdmitCommand", in)
+	if f.admit != nil {
+		return f.admit(in)
+	}
 	if f.err != nil {
 		return nil, f.err
 	}

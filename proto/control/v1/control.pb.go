@@ -1983,7 +1983,13 @@ func (x *AdmitCommandRequest) GetRelease() bool {
 }
 
 type AdmitCommandResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This admission listed the command in a scope's allocation: its slot is the gateway's to
+	// give back should the start fail. False when it was listed already (a start repeated by
+	// id, whose slot is the first start's), when no scope counts detached commands, and for a
+	// give-back. A controller before the field answers false: a failed start's slot then
+	// lasts to its expiry.
+	Taken         bool `protobuf:"varint,1,opt,name=taken,proto3" json:"taken,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2016,6 +2022,13 @@ func (x *AdmitCommandResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use AdmitCommandResponse.ProtoReflect.Descriptor instead.
 func (*AdmitCommandResponse) Descriptor() ([]byte, []int) {
 	return file_control_v1_control_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AdmitCommandResponse) GetTaken() bool {
+	if x != nil {
+		return x.Taken
+	}
+	return false
 }
 
 type BeginSnapshotRequest struct {
@@ -2561,8 +2574,9 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\tR\brevision\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x04 \x01(\tR\tcommandId\x12\x18\n" +
-	"\arelease\x18\x05 \x01(\bR\arelease\"\x16\n" +
-	"\x14AdmitCommandResponse\"\x81\x01\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\",\n" +
+	"\x14AdmitCommandResponse\x12\x14\n" +
+	"\x05taken\x18\x01 \x01(\bR\x05taken\"\x81\x01\n" +
 	"\x14BeginSnapshotRequest\x12*\n" +
 	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12=\n" +
 	"\arequest\x18\x02 \x01(\v2#.execution.v1.CreateSnapshotRequestR\arequest\"F\n" +
