@@ -161,7 +161,25 @@ func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *schedul
 	}
 	o.verdicts = history.Check(ops, staleBound, sys.dir)
 	deleted := w.deletedRevisions()
-	if !clustertest.Poll(cmp.Or(b.settle, 2*resyncPeriod), func() bool { o.unsettled = sys.sweep(t.Context(), deleted); return len(o.unsettled) == 0 }) {
+	// An Ensure left without an answer when the load ended may have created an environment
+	// whose reference is pending: the agent reconciles it from the intents feed, as a platform
+	// does, before each sweep (the feed is the leader's cache, polled). A reference whose
+	// commit was answered is never committed again here.
+	reconcile := func() {
+		for _, a := range agents {
+			if a.unknown {
+				commitIntents(t.Context(), a.api[0], a.binding)
+			}
+		}
+		for _, d := range w.deleters {
+			d.reconcile(t.Context())
+		}
+	}
+	if !clustertest.Poll(cmp.Or(b.settle, 2*resyncPeriod), func() bool {
+		reconcile()
+		o.unsettled = sys.sweep(t.Context(), deleted)
+		return len(o.unsettled) == 0
+	}) {
 		o.unsettled = sys.sweep(t.Context(), deleted)
 	}
 	o.usage = usageProblems(t, sys)

@@ -67,6 +67,8 @@ type deleter struct {
 	// PENDING_CREATE.
 	env         *executionv1.EnvironmentRef
 	uncommitted bool
+	// unknown: the last Ensure ended with no answer (as the agent's).
+	unknown bool
 
 	// written: the revisions whose marker write was answered ok.
 	written map[string]bool
@@ -171,6 +173,9 @@ func (d *deleter) ensure(ctx, calls context.Context) *executionv1.EnvironmentRef
 		resp, err := d.api[gw].EnsureEnvironment(c, &executionv1.EnsureEnvironmentRequest{OperationId: opID(), Owner: owner,
 			BindingId: d.binding, Profile: d.w.profile})
 		cancel()
+		d.mu.Lock()
+		d.unknown = err != nil
+		d.mu.Unlock()
 		if err != nil {
 			sleep(ctx, deleterRetryPause)
 			continue
@@ -416,4 +421,15 @@ func endedState(lc executionv1.LifecycleState) bool {
 // settle publishes the deleter's pending reference after the load, as the agents' are.
 func (d *deleter) settle(ctx context.Context) {
 	d.commit(ctx, ctx)
+}
+
+// reconcile publishes, from the intents feed, a reference the deleter's last Ensure may have
+// left pending without an answer.
+func (d *deleter) reconcile(ctx context.Context) {
+	d.mu.Lock()
+	unknown := d.unknown
+	d.mu.Unlock()
+	if unknown {
+		commitIntents(ctx, d.api[0], d.binding)
+	}
 }

@@ -134,10 +134,14 @@ type agent struct {
 	// uncommitted: the binding's reference is still PENDING_CREATE (the agent commits it,
 	// as the two-phase protocol asks, before anything else).
 	uncommitted bool
-	run         *claim
-	stale       []*claim
-	seen        [history.MaxPaths]file
-	writes      int
+	// unknown: the binding's last Ensure ended with no answer (it may have created an
+	// environment with a pending reference, which the reference intents then show).
+	unknown bool
+
+	run    *claim
+	stale  []*claim
+	seen   [history.MaxPaths]file
+	writes int
 }
 
 // claim is a run claim the agent held: its id and run grant.
@@ -284,6 +288,7 @@ func (a *agent) ensure(ctx context.Context) {
 	}
 	a.done(p, history.Ensure, out)
 	a.uncommitted = err == nil && pending(resp.GetEnvironment(), a.binding)
+	a.unknown = err != nil
 }
 
 // commit publishes the binding's reference; a failure is tried again at the next step.
@@ -693,5 +698,23 @@ func (a *admin) loop(ctx context.Context, envs func() map[string]*executionv1.En
 		a.w.mu.Lock()
 		a.w.stats[statKey(kind, out)]++
 		a.w.mu.Unlock()
+	}
+}
+
+// commitIntents publishes the pending references the intents feed lists of binding, as a
+// platform reconciles an Ensure whose answer it never had (docs/api.md, ListReferenceIntents).
+// The feed is the leader's cache: a caller polls it.
+func commitIntents(ctx context.Context, api executionv1grpc.ExecutionProviderServiceClient, binding string) {
+	c, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := api.ListReferenceIntents(c, &executionv1.ListReferenceIntentsRequest{Owner: owner, PageSize: 500})
+	if err != nil {
+		return
+	}
+	for _, in := range resp.GetIntents() {
+		if r := in.GetReference(); r.GetBindingId() == binding && r.GetState() == executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE {
+			_, _ = api.CommitReference(c, &executionv1.CommitReferenceRequest{OperationId: opID(),
+				Target: &executionv1.ReferenceTarget{Owner: owner, Environment: in.GetEnvironment(), BindingId: binding}})
+		}
 	}
 }
