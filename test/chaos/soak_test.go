@@ -255,7 +255,9 @@ func TestSoak(t *testing.T) {
 				scale = 1 << 20
 			}
 			fmt.Fprintf(&table, "%-12s %-12s %10.1f %10.1f\n", p.Name, r.name, b/scale, a/scale)
-			if diff := a - b; diff > max(tolerance*b, r.slack) || -diff > max(tolerance*b, r.slack) {
+			// Growth is drift; less after than before is a collection or a connection
+			// closed, never a leak (CI on 561ca9e: a controller's heap 7.0 → 5.0 MiB).
+			if diff := a - b; diff > max(tolerance*b, r.slack) {
 				drift = append(drift, fmt.Sprintf("%s %s: %.1f before, %.1f after", p.Name, r.name, b/scale, a/scale))
 			}
 		}
