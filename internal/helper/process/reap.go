@@ -132,8 +132,14 @@ func killDescendants(pgid int) {
 
 // KillTrees SIGKILLs each of roots and every descendant of each, found from /proc in one
 // walk. A session helper uses it for what an ended command left behind.
+//
+// Each process is stopped (SIGSTOP) before its children are read, and all are killed only
+// once the walk is done: a stopped process neither exits nor forks, so its children stay
+// its own while they are read. Killed first, a parent could die and hand its children to
+// the subreaper before they were read, and they would live on.
 func KillTrees(roots ...int) {
 	seen := map[int]bool{}
+	var tree []int
 	queue := append([]int(nil), roots...)
 	for len(queue) > 0 {
 		pid := queue[0]
@@ -142,8 +148,14 @@ func KillTrees(roots ...int) {
 			continue
 		}
 		seen[pid] = true
-		_ = unix.Kill(pid, unix.SIGKILL)
+		if unix.Kill(pid, unix.SIGSTOP) != nil {
+			continue // gone already
+		}
+		tree = append(tree, pid)
 		queue = append(queue, Children(pid)...)
+	}
+	for _, pid := range tree {
+		_ = unix.Kill(pid, unix.SIGKILL)
 	}
 }
 
