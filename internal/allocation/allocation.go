@@ -520,9 +520,11 @@ func reconcile(st *executionv1alpha1.ExecutionAllocationStatus, want map[string]
 // Command admits (or, with release, gives back) a detached command of the environment
 // name of UID: counted against its scopes' detachedCommands until a gateway sees it end
 // or its profile's longest duration passes. taken reports whether this admission listed
-// the command in some scope (false: listed there already, or no scope counts detached
-// commands): only a taken slot is the caller's to give back when its start fails. An
-// environment the leader does not know is apierror.ErrNotFound.
+// the command in every scope that counts detached commands (false: some scope listed it
+// already — a start of the same id before it, whose slots a give-back would drop — or no
+// scope counts them): only then are its slots the caller's to give back when its start
+// fails; slots added beside an existing listing last to their expiry. An environment the
+// leader does not know is apierror.ErrNotFound.
 func (a *Allocator) Command(ctx context.Context, name, uid, id string, release bool) (taken bool, err error) {
 	env, err := a.cfg.Environments.ExecutionEnvironments(a.cfg.Namespace).Get(name)
 	if err != nil || string(env.UID) != uid {
@@ -584,7 +586,7 @@ func (a *Allocator) Command(ctx context.Context, name, uid, id string, release b
 			done = append(done, s)
 		}
 	}
-	return len(done) > 0, nil
+	return len(scopes) > 0 && len(done) == len(scopes), nil
 }
 
 func (a *Allocator) dropCommand(ctx context.Context, s scope, env, id string) {

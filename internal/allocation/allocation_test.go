@@ -497,6 +497,26 @@ func TestGiveBackDecidedOnTheAPIServer(t *testing.T) {
 			t.Errorf("the client's commands after the owner's refusal (-want +got):\n%s", diff)
 		}
 	})
+	t.Run("not taken when a scope listed it already", func(t *testing.T) {
+		// cmd-1 counted by the client's quota before the owner's was set: its repeat is
+		// listed in the owner's scope too, but its slots are not this admission's to give
+		// back (a give-back drops every scope's).
+		env := testEnv("xenv-a", alice, running)
+		client := allocationOf(clientScope(), entry(env.Name, true, t0))
+		client.Status.Commands = []executionv1alpha1.AllocatedCommand{{Environment: env.Name, CommandID: "cmd-1", Until: metav1.NewTime(t0.Add(time.Hour))}}
+		f := newFixture(t, setup{quotas: "defaults: {client: {detachedCommands: 10}, owner: {detachedCommands: 5}}",
+			envs: []*executionv1alpha1.ExecutionEnvironment{env}, allocations: []*executionv1alpha1.ExecutionAllocation{client},
+			maxCommand: 24 * time.Hour})
+		if taken, err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-1", false); err != nil || taken {
+			t.Errorf("the repeat: taken %v, %v; want not taken", taken, err)
+		}
+		if taken, err := f.a.Command(ctx, env.Name, string(env.UID), "cmd-2", false); err != nil || !taken {
+			t.Errorf("a new command: taken %v, %v; want taken", taken, err)
+		}
+		if al := f.allocation(ownerScope(alice)); al == nil || len(al.Status.Commands) != 2 {
+			t.Errorf("the owner's commands: %+v, want cmd-1 and cmd-2", al)
+		}
+	})
 	t.Run("release after a command's admission", func(t *testing.T) {
 		env := testEnv("xenv-a", alice, running)
 		f := newFixture(t, setup{quotas: "defaults: {owner: {detachedCommands: 1}}", envs: []*executionv1alpha1.ExecutionEnvironment{env}, maxCommand: 24 * time.Hour})

@@ -225,7 +225,10 @@ func (s *Server) AdmitCommand(ctx context.Context, in *controlv1.AdmitCommandReq
 	if err != nil {
 		return nil, s.status("AdmitCommand", in.GetCaller(), err)
 	}
-	return &controlv1.AdmitCommandResponse{Taken: taken}, nil
+	if in.GetRelease() {
+		return &controlv1.AdmitCommandResponse{}, nil
+	}
+	return &controlv1.AdmitCommandResponse{Taken: &taken}, nil
 }
 
 func (s *Server) admitCommand(ctx context.Context, in *controlv1.AdmitCommandRequest) (bool, error) {

@@ -342,12 +342,15 @@ func (h *Handler) replayRefused(ctx context.Context, g *executionv1.Grant, ref *
 func (h *Handler) cancelUncounted(a *admitted, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelAfterCall)
 	defer cancel()
-	_, _ = h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Cancel{Cancel: &helperv1.DurableCancel{CommandId: id}}})
+	if _, err := h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Cancel{Cancel: &helperv1.DurableCancel{CommandId: id}}}); err != nil {
+		h.log.Warn("a detached command that started without a quota slot could not be cancelled: it runs uncounted",
+			logging.KeyEnvironment, a.env.Name, logging.KeyError, err)
+	}
 }
 
 // quotaCommand counts a detached command against its environment's quotas before it
 // starts (or gives its slot back): the leader decides, atomically across gateways. taken
-// reports whether this admission took a slot (a controller before the field never says so).
+// reports whether the start's failure gives the admission's slots back.
 func (h *Handler) quotaCommand(ctx context.Context, a *admitted, id string, release bool) (taken bool, err error) {
 	cl, err := client(ctx)
 	if err != nil {
@@ -357,7 +360,11 @@ func (h *Handler) quotaCommand(ctx context.Context, a *admitted, id string, rele
 		Caller:      &controlv1.Caller{ClientUri: string(cl.Identity), RequestId: RequestID(ctx)},
 		Environment: a.env.Name, Revision: string(a.env.UID), CommandId: id, Release: release,
 	})
-	return r.GetTaken(), err
+	if err != nil {
+		return false, err
+	}
+	// A controller before the field does not say: its admission is taken, as it was.
+	return r.Taken == nil || r.GetTaken(), nil
 }
 
 // releaseEnded gives back the slot of a detached command seen ended (followed to its end,

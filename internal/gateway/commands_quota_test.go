@@ -77,6 +77,10 @@ func TestHandlerDetachedStartQuota(t *testing.T) {
 			want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"start"}, controls: []string{"admit", "release"}},
 		{name: "a start failed, the slot another start's", admit: taken(false, nil), exec: refuses(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS),
 			want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"start"}, controls: []string{"admit"}},
+		{name: "a start failed, a controller before taken", admit: func(*controlv1.AdmitCommandRequest) (*controlv1.AdmitCommandResponse, error) {
+			return &controlv1.AdmitCommandResponse{}, nil
+		}, exec: refuses(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS),
+			want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"start"}, controls: []string{"admit", "release"}},
 		{name: "the quota full, a replay of a running command", admit: taken(false, quotaFull), exec: helper(info(running, first), info(running, first)),
 			want: ok, state: running, ops: []string{"status", "start"}, controls: []string{"admit"}},
 		{name: "the quota full, a replay of an ended command", admit: taken(false, quotaFull), exec: helper(info(cancelled, first), info(cancelled, first)),
@@ -140,6 +144,6 @@ func taken(t bool, err error) func(*controlv1.AdmitCommandRequest) (*controlv1.A
 		if err != nil {
 			return nil, err
 		}
-		return &controlv1.AdmitCommandResponse{Taken: t}, nil
+		return &controlv1.AdmitCommandResponse{Taken: &t}, nil
 	}
 }

@@ -1984,12 +1984,12 @@ func (x *AdmitCommandRequest) GetRelease() bool {
 
 type AdmitCommandResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// This admission listed the command in a scope's allocation: its slot is the gateway's to
-	// give back should the start fail. False when it was listed already (a start repeated by
-	// id, whose slot is the first start's), when no scope counts detached commands, and for a
-	// give-back. A controller before the field answers false: a failed start's slot then
-	// lasts to its expiry.
-	Taken         bool `protobuf:"varint,1,opt,name=taken,proto3" json:"taken,omitempty"`
+	// Set on an admission: whether it listed the command in every scope that counts detached
+	// commands, so that its slots are the gateway's to give back should the start fail. False
+	// when a scope listed it already (a start of the same id before it, whose slot a give-back
+	// would drop) or when no scope counts detached commands. Absent from a controller before
+	// the field: the gateway then gives a failed start's slot back, as before.
+	Taken         *bool `protobuf:"varint,1,opt,name=taken,proto3,oneof" json:"taken,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,8 +2025,8 @@ func (*AdmitCommandResponse) Descriptor() ([]byte, []int) {
 }
 
 func (x *AdmitCommandResponse) GetTaken() bool {
-	if x != nil {
-		return x.Taken
+	if x != nil && x.Taken != nil {
+		return *x.Taken
 	}
 	return false
 }
@@ -2574,9 +2574,10 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\tR\brevision\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x04 \x01(\tR\tcommandId\x12\x18\n" +
-	"\arelease\x18\x05 \x01(\bR\arelease\",\n" +
-	"\x14AdmitCommandResponse\x12\x14\n" +
-	"\x05taken\x18\x01 \x01(\bR\x05taken\"\x81\x01\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\";\n" +
+	"\x14AdmitCommandResponse\x12\x19\n" +
+	"\x05taken\x18\x01 \x01(\bH\x00R\x05taken\x88\x01\x01B\b\n" +
+	"\x06_taken\"\x81\x01\n" +
 	"\x14BeginSnapshotRequest\x12*\n" +
 	"\x06caller\x18\x01 \x01(\v2\x12.control.v1.CallerR\x06caller\x12=\n" +
 	"\arequest\x18\x02 \x01(\v2#.execution.v1.CreateSnapshotRequestR\arequest\"F\n" +
@@ -2905,6 +2906,7 @@ func file_control_v1_control_proto_init() {
 	if File_control_v1_control_proto != nil {
 		return
 	}
+	file_control_v1_control_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
