@@ -163,12 +163,12 @@ func finish(t *testing.T, b budget, w *workload, agents []*agent, sched *schedul
 	deleted := w.deletedRevisions()
 	// An Ensure left without an answer when the load ended may have created an environment
 	// whose reference is pending: the agent reconciles it from the intents feed, as a platform
-	// does, before each sweep (the feed is the leader's cache, polled). A reference whose
-	// commit was answered is never committed again here.
+	// does, before each sweep (the feed is the leader's cache, polled); only after an Ensure
+	// whose outcome is unknown, and never a reference whose commit was answered.
 	reconcile := func() {
 		for _, a := range agents {
 			if a.unknown {
-				commitIntents(t.Context(), a.api[0], a.binding)
+				w.commitIntents(t.Context(), a.api[0], a.binding)
 			}
 		}
 		for _, d := range w.deleters {

@@ -174,7 +174,7 @@ func (d *deleter) ensure(ctx, calls context.Context) *executionv1.EnvironmentRef
 			BindingId: d.binding, Profile: d.w.profile})
 		cancel()
 		d.mu.Lock()
-		d.unknown = err != nil
+		d.unknown = err != nil && heard(err).Result == history.Unknown
 		d.mu.Unlock()
 		if err != nil {
 			sleep(ctx, deleterRetryPause)
@@ -216,6 +216,7 @@ func (d *deleter) commit(ctx, calls context.Context) bool {
 			d.mu.Lock()
 			d.uncommitted = false
 			d.mu.Unlock()
+			d.w.commitAnswered(d.binding, env)
 		case status.Code(err) == codes.NotFound:
 			return false
 		default:
@@ -430,6 +431,6 @@ func (d *deleter) reconcile(ctx context.Context) {
 	unknown := d.unknown
 	d.mu.Unlock()
 	if unknown {
-		commitIntents(ctx, d.api[0], d.binding)
+		d.w.commitIntents(ctx, d.api[0], d.binding)
 	}
 }

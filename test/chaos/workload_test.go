@@ -88,6 +88,9 @@ type workload struct {
 	// deletedRevs is every revision a delete of theirs answered DELETING or DELETED.
 	deleters    []*deleter
 	deletedRevs map[string]bool
+	// committed is every binding/revision whose CommitReference was answered: never
+	// committed again from the intents feed.
+	committed map[string]bool
 	// eager agents skip their idle pauses; pace, when set, is waited on before each step
 	// (the soak's rate).
 	eager bool
@@ -102,7 +105,7 @@ func newWorkload(sys *system) *workload {
 
 func newWorkloadOf(t target) *workload {
 	return &workload{target: t, profile: profiletest.Name, rec: history.NewRecorder(effectBound), stats: map[string]int{},
-		written: map[string]int{}, deletedRevs: map[string]bool{}}
+		written: map[string]int{}, deletedRevs: map[string]bool{}, committed: map[string]bool{}}
 }
 
 // claimTTL is the run claims' lifetime the agents ask for.
@@ -288,7 +291,7 @@ func (a *agent) ensure(ctx context.Context) {
 	}
 	a.done(p, history.Ensure, out)
 	a.uncommitted = err == nil && pending(resp.GetEnvironment(), a.binding)
-	a.unknown = err != nil
+	a.unknown = out.Result == history.Unknown
 }
 
 // commit publishes the binding's reference; a failure is tried again at the next step.
@@ -299,6 +302,7 @@ func (a *agent) commit(ctx context.Context) {
 		Target: &executionv1.ReferenceTarget{Owner: owner, Environment: a.env, BindingId: a.binding}})
 	if err == nil {
 		a.uncommitted = false
+		a.w.commitAnswered(a.binding, a.env)
 		return
 	}
 	sleep(ctx, 200*time.Millisecond)
@@ -701,10 +705,19 @@ func (a *admin) loop(ctx context.Context, envs func() map[string]*executionv1.En
 	}
 }
 
+// commitAnswered records that a commit of binding on env was answered.
+func (w *workload) commitAnswered(binding string, env *executionv1.EnvironmentRef) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.committed[binding+"/"+env.GetRevision()] = true
+}
+
 // commitIntents publishes the pending references the intents feed lists of binding, as a
 // platform reconciles an Ensure whose answer it never had (docs/api.md, ListReferenceIntents).
-// The feed is the leader's cache: a caller polls it.
-func commitIntents(ctx context.Context, api executionv1grpc.ExecutionProviderServiceClient, binding string) {
+// The feed is the leader's cache: a caller polls it, and it may list a reference pending
+// for a moment after its commit was answered. Such a reference is never committed again
+// here: a commit answered and then lost must show in the sweeps, not be repaired.
+func (w *workload) commitIntents(ctx context.Context, api executionv1grpc.ExecutionProviderServiceClient, binding string) {
 	c, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	resp, err := api.ListReferenceIntents(c, &executionv1.ListReferenceIntentsRequest{Owner: owner, PageSize: 500})
@@ -712,9 +725,17 @@ func commitIntents(ctx context.Context, api executionv1grpc.ExecutionProviderSer
 		return
 	}
 	for _, in := range resp.GetIntents() {
-		if r := in.GetReference(); r.GetBindingId() == binding && r.GetState() == executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE {
-			_, _ = api.CommitReference(c, &executionv1.CommitReferenceRequest{OperationId: opID(),
-				Target: &executionv1.ReferenceTarget{Owner: owner, Environment: in.GetEnvironment(), BindingId: binding}})
+		r, env := in.GetReference(), in.GetEnvironment()
+		if r.GetBindingId() != binding || r.GetState() != executionv1.ReferenceState_REFERENCE_STATE_PENDING_CREATE {
+			continue
 		}
+		w.mu.Lock()
+		answered := w.committed[binding+"/"+env.GetRevision()]
+		w.mu.Unlock()
+		if answered {
+			continue
+		}
+		_, _ = api.CommitReference(c, &executionv1.CommitReferenceRequest{OperationId: opID(),
+			Target: &executionv1.ReferenceTarget{Owner: owner, Environment: env, BindingId: binding}})
 	}
 }
