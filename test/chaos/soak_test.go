@@ -268,9 +268,16 @@ func TestSoak(t *testing.T) {
 		grown = append(grown, grownStacks(p.Name, stacks[p], now)...)
 	}
 
+	// The capacity again, now that the figures are taken: the machine's other work (make
+	// test runs its tiers side by side on two cores) may take a share of it for a while, and
+	// a pace set before is judged against what the machine gives after too.
+	w.pace = nil
+	capacityAfter := unpaced(t.Context(), w, agents)
+	judged := min(rate, loadShare*capacityAfter)
+
 	// The histories, the sweeps and the node, as after any chaos run.
-	preface := fmt.Sprintf("soak: capacity %.1f ops/s (%d agents unpaced for %s), paced at %.0f %% = %.1f ops/s, achieved %.1f ops/s for %s\n%s",
-		capacity, len(agents), capacityWindow, loadShare*100, rate, achieved, b.duration, table.String())
+	preface := fmt.Sprintf("soak: capacity %.1f ops/s (%d agents unpaced for %s; %.1f after the load), paced at %.0f %% = %.1f ops/s, achieved %.1f ops/s for %s\n%s",
+		capacity, len(agents), capacityWindow, capacityAfter, loadShare*100, rate, achieved, b.duration, table.String())
 	for _, d := range drift {
 		preface += "  resource drift: " + d + "\n"
 	}
@@ -281,7 +288,30 @@ func TestSoak(t *testing.T) {
 	if len(drift) > 0 {
 		t.Errorf("seed %d: resources did not come back: %s", b.seed, strings.Join(drift, "; "))
 	}
-	if achieved < 0.5*rate {
-		t.Errorf("the soak held %.1f ops/s, under half its rate %.1f", achieved, rate)
+	// The faults cost the load about 40 % of its pace (the soaks of record held 0.57 to 0.62
+	// of it for 30 min, docs/benchmarks.md "Soak"; a minute holds 0.5 to 0.6): a third is a
+	// load still, and a stall or a broken pacer falls far below.
+	if achieved < judged/3 {
+		t.Errorf("the soak held %.1f ops/s, under a third of its rate %.1f (%.0f %% of the capacity after the load: %.1f)",
+			achieved, rate, loadShare*100, loadShare*capacityAfter)
 	}
+}
+
+// unpaced runs the agents, which hold their environments, without a pace for
+// capacityWindow and returns the operations per second they made.
+func unpaced(ctx context.Context, w *workload, agents []*agent) float64 {
+	load, stop := context.WithCancel(ctx)
+	var wg, prepared sync.WaitGroup
+	prepared.Add(len(agents))
+	start := make(chan struct{})
+	close(start)
+	before := len(w.rec.Operations())
+	for _, a := range agents {
+		wg.Go(func() { a.loop(load, &prepared, start) })
+	}
+	sleep(ctx, capacityWindow)
+	ops := len(w.rec.Operations()) - before
+	stop()
+	wg.Wait()
+	return float64(ops) / capacityWindow.Seconds()
 }
