@@ -224,12 +224,19 @@ func checkInfo(c *executionv1.CommandInfo) error {
 
 // startDurable validates and starts a durable command.
 func (h *Handler) startDurable(ctx context.Context, a *admitted, spec *executionv1.CommandSpec, id string, detach bool) (*executionv1.CommandInfo, error) {
+	return h.startDurableAs(ctx, a, spec, id, detach, false)
+}
+
+// startDurableAs is startDurable, or with replayOnly the helper's answer from the record of
+// a start made before, never a new command (DurableStart.replay_only).
+func (h *Handler) startDurableAs(ctx context.Context, a *admitted, spec *executionv1.CommandSpec, id string, detach, replayOnly bool) (*executionv1.CommandInfo, error) {
 	if id == "" {
 		id = newCommandID()
 	} else if err := protocol.ValidateCommandID(id); err != nil {
 		return nil, podexec.HelperError(err)
 	}
-	st := &helperv1.DurableStart{CommandId: id, Command: spec, RunId: a.claims.RunID, Epoch: a.claims.Epoch, Detached: detach}
+	st := &helperv1.DurableStart{CommandId: id, Command: spec, RunId: a.claims.RunID, Epoch: a.claims.Epoch, Detached: detach,
+		ReplayOnly: replayOnly}
 	if !detach {
 		st.AttachMillis = uint64(attachTime / time.Millisecond)
 	}
@@ -311,41 +318,25 @@ func (h *Handler) startDetachedCounted(ctx context.Context, a *admitted, g *exec
 
 // replayRefused answers a detached start refused for a quota: a replay of a command the
 // helper has answers that command (it started before, counted then or before the quota),
-// anything else the refusal.
+// anything else the refusal. The helper is asked to replay only: with no record of the id
+// it begins nothing (NOT_FOUND), so no command can start uncounted — also when it retires
+// the record meanwhile. A helper that cannot replay only (a session before version 4, or
+// one exec of a helper that refuses the field) is answered the refusal too.
 func (h *Handler) replayRefused(ctx context.Context, g *executionv1.Grant, ref *executionv1.EnvironmentRef,
 	spec *executionv1.CommandSpec, id string, refusal error) (*executionv1.CommandInfo, *admitted, error) {
 	a, err := h.admit(ctx, g, ref) // as now: the leader's answer may have taken a while
 	if err != nil {
 		return nil, nil, err
 	}
-	res, err := h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Status{Status: &helperv1.DurableStatus{CommandId: id, MaxBytes: 1}}})
-	if err != nil {
-		return nil, nil, refusal
-	}
-	before := res.GetCommands()[0]
-	info, err := h.startDurable(ctx, a, spec, id, true) // the helper compares command, run and epoch
-	if err != nil {
-		return nil, nil, err
-	}
-	if !proto.Equal(info.GetStartedAt(), before.GetStartedAt()) {
-		// The record went between the two calls (the helper retires ended records at a
-		// start or a list), and this start began a command no slot counts: it ends now,
-		// and the refusal stands.
-		h.cancelUncounted(a, id)
+	info, err := h.startDurableAs(ctx, a, spec, id, true, true)
+	switch {
+	case errors.Is(err, apierror.ErrOperationIDReused):
+		return nil, nil, err // the id is another command's or another run's
+	case err != nil:
 		return nil, nil, refusal
 	}
 	h.releaseEnded(ctx, a, info)
 	return info, a, nil
-}
-
-// cancelUncounted ends at once a detached command that started without a quota slot.
-func (h *Handler) cancelUncounted(a *admitted, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cancelAfterCall)
-	defer cancel()
-	if _, err := h.durable(ctx, a, &helperv1.Durable{Op: &helperv1.Durable_Cancel{Cancel: &helperv1.DurableCancel{CommandId: id}}}); err != nil {
-		h.log.Warn("a detached command that started without a quota slot could not be cancelled: it runs uncounted",
-			logging.KeyEnvironment, a.env.Name, logging.KeyError, err)
-	}
 }
 
 // quotaCommand counts a detached command against its environment's quotas before it

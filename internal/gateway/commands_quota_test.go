@@ -17,13 +17,12 @@ import (
 )
 
 // A detached start and the quota slot the leader admits it under: a start replayed by its
-// id answers its command when the quota is full now, unless the command the helper had is
-// gone by the time it starts (then the new one is cancelled and the refusal stands); a
-// start that fails gives back only the slot its own admission took; a replay of an ended
-// command keeps no slot.
+// id answers its command when the quota is full now — the helper asked to replay only, so
+// that no command begins uncounted; a start that fails gives back only the slot its own
+// admission took; a replay of an ended command keeps no slot.
 func TestHandlerDetachedStartQuota(t *testing.T) {
 	k := newKeys(t)
-	first, later := timestamppb.New(time.Unix(1_800_000_000, 0)), timestamppb.New(time.Unix(1_800_000_100, 0))
+	first := timestamppb.New(time.Unix(1_800_000_000, 0))
 	quotaFull := apierror.Status(apierror.WithMetadata(fmt.Errorf("%w: the owner quota detachedCommands (limit 1, in use 1)", apierror.ErrQuotaExceeded),
 		map[string]string{"quota": "detachedCommands"}), testReqID)
 	quotaRefused := answer{codes.ResourceExhausted, "QUOTA_EXCEEDED", false}
@@ -36,16 +35,13 @@ func TestHandlerDetachedStartQuota(t *testing.T) {
 	}
 	cancelled := executionv1.CommandState_COMMAND_STATE_CANCELLED
 	running := executionv1.CommandState_COMMAND_STATE_RUNNING
-	// helper answers status, start and cancel with the records given (nil: no such command).
-	helper := func(status, start *executionv1.CommandInfo) func(context.Context, *world, *helperv1.Request) (*helperv1.Response, error) {
+	// helper has record (nil: no command of the id): a start answers it, or begins started;
+	// a replay-only start answers it, or NOT_FOUND.
+	helper := func(record, started *executionv1.CommandInfo) func(context.Context, *world, *helperv1.Request) (*helperv1.Response, error) {
 		return func(_ context.Context, _ *world, req *helperv1.Request) (*helperv1.Response, error) {
-			d := req.GetDurable()
-			c := start
-			switch {
-			case d.GetStatus() != nil:
-				c = status
-			case d.GetCancel() != nil:
-				c = info(cancelled, start.GetStartedAt())
+			c := record
+			if c == nil && !req.GetDurable().GetStart().GetReplayOnly() {
+				c = started
 			}
 			if c == nil {
 				return &helperv1.Response{RequestId: req.GetRequestId(), Outcome: &helperv1.Response_Error{Error: &helperv1.Error{
@@ -69,9 +65,9 @@ func TestHandlerDetachedStartQuota(t *testing.T) {
 	}{
 		{name: "a new command, a slot taken", admit: taken(true, nil), exec: helper(nil, info(running, first)),
 			want: ok, state: running, ops: []string{"start"}, controls: []string{"admit"}},
-		{name: "a replay of an ended command, a slot taken", admit: taken(true, nil), exec: helper(nil, info(cancelled, first)),
+		{name: "a replay of an ended command, a slot taken", admit: taken(true, nil), exec: helper(info(cancelled, first), nil),
 			want: ok, state: cancelled, ops: []string{"start"}, controls: []string{"admit", "release"}},
-		{name: "a replay of an ended command, its slot listed already", admit: taken(false, nil), exec: helper(nil, info(cancelled, first)),
+		{name: "a replay of an ended command, its slot listed already", admit: taken(false, nil), exec: helper(info(cancelled, first), nil),
 			want: ok, state: cancelled, ops: []string{"start"}, controls: []string{"admit", "release"}},
 		{name: "a start failed, a slot taken", admit: taken(true, nil), exec: refuses(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS),
 			want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"start"}, controls: []string{"admit", "release"}},
@@ -81,20 +77,18 @@ func TestHandlerDetachedStartQuota(t *testing.T) {
 			return &controlv1.AdmitCommandResponse{}, nil
 		}, exec: refuses(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS),
 			want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"start"}, controls: []string{"admit", "release"}},
-		{name: "the quota full, a replay of a running command", admit: taken(false, quotaFull), exec: helper(info(running, first), info(running, first)),
-			want: ok, state: running, ops: []string{"status", "start"}, controls: []string{"admit"}},
-		{name: "the quota full, a replay of an ended command", admit: taken(false, quotaFull), exec: helper(info(cancelled, first), info(cancelled, first)),
-			want: ok, state: cancelled, ops: []string{"status", "start"}, controls: []string{"admit", "release"}},
+		{name: "the quota full, a replay of a running command", admit: taken(false, quotaFull), exec: helper(info(running, first), nil),
+			want: ok, state: running, ops: []string{"replay"}, controls: []string{"admit"}},
+		{name: "the quota full, a replay of an ended command", admit: taken(false, quotaFull), exec: helper(info(cancelled, first), nil),
+			want: ok, state: cancelled, ops: []string{"replay"}, controls: []string{"admit", "release"}},
 		{name: "the quota full, no such command", admit: taken(false, quotaFull), exec: helper(nil, info(running, first)),
-			want: quotaRefused, ops: []string{"status"}, controls: []string{"admit"}},
-		{name: "the quota full, the record retired before the start", admit: taken(false, quotaFull), exec: helper(info(cancelled, first), info(running, later)),
-			want: quotaRefused, ops: []string{"status", "start", "cancel"}, controls: []string{"admit"}},
-		{name: "the quota full, another command under the id", admit: taken(false, quotaFull), exec: func(ctx context.Context, w *world, req *helperv1.Request) (*helperv1.Response, error) {
-			if req.GetDurable().GetStart() != nil {
-				return refuses(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS)(ctx, w, req)
-			}
-			return helper(info(running, first), nil)(ctx, w, req)
-		}, want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"status", "start"}, controls: []string{"admit"}},
+			want: quotaRefused, ops: []string{"replay"}, controls: []string{"admit"}},
+		{name: "the quota full, another command under the id", admit: taken(false, quotaFull), exec: refuses(helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS),
+			want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"replay"}, controls: []string{"admit"}},
+		{name: "the quota full, a helper that cannot replay only", admit: taken(false, quotaFull), exec: refuses(helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION),
+			want: quotaRefused, ops: []string{"replay"}, controls: []string{"admit"}},
+		{name: "the quota full, the executor unreachable", admit: taken(false, quotaFull), exec: refuses(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE),
+			want: quotaRefused, ops: []string{"replay"}, controls: []string{"admit"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, k, setup{exec: c.exec})
@@ -110,10 +104,10 @@ func TestHandlerDetachedStartQuota(t *testing.T) {
 				switch d := call.Request.GetDurable(); {
 				case d.GetStatus() != nil:
 					ops = append(ops, "status")
+				case d.GetStart().GetReplayOnly():
+					ops = append(ops, "replay")
 				case d.GetStart() != nil:
 					ops = append(ops, "start")
-				case d.GetCancel() != nil:
-					ops = append(ops, "cancel")
 				default:
 					ops = append(ops, fmt.Sprint(d))
 				}

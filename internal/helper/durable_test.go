@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/execplane/execplane/internal/dev/devcluster/clustertest"
@@ -188,6 +189,36 @@ func TestDurableStartIsIdempotentAndIdsAreExact(t *testing.T) {
 	}
 	if code := durableCode(t, root, startReq("../x", "true")); code != helperv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
 		t.Fatalf("a path as id: %v", code)
+	}
+}
+
+// A replay-only start answers the command a start of the same id, program and run began,
+// and never begins one: without a record it is NOT_FOUND and leaves nothing.
+func TestDurableReplayOnlyStartBeginsNothing(t *testing.T) {
+	root := t.TempDir()
+	replay := func(id, script, run string) *helperv1.Request {
+		req := startReq(id, script)
+		st := req.GetDurable().GetStart()
+		st.ReplayOnly, st.RunId = true, run
+		return req
+	}
+	if code := durableCode(t, root, replay("r1", "echo once >> ran", "run-1")); code != helperv1.ErrorCode_ERROR_CODE_NOT_FOUND {
+		t.Fatalf("a replay of a command never started: %v, want NOT_FOUND", code)
+	}
+	if listed, _ := durableOK(t, root, listReq(10)); len(listed.GetCommands()) != 0 {
+		t.Fatalf("a refused replay left commands: %v", listed.GetCommands())
+	}
+	started, _ := durableOK(t, root, startReq("r1", "echo once >> ran"))
+	again, _ := durableOK(t, root, replay("r1", "echo once >> ran", "run-1"))
+	if !proto.Equal(started.GetCommands()[0].GetStartedAt(), again.GetCommands()[0].GetStartedAt()) {
+		t.Fatalf("the replay answered %v, the start %v", again.GetCommands()[0], started.GetCommands()[0])
+	}
+	if code := durableCode(t, root, replay("r1", "echo once >> ran", "run-2")); code != helperv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS {
+		t.Fatalf("a replay of another run's start: %v, want ALREADY_EXISTS", code)
+	}
+	followAll(t, root, "r1", nil, nil)
+	if b, _ := os.ReadFile(filepath.Join(root, "ran")); string(b) != "once\n" {
+		t.Fatalf("the command ran %q", b)
 	}
 }
 

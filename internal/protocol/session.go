@@ -45,21 +45,28 @@ const (
 // SessionFrameCap is the largest frame of a session whose chunks are chunk bytes.
 func SessionFrameCap(chunk int) int { return chunk + chunkEnvelopeBytes }
 
-// SessionVersion reports whether v is a session version: 2, or 3 (durable requests carry
-// record keys).
+// SessionVersion reports whether v is a session version: 2, 3 (durable requests carry
+// record keys) or 4 (and starts may be replays only).
 func SessionVersion(v helperv1.ProtocolVersion) bool {
-	return v == helperv1.ProtocolVersion_PROTOCOL_VERSION_2 || v == helperv1.ProtocolVersion_PROTOCOL_VERSION_3
+	return v >= helperv1.ProtocolVersion_PROTOCOL_VERSION_2 && v <= helperv1.ProtocolVersion_PROTOCOL_VERSION_4
 }
 
 // SealsRecords reports whether a session's durable requests may carry record keys.
 func SealsRecords(r *helperv1.SessionReady) bool {
-	return r.GetVersion() == helperv1.ProtocolVersion_PROTOCOL_VERSION_3
+	return r.GetVersion() >= helperv1.ProtocolVersion_PROTOCOL_VERSION_3
+}
+
+// ReplaysOnly reports whether a session's durable starts may be replays only
+// (DurableStart.replay_only).
+func ReplaysOnly(r *helperv1.SessionReady) bool {
+	return r.GetVersion() >= helperv1.ProtocolVersion_PROTOCOL_VERSION_4
 }
 
 // NewHello is the gateway's opening frame.
 func NewHello(maxInFlight, chunk int, heartbeat time.Duration) *helperv1.SessionFrame {
 	return &helperv1.SessionFrame{Frame: &helperv1.SessionFrame_Hello{Hello: &helperv1.SessionHello{
-		Versions:        []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_3, helperv1.ProtocolVersion_PROTOCOL_VERSION_2},
+		Versions: []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_4, helperv1.ProtocolVersion_PROTOCOL_VERSION_3,
+			helperv1.ProtocolVersion_PROTOCOL_VERSION_2},
 		MaxInFlight:     uint32(maxInFlight),
 		ChunkBytes:      uint32(chunk),
 		HeartbeatMillis: uint64(heartbeat / time.Millisecond),

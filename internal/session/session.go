@@ -190,6 +190,15 @@ func Open(ctx context.Context, cfg Config, in io.WriteCloser, out io.Reader, end
 // helper's response, reading at most responseCap bytes for it. Errors wrap ErrNotSent,
 // ErrLost, ErrViolation, or the caller's context error before anything was sent.
 func (s *Session) Do(ctx context.Context, req *helperv1.Request, responseCap int) (*helperv1.Response, error) {
+	if req.GetDurable().GetStart().GetReplayOnly() && !protocol.ReplaysOnly(s.ready) {
+		// A helper before version 4 does not know the field: sent, it would end the session
+		// (an unknown field is a violation). Refused here, as a helper refuses a version it
+		// does not speak; nothing was sent, nothing ran.
+		return &helperv1.Response{RequestId: req.GetRequestId(), Outcome: &helperv1.Response_Error{Error: &helperv1.Error{
+			Code:    helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION,
+			Message: "the helper's session version has no replay-only starts",
+		}}}, nil
+	}
 	c, req, frames, err := s.begin(ctx, req, responseCap, nil)
 	if err != nil {
 		return nil, err

@@ -507,3 +507,71 @@ func TestRecordKeysOnlyToAHelperThatSealsThem(t *testing.T) {
 		<-done
 	}
 }
+
+// A replay-only start goes to a helper of version 4; to one of an older release (3 at most)
+// it is refused here, UNSUPPORTED_VERSION, and never sent — a field that helper does not
+// know would end the session, and it would begin the command the caller asked only to
+// replay — and the session goes on serving.
+func TestReplayOnlyStartsOnlyToAHelperThatKnowsThem(t *testing.T) {
+	replay := &helperv1.Request{Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{
+		Op: &helperv1.Durable_Start{Start: &helperv1.DurableStart{CommandId: "c1", ReplayOnly: true, RunId: "r", Epoch: 1, Detached: true,
+			Command: &executionv1.CommandSpec{Program: &executionv1.CommandSpec_Shell{Shell: "true"}}}},
+	}}}
+	status := &helperv1.Request{Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{
+		Op: &helperv1.Durable_Status{Status: &helperv1.DurableStatus{CommandId: "c1"}},
+	}}}
+	for _, older := range []bool{false, true} {
+		var sent []*helperv1.Request
+		in, out, p, end := pair(t)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			hello := p.read(t).GetHello()
+			if older { // as a helper of the release before: versions 3 and 2
+				hello.Versions = []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_3, helperv1.ProtocolVersion_PROTOCOL_VERSION_2}
+			}
+			ready, err := protocol.Accept(hello)
+			if err != nil {
+				t.Errorf("hello: %v", err)
+				return
+			}
+			p.write(&helperv1.Frame{Frame: &helperv1.Frame_Ready{Ready: ready}})
+			for {
+				var f helperv1.SessionFrame
+				if err := protocol.ReadFrame(p.in, &f, protocol.MaxRequestBytes); err != nil {
+					return // the session ended
+				}
+				req := f.GetRequest()
+				sent = append(sent, req)
+				p.write(&helperv1.Frame{Frame: &helperv1.Frame_Response{Response: &helperv1.Response{RequestId: req.GetRequestId(),
+					Outcome: &helperv1.Response_Durable{Durable: &helperv1.DurableResult{Commands: []*executionv1.CommandInfo{{CommandId: "c1"}}}}}}})
+			}
+		}()
+		s, err := Open(context.Background(), testConfig, in, out, end)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		resp, err := s.Do(context.Background(), replay, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.GetError().GetCode(); older != (code == helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION) {
+			t.Errorf("older %v: the replay answered %v", older, resp)
+		}
+		if _, err := s.Do(context.Background(), status, 1<<20); err != nil {
+			t.Errorf("older %v: the session after the replay: %v", older, err)
+		}
+		s.Close(ReasonDrain)
+		end()
+		<-done
+		var replays int
+		for _, req := range sent {
+			if req.GetDurable().GetStart().GetReplayOnly() {
+				replays++
+			}
+		}
+		if want := map[bool]int{false: 1, true: 0}[older]; replays != want || len(sent) != want+1 {
+			t.Errorf("older %v: the helper was sent %d requests, %d of them replays; want %d replays", older, len(sent), replays, want)
+		}
+	}
+}

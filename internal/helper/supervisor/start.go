@@ -123,6 +123,10 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 	} else if !errors.Is(err, spool.ErrNoCommand) {
 		return nil, unavailable(err)
 	}
+	if st.GetReplayOnly() {
+		// Checked under the lock that retires records: a record gone by now begins nothing.
+		return nil, errorf(helperv1.ErrorCode_ERROR_CODE_NOT_FOUND, "command %s has no record: a replay-only start begins nothing", id)
+	}
 
 	entries, err := scan(cmds, ring)
 	if err != nil {

@@ -68,6 +68,9 @@ const (
 	// seals records accepts it; an older one picks 2 from the hello (an unknown enum value
 	// is no unknown field), and the gateway gives it no keys.
 	ProtocolVersion_PROTOCOL_VERSION_3 ProtocolVersion = 3
+	// Sessions whose starts may be replays only (DurableStart.replay_only): an older helper
+	// picks 3 or 2, and the gateway never sends it one.
+	ProtocolVersion_PROTOCOL_VERSION_4 ProtocolVersion = 4
 )
 
 // Enum value maps for ProtocolVersion.
@@ -77,12 +80,14 @@ var (
 		1: "PROTOCOL_VERSION_1",
 		2: "PROTOCOL_VERSION_2",
 		3: "PROTOCOL_VERSION_3",
+		4: "PROTOCOL_VERSION_4",
 	}
 	ProtocolVersion_value = map[string]int32{
 		"PROTOCOL_VERSION_UNSPECIFIED": 0,
 		"PROTOCOL_VERSION_1":           1,
 		"PROTOCOL_VERSION_2":           2,
 		"PROTOCOL_VERSION_3":           3,
+		"PROTOCOL_VERSION_4":           4,
 	}
 )
 
@@ -766,7 +771,13 @@ type DurableStart struct {
 	AttachMillis uint64 `protobuf:"varint,6,opt,name=attach_millis,json=attachMillis,proto3" json:"attach_millis,omitempty"`
 	// Set by a helper on the start it hands a new supervisor only: the command's own key,
 	// which seals its records. A start from the gateway carrying it is refused.
-	Seal          *RecordKey `protobuf:"bytes,7,opt,name=seal,proto3" json:"seal,omitempty"`
+	Seal *RecordKey `protobuf:"bytes,7,opt,name=seal,proto3" json:"seal,omitempty"`
+	// Answer the command this start began before, from its record, and never begin one: with
+	// no record of the id, NOT_FOUND and nothing runs (a record of another command or run is
+	// ALREADY_EXISTS, as for any start). The gateway's replay of a start a quota refuses now
+	// (PROTOCOL_VERSION_4 and one-exec helpers that know it; a helper that does not refuses
+	// the unknown field).
+	ReplayOnly    bool `protobuf:"varint,8,opt,name=replay_only,json=replayOnly,proto3" json:"replay_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -848,6 +859,13 @@ func (x *DurableStart) GetSeal() *RecordKey {
 		return x.Seal
 	}
 	return nil
+}
+
+func (x *DurableStart) GetReplayOnly() bool {
+	if x != nil {
+		return x.ReplayOnly
+	}
+	return false
 }
 
 // DurableStatus answers a command's record and output from the cursor, at most max_bytes
@@ -2441,7 +2459,7 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\":\n" +
 	"\rDurableRevoke\x12)\n" +
-	"\x10below_generation\x18\x01 \x01(\x04R\x0fbelowGeneration\"\xfa\x01\n" +
+	"\x10below_generation\x18\x01 \x01(\x04R\x0fbelowGeneration\"\x9b\x02\n" +
 	"\fDurableStart\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x123\n" +
@@ -2450,7 +2468,9 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bdetached\x18\x05 \x01(\bR\bdetached\x12#\n" +
 	"\rattach_millis\x18\x06 \x01(\x04R\fattachMillis\x12(\n" +
-	"\x04seal\x18\a \x01(\v2\x14.helper.v1.RecordKeyR\x04seal\"{\n" +
+	"\x04seal\x18\a \x01(\v2\x14.helper.v1.RecordKeyR\x04seal\x12\x1f\n" +
+	"\vreplay_only\x18\b \x01(\bR\n" +
+	"replayOnly\"{\n" +
 	"\rDurableStatus\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
@@ -2555,12 +2575,13 @@ const file_helper_v1_helper_proto_rawDesc = "" +
 	"\rrequest_chunk\x18\x03 \x01(\v2\x10.helper.v1.ChunkH\x00R\frequestChunk\x12+\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x11.helper.v1.CancelH\x00R\x06cancel\x12&\n" +
 	"\x04body\x18\x05 \x01(\v2\x10.helper.v1.ChunkH\x00R\x04bodyB\a\n" +
-	"\x05frame*{\n" +
+	"\x05frame*\x93\x01\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PROTOCOL_VERSION_1\x10\x01\x12\x16\n" +
 	"\x12PROTOCOL_VERSION_2\x10\x02\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_3\x10\x03*\xb1\x03\n" +
+	"\x12PROTOCOL_VERSION_3\x10\x03\x12\x16\n" +
+	"\x12PROTOCOL_VERSION_4\x10\x04*\xb1\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12\x18\n" +
