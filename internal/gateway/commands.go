@@ -333,6 +333,9 @@ func (h *Handler) replayRefused(ctx context.Context, g *executionv1.Grant, ref *
 	case errors.Is(err, apierror.ErrOperationIDReused):
 		return nil, nil, err // the id is another command's or another run's
 	case err != nil:
+		// A replay-only start begins nothing: whatever else it met — no record, a helper
+		// that cannot replay only, the executor unreachable, the claim ended meanwhile —
+		// nothing ran, and the quota's refusal is the answer.
 		return nil, nil, refusal
 	}
 	h.releaseEnded(ctx, a, info)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/execplane/execplane/internal/podexec"
 	"github.com/execplane/execplane/pkg/apierror"
 	controlv1 "github.com/execplane/execplane/proto/control/v1"
 	executionv1 "github.com/execplane/execplane/proto/execution/v1"
@@ -87,8 +88,11 @@ func TestHandlerDetachedStartQuota(t *testing.T) {
 			want: answer{codes.Aborted, "OPERATION_ID_REUSED", false}, ops: []string{"replay"}, controls: []string{"admit"}},
 		{name: "the quota full, a helper that cannot replay only", admit: taken(false, quotaFull), exec: refuses(helperv1.ErrorCode_ERROR_CODE_UNSUPPORTED_VERSION),
 			want: quotaRefused, ops: []string{"replay"}, controls: []string{"admit"}},
-		{name: "the quota full, the executor unreachable", admit: taken(false, quotaFull), exec: refuses(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE),
+		{name: "the quota full, the executor not ready", admit: taken(false, quotaFull), exec: refuses(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE),
 			want: quotaRefused, ops: []string{"replay"}, controls: []string{"admit"}},
+		{name: "the quota full, the stream broke", admit: taken(false, quotaFull), exec: func(context.Context, *world, *helperv1.Request) (*helperv1.Response, error) {
+			return nil, fmt.Errorf("%w: connection reset", podexec.ErrOutcomeUnknown) // a replay-only start began nothing
+		}, want: quotaRefused, ops: []string{"replay"}, controls: []string{"admit"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, k, setup{exec: c.exec})

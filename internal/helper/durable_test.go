@@ -220,6 +220,40 @@ func TestDurableReplayOnlyStartBeginsNothing(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "ran")); string(b) != "once\n" {
 		t.Fatalf("the command ran %q", b)
 	}
+
+	// Its working directory gone since: the replay needs none, and answers the command.
+	must(t, os.Mkdir(filepath.Join(root, "sub"), 0o755))
+	inSub := func(req *helperv1.Request) *helperv1.Request {
+		req.GetDurable().GetStart().Command.WorkingDirectory = []byte("sub")
+		return req
+	}
+	durableOK(t, root, inSub(startReq("r2", "echo twice >> ../ran")))
+	followAll(t, root, "r2", nil, nil)
+	must(t, os.Remove(filepath.Join(root, "sub")))
+	if res, _ := durableOK(t, root, inSub(replay("r2", "echo twice >> ../ran", "run-1"))); res.GetCommands()[0].GetState() != executionv1.CommandState_COMMAND_STATE_SUCCEEDED {
+		t.Fatalf("the replay of a command whose directory is gone: %v", res.GetCommands()[0])
+	}
+
+	// Its record retired (retention keeps one finished record: r3's start retires r1 and
+	// r2): the replay begins nothing.
+	retainOne := func(req *helperv1.Request) *helperv1.Request {
+		req.Limits.RetainRecords = 1
+		return req
+	}
+	durableOK(t, root, retainOne(startReq("r3", "true")))
+	followAll(t, root, "r3", nil, nil)
+	if code := durableCode(t, root, retainOne(replay("r1", "echo once >> ran", "run-1"))); code != helperv1.ErrorCode_ERROR_CODE_NOT_FOUND {
+		t.Fatalf("a replay of a retired command: %v, want NOT_FOUND", code)
+	}
+
+	// A directory without a record (a start that died before its first write): nothing.
+	must(t, os.Mkdir(filepath.Join(root, ".execplane/commands/r4"), 0o700))
+	if code := durableCode(t, root, replay("r4", "echo once >> ran", "run-1")); code != helperv1.ErrorCode_ERROR_CODE_NOT_FOUND {
+		t.Fatalf("a replay of a start that died before its record: %v, want NOT_FOUND", code)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "ran")); string(b) != "once\ntwice\n" {
+		t.Fatalf("the commands ran %q", b)
+	}
 }
 
 // Beyond the cap of running commands a start is refused and leaves nothing; once one ends,

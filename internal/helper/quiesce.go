@@ -97,7 +97,8 @@ var errHeld = protocol.Errorf(helperv1.ErrorCode_ERROR_CODE_UNAVAILABLE, "the wo
 // startsProcess reports whether req starts a process: a command, a durable command's start,
 // a terminal.
 func startsProcess(req *helperv1.Request) bool {
-	return req.GetCommand() != nil || req.GetDurable().GetStart() != nil || req.GetTerminal() != nil
+	st := req.GetDurable().GetStart()
+	return req.GetCommand() != nil || (st != nil && !st.GetReplayOnly()) || req.GetTerminal() != nil
 }
 
 // held is errHeld when req starts a process while a hold is in force (quiesce.Held), nil

@@ -16,7 +16,10 @@ import (
 // serveOnce runs one request through Serve in this process and returns its response.
 func serveOnce(t *testing.T, root string, req *helperv1.Request) *helperv1.Response {
 	t.Helper()
-	req.Version, req.Limits = helperv1.ProtocolVersion_PROTOCOL_VERSION_1, limits()
+	req.Version = helperv1.ProtocolVersion_PROTOCOL_VERSION_1
+	if req.Limits == nil {
+		req.Limits = limits()
+	}
 	var in, out bytes.Buffer
 	if err := protocol.WriteFrame(&in, req, protocol.MaxRequestBytes); err != nil {
 		t.Fatal(err)
@@ -59,6 +62,13 @@ func TestCommandsWaitForAHold(t *testing.T) {
 	}
 	if r := serveOnce(t, root, stat); r.GetError() != nil {
 		t.Fatalf("a file operation during a hold: %v", r.GetError())
+	}
+	// A replay-only start begins nothing: it is answered during a hold (here: no record).
+	replay := &helperv1.Request{RequestId: "p", Limits: durableLimits(), Operation: &helperv1.Request_Durable{Durable: &helperv1.Durable{
+		Op: &helperv1.Durable_Start{Start: &helperv1.DurableStart{CommandId: "c1", RunId: "run-1", Epoch: 1, Detached: true,
+			ReplayOnly: true, Command: shell("echo ran > ran")}}}}}
+	if r := serveOnce(t, root, replay); r.GetError().GetCode() != helperv1.ErrorCode_ERROR_CODE_NOT_FOUND {
+		t.Fatalf("a replay-only start during a hold: %v", r)
 	}
 	quiesce.Unmark()
 	if r := serveOnce(t, root, cmd); r.GetError() != nil || r.GetCommand().GetExitCode() != 0 {

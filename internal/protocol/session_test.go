@@ -139,18 +139,24 @@ func TestHandshakeTakesTheSmallerBounds(t *testing.T) {
 	if err := CheckReady(older, r); err == nil {
 		t.Fatal("a ready offering bodies to a gateway that did not ask was accepted")
 	}
-	// Version 3 (record keys) when both speak it; 2 with a gateway that offers only 2; an
-	// older helper, which knows only 2, reads the hello's 3 as an enum value it does not
-	// know, picks 2, and the gateway then gives it no keys.
-	if !SealsRecords(ready) {
-		t.Fatalf("a hello offering 3 and 2 got %v", ready.GetVersion())
+	// Version 4 (record keys, replay-only starts) when both speak it; 3 (keys only) with a
+	// helper of the release before, which reads the hello's 4 as an enum value it does not
+	// know; 2 with a gateway that offers only 2; an older helper, which knows only 2, reads
+	// the hello's 4 and 3 so too, picks 2, and the gateway then gives it no keys.
+	if !SealsRecords(ready) || !ReplaysOnly(ready) {
+		t.Fatalf("a hello offering 4, 3 and 2 got %v", ready.GetVersion())
+	}
+	three := proto.CloneOf(hello)
+	three.Versions = []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_3, helperv1.ProtocolVersion_PROTOCOL_VERSION_2}
+	if r, err := Accept(three); err != nil || !SealsRecords(r) || ReplaysOnly(r) || CheckReady(three, r) != nil {
+		t.Fatalf("a hello offering 3 and 2: %v %v", r, err)
 	}
 	two := &helperv1.SessionHello{Versions: []helperv1.ProtocolVersion{helperv1.ProtocolVersion_PROTOCOL_VERSION_2}, MaxInFlight: 4, ChunkBytes: MinChunkBytes, HeartbeatMillis: 1000}
-	if r, err := Accept(two); err != nil || SealsRecords(r) || CheckReady(two, r) != nil {
+	if r, err := Accept(two); err != nil || SealsRecords(r) || ReplaysOnly(r) || CheckReady(two, r) != nil {
 		t.Fatalf("a hello offering 2 only: %v %v", r, err)
 	}
 	if err := CheckReady(two, ready); err == nil {
-		t.Fatal("a ready of version 3 to a hello offering 2 only was accepted")
+		t.Fatal("a ready of version 4 to a hello offering 2 only was accepted")
 	}
 	// As an older helper meets 3: a version its enum does not name decodes strictly (an open
 	// enum keeps the number; no unknown field) and is passed by.

@@ -68,17 +68,20 @@ func start(cfg Config, req *helperv1.Request, st *helperv1.DurableStart, lim pro
 	if err != nil {
 		return nil, err
 	}
-	// The working directory first: a refusal of it leaves nothing behind.
-	root, err := fileops.OpenRoot(cfg.Root)
-	if err != nil {
-		return nil, err
+	// The working directory first: a refusal of it leaves nothing behind. A replay-only
+	// start begins nothing and needs none (its command's may be gone since it began).
+	work := -1
+	if !st.GetReplayOnly() {
+		root, err := fileops.OpenRoot(cfg.Root)
+		if err != nil {
+			return nil, err
+		}
+		defer root.Close()
+		if work, err = root.OpenDir(st.GetCommand().GetWorkingDirectory()); err != nil {
+			return nil, err
+		}
+		defer unix.Close(work)
 	}
-	defer root.Close()
-	work, err := root.OpenDir(st.GetCommand().GetWorkingDirectory())
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(work)
 	cmds, err := spool.OpenCommands(cfg.Root, true)
 	if err != nil {
 		return nil, unavailable(err)
