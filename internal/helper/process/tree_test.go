@@ -35,13 +35,8 @@ func TestKillTreesKillsAChainInOneWalk(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(pids) < depth+1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the chain did not build: %d of %d links", len(pids), depth+1)
-		}
-		time.Sleep(10 * time.Millisecond)
-		pids = witnessed(t, filepath.Join(dir, "pids"))
+	if !poll(10*time.Second, func() bool { pids = witnessed(t, filepath.Join(dir, "pids")); return len(pids) > depth }) {
+		t.Fatalf("the chain did not build: %d of %d links", len(pids), depth+1)
 	}
 
 	KillTrees(cmd.Process.Pid)
@@ -49,17 +44,25 @@ func TestKillTreesKillsAChainInOneWalk(t *testing.T) {
 
 	// SIGKILL is sent to every link before KillTrees returns; the kernel may take a moment
 	// to tear them down. A link never sent it sleeps on.
-	deadline = time.Now().Add(2 * time.Second)
-	for {
-		alive := livePIDs(pids)
-		if len(alive) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d links survived one walk: %v", len(alive), len(pids), alive)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var alive []int
+	if !poll(2*time.Second, func() bool { alive = livePIDs(pids); return len(alive) == 0 }) {
+		t.Fatalf("%d of %d links survived one walk: %v", len(alive), len(pids), alive)
 	}
+}
+
+// poll reports whether cond held within bound, asking every 10 ms.
+func poll(bound time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(bound)
+	for !cond() {
+		select {
+		case <-deadline:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }
 
 func witnessed(t *testing.T, name string) []int {
